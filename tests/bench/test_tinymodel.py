@@ -1,0 +1,56 @@
+"""The tiny model's configs load with transformers (no torch needed) and its tokenizer round-trips."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.tinymodel import TinyModelSpec, write_model_dirs
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    return write_model_dirs(tmp_path_factory.mktemp("tiny"), TinyModelSpec(routed_experts=384))
+
+
+def test_configs_load_with_autoconfig(model_dirs):
+    from transformers import AutoConfig
+
+    t = AutoConfig.from_pretrained(model_dirs["target"])
+    assert t.model_type == "deepseek_v3" and t.architectures == ["DeepseekV3ForCausalLM"]
+    assert (t.n_routed_experts, t.num_experts_per_tok, t.n_group, t.topk_group) == (384, 8, 1, 1)
+    assert (t.kv_lora_rank, t.qk_rope_head_dim, t.vocab_size) == (512, 64, 32768)
+    assert t.scoring_func == "sigmoid" and t.topk_method == "noaux_tc"
+    assert t.routed_scaling_factor == pytest.approx(2.827)
+    d = AutoConfig.from_pretrained(model_dirs["draft"])
+    assert d.architectures == ["LlamaForCausalLMEagle3"] and d.num_hidden_layers == 1
+    assert d.hidden_size == t.hidden_size and d.draft_vocab_size == 32768
+    ids = d.eagle_config["eagle_aux_hidden_state_layer_ids"]
+    assert ids == [0, 1, 2] and len(set(ids)) == len(ids) and max(ids) < t.num_hidden_layers
+
+
+def test_tokenizer_round_trips_and_covers_vocab(model_dirs):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dirs["target"])
+    assert type(tok).__name__ in ("PreTrainedTokenizerFast", "TokenizersBackend")
+    text = "The draft model verifies 4 tokens per step: latency 29 ms? Ünïcode ✓ and tabs\tok."
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    assert len(ids) < len(text.encode()) // 2  # BPE merges actually happened
+    assert len(tok) == 32768
+    assert tok.decode([32767]) != ""  # every id a dummy-weight model can emit detokenizes
+    assert (tok.bos_token_id, tok.eos_token_id) == (0, 1)
+    meta = json.loads((model_dirs["target"] / "tokenizer_config.json").read_text())
+    assert meta["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert json.loads((model_dirs["target"] / "generation_config.json").read_text())["eos_token_id"] == 1
+
+
+def test_spec_validation_rejects_bad_values():
+    with pytest.raises(ValueError, match="distinct"):
+        TinyModelSpec(draft_aux_layer_ids=(1, 2, 2)).validate()
+    with pytest.raises(ValueError, match="in \\[0, 4\\)"):
+        TinyModelSpec(draft_aux_layer_ids=(0, 1, 4)).validate()
+    with pytest.raises(ValueError, match="vocab"):
+        TinyModelSpec(vocab=4096).validate()
+    assert TinyModelSpec(layers=61).aux_ids() == [0, 30, 59]

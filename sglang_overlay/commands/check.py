@@ -1,0 +1,99 @@
+"""Prove the patch set against the pristine pinned release (CI): every patch alone, the full set, leave-one-out,
+every pair sharing a file; zero fuzz; the same bytes in any order; patched files byte-compile; upstreamed
+entries still hold; overlay files do not collide. Exit 0 only if all hold, else 1 with every failure listed.
+
+With --against VERSION...: the release radar. Each patch is classified per release as clean, offset,
+needs-3way, conflict, upstreamed or target-missing (exit 0: the radar informs, it does not gate)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from ..compat import STATUSES, check_pin, radar
+from ..errors import CheckFailed
+from ..fetch import WheelSource, pinned_wheel, release_wheel
+
+NAME = "check"
+HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--against", nargs="+", metavar="VERSION", help="classify each patch against these releases")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--markdown", action="store_true", help="print a markdown table (for a pull-request comment)")
+
+
+def run(ctx, args) -> int:
+    m = ctx.manifest
+    pin_source = WheelSource(pinned_wheel(m.pin))
+    if args.against:
+        return _radar(ctx, args, pin_source)
+    t0 = time.monotonic()
+    rep = check_pin(m, pin_source.read, m.pin.version)
+    elapsed = time.monotonic() - t0
+    if args.json:
+        print(json.dumps(rep.to_json() | {"seconds": round(elapsed, 3)}, indent=2))
+    elif args.markdown:
+        print(f"### sglang-overlay check on {m.pin.package} {m.pin.version}: {'pass' if rep.ok else 'FAIL'}\n")
+        print("| check | subject | result | detail |\n|---|---|---|---|")
+        for i in rep.items:
+            print(f"| {i.what} | {i.subject} | {'ok' if i.ok else '**FAIL**'} | {i.detail.replace(chr(10), '<br>')} |")
+    else:
+        for i in rep.items:
+            if not i.ok:
+                print(f"FAIL {i.subject}\n     " + i.detail.replace("\n", "\n     "))
+        for o in rep.offsets:
+            print(f"note offset: {o}")
+        passed = sum(i.ok for i in rep.items)
+        print(f"check {m.pin.package} {m.pin.version}: {passed} of {len(rep.items)} checks passed in {elapsed:.2f}s"
+              + ("" if rep.ok else f"; {len(rep.items) - passed} FAILED"))
+    if not rep.ok:
+        raise CheckFailed(f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
+                          hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one")
+    return 0
+
+
+def _radar(ctx, args, pin_source) -> int:
+    m = ctx.manifest
+    versions = list(dict.fromkeys(args.against))
+    sources = {}
+    for i, v in enumerate(versions, 1):
+        print(f"sglang-overlay: [{i}/{len(versions)}] release {v}", file=sys.stderr, flush=True)
+        sources[v] = WheelSource(release_wheel(m.pin, v))
+    t0 = time.monotonic()
+    verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read)
+    elapsed = time.monotonic() - t0
+    if args.json:
+        print(json.dumps({"pin": m.pin.version, "versions": versions, "seconds": round(elapsed, 3),
+                          "wheels": {v: sources[v].wheel.name for v in versions},
+                          "verdicts": [vars(v) for v in verdicts]}, indent=2))
+        return 0
+    table = {(v.patch, v.version): v for v in verdicts}
+    if args.markdown:
+        print(f"### sglang-overlay release radar (pin {m.pin.version})\n")
+        print("| patch | " + " | ".join(versions) + " |\n|---|" + "---|" * len(versions))
+        for p in m.patches:
+            print(f"| {p.name} | " + " | ".join(_cell(table[(p.name, v)]) for v in versions) + " |")
+        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way")]
+        if details:
+            print("\n<details><summary>why</summary>\n")
+            for v in details:
+                print(f"- **{v.patch}** on {v.version}: {v.status}: {v.detail}")
+            print("\n</details>")
+        print(f"\nlegend: {', '.join(STATUSES)}")
+        return 0
+    width = max(len(p.name) for p in m.patches)
+    print(f"{'patch':<{width}}  " + "  ".join(f"{v:<14}" for v in versions))
+    for p in m.patches:
+        print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<14}" for v in versions))
+    for v in verdicts:
+        if v.status in ("conflict", "target-missing", "needs-3way"):
+            print(f"  {v.patch} on {v.version}: {v.status}: {v.detail}")
+    print(f"radar: {len(m.patches)} patches x {len(versions)} releases classified in {elapsed:.2f}s", file=sys.stderr)
+    return 0
+
+
+def _cell(v) -> str:
+    return f"offset {v.max_offset:+d}" if v.status == "offset" else v.status

@@ -1,0 +1,39 @@
+"""Show what one patch changes in the tree as it is now: the difference between the tree with and without it,
+other applied patches included (their order is the manifest's)."""
+from __future__ import annotations
+
+import sys
+
+from ..compose import compose
+from ..diffgen import make_diff
+from ..switch import base_reader
+from ..transaction import Transaction
+
+NAME = "diff"
+HELP = "show what a patch changes in the tree now"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("name", metavar="NAME")
+
+
+def run(ctx, args) -> int:
+    m = ctx.manifest
+    patch = m.patch(args.name)
+    if not patch.applies_change:
+        print(f"{patch.name} is upstream ({patch.upstream.describe()}): it changes nothing", file=sys.stderr)
+        return 0
+    state = Transaction(ctx.tree).state()
+    applied = [n for n in state.applied if n != patch.name]
+    files = sorted(set(patch.files))
+    without = m.ordered(applied)
+    with_it = m.ordered(applied + [patch.name])
+    read = base_reader(ctx.tree, state)
+    needed = sorted({f for p in with_it for f in p.files})
+    base = {f: read(f) for f in needed}
+    before = compose(base, without).contents
+    after = compose(base, with_it).contents
+    sys.stdout.write(make_diff({f: before[f] for f in files}, {f: after[f] for f in files}))
+    if patch.name not in state.applied:
+        print(f"({patch.name} is not applied: this is what applying it would change)", file=sys.stderr)
+    return 0

@@ -1,0 +1,34 @@
+"""Revert patches: their files go back to exactly what they were before (byte for byte), other patches on the
+same files stay. Refuses files edited by hand since (drift) unless --force, which saves them first."""
+from __future__ import annotations
+
+from ..errors import BadInput
+from ..switch import switch
+from ..transaction import Transaction
+from ._common import add_force, add_selection, report, selected
+
+NAME = "revert"
+HELP = "revert patches (NAME... or --all)"
+
+
+def add_arguments(p) -> None:
+    add_selection(p, allow_set=False)
+    add_force(p)
+
+
+def run(ctx, args) -> int:
+    names = selected(ctx, args, verb="revert")
+    m = ctx.manifest
+    current = Transaction(ctx.tree).state().applied
+    for n in names:
+        if n not in current and m.patch(n).applies_change and not args.all:
+            print(f"not applied: {n}")
+    remaining = [n for n in current if n not in names]
+    for n in remaining:
+        needs = [r for r in m.patch(n).requires if r in names]
+        if needs:
+            raise BadInput(f"cannot revert {', '.join(needs)}: {n} requires it",
+                           hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`")
+    outcome = switch(ctx.tree, m, remaining, op="revert", force=args.force, ignore_hardware=True)
+    report(outcome, "reverted")
+    return 0

@@ -1,0 +1,159 @@
+"""Pristine contents + enabled patches (manifest order) -> the contents of every touched file.
+
+This is the only place patches are applied, always by `git apply` with zero fuzz on scratch copies, so that any
+subset in any order gives the same bytes. A failure names the patch, file, hunk and enclosing Python symbol.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from .errors import Conflict
+from .gitcmd import git_outside_repo
+from .manifest import Patch
+from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
+
+_OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
+_CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
+_FAILED_RE = re.compile(r"^error: patch failed: (.+?):(\d+)$", re.M)
+
+
+@dataclass(frozen=True)
+class Offset:
+    patch: str
+    file: str
+    hunk: int
+    line: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.patch}: {self.file} hunk #{self.hunk} applied at line {self.line} (offset {self.offset:+d})"
+
+
+@dataclass
+class Composed:
+    contents: dict[str, bytes | None]  # repo path -> bytes (None: absent)
+    offsets: list[Offset] = field(default_factory=list)
+
+
+def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, reverse: bool = False) -> Composed:
+    """Apply `patches` in order to `base` (repo path -> content, None if absent).
+
+    `base` must hold every file the patches touch. With reverse=True each diff is reverse-applied (to prove
+    an upstreamed change, or to strip later patches off a hand-edited file in `refresh`).
+    """
+    patches = list(patches)
+    contents = dict(base)
+    result = Composed(contents)
+    if not patches:
+        return result
+    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-"))
+    try:
+        for repo_path, data in base.items():
+            if data is not None:
+                dst = scratch / repo_path
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(data)
+        shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
+        for patch in patches:
+            if patch.diff is not None and patch.diff.body:
+                _git_apply(scratch, patch, reverse, result.offsets, contents, shifts)
+                for h in patch.diff.hunks:
+                    delta = len(h.added) - len(h.removed)
+                    shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
+            if not reverse:
+                for repo_path in patch.overlay:
+                    dst = scratch / repo_path
+                    if dst.exists():
+                        raise Conflict(f"{patch.name}: overlay file {repo_path} already exists in the tree",
+                                       hint="upstream now ships a file of that name: rename the overlay file, "
+                                            "or turn it into a diff against the upstream file")
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(patch.overlay_source(repo_path), dst)
+        for repo_path in {p for patch in patches for p in patch.files} | set(base):
+            f = scratch / repo_path
+            contents[repo_path] = f.read_bytes() if f.is_file() else None
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset],
+               base: Mapping[str, bytes | None], shifts: dict[str, list[tuple[int, int]]]) -> None:
+    pfile = scratch.parent / f"{scratch.name}.patch"
+    pfile.write_bytes(patch.diff.body)
+    try:
+        args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
+        res = git_outside_repo(*args, cwd=scratch)
+    finally:
+        pfile.unlink()
+    out = res.stdout + res.stderr
+    if res.returncode != 0:
+        raise Conflict(explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
+                       hint=f"the tree no longer matches what {patch.name} expects: update the patch "
+                            f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off")
+    current = None
+    for line in out.splitlines():
+        m = _CHECKING_RE.match(line)
+        if m:
+            current = m.group(1)
+        m = _OFFSET_RE.match(line)
+        if m and current:
+            index, at, off = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            hunk = [h for h in patch.diff.hunks if h.file == current][index - 1]
+            # Lines added above by earlier patches of this set move the hunk by design: not upstream drift.
+            off -= sum(d for start, d in shifts.get(current, ()) if start < hunk.source_start)
+            if off:
+                offsets.append(Offset(patch.name, current, index, at, off))
+
+
+def _read(scratch: Path, repo_path: str) -> str | None:
+    f = scratch / repo_path
+    return f.read_text(errors="replace") if f.is_file() else None
+
+
+def hunk_symbol(hunk, original: str | None) -> str | None:
+    """The Python symbol a hunk was written for: from the release it was made against, else git's context."""
+    if not hunk.file.endswith(".py"):
+        return None
+    if original is not None:
+        sym = enclosing_symbol(original, hunk.first_change)
+        if sym:
+            return sym
+    return symbol_from_section(hunk.section)
+
+
+def explain_failure(patch: Patch, git_output: str, read: Callable[[str], str | None], reverse: bool = False,
+                    original: Callable[[str], str | None] | None = None) -> str:
+    """Turn git's 'patch failed: file:812' into which hunk, and which Python function it was meant for.
+
+    `read` gives the file as found in the tree; `original`, where known, the file the patch was made against.
+    """
+    lines = [f"{patch.name} does not {'reverse-' if reverse else ''}apply cleanly (zero fuzz):"]
+    for f in re.findall(r"^error: (.+?): No such file or directory$", git_output, re.M):
+        lines.append(f"  {f}: the file is not in the tree (moved or removed upstream?)")
+    for f in re.findall(r"^error: (.+?): already exists in working directory$", git_output, re.M):
+        lines.append(f"  {f}: the patch creates it, but the tree already has it")
+    for f, line_no in _FAILED_RE.findall(git_output):
+        line_no = int(line_no)
+        hunk = next((h for h in patch.diff.hunks if h.file == f and h.source_start == line_no), None)
+        if hunk is None:
+            lines.append(f"  {f}:{line_no}: a hunk does not match")
+            continue
+        symbol = hunk_symbol(hunk, original(f) if original else None)
+        text = read(f)
+        detail = f"  {f}: hunk #{hunk.index} {hunk.header}"
+        if symbol:
+            detail += f" in `{symbol}`"
+            if text is not None:
+                last = symbol.rsplit(".", 1)[-1]
+                gone = symbol_span(text, symbol) is None and not re.search(rf"\b(def|class)\s+{last}\b", text)
+                detail += f": `{symbol}` {'no longer exists' if gone else 'changed'} in the tree"
+        lines.append(detail)
+    if len(lines) == 1:
+        lines.append("  " + (git_output.strip().splitlines() or ["git apply failed without a message"])[-1])
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""What every command is handed: where the manifest is, which tree was asked for, loaded once on demand."""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .manifest import Manifest, load_manifest
+from .tree import Tree, locate
+
+MANIFEST_ENV = "SGLANG_OVERLAY_MANIFEST"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_manifest_path() -> Path:
+    if os.environ.get(MANIFEST_ENV):
+        return Path(os.environ[MANIFEST_ENV])
+    here = Path.cwd() / "manifest.yaml"
+    return here if here.is_file() else PACKAGE_ROOT / "manifest.yaml"
+
+
+@dataclass
+class Context:
+    manifest_path: Path
+    tree_arg: str | None = None
+
+    @property
+    def project_root(self) -> Path:
+        """Where the embedded default tree lives (.sglang/ beside the manifest that holds the pin)."""
+        return self.manifest.project_root
+
+    @functools.cached_property
+    def manifest(self) -> Manifest:
+        return load_manifest(self.manifest_path)
+
+    @functools.cached_property
+    def tree(self) -> Tree:
+        return locate(self.tree_arg, self.project_root, self.manifest.pin.version)

@@ -1,0 +1,41 @@
+"""Unified git-style diffs between two versions of some repository files, made by `git diff --no-index`."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping
+
+from .gitcmd import git_outside_repo
+
+
+def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | None], context: int = 3) -> str:
+    """A diff with paths a/python/sglang/... b/python/sglang/..., what `git apply -p1` reads back."""
+    out = []
+    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-diff-"))
+    try:
+        for repo_path in sorted(set(before) | set(after)):
+            old, new = before.get(repo_path), after.get(repo_path)
+            if old == new:
+                continue
+            sides = []
+            for side, data in (("a", old), ("b", new)):
+                if data is None:
+                    sides.append("/dev/null")
+                    continue
+                p = scratch / side / repo_path
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+                sides.append(f"{side}/{repo_path}")
+            res = git_outside_repo("diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff",
+                                   f"-U{context}", sides[0], sides[1], cwd=scratch)
+            text = res.stdout
+            if old is None or new is None:
+                # git names a created/removed file by its scratch side; rewrite to the a/ b/ convention.
+                text = text.replace(f"a/{repo_path} b/{repo_path}", f"a/{repo_path} b/{repo_path}")
+                text = text.replace(f"diff --git b/{repo_path} b/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}")
+                text = text.replace(f"diff --git a/{repo_path} a/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}")
+            out.append(text)
+        return "".join(out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""The one way this tool runs git: a clean environment, and failures that show command, code and stderr."""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import OverlayError
+
+
+@dataclass(frozen=True)
+class GitResult:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return f"`git {' '.join(self.args)}` exited {self.returncode}: {self.stderr.strip() or self.stdout.strip()}"
+
+
+def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
+    # Inherited GIT_DIR/GIT_INDEX_FILE (from a hook, say) would point every command at the wrong repository.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.setdefault("LC_ALL", "C")  # git's messages are parsed (offsets, failing hunks)
+    env.update(extra or {})
+    return env
+
+
+def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> GitResult:
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=_clean_env(env))
+    except FileNotFoundError:
+        raise OverlayError("git is not installed", hint="install git (apt-get install git)")
+    res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise OverlayError(res.describe())
+    return res
+
+
+def git_outside_repo(*args: str, cwd: Path) -> GitResult:
+    """Run git in a scratch directory as a plain patch program, never inside an enclosing repository."""
+    return git(*args, cwd=cwd, check=False, env={"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)})

@@ -1,0 +1,40 @@
+"""CUDA compute capabilities of this machine, for patches gated on hardware. Never imports torch."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+CAP_ENV = "SGLANG_OVERLAY_CUDA_CAPABILITY"  # e.g. "12.0" or "9.0,9.0": overrides detection (CI, other hosts)
+
+
+@functools.lru_cache(maxsize=1)
+def capabilities() -> tuple[str, ...] | None:
+    """The capabilities of the visible GPUs, or None when unknown (no GPU, no nvidia-smi)."""
+    forced = os.environ.get(CAP_ENV)
+    if forced is not None:
+        return tuple(c.strip() for c in forced.split(",") if c.strip())
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    caps = tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
+    return caps if out.returncode == 0 and caps else None
+
+
+def gate_fails(required: tuple[str, ...]) -> str | None:
+    """Why a patch gated on `required` cannot run here, or None if it can (or the hardware is unknown)."""
+    if not required:
+        return None
+    have = capabilities()
+    if have is None:
+        return None
+    missing = sorted({c for c in have if c not in required})
+    if missing:
+        return f"needs compute capability {' or '.join(required)}, this machine has {', '.join(sorted(set(have)))}"
+    return None

@@ -1,0 +1,542 @@
+"""manifest.yaml -> validated, frozen objects. Nothing touches a tree before this has accepted the whole file.
+
+Every error names the manifest file, the entry and the key, and says the fix (complaint #2 of every patch tool).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import ManifestError, PathEscape
+from .patchfile import PatchFile, parse_patch_file
+
+SCHEMA_VERSION = 1
+KINDS = ("diff", "overlay", "upstreamed")
+CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
+UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
+# Every path a patch may touch lives in the SGLang package: that is the part of the upstream repository that
+# exists in all three tree kinds (a checkout, an installed package, the embedded release tree).
+REPO_PACKAGE_PREFIX = "python/sglang/"
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
+PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
+PATCH_KEYS = ("name", "description", "kind", "category", "default", "requires", "conflicts", "overlay", "env",
+              "hardware", "upstream", "proof", "file")
+ENV_VAR_KEYS = ("default", "help")
+HARDWARE_KEYS = ("cuda_capability",)
+UPSTREAM_KEYS = ("status", "release", "pr", "url")
+PROOF_KEYS = ("file", "symbols", "contains")
+PROFILE_KEYS = ("description", "vars")
+PROFILE_VAR_KEYS = ("value", "why")
+
+
+@dataclass(frozen=True)
+class Pin:
+    package: str
+    version: str
+    git_tag: str
+    wheel: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    default: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Upstream:
+    status: str
+    release: str | None = None
+    pr: int | None = None
+    url: str | None = None
+
+    def describe(self) -> str:
+        parts = [self.status]
+        if self.release:
+            parts.append(f"in {self.release}")
+        if self.pr:
+            parts.append(f"(PR #{self.pr})")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What must hold on a tree for an `upstreamed` entry to count as upstream."""
+
+    file: str
+    symbols: tuple[str, ...] = ()
+    contains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    description: str
+    kind: str
+    category: str
+    default: bool
+    requires: tuple[str, ...]
+    conflicts: tuple[str, ...]
+    overlay: tuple[str, ...]  # repo paths of whole files this entry adds
+    env: tuple[EnvVar, ...]
+    cuda_capability: tuple[str, ...]  # empty: no hardware gate
+    upstream: Upstream
+    proof: Proof | None
+    diff: PatchFile | None  # parsed patches/NAME.patch (for upstreamed: the original change, optional)
+    source_dir: Path  # directory of the manifest that declared it: overlay/ and patches/ are relative to it
+
+    @property
+    def applies_change(self) -> bool:
+        return self.kind != "upstreamed"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Repo paths this entry writes when applied (derived from the diff, never typed twice)."""
+        if not self.applies_change:
+            return ()
+        diff_files = self.diff.files if self.diff else ()
+        return tuple(sorted(set(diff_files) | set(self.overlay)))
+
+    def overlay_source(self, repo_path: str) -> Path:
+        return self.source_dir / "overlay" / repo_path
+
+
+@dataclass(frozen=True)
+class ProfileVar:
+    name: str
+    value: str
+    why: str
+
+
+@dataclass(frozen=True)
+class EnvProfile:
+    name: str
+    description: str
+    vars: tuple[ProfileVar, ...]
+
+    def as_env(self) -> dict[str, str]:
+        return {v.name: v.value for v in self.vars}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    schema: int
+    pin: Pin
+    patches: tuple[Patch, ...]
+    presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    env_profiles: Mapping[str, EnvProfile] = field(default_factory=dict)
+    pin_source: Path | None = None  # the manifest that declares the pin (an `extends` chain shares its cache)
+
+    @property
+    def project_root(self) -> Path:
+        return (self.pin_source or self.path).parent
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.patches)
+
+    def patch(self, name: str) -> Patch:
+        for p in self.patches:
+            if p.name == name:
+                return p
+        raise ManifestError(f"{self.path}: no patch named {name!r}{_did_you_mean(name, self.names)}",
+                            hint="`python apply.py status` lists the patches")
+
+    def ordered(self, names) -> tuple[Patch, ...]:
+        """The named patches in manifest order: the one order in which files are composed."""
+        wanted = set(names)
+        for n in wanted:
+            self.patch(n)
+        return tuple(p for p in self.patches if p.name in wanted)
+
+    def preset(self, name: str) -> tuple[str, ...]:
+        if name not in self.presets:
+            raise ManifestError(f"{self.path}: no preset named {name!r}{_did_you_mean(name, self.presets)}",
+                                hint=f"presets: {', '.join(sorted(self.presets)) or '(none)'}")
+        return self.presets[name]
+
+    def env_profile(self, name: str) -> EnvProfile:
+        if name not in self.env_profiles:
+            raise ManifestError(
+                f"{self.path}: no env profile named {name!r}{_did_you_mean(name, self.env_profiles)}",
+                hint=f"env profiles: {', '.join(sorted(self.env_profiles)) or '(none)'}")
+        return self.env_profiles[name]
+
+    def closure(self, names) -> tuple[str, ...]:
+        """`names` plus everything they require, transitively; refuses a set that holds a conflicting pair."""
+        out: list[str] = []
+        stack = list(names)
+        while stack:
+            n = stack.pop()
+            if n in out:
+                continue
+            out.append(n)
+            stack.extend(self.patch(n).requires)
+        ordered = tuple(p.name for p in self.ordered(out))
+        for p in self.ordered(ordered):
+            for c in p.conflicts:
+                if c in ordered:
+                    raise ManifestError(f"{p.name} conflicts with {c}: they cannot be applied together",
+                                        hint=f"revert one of them first, or choose another set")
+        return ordered
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Ctx:
+    """Carries where we are in the file, so every message can say 'file: entry: key'."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, message: str, fix: str | None = None) -> ManifestError:
+        return ManifestError(f"{self.path}: {where}: {message}", hint=fix)
+
+    def check_keys(self, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in allowed:
+                raise self.fail(where, f"key {key!r} is not known{_did_you_mean(str(key), allowed)}",
+                                f"allowed keys here: {', '.join(allowed)}")
+
+    def mapping(self, where: str, value: Any) -> Mapping:
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def string(self, where: str, value: Any, *, required: bool = True) -> str | None:
+        if value is None and not required:
+            return None
+        # YAML reads 0.5.17 as a string but 1.0 as a float: accept numbers where a version is meant.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.fail(where, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def string_list(self, where: str, value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(where, f"expected a list of strings, got {value!r}")
+        return tuple(value)
+
+
+def check_repo_path(path: str, where: str) -> str:
+    """A tree path must stay inside the SGLang package: relative, no '..', no backslashes."""
+    p = PurePosixPath(path)
+    if path.startswith("/") or p.is_absolute() or re.match(r"^[A-Za-z]:", path) or "\\" in path:
+        raise PathEscape(f"{where}: path {path!r} is absolute", hint="use a path relative to the SGLang repository root, e.g. python/sglang/srt/...")
+    if any(part in ("..", ".") for part in p.parts) or path != str(p):
+        raise PathEscape(f"{where}: path {path!r} escapes the tree or is not normalised",
+                         hint="paths may not contain '..' or '.' components")
+    if not path.startswith(REPO_PACKAGE_PREFIX):
+        raise PathEscape(f"{where}: path {path!r} is outside {REPO_PACKAGE_PREFIX}",
+                         hint="patches may only change the SGLang package; other paths do not exist in an installed tree")
+    return path
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    path = Path(path).resolve()
+    return _load(path, seen=())
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        raise ManifestError(f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
+                            hint="fix the YAML syntax (indentation, quoting) at that line")
+
+
+def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
+    ctx = _Ctx(path)
+    data = _read_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ctx.fail("top level", "expected a mapping with keys schema, pin, patches, ...")
+    ctx.check_keys("top level", data, TOP_KEYS)
+    schema = data.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise ctx.fail("schema", f"schema {schema!r} is not supported (this tool reads schema {SCHEMA_VERSION})",
+                       "set `schema: 1`, or upgrade sglang-overlay")
+
+    parent: Manifest | None = None
+    if "extends" in data:
+        rel = ctx.string("extends", data["extends"])
+        parent_path = (path.parent / rel).resolve()
+        if parent_path in seen or parent_path == path:
+            raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
+        parent = _load(parent_path, seen + (path,))
+
+    if "pin" in data:
+        pin, pin_source = _parse_pin(ctx, data["pin"]), path
+    elif parent:
+        pin, pin_source = parent.pin, parent.pin_source
+    else:
+        raise ctx.fail("pin", "missing", "add a `pin:` with package, version, git_tag, wheel and sha256")
+
+    raw_patches = data.get("patches", [])
+    if raw_patches is None:
+        raw_patches = []
+    if not isinstance(raw_patches, list):
+        raise ctx.fail("patches", f"expected a list of entries, got {type(raw_patches).__name__}")
+    patches = list(parent.patches) if parent else []
+    for i, raw in enumerate(raw_patches):
+        patches.append(_parse_patch(ctx, i, raw))
+
+    names = [p.name for p in patches]
+    for n in names:
+        if names.count(n) > 1:
+            raise ctx.fail(f"patches ({n})", f"the name {n!r} is used by {names.count(n)} entries",
+                           "give each entry a unique name")
+    _validate_relations(ctx, patches)
+    _validate_overlay_claims(ctx, patches)
+
+    presets = dict(parent.presets) if parent else {}
+    for name, members in ctx.mapping("presets", data.get("presets") or {}).items():
+        members = ctx.string_list(f"presets.{name}", members)
+        for m in members:
+            if m not in names:
+                raise ctx.fail(f"presets.{name}", f"names unknown patch {m!r}{_did_you_mean(m, names)}")
+        presets[str(name)] = members
+
+    profiles = dict(parent.env_profiles) if parent else {}
+    for name, raw in ctx.mapping("env_profiles", data.get("env_profiles") or {}).items():
+        profiles[str(name)] = _parse_profile(ctx, str(name), raw)
+
+    manifest = Manifest(path=path, schema=schema, pin=pin, patches=tuple(patches), presets=presets,
+                        env_profiles=profiles, pin_source=pin_source)
+    for name, members in presets.items():
+        try:
+            manifest.closure(members)
+        except ManifestError as e:
+            raise ctx.fail(f"presets.{name}", str(e), "remove one of the conflicting patches from the preset")
+    return manifest
+
+
+def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
+    raw = ctx.mapping("pin", raw)
+    ctx.check_keys("pin", raw, PIN_KEYS)
+    for key in PIN_KEYS:
+        if key not in raw:
+            raise ctx.fail("pin", f"key {key!r} is missing", f"the pin needs: {', '.join(PIN_KEYS)}")
+    pin = Pin(**{k: ctx.string(f"pin.{k}", raw[k]) for k in PIN_KEYS})
+    if not re.fullmatch(r"[0-9a-f]{64}", pin.sha256):
+        raise ctx.fail("pin.sha256", f"{pin.sha256!r} is not a sha256 hex digest",
+                       "copy the sha256 of the wheel (sha256sum FILE)")
+    if not pin.wheel.endswith(".whl") or not pin.wheel.startswith(f"{pin.package}-{pin.version}-"):
+        raise ctx.fail("pin.wheel", f"{pin.wheel!r} is not a wheel of {pin.package} {pin.version}")
+    return pin
+
+
+def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
+    where = f"patches[{index}]"
+    raw = ctx.mapping(where, raw)
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ctx.fail(f"{where}.name", f"{name!r} is not a valid name",
+                       "use lower-case letters, digits and underscores, starting with a letter")
+    where = f"patches[{index}] ({name})"
+    ctx.check_keys(where, raw, PATCH_KEYS)
+    for key in ("description", "kind", "category"):
+        if key not in raw:
+            raise ctx.fail(where, f"key {key!r} is missing")
+    kind = ctx.string(f"{where}.kind", raw["kind"])
+    if kind not in KINDS:
+        raise ctx.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(KINDS)}{_did_you_mean(kind, KINDS)}")
+    category = ctx.string(f"{where}.category", raw["category"])
+    if category not in CATEGORIES:
+        raise ctx.fail(f"{where}.category", f"{category!r} is not one of {', '.join(CATEGORIES)}")
+    default = raw.get("default", False)
+    if not isinstance(default, bool):
+        raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
+
+    overlay = tuple(check_repo_path(p, f"{ctx.path}: {where}.overlay")
+                    for p in ctx.string_list(f"{where}.overlay", raw.get("overlay")))
+    for p in overlay:
+        src = ctx.path.parent / "overlay" / p
+        _check_overlay_source(ctx, where, ctx.path.parent / "overlay", src)
+
+    env = []
+    for var, spec in ctx.mapping(f"{where}.env", raw.get("env") or {}).items():
+        if not ENV_NAME_RE.match(str(var)):
+            raise ctx.fail(f"{where}.env", f"{var!r} is not an environment variable name")
+        spec = ctx.mapping(f"{where}.env.{var}", spec)
+        ctx.check_keys(f"{where}.env.{var}", spec, ENV_VAR_KEYS)
+        env.append(EnvVar(str(var), ctx.string(f"{where}.env.{var}.default", spec.get("default", ""), required=False) or "",
+                          ctx.string(f"{where}.env.{var}.help", spec.get("help"))))
+
+    caps: tuple[str, ...] = ()
+    if raw.get("hardware") is not None:
+        hw = ctx.mapping(f"{where}.hardware", raw["hardware"])
+        ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
+        caps = tuple(str(c) for c in hw.get("cuda_capability") or ())
+        for c in caps:
+            if not re.fullmatch(r"\d+\.\d+", c):
+                raise ctx.fail(f"{where}.hardware.cuda_capability", f"{c!r} is not a compute capability like '9.0'",
+                               "quote capabilities as strings: ['9.0', '10.0']")
+
+    up_raw = ctx.mapping(f"{where}.upstream", raw.get("upstream") or {"status": "not-forwarded"})
+    ctx.check_keys(f"{where}.upstream", up_raw, UPSTREAM_KEYS)
+    status = ctx.string(f"{where}.upstream.status", up_raw.get("status"))
+    if status not in UPSTREAM_STATUSES:
+        raise ctx.fail(f"{where}.upstream.status", f"{status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
+    pr = up_raw.get("pr")
+    if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool)):
+        raise ctx.fail(f"{where}.upstream.pr", f"expected a pull-request number, got {pr!r}")
+    upstream = Upstream(status, ctx.string(f"{where}.upstream.release", up_raw.get("release"), required=False),
+                        pr, ctx.string(f"{where}.upstream.url", up_raw.get("url"), required=False))
+
+    proof = None
+    if raw.get("proof") is not None:
+        pr_raw = ctx.mapping(f"{where}.proof", raw["proof"])
+        ctx.check_keys(f"{where}.proof", pr_raw, PROOF_KEYS)
+        pfile = check_repo_path(ctx.string(f"{where}.proof.file", pr_raw.get("file")), f"{ctx.path}: {where}.proof.file")
+        proof = Proof(pfile, ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
+                      ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")))
+        if not proof.symbols and not proof.contains:
+            raise ctx.fail(f"{where}.proof", "names no symbols and no contains: it would prove nothing",
+                           "list the qualified names (symbols) or exact lines (contains) upstream must have")
+
+    rel = raw.get("file", f"patches/{name}.patch")
+    rel = ctx.string(f"{where}.file", rel)
+    patch_path = (ctx.path.parent / rel)
+    diff = None
+    if kind == "diff" or patch_path.exists():
+        if not patch_path.is_file():
+            raise ctx.fail(f"{where}.file", f"patch file {patch_path} does not exist",
+                           f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind")
+        diff = parse_patch_file(patch_path)
+        for f in diff.files:
+            check_repo_path(f, f"{patch_path}")
+        for f in diff.created:
+            if f in overlay:
+                raise ctx.fail(where, f"{f} is both created by the diff and listed in overlay")
+
+    if kind == "diff" and (diff is None or not diff.files):
+        raise ctx.fail(where, f"kind diff but {rel} changes no file")
+    if kind == "overlay" and not overlay:
+        raise ctx.fail(f"{where}.overlay", "kind overlay needs at least one file", "list the repo paths under overlay/")
+    if kind == "upstreamed":
+        if overlay:
+            raise ctx.fail(f"{where}.overlay", "an upstreamed entry adds no files", "remove `overlay`, or change kind")
+        if proof is None and diff is None:
+            raise ctx.fail(f"{where}.proof", "an upstreamed entry needs a proof",
+                           f"add `proof:` (file + symbols/contains), or keep the original change in {rel} so it can be shown to reverse-apply")
+    elif proof is not None:
+        raise ctx.fail(f"{where}.proof", f"only upstreamed entries carry a proof (this one is {kind})")
+
+    return Patch(
+        name=name, description=ctx.string(f"{where}.description", raw["description"]), kind=kind,
+        category=category, default=default,
+        requires=ctx.string_list(f"{where}.requires", raw.get("requires")),
+        conflicts=ctx.string_list(f"{where}.conflicts", raw.get("conflicts")),
+        overlay=overlay, env=tuple(env), cuda_capability=caps, upstream=upstream, proof=proof, diff=diff,
+        source_dir=ctx.path.parent)
+
+
+def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) -> None:
+    # A symlink inside overlay/ could smuggle in any file of the machine (or point the write elsewhere).
+    rel = src.relative_to(overlay_root)
+    probe = overlay_root
+    for part in rel.parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise PathEscape(f"{ctx.path}: {where}.overlay: {probe} is a symbolic link",
+                             hint="overlay/ must hold regular files; copy the file in instead of linking it")
+    if not src.is_file():
+        raise ctx.fail(f"{where}.overlay", f"overlay file {src} does not exist",
+                       "add the file under overlay/ at its repository path, or remove it from the list")
+
+
+def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
+    by_name = {p.name: p for p in patches}
+    for p in patches:
+        for key in ("requires", "conflicts"):
+            for other in getattr(p, key):
+                if other not in by_name:
+                    raise ctx.fail(f"patches ({p.name}).{key}", f"unknown patch {other!r}{_did_you_mean(other, by_name)}")
+                if other == p.name:
+                    raise ctx.fail(f"patches ({p.name}).{key}", "an entry cannot name itself")
+    # requires cycles: a DFS with colours.
+    colour: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> None:
+        colour[n] = 1
+        for r in by_name[n].requires:
+            if colour.get(r) == 1:
+                cycle = path[path.index(r):] + [r] if r in path else [n, r]
+                raise ctx.fail(f"patches ({n}).requires", f"requires cycle: {' -> '.join(cycle)}",
+                               "remove one of these requires")
+            if colour.get(r) is None:
+                visit(r, path + [r])
+        colour[n] = 2
+
+    for p in patches:
+        if colour.get(p.name) is None:
+            visit(p.name, [p.name])
+    # A patch whose own requirements conflict can never be applied.
+    for p in patches:
+        need: set[str] = set()
+        stack = [p.name]
+        while stack:
+            n = stack.pop()
+            if n not in need:
+                need.add(n)
+                stack.extend(by_name[n].requires)
+        for n in need:
+            for c in by_name[n].conflicts:
+                if c in need:
+                    raise ctx.fail(f"patches ({p.name})", f"its requirements conflict: {n} conflicts with {c}",
+                                   "drop the conflict or the requirement")
+
+
+def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
+    owner: dict[str, str] = {}
+    for p in patches:
+        for f in p.files:
+            if f in p.overlay or (p.diff and f in p.diff.created):
+                if f in owner:
+                    raise ctx.fail(f"patches ({p.name}).overlay", f"{f} is already added by {owner[f]}",
+                                   "each added file belongs to exactly one entry; merge the entries or rename the file")
+                owner[f] = p.name
+
+
+def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:
+    where = f"env_profiles.{name}"
+    raw = ctx.mapping(where, raw)
+    ctx.check_keys(where, raw, PROFILE_KEYS)
+    out = []
+    for var, spec in ctx.mapping(f"{where}.vars", raw.get("vars") or {}).items():
+        if not ENV_NAME_RE.match(str(var)):
+            raise ctx.fail(f"{where}.vars", f"{var!r} is not an environment variable name")
+        spec = ctx.mapping(f"{where}.vars.{var}", spec)
+        ctx.check_keys(f"{where}.vars.{var}", spec, PROFILE_VAR_KEYS)
+        if "value" not in spec:
+            raise ctx.fail(f"{where}.vars.{var}", "key 'value' is missing")
+        value = spec["value"]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ctx.fail(f"{where}.vars.{var}.value", f"expected a string, got {value!r}", "quote the value")
+        out.append(ProfileVar(str(var), str(value), ctx.string(f"{where}.vars.{var}.why", spec.get("why"))))
+    if not out:
+        raise ctx.fail(where, "sets no variables")
+    return EnvProfile(name, ctx.string(f"{where}.description", raw.get("description")), tuple(out))

@@ -1,0 +1,137 @@
+"""patches/NAME.patch: a DEP-3 header, a line `---`, then a git diff relative to the SGLang repository root.
+
+Diffs are parsed with `unidiff` (a maintained parser) for their structure; applying is left to `git apply`.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import unidiff
+
+from .errors import ManifestError
+
+HEADER_FIELDS = ("Description", "Origin", "Forwarded", "Applied-Upstream", "Last-Update", "Author", "Bug",
+                 "Subject", "Reviewed-By")
+_FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]?(.*)$")
+_DIFF_START = ("diff --git ", "--- ", "Index: ")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    file: str
+    index: int  # 1-based, within its file
+    source_start: int
+    source_length: int
+    header: str  # "@@ -a,b +c,d @@"
+    removed: tuple[str, ...]  # lines the hunk expects to find (context and '-'), in order
+    added: tuple[str, ...]  # lines it leaves (context and '+')
+    section: str  # git's function context after the second @@ ("def select_experts(")
+    first_change: int  # source line of the first changed line: where the hunk's intent is
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    path: Path
+    header: tuple[tuple[str, str], ...]  # DEP-3 fields in file order
+    header_text: str  # everything before the diff, verbatim (refresh keeps it)
+    body: bytes  # the diff, verbatim: what `git apply` reads and what the fingerprint hashes
+    files: tuple[str, ...]  # repo paths touched
+    created: tuple[str, ...]  # repo paths the diff creates
+    deleted: tuple[str, ...]
+    hunks: tuple[Hunk, ...]
+
+    def field(self, name: str) -> str | None:
+        for k, v in self.header:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.body).hexdigest()
+
+
+def split_header(text: str) -> tuple[str, str]:
+    """(header, diff). The header ends at a line `---` alone or where the first diff starts."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip("\r\n") == "---":
+            return "".join(lines[: i + 1]), "".join(lines[i + 1:])
+        if line.startswith(_DIFF_START):
+            return "".join(lines[:i]), "".join(lines[i:])
+    return text, ""
+
+
+def parse_header(header_text: str) -> tuple[tuple[str, str], ...]:
+    fields: list[list[str]] = []
+    for line in header_text.splitlines():
+        if line.strip() == "---":
+            break
+        if line.startswith((" ", "\t")) and fields:
+            fields[-1][1] += "\n" + line.strip()
+            continue
+        m = _FIELD_RE.match(line)
+        if m:
+            fields.append([m.group(1), m.group(2).strip()])
+    return tuple((k, v) for k, v in fields)
+
+
+def _strip_prefix(path: str | None) -> str | None:
+    if path is None or path == "/dev/null":
+        return None
+    return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+def parse_patch_file(path: Path) -> PatchFile:
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs")
+    header_text, diff_text = split_header(text)
+    header = parse_header(header_text)
+    if not any(k.lower() in ("description", "subject") for k, _ in header):
+        raise ManifestError(f"{path}: the DEP-3 header has no Description",
+                            hint="start the file with 'Description: ...', then Origin, Forwarded, "
+                                 "Applied-Upstream, Last-Update, a line '---', then the diff")
+    if not diff_text.strip():
+        return PatchFile(path, header, header_text, b"", (), (), (), ())
+    try:
+        ps = unidiff.PatchSet(diff_text)
+    except unidiff.UnidiffParseError as e:
+        raise ManifestError(f"{path}: the diff is corrupt: {e}",
+                            hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)")
+    if not len(ps):
+        raise ManifestError(f"{path}: no file diffs found after the header",
+                            hint="the diff must start with 'diff --git a/... b/...'")
+    files, created, deleted, hunks = [], [], [], []
+    for pf in ps:
+        src, tgt = _strip_prefix(pf.source_file), _strip_prefix(pf.target_file)
+        name = tgt or src
+        if src and tgt and src != tgt:
+            raise ManifestError(f"{path}: renames are not supported ({src} -> {tgt})",
+                                hint="express a move as a deletion plus an overlay file")
+        if name is None:
+            raise ManifestError(f"{path}: a file diff names no path")
+        files.append(name)
+        if pf.is_added_file:
+            created.append(name)
+        if pf.is_removed_file:
+            deleted.append(name)
+        for i, h in enumerate(pf, 1):
+            removed = tuple(l.value.rstrip("\n") for l in h if l.line_type in (" ", "-"))
+            added = tuple(l.value.rstrip("\n") for l in h if l.line_type in (" ", "+"))
+            first_change, line_no = h.source_start, h.source_start
+            for l in h:
+                if l.line_type in ("-", "+"):
+                    first_change = max(line_no - (l.line_type == "+"), h.source_start)
+                    break
+                line_no += 1
+            hunks.append(Hunk(name, i, h.source_start, h.source_length,
+                              f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@",
+                              removed, added, (h.section_header or "").strip(), first_change))
+    body = diff_text.encode("utf-8")
+    return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))

@@ -1,0 +1,129 @@
+"""The three kinds of SGLang tree and the mapping from repository paths (python/sglang/...) to files in them.
+
+- checkout:  a git checkout of upstream SGLang; files at python/sglang/...
+- installed: an installed package (site-packages); files at sglang/...
+- embedded:  the pinned release made by `apply.py fetch` under the project's .sglang/; laid out like a checkout
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PathEscape, TreeNotFound, VersionMismatch
+from .gitcmd import git
+
+TREE_ENV = "SGLANG_OVERLAY_TREE"
+STATE_DIR_NAME = ".sglang-overlay"
+EMBEDDED_DIR = ".sglang"
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path
+    kind: str  # checkout | installed | embedded
+
+    @property
+    def package_dir(self) -> Path:
+        return self.path_of("python/sglang")
+
+    @property
+    def state_dir(self) -> Path:
+        # An installed tree keeps its state inside the package, not loose in site-packages.
+        return (self.package_dir if self.kind == "installed" else self.root) / STATE_DIR_NAME
+
+    @property
+    def is_git(self) -> bool:
+        return self.kind in ("checkout", "embedded")
+
+    @property
+    def python_path(self) -> Path:
+        """The directory to put first on sys.path so that `import sglang` imports this tree."""
+        return self.root if self.kind == "installed" else self.root / "python"
+
+    def path_of(self, repo_path: str) -> Path:
+        """Where a repository path lives in this tree, refusing anything that would leave it."""
+        rel = repo_path[len("python/"):] if self.kind == "installed" else repo_path
+        if self.kind == "installed" and not repo_path.startswith("python/"):
+            raise PathEscape(f"{repo_path} has no place in an installed package tree")
+        path = self.root / rel
+        # A symlinked directory inside the tree could redirect a write anywhere on the machine.
+        probe = self.root
+        for part in Path(rel).parts:
+            probe = probe / part
+            if probe.is_symlink():
+                target = probe.resolve()
+                if not _is_within(target, self.root.resolve()):
+                    raise PathEscape(f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
+                                     hint="replace the link with a real directory or file before patching")
+        return path
+
+    def version(self) -> str | None:
+        gen = self.path_of("python/sglang/_version.py")
+        if gen.is_file():
+            m = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", gen.read_text())
+            if m:
+                return m.group(1)
+        if self.kind == "installed":
+            for meta in self.root.glob("sglang-*.dist-info/METADATA"):
+                m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
+                if m:
+                    return m.group(1)
+        if self.is_git:
+            res = git("describe", "--tags", "--abbrev=0", cwd=self.root, check=False)
+            if res.returncode == 0:
+                return res.stdout.strip().lstrip("v")
+        return None
+
+    def check_version(self, expected: str) -> None:
+        found = self.version()
+        if found is None:
+            raise VersionMismatch(f"{self.root}: cannot tell which SGLang version this tree holds "
+                                  f"(no python/sglang/_version.py, no dist-info, no tag); the manifest pins {expected}",
+                                  hint=f"use the pinned release (`python apply.py fetch`) or check out tag v{expected}")
+        if found != expected:
+            raise VersionMismatch(f"{self.root}: this tree is SGLang {found}, the manifest pins {expected}",
+                                  hint=f"use a {expected} tree (`python apply.py fetch` makes one), or run "
+                                       f"`python apply.py check --against {found}` to see which patches survive")
+
+
+def _is_within(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def classify(path: Path, project_root: Path) -> Tree:
+    path = path.resolve()
+    if (path / "python" / "sglang" / "__init__.py").is_file():
+        embedded = _is_within(path, (project_root / EMBEDDED_DIR).resolve())
+        return Tree(path, "embedded" if embedded else "checkout")
+    if (path / "sglang" / "__init__.py").is_file():
+        return Tree(path, "installed")
+    if path.name == "sglang" and (path / "__init__.py").is_file():
+        return Tree(path.parent, "installed")
+    raise TreeNotFound(f"{path}: not an SGLang tree (expected python/sglang/ for a checkout, or sglang/ for an "
+                       f"installed package)", hint="pass --tree pointing at the repository root or at site-packages")
+
+
+def embedded_path(project_root: Path, version: str) -> Path:
+    return project_root / EMBEDDED_DIR / f"sglang-{version}"
+
+
+def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
+    """--tree, then $SGLANG_OVERLAY_TREE, then the embedded default; never a guess at site-packages."""
+    chosen = explicit or os.environ.get(TREE_ENV)
+    if chosen:
+        p = Path(chosen).expanduser()
+        if not p.exists():
+            raise TreeNotFound(f"{p}: no such directory (from {'--tree' if explicit else TREE_ENV})")
+        return classify(p, project_root)
+    default = embedded_path(project_root, version)
+    if (default / "python" / "sglang").is_dir():
+        return Tree(default.resolve(), "embedded")
+    raise TreeNotFound(f"no SGLang tree: {default} does not exist yet",
+                       hint="run `python apply.py fetch` to make the pinned tree, or pass --tree DIR "
+                            f"(or set {TREE_ENV}) for your own checkout or site-packages")

@@ -1,0 +1,45 @@
+"""Proof that an `upstreamed` entry's change is in a tree: its symbols and lines exist, its diff reverse-applies."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .compose import compose
+from .errors import Conflict
+from .manifest import Patch
+from .pysymbols import has_symbols
+
+
+@dataclass(frozen=True)
+class ProofResult:
+    holds: bool
+    detail: str
+
+
+def prove(patch: Patch, read: Callable[[str], bytes | None]) -> ProofResult:
+    """`read(repo_path)` gives a file of the tree to test (None if absent)."""
+    problems: list[str] = []
+    evidence: list[str] = []
+    proof = patch.proof
+    if proof is not None:
+        data = read(proof.file)
+        if data is None:
+            return ProofResult(False, f"{proof.file} is not in the tree")
+        text = data.decode("utf-8", errors="replace")
+        missing = has_symbols(text, proof.symbols)
+        problems += [f"`{s}` is missing from {proof.file}" for s in missing]
+        problems += [f"{proof.file} lacks the line {c!r}" for c in proof.contains if c not in text]
+        if not missing and proof.symbols:
+            evidence.append(f"{len(proof.symbols)} symbol(s) present")
+        if proof.contains and all(c in text for c in proof.contains):
+            evidence.append(f"{len(proof.contains)} line(s) present")
+    if patch.diff is not None and patch.diff.body:
+        base = {f: read(f) for f in patch.diff.files}
+        try:
+            compose(base, [patch], reverse=True)
+            evidence.append("the original change reverse-applies")
+        except Conflict as e:
+            problems.append(f"the original change does not reverse-apply: {str(e).splitlines()[-1].strip()}")
+    if problems:
+        return ProofResult(False, "; ".join(problems))
+    return ProofResult(True, ", ".join(evidence))

@@ -1,0 +1,76 @@
+"""Shared fixtures: the real pinned SGLang tree (fetched once), resettable working copies, fixture projects."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sglang_overlay.fetch import ensure_embedded  # noqa: E402
+from sglang_overlay.manifest import load_manifest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def project_manifest():
+    return load_manifest(ROOT / "manifest.yaml")
+
+
+@pytest.fixture(scope="session")
+def pinned_tree(project_manifest) -> Path:
+    """The embedded default tree of the real pinned release (downloaded once, then cached in .sglang/)."""
+    tree, _ = ensure_embedded(ROOT, project_manifest.pin)
+    return tree.root
+
+
+@pytest.fixture(scope="session")
+def _sglang_copy(pinned_tree, tmp_path_factory) -> Path:
+    dst = tmp_path_factory.mktemp("sglang") / "sglang-0.5.17"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(dst)], check=True)
+    return dst
+
+
+@pytest.fixture
+def sglang_tree(_sglang_copy) -> Path:
+    """A git checkout of the real SGLang 0.5.17 source, reset to pristine for every test."""
+    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=_sglang_copy, check=True)
+    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=_sglang_copy, check=True)
+    return _sglang_copy
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_rc: int | None = None):
+    """The CLI as a user runs it: a real process, so exit codes, kills and stderr are real."""
+    full_env = dict(os.environ)
+    full_env.pop("SGLANG_OVERLAY_TREE", None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, str(ROOT / "apply.py"), *args], cwd=cwd or ROOT, capture_output=True,
+                          text=True, env=full_env)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def tree_snapshot(root: Path) -> dict[str, bytes]:
+    """Every file of a tree except git's and the tool's own bookkeeping: what 'byte-identical' compares."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".sglang-overlay", "__pycache__")]
+        for f in filenames:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def copy_project(dst: Path) -> Path:
+    """A copy of this project's manifest, patches and overlay, for tests that edit them."""
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "manifest.yaml", dst / "manifest.yaml")
+    for d in ("patches", "overlay"):
+        if (ROOT / d).exists():
+            shutil.copytree(ROOT / d, dst / d)
+    return dst

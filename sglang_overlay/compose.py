@@ -124,6 +124,13 @@ def hunk_symbol(hunk, original: str | None) -> str | None:
         sym = enclosing_symbol(original, hunk.first_change)
         if sym:
             return sym
+    # Without the original file: the last def/class among the hunk's lines before its first change, else
+    # git's function context (which names the definition *above* the hunk's first line).
+    lead = hunk.removed[: max(hunk.first_change - hunk.source_start, 0) + 1]
+    for line in reversed(lead):
+        name = symbol_from_section(line) if line.lstrip().startswith(("def ", "class ", "async def ")) else None
+        if name:
+            return name
     return symbol_from_section(hunk.section)
 
 

@@ -389,9 +389,9 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     if raw.get("hardware") is not None:
         hw = ctx.mapping(f"{where}.hardware", raw["hardware"])
         ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
-        caps = tuple(str(c) for c in hw.get("cuda_capability") or ())
+        caps = tuple(hw.get("cuda_capability") or ())
         for c in caps:
-            if not re.fullmatch(r"\d+\.\d+", c):
+            if not isinstance(c, str) or not re.fullmatch(r"\d+\.\d+", c):
                 raise ctx.fail(f"{where}.hardware.cuda_capability", f"{c!r} is not a compute capability like '9.0'",
                                "quote capabilities as strings: ['9.0', '10.0']")
 

@@ -116,6 +116,9 @@ def parse_patch_file(path: Path) -> PatchFile:
                                 hint="express a move as a deletion plus an overlay file")
         if name is None:
             raise ManifestError(f"{path}: a file diff names no path")
+        if not len(pf) and not (pf.is_added_file or pf.is_removed_file):
+            raise ManifestError(f"{path}: the diff of {name} has no valid hunk (a damaged '@@' line?)",
+                                hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)")
         files.append(name)
         if pf.is_added_file:
             created.append(name)

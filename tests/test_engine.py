@@ -1,0 +1,254 @@
+"""The engine on the real SGLang 0.5.17 source: round trips, order independence, drift, kills, user edits."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli, tree_snapshot
+
+FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
+CHANGING = ["fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay"]
+SERVER_ARGS = "python/sglang/srt/server_args.py"
+
+
+def cli(tree: Path, *args, rc: int | None = 0, env=None):
+    return run_cli("--manifest", str(FIX), "--tree", str(tree), *args, check_rc=rc,
+                   env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0", **(env or {})})
+
+
+def git_status(tree: Path) -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout
+
+
+def test_round_trip_every_patch_alone_and_all(sglang_tree):
+    pristine = tree_snapshot(sglang_tree)
+    for name in CHANGING:
+        cli(sglang_tree, "apply", name)
+        assert tree_snapshot(sglang_tree) != pristine, name
+        cli(sglang_tree, "revert", "--all")
+        assert tree_snapshot(sglang_tree) == pristine, f"{name}: revert is not byte-identical"
+    cli(sglang_tree, "apply", *CHANGING)
+    cli(sglang_tree, "revert", "--all")
+    assert tree_snapshot(sglang_tree) == pristine
+    assert git_status(sglang_tree) == ""
+
+
+def test_random_subsets_in_random_orders_give_identical_trees(sglang_tree):
+    rng = random.Random(1234)
+    expected: dict[frozenset, dict] = {}
+    for _ in range(6):
+        subset = rng.sample(CHANGING, rng.randint(1, len(CHANGING)))
+        if "fx_common" in subset and "fx_args_a" not in subset:
+            subset.append("fx_args_a")  # fx_common requires it; apply would add it anyway
+        cli(sglang_tree, "revert", "--all")
+        for name in subset:  # one at a time, in random order
+            cli(sglang_tree, "apply", name)
+        # and back out the others in reverse to reach the same subset another way
+        snap = tree_snapshot(sglang_tree)
+        key = frozenset(subset)
+        if key in expected:
+            assert snap == expected[key]
+        expected[key] = snap
+        cli(sglang_tree, "revert", "--all")
+        cli(sglang_tree, "apply", *reversed(subset))
+        assert tree_snapshot(sglang_tree) == snap, f"order changed the tree for {sorted(subset)}"
+        # Reaching the subset from the full set by reverting the rest must give the same bytes too.
+        cli(sglang_tree, "apply", *CHANGING)
+        rest = [n for n in CHANGING if n not in subset]
+        if rest:
+            cli(sglang_tree, "revert", *rest)
+        assert tree_snapshot(sglang_tree) == snap, f"revert path differs for {sorted(subset)}"
+
+
+def test_apply_twice_is_a_no_op_with_a_message(sglang_tree):
+    cli(sglang_tree, "apply", "fx_topk")
+    snap = tree_snapshot(sglang_tree)
+    out = cli(sglang_tree, "apply", "fx_topk").stdout
+    assert "already applied: fx_topk" in out and "nothing to do" in out
+    assert tree_snapshot(sglang_tree) == snap
+
+
+def test_requires_pulls_in_and_blocks_revert(sglang_tree):
+    out = cli(sglang_tree, "apply", "fx_common").stdout
+    assert "applied  fx_args_a, fx_common" in out
+    err = cli(sglang_tree, "revert", "fx_args_a", rc=2).stderr
+    assert "cannot revert fx_args_a: fx_common requires it" in err
+
+
+def test_conflicting_patches_refused(sglang_tree):
+    cli(sglang_tree, "apply", "fx_common")
+    err = cli(sglang_tree, "apply", "fx_topk_gated", rc=2).stderr
+    assert "fx_common conflicts with fx_topk_gated" in err
+
+
+def test_hardware_gate(sglang_tree):
+    res = run_cli("--manifest", str(FIX), "--tree", str(sglang_tree), "apply", "fx_topk_gated",
+                  env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"}, check_rc=2)
+    assert "needs compute capability 9.0, this machine has 12.0" in res.stderr
+    st = json.loads(run_cli("--manifest", str(FIX), "--tree", str(sglang_tree), "status", "--json",
+                            env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"}, check_rc=0).stdout)
+    assert {p["name"]: p["state"] for p in st["patches"]}["fx_topk_gated"] == "unavailable"
+
+
+def test_user_edits_elsewhere_survive_every_command(sglang_tree):
+    other = sglang_tree / "python/sglang/srt/models/llama.py"
+    other.write_text(other.read_text() + "\n# my own edit\n")
+    untracked = sglang_tree / "python/sglang/my_notes.txt"
+    untracked.write_text("mine")
+    edited = other.read_bytes()
+    for args in (["apply", "--all"], ["revert", "fx_topk"], ["toggle", "fx_topk"], ["revert", "--all"],
+                 ["apply", "--set", "default"], ["status"]):
+        if args == ["apply", "--all"]:
+            args = ["apply", *CHANGING]
+        cli(sglang_tree, *args)
+        assert other.read_bytes() == edited and untracked.read_text() == "mine", args
+
+
+def test_drift_refused_then_force_saves_a_backup(sglang_tree):
+    cli(sglang_tree, "apply", "fx_args_a", "fx_args_b")
+    f = sglang_tree / SERVER_ARGS
+    f.write_text(f.read_text() + "# hand edit\n")
+    edited = f.read_bytes()
+    for args in (["revert", "fx_args_a"], ["toggle", "fx_args_b"], ["revert", "--all"]):
+        res = cli(sglang_tree, *args, rc=1)
+        assert f"{SERVER_ARGS}: changed by hand since sglang-overlay wrote it (patches: fx_args_a, fx_args_b)" in res.stderr
+        assert "refresh" in res.stderr and "--force" in res.stderr
+        assert f.read_bytes() == edited
+    st = json.loads(cli(sglang_tree, "status", "--json").stdout)
+    states = {p["name"]: p["state"] for p in st["patches"]}
+    assert states["fx_args_a"] == states["fx_args_b"] == "drifted" and st["drifted_files"] == [SERVER_ARGS]
+    # A change that does not touch the drifted file goes ahead and leaves it alone.
+    cli(sglang_tree, "apply", "fx_topk")
+    assert f.read_bytes() == edited
+    res = cli(sglang_tree, "revert", "--all", "--force")
+    backup = next(line for line in res.stderr.splitlines() if "saved 1 hand-edited file(s) under" in line).split()[-1]
+    assert (Path(backup) / SERVER_ARGS).read_bytes() == edited
+    assert git_status(sglang_tree) == ""
+
+
+def test_refresh_captures_hand_edits_and_keeps_the_header(sglang_tree, tmp_path):
+    import shutil
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX.parent, proj)
+    man = proj / "manifest.yaml"
+    run = lambda *a, rc=0: run_cli("--manifest", str(man), "--tree", str(sglang_tree), *a, check_rc=rc)
+    run("apply", "fx_args_a", "fx_args_b")
+    f = sglang_tree / SERVER_ARGS
+    text = f.read_text().replace("    # fixture a: top of ServerArgs\n", "    # fixture a: top of ServerArgs (edited)\n")
+    f.write_text(text)
+    out = run("refresh", "fx_args_a").stdout
+    assert "refreshed fx_args_a" in out
+    patch = (proj / "patches" / "fx_args_a.patch").read_text()
+    assert patch.startswith("Description: Fixture fx_args_a") and "+    # fixture a: top of ServerArgs (edited)" in patch
+    assert "fixture b" not in patch, "fx_args_b's change leaked into fx_args_a"
+    st = json.loads(run("status", "--json").stdout)
+    assert {p["name"]: p["state"] for p in st["patches"]}["fx_args_a"] == "applied"
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""
+    run("apply", "fx_args_a")
+    assert "(edited)" in f.read_text()
+
+
+def test_stale_when_patch_file_changes_after_apply(sglang_tree, tmp_path):
+    import shutil
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX.parent, proj)
+    run = lambda *a, rc=0: run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+    run("apply", "fx_overlay")
+    src = proj / "overlay/python/sglang/srt/fx_overlay_module.py"
+    src.write_text(src.read_text() + "CHANGED = 1\n")
+    st = json.loads(run("status", "--json").stdout)
+    assert {p["name"]: p["state"] for p in st["patches"]}["fx_overlay"] == "stale"
+    run("apply", "--set", "default")
+    run("apply", "fx_overlay")
+    assert "CHANGED = 1" in (sglang_tree / "python/sglang/srt/fx_overlay_module.py").read_text()
+
+
+STEPS = ["journal:1", "write:1", "write:2", "write:3", "write:4", "state:1"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("command", [["apply", "fx_topk", "fx_args_a", "fx_overlay"], ["revert", "--all"]])
+def test_kill_at_each_step_is_recovered_by_the_next_command(sglang_tree, step, command):
+    if command[0] == "revert":
+        cli(sglang_tree, "apply", "fx_topk", "fx_args_a", "fx_overlay")
+    before = tree_snapshot(sglang_tree)
+    killed = cli(sglang_tree, *command, rc=None, env={"SGLANG_OVERLAY_KILL_AT": step})
+    assert killed.returncode == -9, f"the kill point {step} was not reached: {killed.stderr}"
+    st = json.loads(cli(sglang_tree, "status", "--json").stdout)
+    assert st["interrupted_transaction"] is True
+    # The next command that changes the tree rolls back first, then does its own work.
+    res = cli(sglang_tree, "apply", "--set", "default")
+    assert "recovered from an interrupted" in res.stderr
+    cli(sglang_tree, "revert", "--all")
+    assert git_status(sglang_tree) == ""
+    del before
+
+
+def test_kill_then_rollback_restores_exact_previous_tree(sglang_tree):
+    cli(sglang_tree, "apply", "fx_args_a")
+    before = tree_snapshot(sglang_tree)
+    cli(sglang_tree, "apply", "fx_args_b", "fx_overlay", "fx_topk", rc=None, env={"SGLANG_OVERLAY_KILL_AT": "write:3"})
+    assert tree_snapshot(sglang_tree) != before  # half-written
+    cli(sglang_tree, "toggle", "fx_args_a")  # recovers, then reverts fx_args_a
+    cli(sglang_tree, "apply", "fx_args_a")
+    assert tree_snapshot(sglang_tree) == before
+
+
+def test_status_json_shape(sglang_tree):
+    cli(sglang_tree, "apply", "--set", "default")
+    st = json.loads(cli(sglang_tree, "status", "--json").stdout)
+    assert st["pin"] == {"package": "sglang", "version": "0.5.17",
+                         "wheel": "sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl"}
+    assert st["tree"]["path"] == str(sglang_tree) and st["tree"]["kind"] == "checkout"
+    assert len(st["fingerprint"]) == 64 and st["applied"] == ["fx_topk", "fx_args_a"]
+    states = {p["name"]: p["state"] for p in st["patches"]}
+    assert states == {"fx_topk": "applied", "fx_args_a": "applied", "fx_args_b": "not-applied",
+                      "fx_common": "not-applied", "fx_overlay": "not-applied", "fx_topk_gated": "not-applied",
+                      "fx_kimi": "upstreamed"}
+    fp = cli(sglang_tree, "fingerprint").stdout.strip()
+    assert fp == st["fingerprint"] == cli(sglang_tree, "fingerprint", "--set", "default").stdout.strip()
+    ident = (sglang_tree / "python/sglang/_overlay_build.py").read_text()
+    assert f"FINGERPRINT = '{fp}'" in ident and "PATCHES = ('fx_topk', 'fx_args_a')" in ident
+
+
+def test_diff_shows_the_patch_in_the_current_tree(sglang_tree):
+    cli(sglang_tree, "apply", "fx_args_a")
+    out = cli(sglang_tree, "diff", "fx_args_b")
+    assert "+    # fixture b: inside prepare_server_args" in out.stdout and "not applied" in out.stderr
+    assert "fixture a" not in out.stdout
+
+
+def test_wrong_version_refused_with_both_versions(sglang_tree):
+    (sglang_tree / "python/sglang/_version.py").write_text("__version__ = version = '0.5.18'\n")
+    err = cli(sglang_tree, "apply", "fx_topk", rc=2).stderr
+    assert "this tree is SGLang 0.5.18, the manifest pins 0.5.17" in err
+
+
+def test_conflicting_tree_is_named_by_hunk_and_symbol(sglang_tree):
+    f = sglang_tree / SERVER_ARGS
+    f.write_text(f.read_text().replace("def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+                                       "def prepare_server_args(argv: list) -> ServerArgs:\n"))
+    err = cli(sglang_tree, "apply", "fx_args_b", rc=1).stderr
+    assert "fx_args_b does not apply cleanly (zero fuzz)" in err
+    assert "hunk #1 @@ -9342,6 +9342,7 @@" in err and "prepare_server_args" in err
+    assert "fixture b" not in f.read_text()  # nothing was written
+
+
+def test_installed_package_tree(sglang_tree, tmp_path):
+    import shutil
+    site = tmp_path / "site-packages"
+    shutil.copytree(sglang_tree / "python" / "sglang", site / "sglang")
+    pristine = tree_snapshot(site)
+    res = cli(site, "apply", "fx_topk", "fx_overlay")
+    assert (site / "sglang/srt/fx_overlay_module.py").is_file()
+    st = json.loads(cli(site, "status", "--json").stdout)
+    assert st["tree"]["kind"] == "installed" and st["applied"] == ["fx_topk", "fx_overlay"]
+    assert (site / "sglang" / ".sglang-overlay" / "state.json").is_file() and not (site / ".sglang-overlay").exists()
+    cli(site, "revert", "--all")
+    assert tree_snapshot(site) == pristine
+    del res

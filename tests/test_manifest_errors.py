@@ -1,0 +1,181 @@
+"""One test per manifest error class: exit code 2, a message naming file, entry and key, and no tree touched."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_cli
+
+FIX = ROOT / "tests" / "fixtures" / "engine"
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    dst = tmp_path / "proj"
+    shutil.copytree(FIX, dst)
+    return dst
+
+
+def edit_manifest(project: Path, change) -> Path:
+    path = project / "manifest.yaml"
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def status_fails(project: Path, tree: Path | None = None, rc: int = 2) -> str:
+    args = ["--manifest", str(project / "manifest.yaml")]
+    if tree is not None:
+        args += ["--tree", str(tree)]
+    res = run_cli(*args, "status")
+    assert res.returncode == rc, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    return res.stderr
+
+
+def entry(data, name):
+    return next(p for p in data["patches"] if p["name"] == name)
+
+
+CASES = {
+    "unknown key": (lambda d: entry(d, "fx_topk").update(requiers=["fx_args_a"]),
+                    ["patches[0] (fx_topk)", "key 'requiers' is not known", "did you mean 'requires'"]),
+    "unknown top-level key": (lambda d: d.update(patchez=[]), ["top level", "key 'patchez' is not known"]),
+    "wrong type": (lambda d: entry(d, "fx_topk").update(default="yes"),
+                   ["patches[0] (fx_topk).default", "expected true or false, got 'yes'"]),
+    "wrong type of list": (lambda d: entry(d, "fx_topk").update(requires="fx_args_a"),
+                           ["patches[0] (fx_topk).requires", "expected a list of strings"]),
+    "bad kind": (lambda d: entry(d, "fx_topk").update(kind="dif"), ["fx_topk).kind", "'dif' is not one of", "did you mean 'diff'"]),
+    "missing key": (lambda d: entry(d, "fx_topk").pop("category"), ["patches[0] (fx_topk)", "key 'category' is missing"]),
+    "missing patch file": (lambda d: entry(d, "fx_topk").update(file="patches/nope.patch"),
+                           ["fx_topk).file", "nope.patch does not exist"]),
+    "missing overlay file": (lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/srt/none.py"]),
+                             ["fx_overlay).overlay", "none.py does not exist"]),
+    "duplicate name": (lambda d: d["patches"].append(dict(entry(d, "fx_topk"))),
+                       ["patches (fx_topk)", "the name 'fx_topk' is used by 2 entries"]),
+    "unknown requirement": (lambda d: entry(d, "fx_topk").update(requires=["fx_nothing"]),
+                            ["patches (fx_topk).requires", "unknown patch 'fx_nothing'"]),
+    "requires cycle": (lambda d: (entry(d, "fx_args_a").update(requires=["fx_common"])),
+                       ["requires cycle", "fx_common", "fx_args_a"]),
+    "conflicting requirements": (lambda d: entry(d, "fx_topk").update(requires=["fx_common", "fx_topk_gated"]),
+                                 ["patches (fx_topk)", "its requirements conflict: fx_common conflicts with fx_topk_gated"]),
+    "overlay claimed twice": (lambda d: entry(d, "fx_topk_gated").update(
+        overlay=["python/sglang/srt/fx_hopper_only.py", "python/sglang/srt/fx_overlay_module.py"]),
+                              ["python/sglang/srt/fx_overlay_module.py is already added by"]),
+    "overlay path escapes": (lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/../../etc/passwd"]),
+                             ["fx_overlay).overlay", "escapes the tree"]),
+    "overlay absolute path": (lambda d: entry(d, "fx_overlay").update(overlay=["/etc/passwd"]),
+                              ["fx_overlay).overlay", "is absolute"]),
+    "overlay outside package": (lambda d: entry(d, "fx_overlay").update(overlay=["setup.py"]),
+                                ["is outside python/sglang/"]),
+    "preset names unknown patch": (lambda d: d["presets"].update(default=["fx_topk", "fx_tpok"]),
+                                   ["presets.default", "unknown patch 'fx_tpok'", "did you mean 'fx_topk'"]),
+    "preset with a conflict": (lambda d: d["presets"].update(bad=["fx_common", "fx_topk_gated"]),
+                               ["presets.bad", "fx_common conflicts with fx_topk_gated"]),
+    "bad schema": (lambda d: d.update(schema=7), ["schema 7 is not supported"]),
+    "bad pin hash": (lambda d: d["pin"].update(sha256="abc"), ["pin.sha256", "is not a sha256 hex digest"]),
+    "upstreamed without proof": (lambda d: entry(d, "fx_kimi").pop("proof"), ["fx_kimi).proof", "needs a proof"]),
+    "proof on a diff entry": (lambda d: entry(d, "fx_topk").update(proof={"file": "python/sglang/x.py", "symbols": ["f"]}),
+                              ["fx_topk).proof", "only upstreamed entries carry a proof"]),
+    "env var name": (lambda d: entry(d, "fx_overlay").update(env={"lower": {"help": "x"}}), ["is not an environment variable name"]),
+    "profile value type": (lambda d: d["env_profiles"]["fx_profile"]["vars"]["NCCL_DEBUG"].update(value=[1]),
+                           ["env_profiles.fx_profile.vars.NCCL_DEBUG.value", "quote the value"]),
+    "hardware capability": (lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": [9.0]}),
+                            ["cuda_capability", "quote capabilities"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_manifest_error(project, case):
+    change, expected = CASES[case]
+    path = edit_manifest(project, change)
+    err = status_fails(project)
+    assert str(path) in err, err
+    for text in expected:
+        assert text in err, f"{case}: {text!r} not in:\n{err}"
+
+
+def test_yaml_syntax_error_names_line(project):
+    (project / "manifest.yaml").write_text("schema: 1\npin: [unclosed\n")
+    err = status_fails(project)
+    assert "not valid YAML at line" in err and "manifest.yaml" in err
+
+
+def test_patch_path_escaping_the_tree_is_rejected(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text(p.read_text().replace("python/sglang/srt/layers/moe/topk.py", "python/sglang/../../../etc/evil.py"))
+    err = status_fails(project)
+    assert "fx_topk.patch" in err and "escapes the tree" in err
+
+
+def test_patch_path_outside_package_is_rejected(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text(p.read_text().replace("python/sglang/srt/layers/moe/topk.py", "docs/index.md"))
+    err = status_fails(project)
+    assert "'docs/index.md' is outside python/sglang/" in err
+
+
+def test_overlay_symlink_is_rejected(project):
+    target = project / "overlay/python/sglang/srt/fx_overlay_module.py"
+    target.unlink()
+    os.symlink("/etc/hostname", target)
+    err = status_fails(project)
+    assert "is a symbolic link" in err and "fx_overlay_module.py" in err
+
+
+def test_tree_symlink_out_of_the_tree_is_refused(project, sglang_tree, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    moe = sglang_tree / "python/sglang/srt/layers/moe"
+    shutil.copytree(moe, outside / "moe")
+    shutil.rmtree(moe)
+    os.symlink(outside / "moe", moe)
+    res = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "apply", "fx_topk")
+    assert res.returncode == 2 and "is a symbolic link to" in res.stderr and "outside the tree" in res.stderr
+    assert "fixture" not in (outside / "moe" / "topk.py").read_text()
+
+
+def test_corrupt_patch_file_is_a_clear_error(project):
+    p = project / "patches" / "fx_topk.patch"
+    text = p.read_text()
+    p.write_text(text.replace("@@ -", "@@ -x", 1))
+    err = status_fails(project)
+    assert "fx_topk.patch" in err and ("corrupt" in err or "no file diffs" in err)
+
+
+def test_patch_without_description_header(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text("\n".join(l for l in p.read_text().splitlines() if not l.startswith("Description")) + "\n")
+    err = status_fails(project)
+    assert "fx_topk.patch: the DEP-3 header has no Description" in err
+
+
+def test_usage_error_exit_code(project):
+    res = run_cli("--manifest", str(project / "manifest.yaml"), "apply")
+    assert res.returncode == 2
+    res = run_cli("--manifest", str(project / "manifest.yaml"), "frobnicate")
+    assert res.returncode == 2 and "invalid choice" in res.stderr
+
+
+def test_unknown_patch_name_suggests(project, sglang_tree):
+    res = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "apply", "fx_tpok")
+    assert res.returncode == 2 and "no patch named 'fx_tpok' (did you mean 'fx_topk'?)" in res.stderr
+
+
+def test_every_command_has_help():
+    from sglang_overlay.commands import COMMANDS
+    for module in COMMANDS:
+        res = run_cli(module.NAME, "--help")
+        assert res.returncode == 0 and "usage: apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout
+
+
+def test_no_tree_yet_says_how_to_make_one(tmp_path):
+    proj = tmp_path / "p"
+    shutil.copytree(FIX, proj)
+    err = status_fails(proj)
+    assert "no SGLang tree" in err and "python apply.py fetch" in err

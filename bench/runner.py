@@ -1,0 +1,290 @@
+"""Runs arms: server starts interleaved across arms, repetitions per start, results into the JSONL store.
+
+Unit of work = one server start of one arm ("unit" = (arm key, round)). Rounds interleave arms (A B A B ...)
+so slow drift on the host hits every arm alike. Within a start: `warmup_reps` discarded repetitions, then
+`reps_per_start` measured ones. Step time is bimodal across restarts on this stack (perf-anchors.md), so
+several starts per arm (`restarts`) are the honest replication unit; reps within a start are cheaper
+(a start costs 1-2.5 min of GPU) and the report always says which mix was used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import launcher, store
+from .bisect import BisectResult, Verdict, bisect_culprit
+from .hostinfo import host_record
+from .launcher import ArmSpec, LaunchConfig
+from .sets import Catalog, PatchSet
+from .stats import REGRESSION, compare
+from .workload import RepMetrics, Workload, WorkloadError, run_rep
+
+# Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
+# when the eagle_profiling patch is applied).
+STEP_TIME_ENV = {"SGLANG_RECORD_STEP_TIME": "1"}
+PHASE_TIMING_ENV = {"SGLANG_EAGLE_PHASE_TIMING": "1"}
+
+
+@dataclass
+class RunConfig:
+    kind: str  # ab | ablate | bisect
+    out_dir: Path
+    argv: list[str]
+    launch: LaunchConfig
+    workload: Workload = field(default_factory=Workload)
+    restarts: int = 9
+    reps_per_start: int = 1
+    warmup_reps: int = 1
+    phase_timing: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    metric: str = "step_ms_b1"
+    alpha: float = 0.01
+    min_effect: float = 0.02
+    reuse: list[Path] = field(default_factory=list)
+    run_id: str = ""
+
+    @property
+    def store_path(self) -> Path:
+        return self.out_dir / "results.jsonl"
+
+    def signature(self) -> str:
+        """What must match for two measurements of the same arm to be pooled (across runs via --reuse)."""
+        sig = {"workload": self.workload.to_dict(), "server_args": list(self.launch.server_args),
+               "tree": self.launch.tree, "phase_timing": self.phase_timing, "env": sorted(self.env.items()),
+               "warmup_reps": self.warmup_reps}
+        return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunAborted(RuntimeError):
+    pass
+
+
+def progress(msg: str) -> None:
+    print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, arms: list[ArmSpec], comparisons: list[tuple[str, str, str]],
+                 extra_run_fields: dict | None = None):
+        self.cfg = cfg
+        self.arms = arms
+        self.comparisons = comparisons  # (section, reference arm name, arm name)
+        self.sig = cfg.signature()
+        self.t_start = time.monotonic()
+        self.units_started = 0
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.out_dir / "raw").mkdir(exist_ok=True)
+        resumed = cfg.store_path.exists() and any(r.get("type") == "run" for r in store.read(cfg.store_path))
+        if resumed:
+            prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
+            cfg.run_id = prev[0]["run_id"]
+            if prev[0].get("signature") != self.sig:
+                raise RunAborted(f"{cfg.store_path} was measured under another configuration "
+                                 f"(signature {prev[0].get('signature')} != {self.sig}); use a new --out")
+        else:
+            cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
+            (cfg.out_dir / "command.txt").write_text(
+                "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n")
+            self._import_reused()
+        self.host = host_record()
+        run_rec = {"type": "run", "run_id": cfg.run_id, "kind": cfg.kind, "resumed": resumed,
+                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": cfg.argv,
+                   "signature": self.sig, "host": self.host,
+                   "config": {"restarts": cfg.restarts, "reps_per_start": cfg.reps_per_start,
+                              "warmup_reps": cfg.warmup_reps, "phase_timing": cfg.phase_timing,
+                              "metric": cfg.metric, "alpha": cfg.alpha, "min_effect": cfg.min_effect,
+                              "workload": cfg.workload.to_dict(), "server_args": list(cfg.launch.server_args),
+                              "env": cfg.env, "tree": cfg.launch.tree, "manifest": cfg.launch.manifest},
+                   "arms": [{"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
+                             "env_profile": a.env_profile, "env": dict(a.env)} for a in arms],
+                   "comparisons": [list(c) for c in comparisons]}
+        run_rec.update(extra_run_fields or {})
+        store.append(cfg.store_path, run_rec)
+
+    # -- store helpers ---------------------------------------------------------------------------------------
+    def _import_reused(self) -> None:
+        """Copy completed units measured under the same signature from other stores into this one."""
+        for path in self.cfg.reuse:
+            recs = list(store.read(Path(path)))
+            v = store.view(recs, signature=self.sig)
+            keep = {u.start_id for u in v.units.values()}
+            n = 0
+            for r in recs:
+                if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in keep:
+                    store.append(self.cfg.store_path, {**r, "run_id": "reused", "signature": self.sig,
+                                                       "reused_from": str(path)})
+                    n += r.get("type") == "unit_done"
+            progress(f"reused {n} completed server start(s) from {path}")
+
+    def view(self) -> store.StoreView:
+        return store.view(store.read(self.cfg.store_path), signature=self.sig)
+
+    def rec(self, record: dict) -> None:
+        store.append(self.cfg.store_path, {"run_id": self.cfg.run_id, "signature": self.sig, **record})
+
+    # -- one unit ----------------------------------------------------------------------------------------------
+    def server_env(self, arm: ArmSpec) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(STEP_TIME_ENV)
+        if self.cfg.phase_timing:
+            env.update(PHASE_TIMING_ENV)
+        env.update(self.cfg.env)
+        env.update(dict(arm.env))
+        return env
+
+    def run_unit(self, arm: ArmSpec, rnd: int, label: str) -> list[RepMetrics]:
+        sid = uuid.uuid4().hex[:12]
+        console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
+        t0 = time.monotonic()
+        self.units_started += 1
+        progress(f"{label} arm {arm.name} round {rnd + 1}: starting server ({arm.pset.label})")
+        try:
+            srv = launcher.start(self.cfg.launch, arm, self.server_env(arm), console)
+        except launcher.LaunchError as e:
+            self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "launch",
+                      "error": str(e).splitlines()[0], "log_tail": str(e)[-4000:]})
+            raise RunAborted(f"arm {arm.name}: {e}") from e
+        info_version = None
+        reps: list[RepMetrics] = []
+        try:
+            try:
+                from .workload import server_info
+                si = server_info(srv.url)
+                info_version = si.get("version")
+                overlay = si.get("overlay")
+            except Exception as e:  # noqa: BLE001 - recorded, and the first rep will fail loudly if it persists
+                overlay = {"error": repr(e)}
+            self.rec({"type": "start", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
+                      "patches": list(arm.pset.patches), "fingerprint": srv.fingerprint, "url": srv.url,
+                      "server_log": srv.log, "console_log": str(console), "startup_s": round(srv.startup_s, 2),
+                      "server_version": info_version, "overlay": overlay, "cmd": srv.cmd})
+            if isinstance(overlay, dict) and overlay.get("fingerprint") not in (None, srv.fingerprint):
+                raise RunAborted(f"arm {arm.name}: server reports fingerprint {overlay.get('fingerprint')} "
+                                 f"but the launcher printed {srv.fingerprint}")
+            total = self.cfg.warmup_reps + self.cfg.reps_per_start
+            for i in range(total):
+                warm = i < self.cfg.warmup_reps
+                m = run_rep(srv.url, self.cfg.workload)
+                self.rec({"type": "rep", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
+                          "rep": i - self.cfg.warmup_reps, "warmup": warm, "metrics": m.to_dict()})
+                if not warm:
+                    self._check_rep(arm, m)
+                    reps.append(m)
+        except (WorkloadError, OSError) as e:
+            self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "workload",
+                      "start_id": sid, "error": str(e), "log_tail": srv.tail_text()[-4000:]})
+            launcher.stop(srv, self.cfg.launch)
+            raise RunAborted(f"arm {arm.name} round {rnd + 1}: {e}") from e
+        except BaseException:
+            launcher.stop(srv, self.cfg.launch)  # Ctrl-C or an abort: never leave a server holding the GPU
+            raise
+        rc = launcher.stop(srv, self.cfg.launch)
+        wall = time.monotonic() - t0
+        self.rec({"type": "unit_done", "start_id": sid, "arm_key": arm.key, "round": rnd, "n_reps": len(reps),
+                  "wall_s": round(wall, 2), "launcher_rc": rc})
+        self._progress_line(arm, rnd, srv.startup_s, wall, label)
+        return reps
+
+    def _check_rep(self, arm: ArmSpec, m: RepMetrics) -> None:
+        if m.n_steps_b1 == 0 and self.cfg.metric.endswith("_b1"):
+            raise WorkloadError(
+                f"no step-time entry for batch 1 in the b1 phase: {self.cfg.workload.b1_requests} requests x "
+                f"{self.cfg.workload.max_new_tokens} tokens are fewer steps than the server's "
+                f"--decode-log-interval (default 40); raise --max-new-tokens or pass --decode-log-interval 8")
+
+    def _progress_line(self, arm: ArmSpec, rnd: int, startup: float, wall: float, label: str) -> None:
+        v = self.view()
+        xs = v.samples(arm.key, self.cfg.metric)
+        hashes = {u.reps[0].get("hash_b1") for u in v.units_of(arm.key) if u.reps}
+        from .stats import cv
+        med = statistics.median(xs) if xs else float("nan")
+        tok = v.samples(arm.key, "tok_s_b1")
+        acc = v.samples(arm.key, "accept_len_b1")
+        progress(f"{label} arm {arm.name} round {rnd + 1} done: start {startup:.0f}s, unit {wall:.0f}s | "
+                 f"{self.cfg.metric} median {med:.3f} over {len(xs)} reps (cv {cv(xs) * 100:.1f}%) | "
+                 f"tok/s b1 {statistics.median(tok) if tok else float('nan'):.1f} | "
+                 f"accept {statistics.median(acc) if acc else float('nan'):.2f} | "
+                 f"outputs {'same' if len(hashes) <= 1 else 'DIFFER across starts'} | "
+                 f"elapsed {time.monotonic() - self.t_start:.0f}s")
+
+    # -- plans ---------------------------------------------------------------------------------------------------
+    def unique_arms(self) -> list[ArmSpec]:
+        seen, out = set(), []
+        for a in self.arms:
+            if a.key not in seen:
+                seen.add(a.key)
+                out.append(a)
+        return out
+
+    def run_interleaved(self, arms: list[ArmSpec] | None = None, rounds: int | None = None) -> None:
+        arms = arms or self.unique_arms()
+        rounds = self.cfg.restarts if rounds is None else rounds
+        plan = [(rnd, a) for rnd in range(rounds) for a in arms]
+        done = self.view().units
+        todo = [(rnd, a) for rnd, a in plan if (a.key, rnd) not in done]
+        if len(todo) < len(plan):
+            progress(f"{len(plan) - len(todo)} of {len(plan)} server starts already measured; {len(todo)} to go")
+        for i, (rnd, a) in enumerate(todo, 1):
+            self.run_unit(a, rnd, f"[{i}/{len(todo)}]")
+
+    def measure_set(self, arm: ArmSpec) -> list[float]:
+        """Make sure `restarts` units of this arm exist (measuring what is missing); return its samples."""
+        self.run_interleaved([arm])
+        return self.view().samples(arm.key, self.cfg.metric)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t_start
+
+
+def bisect_run(runner: Runner, catalog: Catalog, good: ArmSpec, bad: ArmSpec) -> BisectResult:
+    """Reference arms good/bad measured interleaved first, then probes good + prefix of the candidates.
+
+    A probe is BAD when its median is nearer the bad set's median than the good set's: with one culprit the
+    probes are bimodal between the two references, and "nearest" needs no extra threshold. The bad endpoint
+    itself must first show a called REGRESSION (MWU p < alpha and at least the minimum effect) against good,
+    so noise is never bisected.
+    """
+    cfg = runner.cfg
+    runner.run_interleaved([good, bad])
+    v = runner.view()
+    g, b = v.samples(good.key, cfg.metric), v.samples(bad.key, cfg.metric)
+    endpoint = compare(g, b, alpha=cfg.alpha, min_effect=cfg.min_effect)
+    mg, mb = statistics.median(g), statistics.median(b)
+    probes_meta: list[dict] = []
+
+    def measure(patches: tuple[str, ...]) -> Verdict:
+        if set(patches) == set(bad.pset.patches):
+            verdict = Verdict.BAD if endpoint.verdict == REGRESSION else Verdict.GOOD
+            probes_meta.append({"patches": list(patches), "arm": bad.name, "key": bad.key, "median": mb,
+                                "vs_good": endpoint.to_dict(), "verdict": verdict.value})
+            return verdict
+        closed = catalog.closure(patches)
+        arm = ArmSpec(name=f"probe{len(probes_meta)}", pset=PatchSet(",".join(closed) or "none", closed),
+                      env_profile=bad.env_profile, env=bad.env)
+        runner.arms.append(arm)
+        xs = runner.measure_set(arm)
+        m = statistics.median(xs)
+        verdict = Verdict.BAD if abs(m - mb) < abs(m - mg) else Verdict.GOOD
+        probes_meta.append({"patches": list(closed), "arm": arm.name, "key": arm.key, "median": m,
+                            "vs_good": compare(g, xs, alpha=cfg.alpha, min_effect=cfg.min_effect).to_dict(),
+                            "verdict": verdict.value})
+        progress(f"bisect probe {arm.name} ({arm.pset.label}): median {m:.4f} vs good {mg:.4f} / bad {mb:.4f} "
+                 f"-> {verdict.value}")
+        return verdict
+
+    result = bisect_culprit(good.pset.patches, bad.pset.patches, measure)
+    runner.rec({"type": "bisect", "good": good.name, "bad": bad.name, "culprit": result.culprit,
+                "reason": result.reason, "candidates": list(result.candidates), "probes": probes_meta,
+                "n_probes": result.n_measured, "max_expected_probes": result.max_expected_probes(),
+                "endpoint": endpoint.to_dict(), "server_starts_this_run": runner.units_started,
+                "elapsed_s": round(runner.elapsed(), 1)})
+    return result

@@ -1,0 +1,106 @@
+"""The JSONL result store: one JSON object per line, appended and fsync'ed as soon as it is measured.
+
+Record types (field "type"):
+  run        the command, argv, config, signature and host of a run (again on each --resume)
+  start      one server start: arm, arm key, round, fingerprint, url, startup seconds, server version
+  rep        one repetition's metrics (warmup: true ones are kept for transparency, never used in statistics)
+  unit_done  a server start whose repetitions all completed (only these units count)
+  failure    what went wrong and the launcher's output tail
+  bisect     the bisection's probes and culprit
+A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
+statistics; --resume re-runs that unit.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+
+def append(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read(path: Path) -> Iterator[dict]:
+    if not path.exists():
+        return
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                # A line cut by a kill -9 mid-write: everything before it is intact.
+                if f.read().strip():
+                    raise ValueError(f"{path}:{n}: corrupt JSONL line in the middle of the store")
+                return
+
+
+@dataclass
+class Unit:
+    arm_key: str
+    round: int
+    start_id: str
+    arm: str
+    fingerprint: str = ""
+    reps: list[dict] = field(default_factory=list)  # metrics dicts of non-warmup reps
+    wall_s: float = 0.0
+    startup_s: float = 0.0
+
+
+@dataclass
+class StoreView:
+    runs: list[dict]
+    units: dict[tuple[str, int], Unit]  # completed units only
+    failures: list[dict]
+    bisects: list[dict]
+    partial_reps: int  # reps of starts that never completed (interrupted)
+
+    def samples(self, arm_key: str, metric: str) -> list[float]:
+        out = []
+        for (k, _), u in sorted(self.units.items(), key=lambda kv: kv[0][1]):
+            if k == arm_key:
+                out.extend(float(r[metric]) for r in u.reps if r.get(metric) is not None)
+        return out
+
+    def units_of(self, arm_key: str) -> list[Unit]:
+        return [u for (k, _), u in sorted(self.units.items(), key=lambda kv: kv[0][1]) if k == arm_key]
+
+
+def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
+    """Completed units; with `signature`, only units measured under that measurement signature."""
+    records = list(records)
+    sig_of_run = {r["run_id"]: r.get("signature") for r in records if r.get("type") == "run"}
+    starts, reps, done = {}, defaultdict(list), {}
+    for r in records:
+        t = r.get("type")
+        if t == "start":
+            starts[r["start_id"]] = r
+        elif t == "rep" and not r.get("warmup"):
+            reps[r["start_id"]].append(r)
+        elif t == "unit_done":
+            done[r["start_id"]] = r
+    units: dict[tuple[str, int], Unit] = {}
+    for sid, d in done.items():
+        s = starts.get(sid)
+        if s is None:
+            continue
+        if signature is not None and sig_of_run.get(s.get("run_id"), s.get("signature")) != signature:
+            continue
+        u = Unit(arm_key=s["arm_key"], round=s["round"], start_id=sid, arm=s["arm"],
+                 fingerprint=s.get("fingerprint", ""), reps=[x["metrics"] for x in reps[sid]],
+                 wall_s=d.get("wall_s", 0.0), startup_s=s.get("startup_s", 0.0))
+        units.setdefault((u.arm_key, u.round), u)
+    partial = sum(len(v) for sid, v in reps.items() if sid not in done)
+    return StoreView(runs=[r for r in records if r.get("type") == "run"], units=units,
+                     failures=[r for r in records if r.get("type") == "failure"],
+                     bisects=[r for r in records if r.get("type") == "bisect"], partial_reps=partial)

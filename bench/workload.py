@@ -1,0 +1,187 @@
+"""The fixed workload one repetition runs against a server, and the metrics read back from it.
+
+One repetition = phase "b1" (requests one after another: batch 1) then phase "bc" (C requests at once),
+each greedy (temperature 0) with ignore_eos so every request decodes exactly max_new_tokens tokens.
+Per-step times come from the server itself: with SGLANG_RECORD_STEP_TIME=1, sglang 0.5.17's scheduler appends
+(wall time between two decode-log points) / decode_log_interval to `step_time_dict[num_running_reqs]` every
+decode_log_interval decode steps (metrics_reporter.py l.746) and `/server_info` returns it as
+`internal_states[0].step_time_dict` (scheduler.py l.4204). The dict is cumulative since start, so a phase's
+steps are the entries appended between two snapshots. The first entry after an idle gap includes the gap, which
+is why a phase's step time is the median of its entries, not the mean.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+_TOPICS = ("a cache", "the router", "speculative decoding", "a river", "prime numbers", "a compiler",
+           "the moon", "an old library", "distributed training", "a chess opening", "bread", "a lighthouse",
+           "mixture of experts", "a violin", "the ocean floor", "a train timetable")
+
+
+def fixed_prompts(n: int) -> list[str]:
+    """Deterministic prompts of varied length (no randomness: every arm and every run sends the same text)."""
+    out = []
+    for i in range(n):
+        topic = _TOPICS[i % len(_TOPICS)]
+        extra = " Explain each step and give an example." * (1 + i % 3)
+        out.append(f"Request {i}: write a detailed, plain-language essay about {topic}.{extra}")
+    return out
+
+
+@dataclass(frozen=True)
+class Workload:
+    max_new_tokens: int = 256
+    b1_requests: int = 4
+    concurrency: int = 8
+    request_timeout_s: float = 300.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class WorkloadError(RuntimeError):
+    pass
+
+
+def _post(url: str, payload: dict, timeout: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise WorkloadError(f"POST {url} -> HTTP {e.code}: {e.read()[:500]!r}") from e
+
+
+def _get(url: str, timeout: float = 60.0) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def server_info(base: str) -> dict:
+    """`/server_info` (0.5.17's name; `/get_server_info` is its deprecated alias that logs a warning per call)."""
+    try:
+        return _get(base + "/server_info")
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+        return _get(base + "/get_server_info")
+
+
+def internal_state(info: dict) -> dict:
+    states = info.get("internal_states") or []
+    if not states:
+        raise WorkloadError("server_info has no internal_states[0]")
+    return states[0]
+
+
+def step_counts(state: dict) -> dict[str, int]:
+    d = state.get("step_time_dict")
+    if d is None:
+        raise WorkloadError("server_info.internal_states[0] has no step_time_dict: the server must run with "
+                            "SGLANG_RECORD_STEP_TIME=1 (the runner sets it; check it reaches the server)")
+    return {str(k): len(v) for k, v in d.items()}
+
+
+def new_steps(before: dict[str, int], state: dict, batch_size: int) -> list[float]:
+    entries = (state.get("step_time_dict") or {}).get(str(batch_size))
+    if entries is None:
+        entries = (state.get("step_time_dict") or {}).get(batch_size, [])
+    return [float(x) for x in entries[before.get(str(batch_size), 0):]]
+
+
+@dataclass
+class PhaseResult:
+    tokens: int
+    wall_s: float
+    step_s: list[float]
+    verify_ct: int
+    outputs: list[list]  # [text, output_ids] per request, in prompt order
+    eagle_phase_timing: dict | None = None
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def step_ms(self) -> float:
+        return statistics.median(self.step_s) * 1e3 if self.step_s else float("nan")
+
+    @property
+    def accept_len(self) -> float | None:
+        return self.tokens / self.verify_ct if self.verify_ct else None
+
+    def output_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.outputs, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+@dataclass
+class RepMetrics:
+    step_ms_b1: float
+    step_ms_bc: float
+    tok_s_b1: float
+    tok_s_bc: float
+    accept_len_b1: float | None
+    accept_len_bc: float | None
+    n_steps_b1: int
+    n_steps_bc: int
+    hash_b1: str
+    hash_bc: str
+    server_accept_len: float | None  # cumulative since start (internal_states[0].avg_spec_accept_length)
+    eagle_b1: dict | None = None  # internal_states[0].eagle_phase_timing after each phase (eagle_profiling)
+    eagle_bc: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _one(base: str, prompt: str, wl: Workload) -> dict:
+    payload = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": wl.max_new_tokens,
+                                                   "ignore_eos": True}}
+    out = _post(base + "/generate", payload, wl.request_timeout_s)
+    meta = out.get("meta_info") or {}
+    n = int(meta.get("completion_tokens", 0))
+    if n != wl.max_new_tokens:
+        raise WorkloadError(f"request decoded {n} tokens, expected {wl.max_new_tokens} (ignore_eos not honoured?)")
+    return out
+
+
+def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, before: dict[str, int],
+           batch_size: int) -> tuple[PhaseResult, dict]:
+    t0 = time.perf_counter()
+    if concurrent:
+        with ThreadPoolExecutor(max_workers=len(prompts)) as ex:
+            outs = list(ex.map(lambda p: _one(base, p, wl), prompts))
+    else:
+        outs = [_one(base, p, wl) for p in prompts]
+    wall = time.perf_counter() - t0
+    state = internal_state(server_info(base))
+    meta = [o.get("meta_info") or {} for o in outs]
+    return PhaseResult(
+        tokens=sum(int(m.get("completion_tokens", 0)) for m in meta), wall_s=wall,
+        step_s=new_steps(before, state, batch_size),
+        verify_ct=sum(int(m.get("spec_verify_ct", 0) or 0) for m in meta),
+        outputs=[[o.get("text", ""), o.get("output_ids")] for o in outs],
+        eagle_phase_timing=state.get("eagle_phase_timing")), state
+
+
+def run_rep(base: str, wl: Workload) -> RepMetrics:
+    prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency))
+    before = step_counts(internal_state(server_info(base)))
+    b1, state1 = _phase(base, prompts[:wl.b1_requests], wl, False, before, 1)
+    bc, state2 = _phase(base, prompts[:wl.concurrency], wl, True, step_counts(state1), wl.concurrency)
+    return RepMetrics(
+        step_ms_b1=b1.step_ms, step_ms_bc=bc.step_ms, tok_s_b1=b1.tok_s, tok_s_bc=bc.tok_s,
+        accept_len_b1=b1.accept_len, accept_len_bc=bc.accept_len,
+        n_steps_b1=len(b1.step_s), n_steps_bc=len(bc.step_s),
+        hash_b1=b1.output_hash(), hash_bc=bc.output_hash(),
+        server_accept_len=state2.get("avg_spec_accept_length"),
+        eagle_b1=b1.eagle_phase_timing, eagle_bc=bc.eagle_phase_timing)

@@ -1,0 +1,56 @@
+"""Fixtures for bench tests: a small real manifest (overlay-kind entries) and the fake launcher command."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAKE = Path(__file__).with_name("fake_apply.py")
+PATCHES = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta")
+
+
+@pytest.fixture
+def manifest(tmp_path) -> Path:
+    d = tmp_path / "m"
+    entries = []
+    for name in PATCHES:
+        f = d / "overlay" / "python" / "sglang" / "srt" / f"x_{name}.py"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"# {name}\n")
+        req = "\n    requires: [alpha]" if name == "gamma" else ""
+        entries.append(f"""  - name: {name}
+    description: test entry {name}
+    kind: overlay
+    category: experimental
+    overlay: [python/sglang/srt/x_{name}.py]{req}""")
+    body = "\n".join(entries)
+    # The pin is copied from the project's manifest: the loader validates it against the real release.
+    pin = json.dumps(yaml.safe_load((ROOT / "manifest.yaml").read_text())["pin"])
+    (d / "manifest.yaml").write_text(textwrap.dedent("""\
+        schema: 1
+        pin: PIN
+        patches:
+        """).replace("PIN", pin) + body + textwrap.dedent("""
+        presets:
+          base: [alpha]
+          full: [alpha, beta, eagle_profiling, planted, gamma, delta, epsilon, zeta]
+          empty: []
+        env_profiles:
+          nccl_pcie:
+            description: test profile
+            vars:
+              NCCL_P2P_DISABLE: {value: "1", why: test}
+        """))
+    return d / "manifest.yaml"
+
+
+@pytest.fixture
+def launcher_arg() -> str:
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))}"

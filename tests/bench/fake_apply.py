@@ -1,0 +1,170 @@
+"""Stand-in for `python apply.py ... launch ...`: a small real HTTP server process playing SGLang.
+
+Honours the launch contract (prints the url/fingerprint/log lines, stays in the foreground, exits on SIGTERM)
+and serves /health, /generate, /server_info (+ /get_server_info) with timing distributions set by the test
+through env FAKE_BENCH (JSON):
+  base_ms      per-step time of the pristine set (default 3.0)
+  costs        {patch: relative slowdown}, e.g. {"planted": 0.05}
+  noise        relative sd of each step-time entry (default 0.004)
+  start_noise  relative sd of a per-start offset (bimodal-ish restarts; default 0)
+  time_scale   fraction of the fake step time actually slept (default 0.01: tests stay fast)
+  change_output [patch...]: these patches change the greedy text
+  fail         [patch...]: starting with these patches exits 1 before /health
+  accept       accept length reported when --speculative-algorithm is in the server args (default 1.0)
+  interval     decode-log interval (default 8)
+Every start appends {"patches","profile","env","server_args"} to FAKE_BENCH_LOG (JSONL) for assertions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+
+def parse(argv):
+    opts = {"tree": None, "manifest": "manifest.yaml"}
+    i = 0
+    while argv[i] != "launch":
+        opts[argv[i].lstrip("-")] = argv[i + 1]
+        i += 2
+    i += 1
+    server_args = []
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            server_args = argv[i + 1:]
+            break
+        opts[a.lstrip("-").replace("-", "_")] = argv[i + 1]
+        i += 2
+    return opts, server_args
+
+
+def main() -> int:
+    opts, server_args = parse(sys.argv[1:])
+    cfg = json.loads(os.environ.get("FAKE_BENCH", "{}"))
+    from sglang_overlay.manifest import load_manifest
+
+    m = load_manifest(opts["manifest"])
+    if "set" in opts:
+        patches = list(m.closure(m.preset(opts["set"])))
+    else:
+        patches = [p for p in opts.get("patches", "").split(",") if p]
+        patches = list(m.closure(patches))
+    profile = opts.get("env_profile")
+    env = dict(os.environ)
+    if profile:
+        env.update(m.env_profile(profile).as_env())
+    if os.environ.get("FAKE_BENCH_LOG"):
+        with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
+            f.write(json.dumps({"patches": patches, "profile": profile, "server_args": server_args,
+                                "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))}})
+                    + "\n")
+    if set(patches) & set(cfg.get("fail", [])):
+        print("fake: crashing on purpose during start", flush=True)
+        return 1
+    fp = hashlib.sha256((",".join(patches) + "|" + (profile or "")).encode()).hexdigest()[:16]
+    rng = random.Random()
+    slow = 1.0 + sum(cfg.get("costs", {}).get(p, 0.0) for p in patches)
+    step_s = cfg.get("base_ms", 3.0) * slow * (1 + rng.gauss(0, cfg.get("start_noise", 0.0))) / 1e3
+    noise, scale = cfg.get("noise", 0.004), cfg.get("time_scale", 0.01)
+    interval = cfg.get("interval", 8)
+    spec = "--speculative-algorithm" in server_args
+    accept = cfg.get("accept", 1.0)
+    changed = sorted(set(patches) & set(cfg.get("change_output", [])))
+    record_steps = env.get("SGLANG_RECORD_STEP_TIME") == "1"
+    phase_timing = env.get("SGLANG_EAGLE_PHASE_TIMING") == "1" and "eagle_profiling" in patches and spec
+    lock = threading.Lock()
+    steps: dict[int, list[float]] = defaultdict(list)
+    inflight: dict[int, int] = {}
+    state = {"active": 0, "tokens": 0, "verify": 0, "next": 0}
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, obj, code=200):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                return self._send({})
+            if self.path in ("/server_info", "/get_server_info"):
+                with lock:
+                    st = {"avg_spec_accept_length": accept if spec and state["verify"] else None}
+                    if record_steps:
+                        st["step_time_dict"] = {str(k): list(v) for k, v in steps.items()}
+                    if phase_timing:
+                        d = step_s * 1e3
+                        st["eagle_phase_timing"] = {
+                            "draft": {"p50_ms": 0.45 * d, "p99_ms": 0.6 * d, "mean_ms": 0.46 * d, "count": 40},
+                            "verify": {"p50_ms": 0.15 * d, "p99_ms": 0.2 * d, "mean_ms": 0.15 * d, "count": 40},
+                            "draft_extend": {"p50_ms": 0.4 * d, "p99_ms": 0.5 * d, "mean_ms": 0.4 * d, "count": 40},
+                            "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
+                            "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
+                return self._send({"version": "0.5.17-fake", "internal_states": [st],
+                                   "overlay": {"fingerprint": fp, "patches": patches}})
+            return self._send({"error": "not found"}, 404)
+
+        def do_POST(self):
+            if self.path != "/generate":
+                return self._send({"error": "not found"}, 404)
+            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            sp = req["sampling_params"]
+            assert sp["temperature"] == 0.0 and sp["ignore_eos"] is True
+            n = int(sp["max_new_tokens"])
+            with lock:
+                rid = state["next"]
+                state["next"] += 1
+                state["active"] += 1
+                for k in inflight:
+                    inflight[k] = max(inflight[k], state["active"])
+                inflight[rid] = state["active"]
+            time.sleep(n * step_s * scale)
+            time.sleep(0.002)  # let concurrently sent requests overlap
+            with lock:
+                bs = inflight.pop(rid)
+                state["active"] -= 1
+                for _ in range(n // interval):
+                    steps[bs].append(step_s * (1 + 0.03 * (bs - 1)) * (1 + rng.gauss(0, noise)))
+                verify = int(round(n / accept)) if spec else 0
+                state["verify"] += verify
+            digest = hashlib.sha256((req["text"] + ",".join(changed)).encode()).hexdigest()
+            meta = {"completion_tokens": n, "prompt_tokens": len(req["text"]) // 4, "e2e_latency": n * step_s}
+            if spec:
+                meta["spec_verify_ct"] = verify
+            return self._send({"text": "out " + digest[:24], "output_ids": [int(digest[i:i + 4], 16) % 32768
+                                                                             for i in range(0, 32, 4)],
+                               "meta_info": meta})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    time.sleep(cfg.get("start_s", 0.0))
+    print("starting fake sglang", flush=True)
+    print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
+    print(f"sglang-overlay: fingerprint {fp}", flush=True)
+    print(f"sglang-overlay: log {opts.get('log', '-')}", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    stop.wait()
+    srv.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

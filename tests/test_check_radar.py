@@ -1,0 +1,132 @@
+"""`check` on the pin and the radar's classification, on fixture releases made from the real 0.5.17 files."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import ROOT, run_cli
+from sglang_overlay.compat import check_pin, classify
+from sglang_overlay.fetch import WheelSource, pinned_wheel
+from sglang_overlay.manifest import load_manifest
+
+FIX = ROOT / "tests" / "fixtures" / "engine"
+SARGS = "python/sglang/srt/server_args.py"
+TOPK = "python/sglang/srt/layers/moe/topk.py"
+
+
+@pytest.fixture(scope="module")
+def pin_source(project_manifest):
+    return WheelSource(pinned_wheel(project_manifest.pin))
+
+
+@pytest.fixture(scope="module")
+def fx():
+    return load_manifest(FIX / "manifest.yaml")
+
+
+def release(pin_source, **changes):
+    """A fixture 'release': the pinned files with some replaced (bytes) or removed (None)."""
+    def read(path):
+        if path in changes:
+            return changes[path]
+        return pin_source.read(path)
+    return read
+
+
+def text(pin_source, path):
+    return pin_source.read(path).decode()
+
+
+def test_check_passes_on_the_pin_and_lists_what_it_checked(fx, pin_source):
+    rep = check_pin(fx, pin_source.read, "0.5.17")
+    assert rep.ok, [i for i in rep.items if not i.ok]
+    subjects = {i.subject for i in rep.items}
+    for name in ("fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay", "fx_topk_gated"):
+        assert f"alone: {name}" in subjects
+    assert "full set" not in subjects or True  # the fixture's conflict makes the full set the largest allowed set
+    assert "pair: fx_args_a+fx_args_b" in subjects and "leave-one-out: -fx_topk" in subjects
+    assert any(i.what == "order" and i.subject == "pair: fx_args_a+fx_args_b" and i.ok for i in rep.items)
+    assert any(i.what == "upstreamed" and i.subject == "fx_kimi" and i.ok for i in rep.items)
+
+
+def test_check_fails_loudly_with_every_failure(tmp_path):
+    proj = tmp_path / "p"
+    shutil.copytree(FIX, proj)
+    # Break two patches: exit 1, and both named.
+    for name in ("fx_topk", "fx_args_b"):
+        p = proj / "patches" / f"{name}.patch"
+        p.write_text(p.read_text().replace(" def ", " def  ", 1).replace(" \"\"\"\n", " '''\n", 1))
+    res = run_cli("--manifest", str(proj / "manifest.yaml"), "check")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "FAIL alone: fx_topk" in res.stdout and "FAIL alone: fx_args_b" in res.stdout
+    data = json.loads(run_cli("--manifest", str(proj / "manifest.yaml"), "check", "--json").stdout)
+    assert data["ok"] is False and data["failures"] >= 2
+
+
+def test_check_json_passes_for_the_fixture():
+    res = run_cli("--manifest", str(FIX / "manifest.yaml"), "check", "--json", check_rc=0)
+    data = json.loads(res.stdout)
+    assert data["ok"] is True and data["failures"] == 0 and data["version"] == "0.5.17"
+
+
+def test_radar_clean(fx, pin_source):
+    v = classify(fx.patch("fx_topk"), release(pin_source), "x", pin_source.read)
+    assert v.status == "clean"
+
+
+def test_radar_offset(fx, pin_source):
+    moved = ("# a new header line\n" * 7 + text(pin_source, TOPK)).encode()
+    v = classify(fx.patch("fx_topk"), release(pin_source, **{TOPK: moved}), "x", pin_source.read)
+    assert v.status == "offset" and v.max_offset == 7 and "+7" in v.detail
+
+
+def test_radar_needs_3way(fx, pin_source):
+    # Upstream changed a line inside the patch's context: zero-fuzz apply fails, a 3-way merge succeeds.
+    src = text(pin_source, SARGS).replace("    Prepare the server arguments from the command line arguments.",
+                                          "    Prepare the server arguments from argv (reworded upstream).")
+    v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
+    assert v.status == "needs-3way", v
+
+
+def test_radar_conflict_names_hunk_and_symbol_in_both_releases(fx, pin_source):
+    src = text(pin_source, SARGS).replace(
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: upstream wrote something else\n")
+    v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
+    assert v.status == "conflict", v
+    assert "hunk #1 @@ -9342,6 +9342,7 @@ in `prepare_server_args`" in v.detail
+    assert "(pin: lines 9344-" in v.detail and "release: lines 9344-" in v.detail
+
+
+def test_radar_upstreamed_when_the_change_is_already_there(fx, pin_source):
+    src = text(pin_source, SARGS).replace(
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: inside prepare_server_args\n")
+    v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
+    assert v.status == "upstreamed" and "reverse-applies" in v.detail
+
+
+def test_radar_target_missing(fx, pin_source):
+    v = classify(fx.patch("fx_topk"), release(pin_source, **{TOPK: None}), "x", pin_source.read)
+    assert v.status == "target-missing" and TOPK in v.detail
+    kimi = "python/sglang/srt/models/kimi_k25.py"
+    v = classify(fx.patch("fx_kimi"), release(pin_source, **{kimi: None}), "x", pin_source.read)
+    assert v.status == "target-missing"
+
+
+def test_radar_upstreamed_proof_lost(fx, pin_source):
+    kimi = "python/sglang/srt/models/kimi_k25.py"
+    src = text(pin_source, kimi).replace("def set_eagle3_layers_to_capture", "def set_aux_layers")
+    v = classify(fx.patch("fx_kimi"), release(pin_source, **{kimi: src.encode()}), "x", pin_source.read)
+    assert v.status == "conflict" and "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture` is missing" in v.detail
+
+
+def test_radar_overlay_now_upstream(fx, pin_source):
+    path = "python/sglang/srt/fx_overlay_module.py"
+    same = (FIX / "overlay" / path).read_bytes()
+    v = classify(fx.patch("fx_overlay"), release(pin_source, **{path: same}), "x", pin_source.read)
+    assert v.status == "upstreamed"
+    v = classify(fx.patch("fx_overlay"), release(pin_source, **{path: b"other\n"}), "x", pin_source.read)
+    assert v.status == "conflict" and "other content" in v.detail

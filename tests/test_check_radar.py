@@ -55,9 +55,10 @@ def test_check_fails_loudly_with_every_failure(tmp_path):
     proj = tmp_path / "p"
     shutil.copytree(FIX, proj)
     # Break two patches: exit 1, and both named.
-    for name in ("fx_topk", "fx_args_b"):
+    for name, line in (("fx_topk", "\n def select_experts("), ("fx_args_b", "\n def prepare_server_args(")):
         p = proj / "patches" / f"{name}.patch"
-        p.write_text(p.read_text().replace(" def ", " def  ", 1).replace(" \"\"\"\n", " '''\n", 1))
+        assert line in p.read_text()
+        p.write_text(p.read_text().replace(line, line.replace("def ", "def _broken_")))
     res = run_cli("--manifest", str(proj / "manifest.yaml"), "check")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "FAIL alone: fx_topk" in res.stdout and "FAIL alone: fx_args_b" in res.stdout

@@ -1,0 +1,203 @@
+"""Launch the patched SGLang server: make the tree carry exactly the set (one transaction), export the env
+profile, start `python -m sglang.launch_server ARGS` so that it imports this tree, wait for /health, print
+the URL, fingerprint and log path, and stay in the foreground until the server exits (with its exit code).
+
+  python apply.py launch --set full --env-profile h200 -- --model-path M --tp 8
+
+Everything after `--` goes to sglang.launch_server unchanged (multi-host: --nnodes, --node-rank,
+--dist-init-addr included); `--host 127.0.0.1` is added when no --host is given.
+
+Environment rule (nothing stale): the server gets the launcher's environment, minus every variable that some
+env profile of the manifest sets, plus the chosen profile's variables, plus SGLANG_OVERLAY_FINGERPRINT (the
+fingerprint including the env profile) and SGLANG_OVERLAY_ENV_PROFILE (unset without a profile). A checkout
+or the embedded tree is imported by putting its python/ directory first on PYTHONPATH; an installed tree by
+that environment's own interpreter (derived from the site-packages path, or --python).
+
+Without --set/--patches the tree keeps the set it carries now. SGLANG_OVERLAY_SERVER_MODULE replaces the
+module that is run (default sglang.launch_server); it exists so the tests can stand in a small HTTP server.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from ..errors import BadInput
+from ..fingerprint import fingerprint
+from ..switch import switch
+from ..transaction import Transaction
+from ..tree import Tree
+
+NAME = "launch"
+HELP = "apply a set and launch the patched SGLang server (args after --)"
+
+SERVER_MODULE_ENV = "SGLANG_OVERLAY_SERVER_MODULE"
+DEFAULT_MODULE = "sglang.launch_server"
+FINGERPRINT_ENV = "SGLANG_OVERLAY_FINGERPRINT"
+PROFILE_ENV = "SGLANG_OVERLAY_ENV_PROFILE"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 30000
+
+
+def add_arguments(p) -> None:
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--set", dest="preset", metavar="PRESET", help="carry exactly this preset")
+    sel.add_argument("--patches", metavar="A,B,...", help="carry exactly these patches (comma-separated)")
+    p.add_argument("--env-profile", metavar="NAME", help="export this env profile of the manifest")
+    p.add_argument("--revert-on-exit", action="store_true",
+                   help="when the server exits, put the tree back to the set it carried before")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the environment delta and the command; start nothing, change nothing")
+    p.add_argument("--health-timeout", type=float, default=1800.0, metavar="S",
+                   help="seconds to wait for GET /health (default 1800)")
+    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+                   help="seconds between a forwarded SIGINT/SIGTERM and SIGKILL (default 30)")
+    p.add_argument("--log", type=Path, metavar="FILE", help="server log (default: <tree state dir>/logs/...)")
+    p.add_argument("--python", metavar="EXE", help="interpreter that runs the server (default: this one for a "
+                                                   "checkout/embedded tree, the environment's own for an installed one)")
+    p.add_argument("--force", action="store_true", help="as for apply: overwrite hand-edited files (backed up)")
+    p.add_argument("--ignore-hardware", action="store_true", help="as for apply")
+    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                   help="arguments for sglang.launch_server")
+
+
+# -- pieces (pure, tested directly) --------------------------------------------------------------------------
+def passthrough(raw: list[str]) -> list[str]:
+    args = list(raw)
+    if args and args[0] == "--":
+        args = args[1:]
+    elif args:
+        raise BadInput(f"launch: put the server's arguments after `--` (got {args[0]!r})",
+                       hint="e.g. `python apply.py launch --set full -- --model-path M`")
+    return args
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The last value of --name (as `--name V` or `--name=V`), as argparse in the server would see it."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def with_host(args: list[str]) -> list[str]:
+    return args if _option(args, "--host") is not None else [*args, "--host", DEFAULT_HOST]
+
+
+def server_url(args: list[str]) -> str:
+    host = _option(args, "--host") or DEFAULT_HOST
+    port = _option(args, "--port") or str(DEFAULT_PORT)
+    if not re.fullmatch(r"\d+", port):
+        raise BadInput(f"launch: --port {port!r} is not a port number")
+    if host in ("0.0.0.0", "", "::"):
+        host = DEFAULT_HOST  # listening everywhere: reach it (and report it) on this host's loopback
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def interpreter(tree: Tree, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    if tree.kind != "installed":
+        return sys.executable
+    # site-packages of an environment: <prefix>/lib/pythonX.Y/site-packages -> <prefix>/bin/pythonX.Y
+    root = tree.root
+    m = re.fullmatch(r"python(\d+\.\d+)", root.parent.name)
+    if root.name in ("site-packages", "dist-packages") and m:
+        for cand in (root.parents[2] / "bin" / f"python{m.group(1)}", root.parents[2] / "bin" / "python3"):
+            if cand.exists():
+                return str(cand)
+    raise BadInput(f"{root}: cannot tell which interpreter owns this installed tree",
+                   hint="pass --python /path/to/that/environment/bin/python")
+
+
+def child_env(base: dict[str, str], manifest, profile, fp: str, tree: Tree) -> tuple[dict[str, str], dict, list]:
+    """(environment, variables set, variables removed). See the module docstring for the rule."""
+    env = dict(base)
+    profile_vars = profile.as_env() if profile else {}
+    managed = {v.name for p in manifest.env_profiles.values() for v in p.vars} | {PROFILE_ENV}
+    removed = sorted(k for k in managed if k in env and k not in profile_vars)
+    for k in removed:
+        del env[k]
+    sets = dict(profile_vars)
+    sets[FINGERPRINT_ENV] = fp
+    if profile:
+        sets[PROFILE_ENV] = profile.name
+    if tree.kind != "installed":
+        old = base.get("PYTHONPATH")
+        sets["PYTHONPATH"] = str(tree.python_path) + (os.pathsep + old if old else "")
+    env.update(sets)
+    return env, sets, removed
+
+
+def default_log(tree: Tree) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime())
+    return tree.state_dir / "logs" / f"launch-{stamp}-{os.getpid()}.log"
+
+
+# -- the command ---------------------------------------------------------------------------------------------
+def run(ctx, args) -> int:
+    m = ctx.manifest
+    server_args = with_host(passthrough(args.server_args))
+    url = server_url(server_args)
+    tree = ctx.tree
+    tree.check_version(m.pin.version)
+    previous = Transaction(tree).state().applied
+    if args.preset:
+        names = m.closure(m.preset(args.preset))
+    elif args.patches is not None:
+        names = m.closure([n for n in args.patches.split(",") if n])
+    else:
+        names = m.closure(previous)
+    profile = m.env_profile(args.env_profile) if args.env_profile else None
+    fp = fingerprint(m, names, profile)
+    module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
+    argv = [interpreter(tree, args.python), "-m", module, *server_args]
+    env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
+
+    if args.dry_run:
+        for k in removed:
+            print(f"unset {k}")
+        for k in sorted(sets):
+            print(f"{k}={shlex.quote(sets[k])}")
+        print(shlex.join(argv))
+        return 0
+
+    outcome = switch(tree, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
+    if outcome.added or outcome.removed:
+        print(f"sglang-overlay: tree now carries {', '.join(outcome.target) or 'no patches'}", file=sys.stderr)
+    log_path = (args.log or default_log(tree)).resolve()
+    from ..server import ServerProcess, Stopped
+
+    server = ServerProcess(argv, env, log_path, grace=args.grace)
+    print(f"sglang-overlay: starting {shlex.join(argv)}\nsglang-overlay: log {log_path}", file=sys.stderr,
+          flush=True)
+    code: int | None = None
+    try:
+        server.start()
+        try:
+            server.wait_healthy(url, args.health_timeout)
+        except Stopped as stopped:
+            code = stopped.code
+        else:
+            print(f"sglang-overlay: url {url}\nsglang-overlay: fingerprint {fp}\nsglang-overlay: log {log_path}",
+                  flush=True)
+            code = server.wait()
+            print(f"sglang-overlay: the server exited with code {code}", file=sys.stderr, flush=True)
+    finally:
+        server.ensure_stopped()
+        server.restore_signals()
+        if args.revert_on_exit:
+            back = switch(tree, m, previous, op="revert-on-exit", force=False, ignore_hardware=True)
+            print(f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} "
+                  f"again", file=sys.stderr)
+    return code
+

@@ -1,0 +1,228 @@
+"""`launch` with real processes: dry-run output, the env profile rule, /health, signals, exit codes, failures.
+
+A small real HTTP server (tests/fixtures/fake_server.py) stands in for sglang.launch_server through the
+documented SGLANG_OVERLAY_SERVER_MODULE hook; everything else (switch on the real 0.5.17 tree, PYTHONPATH,
+process group, forwarding) is what a user gets.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli, tree_snapshot
+
+FIXTURES = ROOT / "tests" / "fixtures"
+MANIFEST = """schema: 1
+pin:
+  package: sglang
+  version: 0.5.17
+  git_tag: v0.5.17
+  wheel: sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl
+  sha256: fb4cba478a5dca5ee146550b39f33add1c4e475d21ee11810b86ed1c58068093
+patches:
+  - name: overlay_identity
+    description: identity in the server
+    kind: diff
+    category: diagnostic
+    default: true
+presets:
+  default: [overlay_identity]
+env_profiles:
+  alpha:
+    description: sets FOO and BAR
+    vars:
+      FOO: {value: "1", why: "test"}
+      BAR: {value: "a b", why: "needs quoting"}
+  beta:
+    description: sets FOO and NCCL_DEBUG
+    vars:
+      FOO: {value: "2", why: "test"}
+      NCCL_DEBUG: {value: "INFO", why: "test"}
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("launchproj")
+    (d / "manifest.yaml").write_text(MANIFEST)
+    (d / "patches").mkdir()
+    shutil.copy(ROOT / "patches" / "overlay_identity.patch", d / "patches")
+    return d
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SGLANG_OVERLAY_TREE")}
+    env.update({"SGLANG_OVERLAY_SERVER_MODULE": "fake_server", "PYTHONPATH": str(FIXTURES)})
+    env.update(extra)
+    return env
+
+
+def launcher(project: Path, tree: Path, *args, env: dict, server_args=()) -> subprocess.Popen:
+    cmd = [sys.executable, str(ROOT / "apply.py"), "--manifest", str(project / "manifest.yaml"), "--tree", str(tree),
+           "launch", *args, "--", *server_args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def read_ready(proc: subprocess.Popen, timeout: float = 30) -> dict[str, str]:
+    """The three lines launch prints once healthy: {'url': ..., 'fingerprint': ..., 'log': ...}."""
+    out = {}
+    deadline = time.monotonic() + timeout
+    while len(out) < 3:
+        assert time.monotonic() < deadline, "launch did not report ready"
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"launch ended early rc={proc.wait()}\nstderr:\n{proc.stderr.read()}")
+        key, _, value = line.strip().removeprefix("sglang-overlay: ").partition(" ")
+        out[key] = value
+    return out
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it has exited all the same
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_dry_run_output_is_exact_and_changes_nothing(project, sglang_tree):
+    before = tree_snapshot(sglang_tree)
+    env = base_env(NCCL_DEBUG="WARN", FOO="stale")
+    env.pop("PYTHONPATH")
+    fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default", "--env-profile",
+                 "alpha", check_rc=0).stdout.strip()
+    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch", "--set",
+                   "default", "--env-profile", "alpha", "--dry-run", "--", "--model-path", "/models/m", "--tp", "8",
+                   "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000", "--port", "31000",
+                   env=env, check_rc=0)
+    python = shlex.quote(sys.executable)
+    assert proc.stdout.splitlines() == [
+        "unset NCCL_DEBUG",  # set by profile beta only: stale here
+        "BAR='a b'",
+        "FOO=1",
+        f"PYTHONPATH={sglang_tree}/python",
+        "SGLANG_OVERLAY_ENV_PROFILE=alpha",
+        f"SGLANG_OVERLAY_FINGERPRINT={fp}",
+        f"{python} -m fake_server --model-path /models/m --tp 8 --nnodes 2 --node-rank 1 "
+        f"--dist-init-addr 10.0.0.1:5000 --port 31000 --host 127.0.0.1",
+    ]
+    assert tree_snapshot(sglang_tree) == before
+    assert not (sglang_tree / ".sglang-overlay").exists()
+
+
+def test_user_host_is_kept_and_arguments_need_the_separator(project, sglang_tree):
+    args = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch", "--dry-run")
+    out = run_cli(*args, "--", "--host", "0.0.0.0", env=base_env(), check_rc=0).stdout.splitlines()[-1]
+    assert out.endswith("-m fake_server --host 0.0.0.0")
+    err = run_cli(*args, "--", "--model-path", "m", "--host=10.1.2.3", env=base_env(), check_rc=0).stdout
+    assert err.splitlines()[-1].endswith("--model-path m --host=10.1.2.3")
+
+
+def test_launch_env_identity_signal_forwarding_and_revert_on_exit(project, sglang_tree):
+    pristine = tree_snapshot(sglang_tree)
+    port = free_port()
+    proc = launcher(project, sglang_tree, "--set", "default", "--env-profile", "alpha", "--revert-on-exit",
+                    server_args=["--model-path", "m", "--port", str(port)],
+                    env=base_env(NCCL_DEBUG="WARN", FOO="stale", KEEP_ME="yes"))
+    try:
+        ready = read_ready(proc)
+        assert ready["url"] == f"http://127.0.0.1:{port}"
+        fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default",
+                     "--env-profile", "alpha", check_rc=0).stdout.strip()
+        assert ready["fingerprint"] == fp
+        assert Path(ready["log"]).is_file() and str(sglang_tree / ".sglang-overlay" / "logs") in ready["log"]
+        info = get_json(ready["url"] + "/get_server_info")
+        env = info["env"]
+        assert env["FOO"] == "1" and env["BAR"] == "a b" and env["KEEP_ME"] == "yes"
+        assert "NCCL_DEBUG" not in env  # another profile's variable: removed, nothing stale
+        assert env["SGLANG_OVERLAY_ENV_PROFILE"] == "alpha" and env["SGLANG_OVERLAY_FINGERPRINT"] == fp
+        # the patched tree is what `import sglang` finds, ahead of anything else on the path
+        assert info["overlay"]["package_dir"] == str(sglang_tree / "python" / "sglang")
+        assert info["overlay"]["patches"] == ["overlay_identity"]
+        assert info["overlay"]["launch_fingerprint"] == fp
+        tree_fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default",
+                          check_rc=0).stdout.strip()
+        assert info["overlay"]["fingerprint"] == tree_fp
+        assert "_overlay_identity" in (sglang_tree / "python/sglang/srt/entrypoints/http_server.py").read_text()
+        assert info["argv"][-2:] == ["--host", "127.0.0.1"]
+        assert info["pgid"] == info["pid"] != os.getpgid(0)  # its own process group
+
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+        assert rc == 7, stderr  # the server's own exit code
+        assert "forwarding SIGTERM" in stderr
+        time.sleep(0.2)
+        assert not pid_alive(info["grandchild_pid"]), "the signal did not reach the whole process group"
+        assert tree_snapshot(sglang_tree) == pristine  # --revert-on-exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_sigint_then_sigkill_after_grace_when_the_server_ignores_it(project, sglang_tree):
+    port = free_port()
+    proc = launcher(project, sglang_tree, "--set", "default", "--grace", "1", server_args=["--port", str(port)],
+                    env=base_env(FAKE_SERVER_MODE="ignore_term"))
+    try:
+        ready = read_ready(proc)
+        info = get_json(ready["url"] + "/get_server_info")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+        assert rc == 128 + signal.SIGKILL, stderr
+        assert 0.9 < time.monotonic() - t0 < 15
+        assert "forwarding SIGINT" in stderr and "SIGKILL" in stderr
+        assert not pid_alive(info["pid"]) and not pid_alive(info["grandchild_pid"])
+        # without --revert-on-exit the tree keeps the set
+        assert "overlay_identity" in run_cli("--manifest", str(project / "manifest.yaml"), "--tree",
+                                             str(sglang_tree), "status", check_rc=0).stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_server_that_dies_before_healthy_exits_1_with_the_log_tail(project, sglang_tree, tmp_path):
+    log = tmp_path / "server.log"
+    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch", "--log",
+                   str(log), "--", "--port", str(free_port()), env=base_env(FAKE_SERVER_MODE="die"))
+    assert proc.returncode == 1, proc.stderr
+    assert "exited with code 3" in proc.stderr
+    assert "fake: failing on purpose before serving" in proc.stderr  # the tail of the log, printed
+    assert str(log) in proc.stderr and log.is_file()
+    assert proc.stdout == ""  # never healthy: no url/fingerprint lines
+
+
+def test_health_timeout_stops_the_server_and_exits_1(project, sglang_tree):
+    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch",
+                   "--health-timeout", "2", "--", "--port", str(free_port()),
+                   env=base_env(FAKE_SERVER_MODE="never_healthy"))
+    assert proc.returncode == 1, proc.stderr
+    assert "did not answer within 2s" in proc.stderr and "fake: starting" in proc.stderr

@@ -121,6 +121,16 @@ def release_wheel(pin: Pin, version: str) -> Path:
     return found[0]
 
 
+def latest_release(package: str) -> str:
+    """The newest release on the index, asked through pip (what the nightly radar checks against)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+                          capture_output=True, text=True)
+    m = re.search(rf"^{re.escape(package)} \(([^)]+)\)", proc.stdout, re.M)
+    if proc.returncode != 0 or not m:
+        raise FetchError(f"could not ask the index for the newest {package}: {proc.stderr.strip()[-200:]}")
+    return m.group(1)
+
+
 def _ensure(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p

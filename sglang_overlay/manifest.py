@@ -260,7 +260,8 @@ def _read_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise ManifestError(f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root")
     try:
-        return yaml.safe_load(text)
+        # libyaml when present: parsing is most of `status`'s own time.
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

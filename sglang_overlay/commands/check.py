@@ -12,14 +12,15 @@ import time
 
 from ..compat import STATUSES, check_pin, radar
 from ..errors import CheckFailed
-from ..fetch import WheelSource, pinned_wheel, release_wheel
+from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--against", nargs="+", metavar="VERSION", help="classify each patch against these releases")
+    p.add_argument("--against", nargs="+", metavar="VERSION",
+                   help="classify each patch against these releases ('latest': the newest on the index)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--markdown", action="store_true", help="print a markdown table (for a pull-request comment)")
@@ -57,7 +58,7 @@ def run(ctx, args) -> int:
 
 def _radar(ctx, args, pin_source) -> int:
     m = ctx.manifest
-    versions = list(dict.fromkeys(args.against))
+    versions = list(dict.fromkeys(latest_release(m.pin.package) if v == "latest" else v for v in args.against))
     sources = {}
     for i, v in enumerate(versions, 1):
         print(f"sglang-overlay: [{i}/{len(versions)}] release {v}", file=sys.stderr, flush=True)

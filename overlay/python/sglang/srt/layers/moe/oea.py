@@ -1,0 +1,241 @@
+"""Opportunistic Expert Activation (OEA) for top-k MoE routing.
+
+sglang-overlay `oea_topk`, after Oncescu et al., arXiv 2511.02237. For one batch
+of B tokens with top-k routing:
+
+1. every valid token keeps its own top-k0 experts (k0 < k);
+2. S_base is the union of those sets over the valid (non-padded) tokens, and
+   is the only set of experts the batch activates;
+3. each token then adds experts from S_base, in its own score order, until it
+   has k (never more);
+4. the router weights of the chosen experts are renormalized.
+
+At B = 1 this is top-k0 pruning. Padding rows (CUDA-graph padding, index >=
+num_valid_tokens) never add to S_base; they are themselves routed only to
+experts of S_base, so they cannot activate extra experts either.
+
+Everything here is pure torch with static shapes and no host synchronization,
+so it is safe inside CUDA-graph capture, and importable without the rest of
+SGLang.
+
+Weights. ``choice_scores`` rank experts (what the router's top-k used);
+``weight_scores`` are the router weights (default: the choice scores). For
+softmax routing both are the softmax probabilities. For DeepSeek-V3/Kimi-K2.5
+(sigmoid + e_score_correction_bias) the choice score is sigmoid(logit) + bias
+and the weight is sigmoid(logit) without the bias, as in
+``kimi_k2_biased_topk_impl``. When ``renormalize`` is true the chosen weights
+are rescaled so that each token's weights sum to what its input weights summed
+to (1, or routed_scaling_factor when the router applies it on the output);
+otherwise they keep the router scale (input weight sum / raw score sum).
+
+Shape. Outputs keep the input shape [T, k] so the rest of the MoE path is
+unchanged. A token with fewer than k candidates in S_base (S_base is small at
+small B) fills its remaining slots by repeating its own top-1 expert with
+weight 0: the id is already activated, so no extra expert is loaded, and the
+zero weight adds nothing. (-1 is not used because the TP fused-MoE kernels do
+not mask negative ids.)
+"""
+
+import os
+from typing import Optional, Tuple, Union
+
+import torch
+
+ENV_K0 = "SGLANG_OEA_K0"
+ENV_MAX_TOKENS = "SGLANG_OEA_MAX_TOKENS"
+DEFAULT_MAX_TOKENS = 64
+
+_EPS = 1e-20
+
+
+def oea_k0_from_env() -> int:
+    """SGLANG_OEA_K0: experts each token keeps as its own; 0 (default) = off."""
+    raw = os.environ.get(ENV_K0, "0").strip() or "0"
+    k0 = int(raw)
+    if k0 < 0:
+        raise ValueError(f"{ENV_K0} must be >= 0, got {k0}")
+    return k0
+
+
+def oea_max_tokens_from_env() -> int:
+    """SGLANG_OEA_MAX_TOKENS: OEA runs only for batches of at most this many rows.
+
+    select_experts does not know the forward mode; decode and target-verify
+    batches are small and prefill batches are large, so the row count is the gate.
+    """
+    raw = os.environ.get(ENV_MAX_TOKENS, str(DEFAULT_MAX_TOKENS)).strip()
+    return int(raw or DEFAULT_MAX_TOKENS)
+
+
+def router_scores(
+    router_logits: torch.Tensor,
+    scoring_func: str,
+    correction_bias: Optional[torch.Tensor] = None,
+) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """(choice_scores, weight_scores) in float32, or None for an unknown scoring_func."""
+    logits = router_logits.float()
+    if scoring_func == "softmax":
+        weights = logits.softmax(dim=-1)
+    elif scoring_func == "sigmoid":
+        weights = logits.sigmoid()
+    elif scoring_func == "sqrtsoftplus":
+        weights = torch.nn.functional.softplus(logits).sqrt()
+    else:
+        return None
+    if correction_bias is None:
+        return weights, weights
+    return weights + correction_bias.float().unsqueeze(0), weights
+
+
+def opportunistic_expert_activation(
+    choice_scores: torch.Tensor,
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    k0: int,
+    num_valid_tokens: Optional[Union[int, torch.Tensor]] = None,
+    renormalize: bool = True,
+    weight_scores: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Apply OEA to one batch's routing; returns (topk_weights, topk_ids).
+
+    choice_scores: [T, E] scores that ranked the experts.
+    topk_ids / topk_weights: [T, k] the router's selection and weights.
+    k0: experts each token keeps as its own; k0 <= 0 or k0 >= k returns the
+        inputs themselves (bit-identical).
+    num_valid_tokens: rows >= this are padding (int or a 0-d/1-element tensor,
+        e.g. ForwardBatch.num_token_non_padded); None = all rows valid.
+    weight_scores: [T, E] router weights (default choice_scores).
+
+    A token's own top-k0 are the k0 best (by choice score) of its router
+    selection, so group-limited routing keeps its choice for those.
+    """
+    num_tokens, k = topk_ids.shape
+    if k0 <= 0 or k0 >= k or num_tokens == 0:
+        return topk_weights, topk_ids
+    if weight_scores is None:
+        weight_scores = choice_scores
+    device = topk_ids.device
+    num_experts = choice_scores.shape[1]
+    scores = choice_scores.float()
+    ids = topk_ids.long()
+
+    # 1. own top-k0 among the router's selection (stable: ties keep router order)
+    selected_scores = scores.gather(1, ids)
+    order = torch.sort(selected_scores, dim=1, descending=True, stable=True).indices
+    own = ids.gather(1, order[:, :k0])  # [T, k0]
+
+    # 2. S_base over valid rows only
+    rows = torch.arange(num_tokens, device=device)
+    if num_valid_tokens is None:
+        valid = torch.ones(num_tokens, dtype=torch.bool, device=device)
+    elif isinstance(num_valid_tokens, torch.Tensor):
+        valid = rows < num_valid_tokens.to(device=device).reshape(-1)[0]
+    else:
+        valid = rows < int(num_valid_tokens)
+    own_mask = torch.zeros(num_tokens, num_experts, dtype=torch.bool, device=device)
+    own_mask.scatter_(1, own, True)
+    own_mask &= valid.unsqueeze(1)
+    s_base = own_mask.any(dim=0)  # [E]
+
+    # 3. candidates: S_base minus the token's own, best first
+    cand = s_base.unsqueeze(0) & ~own_mask
+    cand_scores = scores.masked_fill(~cand, float("-inf"))
+    extra_ids = cand_scores.topk(k, dim=1).indices  # [T, k]
+    extra_ok = cand.gather(1, extra_ids)
+
+    # valid rows: own k0 + best (k - k0) extras; padded rows: best k of S_base
+    n_extra = k - k0
+    ones_k0 = torch.ones(num_tokens, k0, dtype=torch.bool, device=device)
+    valid_ids = torch.cat([own, extra_ids[:, :n_extra]], dim=1)
+    valid_ok = torch.cat([ones_k0, extra_ok[:, :n_extra]], dim=1)
+    new_ids = torch.where(valid.unsqueeze(1), valid_ids, extra_ids)
+    new_ok = torch.where(valid.unsqueeze(1), valid_ok, extra_ok)
+    # pad: the row's first chosen id (own top-1; for a padded row its best S_base
+    # expert, or, only when the whole batch is padding, its router top-1), weight 0
+    fill = torch.where(valid, own[:, 0], torch.where(extra_ok[:, 0], extra_ids[:, 0], own[:, 0]))
+    new_ids = torch.where(new_ok, new_ids, fill.unsqueeze(1))
+
+    # 4. weights
+    raw = weight_scores.float().gather(1, new_ids) * new_ok
+    target = topk_weights.float().sum(dim=1, keepdim=True)
+    if renormalize:
+        new_weights = raw / raw.sum(dim=1, keepdim=True).clamp_min(_EPS) * target
+    else:
+        scale = target / weight_scores.float().gather(1, ids).sum(
+            dim=1, keepdim=True
+        ).clamp_min(_EPS)
+        new_weights = raw * scale
+    return new_weights.to(topk_weights.dtype), new_ids.to(topk_ids.dtype)
+
+
+_num_valid_tokens: Optional[torch.Tensor] = None
+
+
+def set_num_valid_tokens(num_valid_tokens: Optional[torch.Tensor]) -> None:
+    """Record the current forward's non-padded token count (TP path).
+
+    The TP MoE path does not hand num_token_non_padded to the router (passing it
+    would also turn on -1 masking of padded rows, which the TP kernels do not
+    expect), so the model records it here before its MoE layers run.
+    """
+    global _num_valid_tokens
+    _num_valid_tokens = num_valid_tokens
+
+
+def get_num_valid_tokens() -> Optional[torch.Tensor]:
+    return _num_valid_tokens
+
+
+def maybe_apply_oea(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    router_logits: torch.Tensor,
+    *,
+    scoring_func: str,
+    correction_bias: Optional[torch.Tensor],
+    renormalize: bool,
+    num_fused_shared_experts: int = 0,
+    num_token_non_padded: Optional[torch.Tensor] = None,
+    k0: Optional[int] = None,
+    max_tokens: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The select_experts hook: OEA when enabled and the batch is small, else the inputs."""
+    if k0 is None:
+        k0 = oea_k0_from_env()
+    if k0 <= 0:
+        return topk_weights, topk_ids
+    if max_tokens is None:
+        max_tokens = oea_max_tokens_from_env()
+    if topk_ids.shape[0] > max_tokens or topk_ids.dim() != 2:
+        return topk_weights, topk_ids
+    scores = router_scores(router_logits, scoring_func, correction_bias)
+    if scores is None:
+        return topk_weights, topk_ids
+    choice, weight = scores
+    if num_token_non_padded is None:
+        num_token_non_padded = get_num_valid_tokens()
+    # fused shared experts are appended as extra columns: OEA routes the rest
+    n_routed = topk_ids.shape[1] - max(num_fused_shared_experts, 0)
+    if num_fused_shared_experts > 0 and topk_ids.shape[1] > n_routed > 0:
+        w, i = opportunistic_expert_activation(
+            choice,
+            topk_ids[:, :n_routed],
+            topk_weights[:, :n_routed],
+            k0,
+            num_valid_tokens=num_token_non_padded,
+            renormalize=renormalize,
+            weight_scores=weight,
+        )
+        return (
+            torch.cat([w, topk_weights[:, n_routed:]], dim=1),
+            torch.cat([i, topk_ids[:, n_routed:]], dim=1),
+        )
+    return opportunistic_expert_activation(
+        choice,
+        topk_ids,
+        topk_weights,
+        k0,
+        num_valid_tokens=num_token_non_padded,
+        renormalize=renormalize,
+        weight_scores=weight,
+    )

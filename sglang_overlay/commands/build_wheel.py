@@ -1,0 +1,159 @@
+"""Build a wheel of the patched SGLang: the pinned release's own wheel with the set applied to its files, as
+version 0.5.17+ovl.<short fingerprint>, so `pip show sglang` on any host says which patch set it runs.
+
+The wheel is unpacked into a scratch installed-package tree and the set is applied there by `switch`, the one
+path that changes a tree (so the bytes equal what `apply` gives); then the dist-info is renamed, METADATA gets
+the local version (and the set in its Summary), RECORD is regenerated and the archive rewritten. Unchanged
+files keep their original zip timestamps and modes, so the same set gives a byte-identical wheel. The tool's
+state (sglang/.sglang-overlay/state.json and the saved pristine files) goes in too, so an installed copy is a
+tree the tool manages: `status` names its set and `revert --all` restores the release byte for byte.
+Without --set/--patches: the preset `default`. Hardware gates are not checked (the wheel runs elsewhere).
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from ..errors import BadInput
+from ..fetch import pinned_wheel
+from ..fingerprint import fingerprint, short
+from ..switch import switch
+from ..tree import STATE_DIR_NAME, Tree
+
+NAME = "build-wheel"
+HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.<fingerprint>)"
+
+
+def add_arguments(p) -> None:
+    sel = p.add_mutually_exclusive_group()
+    sel.add_argument("--set", dest="preset", metavar="PRESET", help="the preset to build (default: default)")
+    sel.add_argument("--patches", metavar="A,B,...", help="the patches to build (comma-separated)")
+    p.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where to write it (default: dist/)")
+    p.add_argument("--wheel", type=Path, metavar="FILE", help="a local copy of the pinned wheel (else the cache/pip)")
+
+
+def local_version(pin_version: str, fp: str) -> str:
+    v = Version(f"{pin_version}+ovl.{short(fp)}")  # validates it as PEP 440
+    return str(v)
+
+
+def record_hash(data: bytes) -> str:
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def run(ctx, args) -> int:
+    m = ctx.manifest
+    if args.patches is not None:
+        names = m.closure([n for n in args.patches.split(",") if n])
+    else:
+        names = m.closure(m.preset(args.preset or "default"))
+    src = pinned_wheel(m.pin, args.wheel)
+    out = build(m, names, src, args.out)
+    print(f"sglang-overlay: wrote {out}")
+    print(f"sglang-overlay: fingerprint {fingerprint(m, names)}")
+    return 0
+
+
+def build(manifest, names, src: Path, out_dir: Path) -> Path:
+    dist, old_version, build_tag, tags = parse_wheel_filename(src.name)
+    if build_tag:
+        raise BadInput(f"{src.name}: wheels with a build tag are not supported")
+    if canonicalize_name(dist) != canonicalize_name(manifest.pin.package):
+        raise BadInput(f"{src.name} is not a wheel of {manifest.pin.package}")
+    fp = fingerprint(manifest, names)
+    new_version = local_version(str(old_version), fp)
+    dist_name = src.name.split("-", 1)[0]  # the file's own spelling (normalized by the wheel that was built)
+    old_info, new_info = f"{dist_name}-{old_version}.dist-info", f"{dist_name}-{new_version}.dist-info"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
+
+    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-wheel-"))
+    try:
+        with zipfile.ZipFile(src) as zin:
+            infos = [i for i in zin.infolist() if not i.is_dir()]
+            zin.extractall(scratch)
+        outcome = switch(Tree(scratch, "installed"), manifest, names, op="build-wheel", ignore_hardware=True)
+        # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
+        # installed copy is then a managed tree (`apply.py --tree SITE-PACKAGES status` names the set, `revert`
+        # gives back the pristine release).
+        state_dir = scratch / "sglang" / STATE_DIR_NAME
+        for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
+            if leftover.name not in ("state.json", "objects"):
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        print(f"sglang-overlay: {src.name} + {', '.join(outcome.target) or 'no patches'}: "
+              f"{len(outcome.written)} file(s) changed", file=sys.stderr)
+
+        stamp = max(i.date_time for i in infos)
+        entries: list[tuple[zipfile.ZipInfo, bytes]] = []
+        seen = set()
+        for info in infos:
+            seen.add(info.filename)
+            path = scratch / info.filename
+            if not path.is_file() or info.filename == f"{old_info}/RECORD":
+                continue  # deleted by a patch; RECORD is regenerated below
+            entries.append((_renamed(info, old_info, new_info), path.read_bytes()))
+        for path in sorted(p for p in scratch.rglob("*") if p.is_file()):
+            rel = path.relative_to(scratch).as_posix()
+            if rel not in seen:  # added by the set (overlay files, the identity module)
+                info = zipfile.ZipInfo(rel, date_time=stamp)
+                info.external_attr = (0o100644 << 16)
+                entries.append((_renamed(info, old_info, new_info), path.read_bytes()))
+
+        meta_name = f"{new_info}/METADATA"
+        patches = ", ".join(outcome.target) or "none"
+        for i, (info, data) in enumerate(entries):
+            if info.filename == meta_name:
+                entries[i] = (info, _metadata(data, new_version, patches))
+
+        record = io.StringIO()
+        writer = csv.writer(record, lineterminator="\n")
+        for info, data in entries:
+            writer.writerow([info.filename, record_hash(data), len(data)])
+        writer.writerow([f"{new_info}/RECORD", "", ""])
+        rec_info = zipfile.ZipInfo(f"{new_info}/RECORD", date_time=stamp)
+        rec_info.external_attr = (0o100644 << 16)
+        # dist-info last, RECORD at the very end (the order wheel tools write and some readers expect)
+        entries.sort(key=lambda e: e[0].filename.startswith(new_info + "/"))
+        entries.append((rec_info, record.getvalue().encode()))
+
+        tmp_out = target.with_name(target.name + ".part")
+        with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+            for info, data in entries:
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zout.writestr(info, data)
+        os.replace(tmp_out, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:
+    name = info.filename
+    if name.startswith(old_info + "/"):
+        name = new_info + name[len(old_info):]
+    new = zipfile.ZipInfo(name, date_time=info.date_time)
+    new.external_attr = info.external_attr
+    return new
+
+
+def _metadata(data: bytes, version: str, patches: str) -> bytes:
+    text = data.decode("utf-8")
+    text, n = re.subn(r"^Version: .*$", f"Version: {version}", text, count=1, flags=re.M)
+    if n != 1:
+        raise BadInput("the pinned wheel's METADATA has no Version field")
+    text = re.sub(r"^(Summary: .*)$", lambda mt: f"{mt.group(1)} [sglang-overlay {version}: {patches}]", text,
+                  count=1, flags=re.M)
+    return text.encode("utf-8")

@@ -1,0 +1,112 @@
+"""`build-wheel` on the real pinned wheel: local version, RECORD, reproducibility, and a real install into a fresh
+venv (the wheel is cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one)."""
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from test_launch import MANIFEST  # the same small project: the pin and overlay_identity
+HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("wheelproj")
+    (d / "manifest.yaml").write_text(MANIFEST)
+    (d / "patches").mkdir()
+    shutil.copy(ROOT / "patches" / "overlay_identity.patch", d / "patches")
+    return d
+
+
+@pytest.fixture(scope="module")
+def built(project, tmp_path_factory, pinned_tree) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("dist")
+    proc = run_cli("--manifest", str(project / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity",
+                   "--out", str(out), check_rc=0)
+    fp = re.search(r"fingerprint ([0-9a-f]{64})", proc.stdout).group(1)
+    wheels = list(out.glob("*.whl"))
+    assert len(wheels) == 1
+    return wheels[0], fp
+
+
+def python312() -> str | None:
+    if sys.version_info[:2] == (3, 12):
+        return sys.executable
+    for cand in [shutil.which("python3.12"), *sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))]:
+        if cand and subprocess.run([str(cand), "-c", "import ensurepip, venv"], capture_output=True).returncode == 0:
+            return str(cand)
+    return None
+
+
+def test_name_version_metadata_and_record(built):
+    wheel, fp = built
+    version = f"0.5.17+ovl.{fp[:12]}"
+    assert wheel.name == f"sglang-{version}-cp312-cp312-manylinux_2_34_x86_64.whl"
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        info = f"sglang-{version}.dist-info"
+        assert not [n for n in names if n.startswith("sglang-0.5.17.dist-info/")]
+        meta = z.read(f"{info}/METADATA").decode()
+        assert re.search(rf"^Version: {re.escape(version)}$", meta, re.M)
+        assert "overlay_identity" in re.search(r"^Summary: .*$", meta, re.M).group(0)
+        ident = z.read("sglang/_overlay_build.py").decode()
+        assert f"FINGERPRINT = {fp!r}" in ident and "PATCHES = ('overlay_identity',)" in ident
+        assert "_overlay_identity()" in z.read("sglang/srt/entrypoints/http_server.py").decode()
+        assert not [n for n in names if n.endswith(("/lock", "/journal"))]
+        rows = list(csv.reader(io.StringIO(z.read(f"{info}/RECORD").decode())))
+        assert names[-1] == f"{info}/RECORD" and rows[-1] == [f"{info}/RECORD", "", ""]
+        listed = {r[0] for r in rows}
+        assert listed == set(names)
+        for path, digest, size in rows[:-1]:
+            data = z.read(path)
+            want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert digest == f"sha256={want}" and int(size) == len(data), path
+
+
+def test_same_set_gives_a_byte_identical_wheel(project, built, tmp_path):
+    wheel, _ = built
+    run_cli("--manifest", str(project / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity", "--out",
+            str(tmp_path), check_rc=0)
+    assert (tmp_path / wheel.name).read_bytes() == wheel.read_bytes()
+
+
+def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, sglang_tree, pinned_tree, tmp_path):
+    py = python312()
+    if py is None:
+        pytest.skip("no CPython 3.12 here to install the cp312 wheel into")
+    wheel, fp = built
+    venv = tmp_path / "venv"
+    subprocess.run([py, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], check=True)
+    show = subprocess.run([*pip, "show", "-f", "sglang"], capture_output=True, text=True, check=True).stdout
+    assert f"Version: 0.5.17+ovl.{fp[:12]}" in show
+    assert "overlay_identity" in show
+    assert "sglang/_overlay_build.py" in show
+    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path("
+                                "'purelib'))"], capture_output=True, text=True, check=True).stdout.strip())
+    # the patched file is byte for byte what `apply` makes of a checkout
+    run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "apply", "overlay_identity",
+            check_rc=0)
+    assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == (sglang_tree / HTTP_SERVER).read_bytes()
+    ns: dict = {}
+    exec((site / "sglang/_overlay_build.py").read_text(), ns)
+    assert ns["FINGERPRINT"] == fp and ns["PATCHES"] == ("overlay_identity",)
+    # the installed copy is a tree the tool manages: status names the set, revert restores the release
+    cli = ("--manifest", str(project / "manifest.yaml"), "--tree", str(site))
+    status = run_cli(*cli, "status", check_rc=0).stdout
+    assert fp[:12] in status and re.search(r"\[x\] overlay_identity", status), status
+    run_cli(*cli, "revert", "--all", check_rc=0)
+    assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == (pinned_tree / HTTP_SERVER).read_bytes()
+    assert not (site / "sglang/_overlay_build.py").exists()

@@ -160,6 +160,9 @@ def build_markdown(run_dir: Path) -> str:
         lines += ["", f"**Culprit: {b['culprit'] or 'none'}** — {b['reason']}. {b['n_probes']} verdict(s) "
                   f"(bound ceil(log2 n)+1 = {b['max_expected_probes']}), {b['server_starts_this_run']} server "
                   f"start(s) in this run, {b['elapsed_s'] / 60:.1f} min wall.", ""]
+    if v.identity_warnings:
+        lines += ["## Identity warnings", ""] + [f"- {w.get('arm')}: {'; '.join(w.get('warnings', []))}"
+                                               for w in v.identity_warnings] + [""]
     if v.failures:
         lines += ["## Failures", ""] + [f"- {f.get('arm')} round {f.get('round', 0) + 1} ({f.get('stage')}): "
                                        f"{f.get('error')}" for f in v.failures] + [""]

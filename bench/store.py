@@ -5,6 +5,7 @@ Record types (field "type"):
   start      one server start: arm, arm key, round, fingerprint, url, startup seconds, server version
   rep        one repetition's metrics (warmup: true ones are kept for transparency, never used in statistics)
   unit_done  a server start whose repetitions all completed (only these units count)
+  identity_warning  the server's overlay identity disagrees with the arm (or is missing)
   failure    what went wrong and the launcher's output tail
   bisect     the bisection's probes and culprit
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
@@ -63,7 +64,8 @@ class StoreView:
     units: dict[tuple[str, int], Unit]  # completed units only
     failures: list[dict]
     bisects: list[dict]
-    partial_reps: int  # reps of starts that never completed (interrupted)
+    partial_reps: int
+    identity_warnings: list[dict] = field(default_factory=list)  # reps of starts that never completed (interrupted)
 
     def samples(self, arm_key: str, metric: str) -> list[float]:
         out = []
@@ -103,4 +105,5 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     partial = sum(len(v) for sid, v in reps.items() if sid not in done)
     return StoreView(runs=[r for r in records if r.get("type") == "run"], units=units,
                      failures=[r for r in records if r.get("type") == "failure"],
-                     bisects=[r for r in records if r.get("type") == "bisect"], partial_reps=partial)
+                     bisects=[r for r in records if r.get("type") == "bisect"], partial_reps=partial,
+                     identity_warnings=[r for r in records if r.get("type") == "identity_warning"])

@@ -72,6 +72,8 @@ def main() -> int:
         print("fake: crashing on purpose during start", flush=True)
         return 1
     fp = hashlib.sha256((",".join(patches) + "|" + (profile or "")).encode()).hexdigest()[:16]
+    tree_fp = hashlib.sha256(",".join(patches).encode()).hexdigest()[:16]
+    lie = set(cfg.get("identity_lie", []))  # patches the "tree" silently lacks (for the warning test)
     rng = random.Random()
     slow = 1.0 + sum(cfg.get("costs", {}).get(p, 0.0) for p in patches)
     step_s = cfg.get("base_ms", 3.0) * slow * (1 + rng.gauss(0, cfg.get("start_noise", 0.0))) / 1e3
@@ -116,7 +118,9 @@ def main() -> int:
                             "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
                             "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
                 return self._send({"version": "0.5.17-fake", "internal_states": [st],
-                                   "overlay": {"fingerprint": fp, "patches": patches}})
+                                   "overlay": {"fingerprint": tree_fp, "launch_fingerprint": fp,
+                                               "patches": [p for p in patches if p not in lie],
+                                               "env_profile": profile}})
             return self._send({"error": "not found"}, 404)
 
         def do_POST(self):

@@ -9,6 +9,7 @@ import pytest
 
 from bench import store
 from bench.cli import main
+from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 
 def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, server_args=("--tp", "1"), rc=0):
@@ -47,7 +48,8 @@ def test_ab_detects_5pct_regression_and_writes_report(tmp_path, manifest, launch
     assert "All arms produced identical" in md
     starts_rec = [r for r in recs if r["type"] == "start"]
     assert len({r["fingerprint"] for r in starts_rec}) == 2 and all(r["startup_s"] >= 0 for r in starts_rec)
-    assert all(r["overlay"]["fingerprint"] == r["fingerprint"] for r in starts_rec)
+    assert all(r["overlay"]["launch_fingerprint"] == r["fingerprint"] for r in starts_rec)
+    assert not [r for r in recs if r["type"] == "identity_warning"]
 
 
 def test_no_difference_is_not_called_and_changed_output_is_flagged(tmp_path, manifest, launcher_arg, monkeypatch):
@@ -164,3 +166,11 @@ def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monk
     assert starts[0]["profile"] is None and starts[1]["profile"] == "nccl_pcie"
     assert starts[1]["env"]["NCCL_P2P_DISABLE"] == "1" and starts[1]["env"]["X_MARK"] == "7"
     assert "X_MARK" not in starts[0]["env"]
+
+
+def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                        ["--arms", "a=base+beta", "--restarts", "1"], {"identity_lie": ["beta"]})
+    w = [r for r in recs if r["type"] == "identity_warning"]
+    assert len(w) == 1 and "server carries ['alpha'], arm asked for ['alpha', 'beta']" in w[0]["warnings"][0]
+    assert "## Identity warnings" in (out / "report.md").read_text()

@@ -1,4 +1,4 @@
-"""Fixtures for bench tests: a small real manifest (overlay-kind entries) and the fake launcher command."""
+"""Fixtures for bench tests (imported by the test modules: a conftest.py here would shadow tests/conftest.py for `from conftest import ...`): a small real manifest and the fake launcher command."""
 from __future__ import annotations
 
 import json

@@ -164,6 +164,12 @@ def run(ctx, args) -> int:
     env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
 
     if args.dry_run:
+        if not args.ignore_hardware:  # refuse what the real run would refuse (switch checks the same gates)
+            from ..hardware import gate_fails
+            for n in names:
+                why = gate_fails(m.patch(n).cuda_capability) if n not in previous else None
+                if why:
+                    raise BadInput(f"{n}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
         for k in removed:
             print(f"unset {k}")
         for k in sorted(sets):

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -157,6 +157,9 @@ class Runner:
         env.update(STEP_TIME_ENV)
         if self.cfg.phase_timing:
             env.update(PHASE_TIMING_ENV)
+            # The timer's window (default 1000 steps) would mix the b1 and concurrent phases: keep it shorter
+            # than one phase so each snapshot describes the phase that just ran.
+            env["SGLANG_EAGLE_PHASE_TIMING_WINDOW"] = str(max(16, self.cfg.workload.max_new_tokens // 2))
         env.update(self.cfg.env)
         env.update(dict(arm.env))
         return env

@@ -63,17 +63,42 @@ def main() -> int:
     env = dict(os.environ)
     if profile:
         env.update(m.env_profile(profile).as_env())
-    if os.environ.get("FAKE_BENCH_LOG"):
-        with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
-            f.write(json.dumps({"patches": patches, "profile": profile, "server_args": server_args,
-                                "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))}})
-                    + "\n")
+    log_start(patches, profile, server_args, env)
     if set(patches) & set(cfg.get("fail", [])):
         print("fake: crashing on purpose during start", flush=True)
         return 1
     fp = hashlib.sha256((",".join(patches) + "|" + (profile or "")).encode()).hexdigest()[:16]
     tree_fp = hashlib.sha256(",".join(patches).encode()).hexdigest()[:16]
     lie = set(cfg.get("identity_lie", []))  # patches the "tree" silently lacks (for the warning test)
+    overlay = {"fingerprint": tree_fp, "launch_fingerprint": fp, "patches": [p for p in patches if p not in lie],
+               "env_profile": profile}
+    srv = make_server(patches, env, server_args, cfg, overlay, "127.0.0.1", 0)
+    time.sleep(cfg.get("start_s", 0.0))
+    print("starting fake sglang", flush=True)
+    print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
+    print(f"sglang-overlay: fingerprint {fp}", flush=True)
+    print(f"sglang-overlay: log {opts.get('log', '-')}", flush=True)
+    wait_for_signal(srv)
+    return 0
+
+
+def log_start(patches, profile, server_args, env) -> None:
+    if os.environ.get("FAKE_BENCH_LOG"):
+        with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
+            f.write(json.dumps({"patches": patches, "profile": profile, "server_args": server_args,
+                                "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))}})
+                    + "\n")
+
+
+def wait_for_signal(srv) -> None:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    signal.signal(signal.SIGINT, lambda *a: stop.set())
+    stop.wait()
+    srv.shutdown()
+
+
+def make_server(patches, env, server_args, cfg, overlay, host, port) -> ThreadingHTTPServer:
     rng = random.Random()
     slow = 1.0 + sum(cfg.get("costs", {}).get(p, 0.0) for p in patches)
     step_s = cfg.get("base_ms", 3.0) * slow * (1 + rng.gauss(0, cfg.get("start_noise", 0.0))) / 1e3
@@ -118,9 +143,7 @@ def main() -> int:
                             "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
                             "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
                 return self._send({"version": "0.5.17-fake", "internal_states": [st],
-                                   "overlay": {"fingerprint": tree_fp, "launch_fingerprint": fp,
-                                               "patches": [p for p in patches if p not in lie],
-                                               "env_profile": profile}})
+                                   "overlay": overlay})
             return self._send({"error": "not found"}, 404)
 
         def do_POST(self):
@@ -154,20 +177,10 @@ def main() -> int:
                                                                              for i in range(0, 32, 4)],
                                "meta_info": meta})
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv = ThreadingHTTPServer((host, port), H)
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    time.sleep(cfg.get("start_s", 0.0))
-    print("starting fake sglang", flush=True)
-    print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
-    print(f"sglang-overlay: fingerprint {fp}", flush=True)
-    print(f"sglang-overlay: log {opts.get('log', '-')}", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    signal.signal(signal.SIGINT, lambda *a: stop.set())
-    stop.wait()
-    srv.shutdown()
-    return 0
+    return srv
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """CPU-testable parts of the OEA micro-benchmark: the routing generator, counting, and the report."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest

@@ -188,7 +188,10 @@ def run(ctx, args) -> int:
           flush=True)
     code: int | None = None
     try:
-        server.start()
+        try:
+            server.start()
+        except OSError as e:  # the interpreter is missing or not executable
+            raise BadInput(f"cannot start {argv[0]}: {e.strerror}", hint="check --python") from None
         try:
             server.wait_healthy(url, args.health_timeout)
         except Stopped as stopped:

@@ -23,8 +23,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
 
 from ..errors import BadInput
 from ..fetch import pinned_wheel
@@ -45,6 +43,8 @@ def add_arguments(p) -> None:
 
 
 def local_version(pin_version: str, fp: str) -> str:
+    from packaging.version import Version  # only build-wheel needs packaging; keep status/apply light
+
     v = Version(f"{pin_version}+ovl.{short(fp)}")  # validates it as PEP 440
     return str(v)
 
@@ -68,6 +68,8 @@ def run(ctx, args) -> int:
 
 
 def build(manifest, names, src: Path, out_dir: Path) -> Path:
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
     dist, old_version, build_tag, tags = parse_wheel_filename(src.name)
     if build_tag:
         raise BadInput(f"{src.name}: wheels with a build tag are not supported")

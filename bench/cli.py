@@ -46,7 +46,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument("--b1-requests", type=int, default=4)
     m.add_argument("--concurrency", type=int, default=8)
     m.add_argument("--metric", default="step_ms_b1",
-                   choices=["step_ms_b1", "step_ms_bc", "tok_s_b1", "tok_s_bc"])
+                   choices=["step_ms_b1", "step_ms_bc", "tok_s_b1", "tok_s_bc", "eagle_verify_ms_b1",
+                            "eagle_draft_ms_b1", "eagle_draft_extend_ms_b1", "eagle_step_ms_b1"],
+                   help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)")
     m.add_argument("--alpha", type=float, default=0.01)
     m.add_argument("--min-effect", type=float, default=0.02, help="relative; 0.02 = 2%%")
     o = p.add_argument_group("results")
@@ -68,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: apply.py --env-profile")
     _add_run_options(p)
     p = sub.add_parser("ablate", help="each patch alone on the base set, and each left out of the full set")
-    p.add_argument("--base", default="base")
+    p.add_argument("--base", default="none", help="set the single patches are added to (default: pristine)")
     p.add_argument("--full", default="full")
     p.add_argument("--patches", default=None, help="comma list to ablate (default: full minus base, code-changing)")
     p.add_argument("--mode", choices=["both", "alone", "leave-out"], default="both")

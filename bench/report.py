@@ -16,7 +16,10 @@ from .stats import compare, cv, median_ci
 PHASES = ("draft", "verify", "draft_extend", "step")
 # (metric, label, lower is better)
 METRICS = (("step_ms_b1", "step ms (batch 1)", True), ("step_ms_bc", "step ms (concurrent)", True),
-           ("tok_s_b1", "tok/s (batch 1)", False), ("tok_s_bc", "tok/s (concurrent)", False))
+           ("tok_s_b1", "tok/s (batch 1)", False), ("tok_s_bc", "tok/s (concurrent)", False),
+           ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
+           ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),
+           ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True))
 
 
 @dataclass
@@ -138,7 +141,10 @@ def build_markdown(run_dir: Path) -> str:
         for section, ref, arm in comps:
             if ref not in by_name or arm not in by_name:
                 continue
-            for m, label, lower in METRICS:
+            metrics = list(METRICS)
+            if metric not in [m_ for m_, _, _ in metrics]:
+                metrics.insert(0, (metric, metric, not metric.startswith("tok_s")))
+            for m, label, lower in metrics:
                 a, b = by_name[ref].values(m), by_name[arm].values(m)
                 if not a or not b:
                     continue

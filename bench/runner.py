@@ -68,6 +68,10 @@ class RunAborted(RuntimeError):
     pass
 
 
+def lower_is_better(metric: str) -> bool:
+    return not metric.startswith("tok_s")
+
+
 def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> list[str]:
     """Does the running server say it carries what this arm asked for? (overlay_identity patch)
 
@@ -282,7 +286,8 @@ def bisect_run(runner: Runner, catalog: Catalog, good: ArmSpec, bad: ArmSpec) ->
     runner.run_interleaved([good, bad])
     v = runner.view()
     g, b = v.samples(good.key, cfg.metric), v.samples(bad.key, cfg.metric)
-    endpoint = compare(g, b, alpha=cfg.alpha, min_effect=cfg.min_effect)
+    lower = lower_is_better(cfg.metric)
+    endpoint = compare(g, b, alpha=cfg.alpha, min_effect=cfg.min_effect, lower_is_better=lower)
     mg, mb = statistics.median(g), statistics.median(b)
     probes_meta: list[dict] = []
 
@@ -300,7 +305,8 @@ def bisect_run(runner: Runner, catalog: Catalog, good: ArmSpec, bad: ArmSpec) ->
         m = statistics.median(xs)
         verdict = Verdict.BAD if abs(m - mb) < abs(m - mg) else Verdict.GOOD
         probes_meta.append({"patches": list(closed), "arm": arm.name, "key": arm.key, "median": m,
-                            "vs_good": compare(g, xs, alpha=cfg.alpha, min_effect=cfg.min_effect).to_dict(),
+                            "vs_good": compare(g, xs, alpha=cfg.alpha, min_effect=cfg.min_effect,
+                                               lower_is_better=lower).to_dict(),
                             "verdict": verdict.value})
         progress(f"bisect probe {arm.name} ({arm.pset.label}): median {m:.4f} vs good {mg:.4f} / bad {mb:.4f} "
                  f"-> {verdict.value}")

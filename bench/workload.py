@@ -137,6 +137,12 @@ class RepMetrics:
     server_accept_len: float | None  # cumulative since start (internal_states[0].avg_spec_accept_length)
     eagle_b1: dict | None = None  # internal_states[0].eagle_phase_timing after each phase (eagle_profiling)
     eagle_bc: dict | None = None
+    # p50 of each EAGLE phase over the timer's window at the end of the b1 phase (None without the patch/env):
+    # flattened so they can be the primary metric (e.g. a verify-only regression hides in a bimodal step time)
+    eagle_draft_ms_b1: float | None = None
+    eagle_verify_ms_b1: float | None = None
+    eagle_draft_extend_ms_b1: float | None = None
+    eagle_step_ms_b1: float | None = None
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -173,6 +179,11 @@ def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, before
         eagle_phase_timing=state.get("eagle_phase_timing")), state
 
 
+def _p50(timing: dict | None, phase: str) -> float | None:
+    v = ((timing or {}).get(phase) or {})
+    return float(v["p50_ms"]) if v.get("count") and v.get("p50_ms") is not None else None
+
+
 def run_rep(base: str, wl: Workload) -> RepMetrics:
     prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency))
     before = step_counts(internal_state(server_info(base)))
@@ -184,4 +195,8 @@ def run_rep(base: str, wl: Workload) -> RepMetrics:
         n_steps_b1=len(b1.step_s), n_steps_bc=len(bc.step_s),
         hash_b1=b1.output_hash(), hash_bc=bc.output_hash(),
         server_accept_len=state2.get("avg_spec_accept_length"),
-        eagle_b1=b1.eagle_phase_timing, eagle_bc=bc.eagle_phase_timing)
+        eagle_b1=b1.eagle_phase_timing, eagle_bc=bc.eagle_phase_timing,
+        eagle_draft_ms_b1=_p50(b1.eagle_phase_timing, "draft"),
+        eagle_verify_ms_b1=_p50(b1.eagle_phase_timing, "verify"),
+        eagle_draft_extend_ms_b1=_p50(b1.eagle_phase_timing, "draft_extend"),
+        eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"))

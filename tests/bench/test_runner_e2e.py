@@ -73,7 +73,7 @@ def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, 
 
 def test_ablate_names_the_planted_patch(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--patches", "beta,planted,delta", "--restarts", "1", "--reps-per-start", "9",
+                             ["--base", "base", "--patches", "beta,planted,delta", "--restarts", "1", "--reps-per-start", "9",
                               "--warmup-reps", "0"], {"costs": {"planted": 0.05}, "noise": 0.003})
     run = next(r for r in recs if r["type"] == "run")
     assert [a["name"] for a in run["arms"]] == ["base", "full", "+beta", "-beta", "+planted", "-planted",
@@ -112,7 +112,7 @@ def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launc
     fake = {"costs": {"planted": 0.05}, "noise": 0.003}
     common = ["--restarts", "1", "--reps-per-start", "7", "--warmup-reps", "0"]
     out1, _, starts1 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                            ["--patches", "planted", "--mode", "both", *common], fake)
+                            ["--base", "base", "--patches", "planted", "--mode", "both", *common], fake)
     n1 = len(starts1)
     out2, recs2, starts2 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
                                 ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl"), *common],
@@ -172,3 +172,17 @@ def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher
     w = [r for r in recs if r["type"] == "identity_warning"]
     assert len(w) == 1 and "server carries ['alpha'], arm asked for ['alpha', 'beta']" in w[0]["warnings"][0]
     assert "## Identity warnings" in (out / "report.md").read_text()
+
+
+def test_bisect_on_the_eagle_verify_metric(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                             ["--good", "base+eagle_profiling", "--bad", "full", "--metric", "eagle_verify_ms_b1",
+                              "--restarts", "1", "--reps-per-start", "6", "--warmup-reps", "0"],
+                             {"costs": {"delta": 0.05}, "noise": 0.003},
+                             server_args=("--speculative-algorithm", "EAGLE3"))
+    b = next(r for r in recs if r["type"] == "bisect")
+    assert b["culprit"] == "delta" and b["endpoint"]["verdict"] == "regression"
+    reps = [r["metrics"] for r in recs if r["type"] == "rep"]
+    assert all(m["eagle_verify_ms_b1"] is not None for m in reps)
+    md = (out / "report.md").read_text()
+    assert "| bisect endpoints | good | bad | EAGLE verify p50 ms (b1) | +5.00% |" in md

@@ -184,7 +184,7 @@ def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
     scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-3way-"))
     try:
         env_repo = ["-c", "user.name=x", "-c", "user.email=x@localhost"]
-        git("init", "-q", cwd=scratch, env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
+        git("init", "-q", "--template=", cwd=scratch, env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
         for f in p.diff.files:
             data = original(f)
             if data is not None:  # the blobs the patch's index lines name, so git can merge

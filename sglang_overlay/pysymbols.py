@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 
@@ -13,20 +14,27 @@ def _defs(tree: ast.AST, prefix: str = ""):
             yield from _defs(node, name + ".")
 
 
+@functools.lru_cache(maxsize=64)
 def _parse(text: str):
+    # The radar asks about the same 9000-line files many times; parsing dominates its run time otherwise.
     try:
         return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 
 
+@functools.lru_cache(maxsize=64)
+def _all_defs(text: str) -> tuple:
+    tree = _parse(text)
+    return tuple(_defs(tree)) if tree is not None else ()
+
+
 def enclosing_symbol(text: str, line: int) -> str | None:
     """The innermost class/function (qualified, e.g. `Cls.method`) whose body holds `line`."""
-    tree = _parse(text)
-    if tree is None:
+    if _parse(text) is None:
         return None
     best = None
-    for name, node in _defs(tree):
+    for name, node in _all_defs(text):
         start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         if start <= line <= (node.end_lineno or node.lineno):
             if best is None or len(name) > len(best):
@@ -35,10 +43,7 @@ def enclosing_symbol(text: str, line: int) -> str | None:
 
 
 def symbol_span(text: str, qualname: str) -> tuple[int, int] | None:
-    tree = _parse(text)
-    if tree is None:
-        return None
-    for name, node in _defs(tree):
+    for name, node in _all_defs(text):
         if name == qualname:
             return node.lineno, node.end_lineno or node.lineno
     return None
@@ -46,10 +51,9 @@ def symbol_span(text: str, qualname: str) -> tuple[int, int] | None:
 
 def has_symbols(text: str, qualnames) -> list[str]:
     """The qualified names from `qualnames` that the module does NOT define."""
-    tree = _parse(text)
-    if tree is None:
+    if _parse(text) is None:
         return list(qualnames)
-    defined = {name for name, _ in _defs(tree)}
+    defined = {name for name, _ in _all_defs(text)}
     return [q for q in qualnames if q not in defined]
 
 

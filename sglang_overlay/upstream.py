@@ -28,7 +28,7 @@ def prove(patch: Patch, read: Callable[[str], bytes | None]) -> ProofResult:
         text = data.decode("utf-8", errors="replace")
         missing = has_symbols(text, proof.symbols)
         problems += [f"`{s}` is missing from {proof.file}" for s in missing]
-        problems += [f"{proof.file} lacks the line {c!r}" for c in proof.contains if c not in text]
+        problems += [f"{proof.file} lacks the line {_first_line(c)!r}" for c in proof.contains if c not in text]
         if not missing and proof.symbols:
             evidence.append(f"{len(proof.symbols)} symbol(s) present")
         if proof.contains and all(c in text for c in proof.contains):
@@ -43,3 +43,8 @@ def prove(patch: Patch, read: Callable[[str], bytes | None]) -> ProofResult:
     if problems:
         return ProofResult(False, "; ".join(problems))
     return ProofResult(True, ", ".join(evidence))
+
+
+def _first_line(snippet: str) -> str:
+    first = snippet.strip().splitlines()[0] if snippet.strip() else snippet
+    return first + (" ..." if "\n" in snippet.strip() else "")

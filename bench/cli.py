@@ -9,6 +9,7 @@ from pathlib import Path
 
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 EXIT_ABORTED = 3
+EXIT_BUDGET = 4
 
 
 def _split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -51,6 +52,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
                    help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)")
     m.add_argument("--alpha", type=float, default=0.01)
     m.add_argument("--min-effect", type=float, default=0.02, help="relative; 0.02 = 2%%")
+    m.add_argument("--time-budget", type=float, default=None, metavar="S",
+                   help="stop before a server start that would end past S seconds (keeps data; --resume later)")
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
     o.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -109,7 +112,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
                      workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency),
                      restarts=a.restarts, reps_per_start=a.reps_per_start, warmup_reps=a.warmup_reps,
                      phase_timing=not a.no_phase_timing, env=dict(a.env), metric=a.metric, alpha=a.alpha,
-                     min_effect=a.min_effect, reuse=list(a.reuse))
+                     min_effect=a.min_effect, reuse=list(a.reuse), time_budget_s=a.time_budget)
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -178,7 +181,7 @@ def _arms_and_comparisons(kind: str, a, catalog):
 def run_measurement(kind: str, argv_full: list[str]) -> int:
     from . import store
     from .report import write_report
-    from .runner import Runner, RunAborted, bisect_run, progress
+    from .runner import BudgetExhausted, Runner, RunAborted, bisect_run, progress
     from .sets import Catalog, SetError
 
     ap = build_parser()
@@ -222,6 +225,10 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except RunAborted as e:
         print(f"bench: aborted: {e}", file=sys.stderr)
         rc = EXIT_ABORTED
+    except BudgetExhausted as e:
+        print(f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`",
+              file=sys.stderr)
+        rc = EXIT_BUDGET
     except KeyboardInterrupt:
         print(f"bench: interrupted; what was measured is in {cfg.store_path}; continue with "
               f"`python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)

@@ -252,10 +252,17 @@ def plot(run_dir: Path) -> Path:
 
 def write_report(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
+    note = ""
     try:
         plot(run_dir)
+    except ImportError as e:
+        # sglang installs do not always carry matplotlib (only its "test" extra does); the data is all in the
+        # JSONL, so the plot can be made later on any machine with `python -m bench report RUN_DIR`.
+        note = f"No plot: {e}. Run `python -m bench report {run_dir}` where matplotlib is installed."
     except ValueError as e:  # nothing measured yet: the markdown still says so
-        print(f"bench report: no plot ({e})")
+        note = f"No plot: {e}"
+    if note:
+        print(f"bench report: {note}")
     out = run_dir / "report.md"
-    out.write_text(build_markdown(run_dir) + "\n")
+    out.write_text(build_markdown(run_dir) + ("\n" + note + "\n" if note else "") + "\n")
     return out

@@ -51,6 +51,7 @@ class RunConfig:
     min_effect: float = 0.02
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
+    time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
 
     @property
     def store_path(self) -> Path:
@@ -66,6 +67,10 @@ class RunConfig:
 
 class RunAborted(RuntimeError):
     pass
+
+
+class BudgetExhausted(RuntimeError):
+    """The next server start would not finish within --time-budget: stop cleanly, keep everything."""
 
 
 def lower_is_better(metric: str) -> bool:
@@ -168,7 +173,18 @@ class Runner:
         env.update(dict(arm.env))
         return env
 
+    def _check_budget(self, arm: ArmSpec) -> None:
+        if self.cfg.time_budget_s is None or self.units_started == 0:
+            return  # the first start of an invocation always runs, or a small budget could never progress
+        walls = [u.wall_s for u in self.view().units.values() if u.wall_s]
+        # estimate of one more start: the slowest seen so far (starts are 1-2.5 min and vary)
+        need = max(walls) if walls else 0.0
+        if self.elapsed() + need > self.cfg.time_budget_s:
+            raise BudgetExhausted(f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
+                                  f"the next start ({arm.name}) needs ~{need:.0f}s")
+
     def run_unit(self, arm: ArmSpec, rnd: int, label: str) -> list[RepMetrics]:
+        self._check_budget(arm)
         sid = uuid.uuid4().hex[:12]
         console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
         t0 = time.monotonic()

@@ -73,7 +73,7 @@ def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, 
 
 def test_ablate_names_the_planted_patch(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "base", "--patches", "beta,planted,delta", "--restarts", "1", "--reps-per-start", "9",
+                             ["--base", "base", "--patches", "beta,planted,delta", "--restarts", "1", "--reps-per-start", "6",
                               "--warmup-reps", "0"], {"costs": {"planted": 0.05}, "noise": 0.003})
     run = next(r for r in recs if r["type"] == "run")
     assert [a["name"] for a in run["arms"]] == ["base", "full", "+beta", "-beta", "+planted", "-planted",
@@ -186,3 +186,18 @@ def test_bisect_on_the_eagle_verify_metric(tmp_path, manifest, launcher_arg, mon
     assert all(m["eagle_verify_ms_b1"] is not None for m in reps)
     md = (out / "report.md").read_text()
     assert "| bisect endpoints | good | bad | EAGLE verify p50 ms (b1) | +5.00% |" in md
+
+
+def test_time_budget_stops_cleanly_and_resume_finishes(tmp_path, manifest, launcher_arg, monkeypatch):
+    # each fake start takes >= 0.3 s: a 0.5 s budget allows the first start only
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--time-budget", "0.5"],
+                             {"start_s": 0.3}, rc=4)
+    assert len(starts) == 1 and len([r for r in recs if r["type"] == "unit_done"]) == 1
+    assert (out / "report.md").exists()
+    monkeypatch.setenv("FAKE_BENCH", "{}")
+    # the recorded command carries the budget too; a resumed run gets the same budget per invocation
+    for _ in range(3):
+        if main(["ab", "--resume", str(out)]) == 0:
+            break
+    assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4

@@ -58,6 +58,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
     o.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue an interrupted run with its recorded command")
+    o.add_argument("--dry-run", action="store_true",
+                   help="print the arms, their sets and launch commands, and the number of server starts; run nothing")
     o.add_argument("--reuse", type=Path, action="append", default=[], metavar="JSONL",
                    help="pool completed starts of identical arms from another store (same workload/server args)")
     p.epilog = "Server arguments for `python -m sglang.launch_server` go after `--`."
@@ -209,6 +211,8 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         return 2
     argv = [sys.executable, "-m", "bench", kind, *argv_full]
     cfg = _make_config(kind, a, server_args, argv)
+    if a.dry_run:
+        return _dry_run(kind, cfg, arms, catalog, extra)
     runner = Runner(cfg, arms, comps, extra_run_fields=extra)
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
@@ -236,6 +240,30 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     report = write_report(cfg.out_dir)
     progress(f"report {report}")
     return rc
+
+
+def _dry_run(kind, cfg, arms, catalog, extra) -> int:
+    import math
+
+    from .bisect import candidates_between
+    from .launcher import launch_command
+
+    uniq = {a.key: a for a in arms}
+    for a in arms:
+        print(f"arm {a.name}: {a.pset.label}" + (f" @{a.env_profile}" if a.env_profile else "")
+              + (f" env {dict(a.env)}" if a.env else ""))
+        print("   " + " ".join(shlex.quote(c) for c in launch_command(cfg.launch, a, Path("LOG"))))
+    for s in extra.get("skipped", []):
+        print(f"skipped {s}")
+    starts = len(uniq) * cfg.restarts
+    if kind == "bisect":
+        cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
+        probes = (math.ceil(math.log2(len(cands))) if len(cands) > 1 else 0)
+        print(f"candidates: {', '.join(cands) or '(none)'}; at most {probes} probe set(s) after the references")
+        starts += probes * cfg.restarts
+    print(f"server starts (before --reuse): {starts} (x {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each); "
+          f"out: {cfg.out_dir}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -166,6 +166,13 @@ def build_markdown(run_dir: Path) -> str:
         lines += ["", f"**Culprit: {b['culprit'] or 'none'}** — {b['reason']}. {b['n_probes']} verdict(s) "
                   f"(bound ceil(log2 n)+1 = {b['max_expected_probes']}), {b['server_starts_this_run']} server "
                   f"start(s) in this run, {b['elapsed_s'] / 60:.1f} min wall.", ""]
+    nccl = [(r.name, u) for r in rows for u in r.units if u.nccl_env_lines]
+    if nccl:
+        lines += ["## Environment seen by each rank (nccl_env_log)", ""]
+        for name, u in nccl:
+            lines.append(f"- {name} round {u.round + 1}: {len(u.nccl_env_lines)} rank line(s)")
+            lines += [f"    - `{ln}`" for ln in u.nccl_env_lines]
+        lines.append("")
     if v.identity_warnings:
         lines += ["## Identity warnings", ""] + [f"- {w.get('arm')}: {'; '.join(w.get('warnings', []))}"
                                                for w in v.identity_warnings] + [""]

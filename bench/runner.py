@@ -73,6 +73,26 @@ class BudgetExhausted(RuntimeError):
     """The next server start would not finish within --time-budget: stop cleanly, keep everything."""
 
 
+NCCL_ENV_MARK = "sglang-overlay nccl_env"
+
+
+def nccl_env_lines(logs: list[Path], console: Path, limit: int = 64) -> list[str]:
+    """The nccl_env_log patch's per-rank lines ("sglang-overlay nccl_env tp_rank=.. NAME=VALUE ..."), so the
+    report can show that every rank saw the env profile. Empty when the patch is not applied."""
+    out: list[str] = []
+    for path in [*logs, console]:
+        try:
+            with open(path, errors="replace") as f:
+                for line in f:
+                    if NCCL_ENV_MARK in line:
+                        out.append(line[line.index(NCCL_ENV_MARK):].strip())
+        except OSError:
+            continue
+        if out:
+            break
+    return out[:limit]
+
+
 def lower_is_better(metric: str) -> bool:
     return not metric.startswith("tok_s")
 
@@ -235,7 +255,8 @@ class Runner:
         rc = launcher.stop(srv, self.cfg.launch)
         wall = time.monotonic() - t0
         self.rec({"type": "unit_done", "start_id": sid, "arm_key": arm.key, "round": rnd, "n_reps": len(reps),
-                  "wall_s": round(wall, 2), "launcher_rc": rc})
+                  "wall_s": round(wall, 2), "launcher_rc": rc,
+                  "nccl_env_lines": nccl_env_lines([Path(srv.log)] if srv.log else [], console)})
         self._progress_line(arm, rnd, srv.startup_s, wall, label)
         return reps
 

@@ -56,6 +56,7 @@ class Unit:
     reps: list[dict] = field(default_factory=list)  # metrics dicts of non-warmup reps
     wall_s: float = 0.0
     startup_s: float = 0.0
+    nccl_env_lines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -100,7 +101,8 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             continue
         u = Unit(arm_key=s["arm_key"], round=s["round"], start_id=sid, arm=s["arm"],
                  fingerprint=s.get("fingerprint", ""), reps=[x["metrics"] for x in reps[sid]],
-                 wall_s=d.get("wall_s", 0.0), startup_s=s.get("startup_s", 0.0))
+                 wall_s=d.get("wall_s", 0.0), startup_s=s.get("startup_s", 0.0),
+                 nccl_env_lines=d.get("nccl_env_lines") or [])
         units.setdefault((u.arm_key, u.round), u)
     partial = sum(len(v) for sid, v in reps.items() if sid not in done)
     return StoreView(runs=[r for r in records if r.get("type") == "run"], units=units,

@@ -13,7 +13,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 FAKE = Path(__file__).with_name("fake_apply.py")
-PATCHES = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta")
+PATCHES = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta", "nccl_env_log")
 
 
 @pytest.fixture

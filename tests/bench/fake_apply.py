@@ -73,6 +73,13 @@ def main() -> int:
     overlay = {"fingerprint": tree_fp, "launch_fingerprint": fp, "patches": [p for p in patches if p not in lie],
                "env_profile": profile}
     srv = make_server(patches, env, server_args, cfg, overlay, "127.0.0.1", 0)
+    if "nccl_env_log" in patches and opts.get("log"):
+        # what the nccl_env_log patch writes: one line per scheduler (TP rank) into the server log
+        tp = int(server_args[server_args.index("--tp") + 1]) if "--tp" in server_args else 1
+        nccl = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("NCCL_"))
+        with open(opts["log"], "a") as f:
+            for r in range(tp):
+                f.write(f"[2026] INFO sglang-overlay nccl_env tp_rank={r} pp_rank=0 dp_rank=0 gpu_id={r} pid=1 {nccl}\n")
     time.sleep(cfg.get("start_s", 0.0))
     print("starting fake sglang", flush=True)
     print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)

@@ -159,11 +159,17 @@ def test_missing_step_time_fails_loudly(tmp_path, manifest, launcher_arg, monkey
 
 def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "none=base", "pcie=base@nccl_pcie", "--restarts", "1",
-                              "--arm-env", "pcie:X_MARK=7"], {})
+                             ["--arms", "none=base+nccl_env_log", "pcie=base+nccl_env_log@nccl_pcie", "--restarts",
+                              "1", "--arm-env", "pcie:X_MARK=7"], {}, server_args=("--tp", "2"))
     assert starts[0]["profile"] is None and starts[1]["profile"] == "nccl_pcie"
     assert starts[1]["env"]["NCCL_P2P_DISABLE"] == "1" and starts[1]["env"]["X_MARK"] == "7"
     assert "X_MARK" not in starts[0]["env"]
+    done = [r for r in recs if r["type"] == "unit_done"]
+    assert [len(d["nccl_env_lines"]) for d in done] == [2, 2]
+    assert all("NCCL_P2P_DISABLE=1" in ln for ln in done[1]["nccl_env_lines"])
+    assert not any("NCCL_P2P_DISABLE" in ln for ln in done[0]["nccl_env_lines"])
+    md = (out / "report.md").read_text()
+    assert "## Environment seen by each rank (nccl_env_log)" in md and "tp_rank=1" in md
 
 
 def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher_arg, monkeypatch):
@@ -201,3 +207,12 @@ def test_time_budget_stops_cleanly_and_resume_finishes(tmp_path, manifest, launc
         if main(["ab", "--resume", str(out)]) == 0:
             break
     assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4
+
+
+def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                             ["--good", "base", "--bad", "full", "--restarts", "2", "--dry-run"], {})
+    text = capsys.readouterr().out
+    assert starts == [] and recs == [] and not out.exists()
+    assert "launch --set base" in text and "launch --set full" in text
+    assert "at most 3 probe set(s)" in text and "server starts (before --reuse): 10" in text

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The recorded GPU runs of issue 6, one H200 (tp2: two). Each step is one device command (< 9 min, guarded by
+# --time-budget); results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
+#
+#   bash bench/gpu_runs.sh ablate              # 4 starts: full_planted, and each of 3 patches left out
+#   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh bisect     # <= 3 starts (bad set reused)
+#   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh profiling  # 1 start (on / not applied reused)
+#   bash bench/gpu_runs.sh oea                 # no server; ~2-3 min (Triton JIT + 34 GB of expert weights)
+#   bash bench/gpu_runs.sh tp2                 # on 2 GPUs: 2 starts, nccl_pcie profile vs none
+#
+# DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
+set -euo pipefail
+step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2}
+OUT=${OUT:-bench/results/manual}
+PY=${PYTHON:-python}
+BUDGET=${BUDGET:-500}
+# The tree the tool patches: the sglang installed in this interpreter (site-packages), found without importing it.
+SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirname(os.path.dirname(u.find_spec('sglang').origin)))")}
+TINY=${TINY:-/tmp/tiny}
+[ -f "$TINY/target/config.json" ] || $PY -m bench tinymodel "$TINY" >/dev/null
+PLANTED=tests/bench/planted/manifest.yaml
+# Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; small CUDA-graph
+# batch range to keep server starts short; decode-log-interval 8 so every phase has many step-time entries.
+SA=(--model-path "$TINY/target" --load-format dummy --speculative-algorithm EAGLE3
+    --speculative-draft-model-path "$TINY/draft" --speculative-draft-load-format dummy
+    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
+    --attention-backend flashinfer --cuda-graph-max-bs 8 --decode-log-interval 8 --disable-radix-cache
+    --skip-server-warmup --mem-fraction-static 0.6 --port 30000)
+# Same method options everywhere: --reuse only pools starts measured under an identical configuration.
+M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 8 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
+   --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
+run() { echo "+ $*" >&2; "$@"; }
+case "$step" in
+  ablate)
+    run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
+      --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;
+  bisect)
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted --metric eagle_verify_ms_b1 \
+      --reuse "${REUSE:?REUSE=<ablate results.jsonl>}" "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
+  profiling)
+    run $PY -m bench ab --manifest $PLANTED --arms on=full_planted notapplied=full_planted-eagle_profiling \
+      off=full_planted --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
+      --reuse "${REUSE:?REUSE=<ablate results.jsonl>}" "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
+  oea)
+    run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
+      --batches 1,4,16,64 --k0 off,3,4,5,6 --iters 200 ;;
+  tp2)
+    run $PY -m bench ab --arms none=full pcie=full@nccl_pcie "${M[@]}" --out "$OUT/tp2" -- "${SA[@]}" --tp 2 ;;
+  *) echo "unknown step $step" >&2; exit 2 ;;
+esac

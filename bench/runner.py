@@ -261,6 +261,11 @@ class Runner:
         return reps
 
     def _check_rep(self, arm: ArmSpec, m: RepMetrics) -> None:
+        value = getattr(m, self.cfg.metric, None)
+        if self.cfg.metric.startswith("eagle_") and value is None:
+            raise WorkloadError(f"metric {self.cfg.metric} missing for arm {arm.name}: the set needs "
+                                f"eagle_profiling, the server SGLANG_EAGLE_PHASE_TIMING=1 (not --no-phase-timing) "
+                                f"and an EAGLE speculative algorithm")
         if m.n_steps_b1 == 0 and self.cfg.metric.endswith("_b1"):
             raise WorkloadError(
                 f"no step-time entry for batch 1 in the b1 phase: {self.cfg.workload.b1_requests} requests x "

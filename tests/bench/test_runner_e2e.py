@@ -216,3 +216,11 @@ def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg
     assert starts == [] and recs == [] and not out.exists()
     assert "launch --set base" in text and "launch --set full" in text
     assert "at most 3 probe set(s)" in text and "server starts (before --reuse): 10" in text
+
+
+def test_eagle_metric_without_phase_timing_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                        ["--arms", "a=base", "--restarts", "1", "--metric", "eagle_verify_ms_b1"], {},
+                        server_args=("--speculative-algorithm", "EAGLE3"), rc=3)
+    f = next(r for r in recs if r["type"] == "failure")
+    assert "needs eagle_profiling" in f["error"]

@@ -134,25 +134,31 @@ def build_markdown(run_dir: Path) -> str:
     lines += ["## Greedy outputs", ""] + (flags or ["All arms produced identical batch-1 greedy outputs in every "
                                                     "repetition."]) + [""]
     # comparisons
-    comps = run.get("comparisons") or []
+    comps = [c for c in (run.get("comparisons") or []) if c[1] in by_name and c[2] in by_name]
     if comps:
-        lines += ["## Comparisons", "", "| section | reference | arm | metric | change | p (MWU) | verdict |",
-                  "|---|---|---|---|---|---|---|"]
+        metrics = [m_ for m_ in METRICS if m_[0] != metric]
+        metrics.insert(0, (metric, dict((m_[0], m_[1]) for m_ in METRICS).get(metric, metric),
+                           not metric.startswith("tok_s")))
+        primary, others = [], []
         for section, ref, arm in comps:
-            if ref not in by_name or arm not in by_name:
-                continue
-            metrics = list(METRICS)
-            if metric not in [m_ for m_, _, _ in metrics]:
-                metrics.insert(0, (metric, metric, not metric.startswith("tok_s")))
-            for m, label, lower in metrics:
+            for i, (m, label, lower) in enumerate(metrics):
                 a, b = by_name[ref].values(m), by_name[arm].values(m)
                 if not a or not b:
                     continue
                 c = compare(a, b, alpha=alpha, min_effect=min_eff, lower_is_better=lower)
                 verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
-                lines.append(f"| {section} | {ref} | {arm} | {label} | {c.rel_change * 100:+.2f}% | "
-                             f"{_fmt(c.p_value, 4)} | {verdict} |")
-        lines.append("")
+                row = (f"| {section} | {ref} | {arm} | {label} | {c.rel_change * 100:+.2f}% | "
+                       f"{_fmt(c.p_value, 4)} | {verdict} |")
+                (primary if i == 0 else others).append(row)
+        head = ["| section | reference | arm | metric | change | p (MWU) | verdict |", "|---|---|---|---|---|---|---|"]
+        lines += [f"## Comparisons: primary metric `{metric}`", ""] + head + primary + [""]
+        if others:
+            lines += ["## Comparisons: other metrics", ""] + head + others + [""]
+    cvs = [(r.name, cv(r.values("step_ms_b1"))) for r in rows if len(r.values("step_ms_b1")) >= 2]
+    if cvs:
+        worst = max(cvs, key=lambda x: x[1])
+        lines += [f"Step-time CV at batch 1: worst arm {worst[0]} {worst[1] * 100:.2f}% (target < 2%); "
+                  f"per arm: " + ", ".join(f"{n} {c_ * 100:.2f}%" for n, c_ in cvs) + ".", ""]
     for b in v.bisects:
         lines += ["## Bisect", "", f"good `{b['good']}` -> bad `{b['bad']}`; candidates: "
                   f"{', '.join(b['candidates']) or '(none)'}",

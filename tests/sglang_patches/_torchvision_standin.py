@@ -57,4 +57,13 @@ def install():
         for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
             del sys.modules[k]
     sys.meta_path.insert(0, _Finder())
+    # transformers caches "is torchvision available?" (lru_cache); if something imported and asked
+    # before the stand-in existed, forget the cached False so SGLang's image-processor registration
+    # (which transformers gates on torchvision) sees the stand-in.
+    tiu = sys.modules.get("transformers.utils.import_utils")
+    if tiu is not None:
+        for name in dir(tiu):
+            fn = getattr(tiu, name)
+            if "torchvision" in name and hasattr(fn, "cache_clear"):
+                fn.cache_clear()
     return True

@@ -21,8 +21,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, HERE):  # the engine; the helper modules beside this file
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 # Routing helpers are wrapped in torch.compile; on a CPU runner inductor would
 # compile C++ for ~30 s per function. The tests check routing semantics, not the

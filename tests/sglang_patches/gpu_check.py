@@ -1,0 +1,160 @@
+"""GPU check of the patch set's own GPU-side code (not collected by pytest; needs CUDA, no SGLang).
+
+    python tests/sglang_patches/gpu_check.py
+
+Loads the overlay modules (pure torch) and kv_buffer_for_step from patches/flashinfer_mla.patch and checks
+on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronization raises:
+  1. OEA: same result on CUDA as on CPU; captured in a CUDA graph at a padded batch, replayed with the
+     non-padded count changed in its buffer, equals eager OEA at that count (padding stays out of S_base).
+  2. Eagle phase timer: real CUDA events around three phases of GPU work, never synchronizing; the
+     phases add up to the step and the window fills as events complete.
+  3. kv_buffer_for_step: fp8 pool, only the step's slots converted; full cast while capturing a graph.
+Prints one line per check and exits non-zero on the first failure.
+"""
+import importlib.util
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def kv_helper():
+    text = (ROOT / "patches/flashinfer_mla.patch").read_text()
+    added = [l[1:] for l in text.splitlines() if l.startswith("+") and not l.startswith("+++")]
+    src = "\n".join(added)
+    start = src.index("_KV_STEP_SCRATCH: dict = {}")
+    end = src.index("    return scratch", start) + len("    return scratch")
+    ns = {"torch": torch, "Optional": __import__("typing").Optional}
+    exec(src[start:end], ns)
+    return ns["kv_buffer_for_step"]
+
+
+def check_oea(oea):
+    dev = "cuda"
+    g = torch.Generator().manual_seed(0)
+    T, E, k, k0 = 8, 64, 8, 3
+    logits = torch.randn(T, E, generator=g)
+    bias = torch.randn(E, generator=g) * 0.2
+    choice, weight = oea.router_scores(logits, "sigmoid", bias)
+    ids = choice.topk(k, dim=1).indices.to(torch.int32)
+    w = weight.gather(1, ids.long())
+    w = w / w.sum(1, keepdim=True) * 2.827
+    ref = {}
+    for n in (8, 5, 2):
+        ref[n] = oea.opportunistic_expert_activation(choice, ids, w, k0, num_valid_tokens=n, weight_scores=weight)
+    c, wt, i, ww = choice.to(dev), weight.to(dev), ids.to(dev), w.to(dev)
+    nbuf = torch.tensor([8], dtype=torch.int32, device=dev)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        eager = oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm up off the default stream, as graph capture wants
+            oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_w, out_i = oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(eager[1].cpu(), ref[8][1]) and torch.allclose(eager[0].cpu(), ref[8][0], atol=1e-6)
+    for n in (8, 5, 2):
+        nbuf.fill_(n)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_i.cpu(), ref[n][1]), n
+        assert torch.allclose(out_w.cpu(), ref[n][0], atol=1e-6), n
+        s_base = set(ref[n][1][:n].flatten().tolist())
+        assert set(out_i.cpu().flatten().tolist()) <= s_base
+    print(f"ok oea: CUDA == CPU, no host sync; CUDA graph replay with non-padded 8/5/2 == eager "
+          f"(distinct experts {[len(set(ref[n][1].flatten().tolist())) for n in (8, 5, 2)]} of {T * k} slots)")
+
+
+def check_timer(timer_mod):
+    timer = timer_mod.EaglePhaseTimer(window=100, log_interval_s=0)
+    a = torch.randn(2048, 2048, device="cuda")
+    accept = torch.tensor([2, 3, 1, 4], dtype=torch.int32, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for step in range(20):
+            timer.begin_step()
+            for _ in range(2):
+                a = (a @ a).tanh()
+            timer.mark("draft")
+            for _ in range(4):
+                a = (a @ a).tanh()
+            timer.mark("verify")
+            for _ in range(1):
+                a = (a @ a).tanh()
+            timer.end_step(4, accept)
+            timer.poll()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    s = timer.summary()
+    assert s["window"] == 20 and s["pending"] == 0, s
+    for ph in ("draft", "verify", "draft_extend"):
+        assert s[ph]["count"] == 20 and s[ph]["p50_ms"] > 0
+    total = s["draft"]["mean_ms"] + s["verify"]["mean_ms"] + s["draft_extend"]["mean_ms"]
+    assert abs(total - s["step"]["mean_ms"]) < 1e-3 * max(1.0, total), (total, s["step"])
+    assert s["verify"]["p50_ms"] > s["draft_extend"]["p50_ms"]
+    assert abs(s["accept_length_mean"] - 2.5) < 1e-6 and s["batch_size_mean"] == 4
+    print(f"ok eagle_phase_timer: no host sync; draft {s['draft']['p50_ms']:.3f} verify {s['verify']['p50_ms']:.3f} "
+          f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5")
+
+
+def check_kv(fn):
+    pool = (torch.randn(200000, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn)
+    idx = torch.randint(0, 200000, (3000,), device="cuda", dtype=torch.int32)
+    out = fn(pool, torch.bfloat16, idx)
+    assert torch.equal(out[idx.long()], pool[idx.long()].to(torch.bfloat16))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        fn(pool, torch.bfloat16, idx)
+    torch.cuda.synchronize()
+    t_step = (time.perf_counter() - t0) / 50
+    t0 = time.perf_counter()
+    for _ in range(50):
+        pool.to(torch.bfloat16)
+    torch.cuda.synchronize()
+    t_full = (time.perf_counter() - t0) / 50
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(pool, torch.bfloat16, None)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        full = fn(pool, torch.bfloat16, idx)  # capturing: falls back to the full cast
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(full, pool.to(torch.bfloat16))
+    print(f"ok kv_buffer_for_step: 3000 of 200000 slots, {t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; "
+          f"graph capture uses the full cast")
+
+
+def main():
+    assert torch.cuda.is_available(), "needs a GPU"
+    print("torch", torch.__version__, torch.cuda.get_device_name(0))
+    oea = load(ROOT / "overlay/python/sglang/srt/layers/moe/oea.py", "oea")
+    timer = load(ROOT / "overlay/python/sglang/srt/speculative/eagle_phase_timer.py", "eagle_phase_timer")
+    check_oea(oea)
+    check_timer(timer)
+    check_kv(kv_helper())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -108,6 +108,10 @@ def interpreter(tree: Tree, explicit: str | None) -> str:
         return explicit
     if tree.kind != "installed":
         return sys.executable
+    # A tree this interpreter already imports from (a --target dir on PYTHONPATH, our own site-packages).
+    on_path = {os.path.realpath(p) for p in sys.path if p}
+    if os.path.realpath(tree.root) in on_path:
+        return sys.executable
     # site-packages of an environment: <prefix>/lib/pythonX.Y/site-packages -> <prefix>/bin/pythonX.Y
     root = tree.root
     m = re.fullmatch(r"python(\d+\.\d+)", root.parent.name)

@@ -10,7 +10,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2}
+step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|fp8}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -25,7 +25,11 @@ SA=(--model-path "$TINY/target" --load-format dummy --speculative-algorithm EAGL
     --speculative-draft-model-path "$TINY/draft" --speculative-draft-load-format dummy
     --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
     --attention-backend flashinfer --cuda-graph-max-bs 8 --decode-log-interval 8 --disable-radix-cache
-    --skip-server-warmup --mem-fraction-static 0.6 --port 30000)
+    --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}" --port "${PORT:-30000}")
+# The same model without speculative decoding (the lossless reference for EAGLE-3's greedy output).
+PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flashinfer --cuda-graph-max-bs 8
+       --decode-log-interval 8 --disable-radix-cache --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}"
+       --port "${PORT:-30000}")
 # Same method options everywhere: --reuse only pools starts measured under an identical configuration.
 M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 8 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
    --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
@@ -44,6 +48,24 @@ case "$step" in
   oea)
     run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
       --batches 1,4,16,64 --k0 off,3,4,5,6 --iters 200 ;;
+  validate)
+    # Issue 3 on a GPU: patches that must not change results (deepseek_v2, llama_eagle3, eagle_profiling,
+    # flashinfer_mla with bf16 KV, oea_topk with K0=0) give the pristine greedy outputs; OEA with K0=3 runs.
+    # Output hashes are compared by the report; start-up times are issue 5's launch timings.
+    run $PY -m bench ab --arms none=none full=full oea3=full --arm-env oea3:SGLANG_OEA_K0=3 \
+      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
+      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/validate" -- "${SA[@]}" ;;
+  plain)
+    # Greedy plain decoding with the full set: EAGLE-3's outputs (validate) must equal these (lossless).
+    run $PY -m bench ab --arms full=full --no-phase-timing --metric tok_s_b1 \
+      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
+      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/plain" -- "${PLAIN[@]}" ;;
+  fp8)
+    # fp8 KV cache with the FlashInfer MLA backend: pristine against the fixes (flashinfer_mla converts only
+    # the slots a step reads); the greedy outputs must be equal.
+    run $PY -m bench ab --arms none=none fixes=fixes \
+      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
+      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8" -- "${SA[@]}" --kv-cache-dtype fp8_e4m3 ;;
   tp2)
     run $PY -m bench ab --arms none=full pcie=full@nccl_pcie "${M[@]}" --out "$OUT/tp2" -- "${SA[@]}" --tp 2 ;;
   *) echo "unknown step $step" >&2; exit 2 ;;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Device-side driver for the recorded GPU runs (the commands themselves are in bench/gpu_runs.sh).
+#
+#   bash bench/gpu_device.sh setup                       # once, after the wheel bundles are installed
+#   bash bench/gpu_device.sh run 0:ablate 1a:validate,plain 1b:fp8 ...
+#
+# `run` takes streams GPU[SLOT]:STEP[,STEP...]; streams run in parallel, each stream's steps in order.
+# GPU 0 patches the installed sglang (/tmp/site, an "installed" tree); GPU 1 an embedded tree made from the
+# pinned wheel by `apply.py fetch --wheel` (a "checkout"-layout tree), so parallel streams never share a tree.
+# Two streams on one GPU (slots a, b) are for correctness runs only: they perturb each other's timings.
+# Results persist in /tmp/results while the machine stays warm (bisect reuses ablate's starts) and are
+# packed into $OUT/<stream>.tgz for the trip back.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dirs=$(ls -d .gpu/b* 2>/dev/null | tr '\n' ' ')
+# shellcheck disable=SC1091
+source .gpu/install.sh $dirs
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHON=python3 TINY=/tmp/tiny
+RES=/tmp/results
+mkdir -p "$RES"
+EMB=$PWD/.sglang/sglang-0.5.17
+
+case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
+  setup)
+    set -e
+    nvidia-smi -L
+    python3 -c "import torch; print('torch', torch.__version__, 'gpus', torch.cuda.device_count())"
+    python3 apply.py fetch --wheel .gpu/b1/sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl
+    python3 -m bench tinymodel "$TINY"
+    python3 tests/sglang_patches/gpu_check.py 2>&1 | tee "$OUT/gpu_check.txt"
+    python3 apply.py --tree /tmp/site status | tee "$OUT/status_installed.txt"
+    ;;
+  run)
+    shift
+    pids=()
+    for spec in "$@"; do
+      stream=${spec%%:*}; steps=${spec#*:}; gpu=${stream:0:1}; slot=${stream:1:1}
+      case "$gpu" in 0) tree=/tmp/site ;; *) tree=$EMB ;; esac
+      [ "$stream" = "01" ] && gpu=0,1 && tree=/tmp/site
+      port=$((30000 + ${gpu%%,*} * 1000 + $( [ "$slot" = b ] && echo 500 || echo 0 )))
+      memf=$( [ -n "$slot" ] && echo 0.25 || echo 0.6 )
+      (
+        for step in ${steps//,/ }; do
+          echo "=== $(date +%T) stream $stream step $step (gpu $gpu, tree $tree, port $port)"
+          start=$(date +%s)
+          CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=${BUDGET:-480} \
+            REUSE=${REUSE:-$RES/ablate/results.jsonl} bash bench/gpu_runs.sh "$step"
+          echo "=== $(date +%T) stream $stream step $step exit $? after $(( $(date +%s) - start )) s of GPU time"
+        done
+      ) > "$OUT/stream-$stream.log" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null
+    nvidia-smi --query-gpu=name,memory.used --format=csv > "$OUT/gpus.txt" 2>&1
+    ;;
+esac

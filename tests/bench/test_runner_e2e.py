@@ -224,3 +224,15 @@ def test_eagle_metric_without_phase_timing_fails_loudly(tmp_path, manifest, laun
                         server_args=("--speculative-algorithm", "EAGLE3"), rc=3)
     f = next(r for r in recs if r["type"] == "failure")
     assert "needs eagle_profiling" in f["error"]
+
+
+def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, launcher_arg, monkeypatch):
+    # A machine's first start is the slow one (JIT caches cold: 366 s against 85 s on the H200 run). A resumed
+    # invocation must not refuse warm starts that fit because an earlier invocation saw a cold one.
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--time-budget", "3"],
+                             {"start_s": 4.0}, rc=4)
+    assert len(starts) == 1
+    monkeypatch.setenv("FAKE_BENCH", "{}")
+    assert main(["ab", "--resume", str(out)]) == 0  # one resume finishes the three remaining warm starts
+    assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4

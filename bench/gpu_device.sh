@@ -7,7 +7,9 @@
 # `run` takes streams GPU[SLOT]:STEP[,STEP...]; streams run in parallel, each stream's steps in order.
 # GPU 0 patches the installed sglang (/tmp/site, an "installed" tree); GPU 1 an embedded tree made from the
 # pinned wheel by `apply.py fetch --wheel` (a "checkout"-layout tree), so parallel streams never share a tree.
-# Two streams on one GPU (slots a, b) are for correctness runs only: they perturb each other's timings.
+# Two streams on one GPU (slots a, b) are for correctness runs only: they perturb each other's timings, and
+# SGLang's memory profiling counts the other server's memory (0.25 each failed on an H200: see
+# bench/results/2026-11-30-h200x2/validate): start such servers one after the other, not together.
 # Results persist in /tmp/results while the machine stays warm (bisect reuses ablate's starts) and are
 # packed into $OUT/<stream>.tgz for the trip back.
 set -uo pipefail

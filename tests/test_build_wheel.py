@@ -17,17 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from test_launch import MANIFEST  # the same small project: the pin and overlay_identity
+from test_launch import make_project  # the same small project: the pin and overlay_identity
 HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("wheelproj")
-    (d / "manifest.yaml").write_text(MANIFEST)
-    (d / "patches").mkdir()
-    shutil.copy(ROOT / "patches" / "overlay_identity.patch", d / "patches")
-    return d
+    return make_project(tmp_path_factory.mktemp("wheelproj"))
 
 
 @pytest.fixture(scope="module")

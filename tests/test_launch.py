@@ -52,13 +52,17 @@ env_profiles:
 """
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("launchproj")
+def make_project(d: Path) -> Path:
+    """A small real project: the pin, overlay_identity, and two env profiles."""
     (d / "manifest.yaml").write_text(MANIFEST)
     (d / "patches").mkdir()
     shutil.copy(ROOT / "patches" / "overlay_identity.patch", d / "patches")
     return d
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return make_project(tmp_path_factory.mktemp("launchproj"))
 
 
 def free_port() -> int:

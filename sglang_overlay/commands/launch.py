@@ -2,7 +2,7 @@
 profile, start `python -m sglang.launch_server ARGS` so that it imports this tree, wait for /health, print
 the URL, fingerprint and log path, and stay in the foreground until the server exits (with its exit code).
 
-  python apply.py launch --set full --env-profile h200 -- --model-path M --tp 8
+  python apply.py launch --set full --env-profile nccl_pcie -- --model-path M --tp 8
 
 Everything after `--` goes to sglang.launch_server unchanged (multi-host: --nnodes, --node-rank,
 --dist-init-addr included); `--host 127.0.0.1` is added when no --host is given.

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .compose import compose, explain_failure, hunk_symbol
+from .compose import compose, hunk_symbol
 from .errors import Conflict
-from .gitcmd import git, git_outside_repo
+from .gitcmd import git
 from .manifest import Manifest, Patch
 from .pysymbols import symbol_span
 from .upstream import prove

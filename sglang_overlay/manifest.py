@@ -188,7 +188,7 @@ class Manifest:
             for c in p.conflicts:
                 if c in ordered:
                     raise ManifestError(f"{p.name} conflicts with {c}: they cannot be applied together",
-                                        hint=f"revert one of them first, or choose another set")
+                                        hint="revert one of them first, or choose another set")
         return ordered
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 from test_launch import make_project  # the same small project: the pin and overlay_identity
 HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
 

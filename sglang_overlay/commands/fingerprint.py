@@ -15,7 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("--set", dest="preset", metavar="PRESET")
     p.add_argument("--patches", metavar="A,B,...", help="comma-separated patch names")
     p.add_argument("--env-profile", metavar="NAME")
-    p.add_argument("--short", action="store_true", help=f"print the short form")
+    p.add_argument("--short", action="store_true", help="print the short form")
     p.add_argument("--json", action="store_true")
 
 

@@ -61,7 +61,7 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
         shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
         for patch in patches:
             if patch.diff is not None and patch.diff.body:
-                _git_apply(scratch, patch, reverse, result.offsets, contents, shifts)
+                _git_apply(scratch, patch, reverse, result.offsets, shifts)
                 for h in patch.diff.hunks:
                     delta = len(h.added) - len(h.removed)
                     shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
@@ -83,7 +83,7 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
 
 
 def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset],
-               base: Mapping[str, bytes | None], shifts: dict[str, list[tuple[int, int]]]) -> None:
+               shifts: dict[str, list[tuple[int, int]]]) -> None:
     pfile = scratch.parent / f"{scratch.name}.patch"
     pfile.write_bytes(patch.diff.body)
     try:

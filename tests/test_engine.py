@@ -252,3 +252,21 @@ def test_installed_package_tree(sglang_tree, tmp_path):
     cli(site, "revert", "--all")
     assert tree_snapshot(site) == pristine
     del res
+
+
+def test_refresh_captures_edits_of_an_overlay_file(sglang_tree, tmp_path):
+    import shutil
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX.parent, proj)
+    run = lambda *a, rc=0: run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a,
+                                   check_rc=rc)
+    run("apply", "fx_overlay")
+    f = sglang_tree / "python/sglang/srt/fx_overlay_module.py"
+    f.write_text(f.read_text() + "EDITED = True\n")
+    assert "refreshed fx_overlay: 1 file(s) updated" in run("refresh", "fx_overlay").stdout
+    assert "EDITED = True" in (proj / "overlay/python/sglang/srt/fx_overlay_module.py").read_text()
+    st = json.loads(run("status", "--json").stdout)
+    assert {p["name"]: p["state"] for p in st["patches"]}["fx_overlay"] == "applied"
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""
+    assert "no hand edits" in (run("apply", "fx_overlay") and run("refresh", "fx_overlay")).stdout

@@ -26,12 +26,12 @@ class SetError(ValueError):
 
 @dataclass(frozen=True)
 class Catalog:
-    """The manifest facts the bench needs: patch order, presets, requires, and which entries change code."""
+    """The manifest facts the bench needs: patch order, presets, which entries change code, and the closure."""
 
     names: tuple[str, ...]
     presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     applies_change: Mapping[str, bool] = field(default_factory=dict)  # False for `upstreamed` entries
+    manifest: object = None  # the loaded sglang_overlay Manifest, for its closure
 
     @classmethod
     def from_manifest(cls, path: str | Path) -> "Catalog":
@@ -45,20 +45,16 @@ class Catalog:
             hint = getattr(e, "hint", None)
             raise SetError(f"{e}" + (f" ({hint})" if hint else "")) from e
         return cls(names=m.names, presets=dict(m.presets),
-                   requires={p.name: tuple(p.requires) for p in m.patches},
-                   applies_change={p.name: p.applies_change for p in m.patches})
+                   applies_change={p.name: p.applies_change for p in m.patches}, manifest=m)
 
     def closure(self, names) -> tuple[str, ...]:
-        out: set[str] = set()
-        stack = list(names)
-        while stack:
-            n = stack.pop()
-            if n in out:
-                continue
+        """`names` plus what they require, in manifest order: the manifest's own closure (conflicts refused)."""
+        for n in names:
             self._check(n)
-            out.add(n)
-            stack.extend(self.requires.get(n, ()))
-        return tuple(n for n in self.names if n in out)
+        try:
+            return self.manifest.closure(names)
+        except Exception as e:  # ManifestError (a conflicting pair): one clear line
+            raise SetError(str(e)) from e
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""

@@ -5,7 +5,7 @@
 #   bash bench/gpu_runs.sh ablate              # 4 starts: full_planted, and each of 3 patches left out
 #   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh bisect     # <= 3 starts (bad set reused)
 #   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh profiling  # 1 start (on / not applied reused)
-#   bash bench/gpu_runs.sh oea                 # no server; ~2-3 min (Triton JIT + 34 GB of expert weights)
+#   bash bench/gpu_runs.sh oea                 # no server; under 110 s in the recorded H200 run (34 GB of expert weights)
 #   bash bench/gpu_runs.sh tp2                 # on 2 GPUs: 2 starts, nccl_pcie profile vs none
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.

@@ -73,22 +73,6 @@ def correlated_router_logits(steps: int, batch: int, rm: RoutingModel, seed: int
     return out, bias.astype(np.float32)
 
 
-def kimi_topk_numpy(logits, bias, k: int):
-    """Reference of the routing used on the GPU: ids by sigmoid(logit)+bias, weights sigmoid(logit) renormalized."""
-    import numpy as np
-
-    w = 1.0 / (1.0 + np.exp(-logits))
-    choice = w + bias
-    ids = np.argsort(-choice, axis=-1, kind="stable")[..., :k]
-    sel = np.take_along_axis(w, ids, axis=-1)
-    return ids, sel / sel.sum(-1, keepdims=True)
-
-
-def distinct_per_step(ids) -> list[int]:
-    """ids: [steps, batch, k] -> distinct experts per step."""
-    return [len(set(map(int, step.reshape(-1)))) for step in ids]
-
-
 def uniform_expected_distinct(experts: int, k: int, batch: int) -> float:
     """Expected union size if every token picked k experts uniformly at random (no correlation)."""
     return experts * (1.0 - (1.0 - k / experts) ** batch)

@@ -13,7 +13,6 @@ from pathlib import Path
 from . import store
 from .stats import compare, cv, median_ci
 
-PHASES = ("draft", "verify", "draft_extend", "step")
 # (metric, label, lower is better)
 METRICS = (("step_ms_b1", "step ms (batch 1)", True), ("step_ms_bc", "step ms (concurrent)", True),
            ("tok_s_b1", "tok/s (batch 1)", False), ("tok_s_bc", "tok/s (concurrent)", False),

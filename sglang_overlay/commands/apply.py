@@ -3,6 +3,7 @@ the tree carry exactly that preset. Patches a chosen one requires are added too.
 from __future__ import annotations
 
 from ..switch import switch
+from ..transaction import Transaction
 from ._common import add_force, add_selection, report, selected, without_unavailable
 
 NAME = "apply"
@@ -26,7 +27,6 @@ def run(ctx, args) -> int:
     if args.preset:
         target = names
     else:
-        from ..transaction import Transaction
         current = Transaction(ctx.tree).state().applied
         for n in names:
             if n in current:

@@ -1,11 +1,25 @@
 """CPU-testable parts of the OEA micro-benchmark: the routing generator, counting, and the report."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from bench import oea_micro as om
+
+
+def kimi_topk_numpy(logits, bias, k: int):
+    """Reference of the routing the sweep runs in torch: ids by sigmoid(logit)+bias, weights sigmoid(logit)
+    renormalized (test-only, so it stays out of bench/)."""
+    w = 1.0 / (1.0 + np.exp(-logits))
+    choice = w + bias
+    ids = np.argsort(-choice, axis=-1, kind="stable")[..., :k]
+    sel = np.take_along_axis(w, ids, axis=-1)
+    return ids, sel / sel.sum(-1, keepdims=True)
+
+
+def distinct_per_step(ids) -> list[int]:
+    """ids: [steps, batch, k] -> distinct experts per step."""
+    return [len(set(map(int, step.reshape(-1)))) for step in ids]
 
 
 def test_generator_is_deterministic_and_shaped():
@@ -20,9 +34,9 @@ def test_generator_is_deterministic_and_shaped():
 def test_correlated_routing_activates_fewer_experts_than_uniform():
     rm = om.RoutingModel(experts=384)
     logits, bias = om.correlated_router_logits(16, 16, rm, seed=0)
-    ids, w = om.kimi_topk_numpy(logits, bias, 8)
+    ids, w = kimi_topk_numpy(logits, bias, 8)
     assert ids.shape == (16, 16, 8) and np.allclose(w.sum(-1), 1.0)
-    d = om.distinct_per_step(ids)
+    d = distinct_per_step(ids)
     uniform = om.uniform_expected_distinct(384, 8, 16)
     assert uniform == pytest.approx(384 * (1 - (1 - 8 / 384) ** 16))
     # realistic correlation: clearly below independent routing, clearly above a single token's 8
@@ -30,12 +44,12 @@ def test_correlated_routing_activates_fewer_experts_than_uniform():
     # a batch of 4 EAGLE draft tokens of one request shares most experts
     rm4 = om.RoutingModel(experts=384, tokens_per_request=4)
     l4, b4 = om.correlated_router_logits(16, 4, rm4, seed=0)
-    assert np.mean(om.distinct_per_step(om.kimi_topk_numpy(l4, b4, 8)[0])) < 0.8 * om.uniform_expected_distinct(384, 8, 4)
+    assert np.mean(distinct_per_step(kimi_topk_numpy(l4, b4, 8)[0])) < 0.8 * om.uniform_expected_distinct(384, 8, 4)
 
 
 def test_distinct_and_load_errors(tmp_path):
     ids = np.array([[[1, 2], [2, 3]], [[5, 5], [5, 5]]])
-    assert om.distinct_per_step(ids) == [3, 1]
+    assert distinct_per_step(ids) == [3, 1]
     with pytest.raises(FileNotFoundError, match="--oea-file"):
         om.load_oea(tmp_path / "missing.py")
     bad = tmp_path / "oea.py"

@@ -2,13 +2,15 @@
 
     python tests/sglang_patches/gpu_check.py
 
-Loads the overlay modules (pure torch) and kv_buffer_for_step from patches/flashinfer_mla.patch and checks
+Loads the overlay modules (torch; Triton for the fp8 KV rows) and checks
 on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronization raises:
   1. OEA: same result on CUDA as on CPU; captured in a CUDA graph at a padded batch, replayed with the
      non-padded count changed in its buffer, equals eager OEA at that count (padding stays out of S_base).
   2. Eagle phase timer: real CUDA events around three phases of GPU work, never synchronizing; the
      phases add up to the step and the window fills as events complete.
-  3. kv_buffer_for_step: fp8 pool, only the step's slots converted; full cast while capturing a graph.
+  3. mla_kv_step (flashinfer_mla): the Triton row conversion equals the cast on the rows a step reads,
+     ignores the index buffer's garbage tail, never synchronizes, and captured once in a CUDA graph
+     converts the replayed step's rows for any row count; timed against upstream's full-pool cast.
 Prints one line per check and exits non-zero on the first failure.
 """
 import importlib.util
@@ -27,17 +29,6 @@ def load(path, name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def kv_helper():
-    text = (ROOT / "patches/flashinfer_mla.patch").read_text()
-    added = [l[1:] for l in text.splitlines() if l.startswith("+") and not l.startswith("+++")]
-    src = "\n".join(added)
-    start = src.index("_KV_STEP_SCRATCH: dict = {}")
-    end = src.index("    return scratch", start) + len("    return scratch")
-    ns = {"torch": torch, "Optional": __import__("typing").Optional}
-    exec(src[start:end], ns)
-    return ns["kv_buffer_for_step"]
 
 
 def check_oea(oea):
@@ -115,35 +106,58 @@ def check_timer(timer_mod):
           f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5")
 
 
-def check_kv(fn):
-    pool = (torch.randn(200000, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn)
-    idx = torch.randint(0, 200000, (3000,), device="cuda", dtype=torch.int32)
-    out = fn(pool, torch.bfloat16, idx)
-    assert torch.equal(out[idx.long()], pool[idx.long()].to(torch.bfloat16))
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(50):
-        fn(pool, torch.bfloat16, idx)
-    torch.cuda.synchronize()
-    t_step = (time.perf_counter() - t0) / 50
-    t0 = time.perf_counter()
-    for _ in range(50):
-        pool.to(torch.bfloat16)
-    torch.cuda.synchronize()
-    t_full = (time.perf_counter() - t0) / 50
+def check_kv(kv):
+    rows, cap = 200000, 8 * 4096
+    pool = (torch.randn(rows, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn)
+    idx = torch.full((cap,), 2**30, device="cuda", dtype=torch.int32)  # garbage tail: never read
+    idx[:3000] = torch.randint(0, rows, (3000,), device="cuda", dtype=torch.int32)
+    step = kv.StepKV("cuda")
+    step.record(torch.tensor([0, 1000, 3000], device="cuda", dtype=torch.int32), 2)
+    assert kv._triton_usable(pool, torch.empty(1, device="cuda", dtype=torch.bfloat16))
+    out = step.buffer(pool, torch.bfloat16, idx)
+    sel = idx[:3000].long()
+    assert torch.equal(out[sel], pool[sel].to(torch.bfloat16)), "triton rows != cast"
+    indptr = torch.tensor([0, 1000, 3000], device="cuda", dtype=torch.int32)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step.record(indptr, 2)
+        step.buffer(pool, torch.bfloat16, idx)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+    def timed(fn, n=50):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / n
+
+    t_step = timed(lambda: step.buffer(pool, torch.bfloat16, idx))
+    t_full = timed(lambda: pool.to(torch.bfloat16))
+
+    # Capture once, then replay steps with other rows and other counts, as a decode graph does.
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fn(pool, torch.bfloat16, None)
+        step.buffer(pool, torch.bfloat16, idx)
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
-        full = fn(pool, torch.bfloat16, idx)  # capturing: falls back to the full cast
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(full, pool.to(torch.bfloat16))
-    print(f"ok kv_buffer_for_step: 3000 of 200000 slots, {t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; "
-          f"graph capture uses the full cast")
+        graph_out = step.buffer(pool, torch.bfloat16, idx)
+    for n in (1, 257, 5000):
+        pool.copy_((torch.randn(rows, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn))
+        idx[:n] = torch.randint(0, rows, (n,), device="cuda", dtype=torch.int32)
+        step.record(torch.tensor([0, n], device="cuda", dtype=torch.int32), 1)
+        g.replay()
+        sel = idx[:n].long()
+        assert torch.equal(graph_out[sel], pool[sel].to(torch.bfloat16)), f"graph replay nnz={n}"
+    step.record(torch.tensor([0, 200], device="cuda", dtype=torch.int32), 1)
+    t_graph = timed(g.replay)
+    print(f"ok mla_kv_step: no host sync; triton == cast on 3000 of {rows} rows (index buffer {cap}, garbage tail); "
+          f"{t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; graph capture + replay with nnz 1/257/5000 "
+          f"correct; replay at nnz 200: {t_graph * 1e6:.1f} us")
 
 
 def main():
@@ -153,7 +167,7 @@ def main():
     timer = load(ROOT / "overlay/python/sglang/srt/speculative/eagle_phase_timer.py", "eagle_phase_timer")
     check_oea(oea)
     check_timer(timer)
-    check_kv(kv_helper())
+    check_kv(load(ROOT / "overlay/python/sglang/srt/layers/attention/mla_kv_step.py", "mla_kv_step"))
 
 
 if __name__ == "__main__":

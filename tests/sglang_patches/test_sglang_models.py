@@ -200,34 +200,150 @@ def mla(patched):
     return patched("sglang.srt.layers.attention.flashinfer_mla_backend")
 
 
-def test_fp8_kv_converts_only_the_step_slots(mla):
-    pool = (torch.randn(1000, 1, 576) * 4).to(torch.float8_e4m3fn)
-    idx = torch.tensor([5, 17, 999, 3, 640], dtype=torch.int32)
-    out = mla.kv_buffer_for_step(pool, torch.bfloat16, idx)
+@pytest.fixture(scope="module")
+def kvstep(patched):
+    return patched("sglang.srt.layers.attention.mla_kv_step")
+
+
+def _fp8_pool(rows=1000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, 1, 576, generator=g) * 4).to(torch.float8_e4m3fn)
+
+
+def _indices(valid, capacity=64):
+    """A reused FlashInfer index buffer: the step's slots, then a stale/garbage tail."""
+    buf = torch.full((capacity,), 10**9, dtype=torch.int32)  # out of range: must never be read
+    buf[: len(valid)] = torch.tensor(valid, dtype=torch.int32)
+    return buf
+
+
+def test_fp8_kv_converts_only_the_rows_the_step_reads(kvstep):
+    step = kvstep.StepKV("cpu")
+    pool = _fp8_pool()
+    first = [5, 17, 999, 3, 640]
+    step.record(torch.tensor([0, 3, 5], dtype=torch.int32), 2)  # two requests, 3 + 2 rows
+    out = step.buffer(pool, torch.bfloat16, _indices(first))
     assert out.dtype == torch.bfloat16 and out.shape == pool.shape
-    assert torch.equal(out[idx.long()], pool[idx.long()].to(torch.bfloat16))  # what the kernel reads
-    # the scratch buffer is reused (no new pool-sized allocation per layer/step)
-    idx2 = torch.tensor([0, 1, 2], dtype=torch.int32)
-    pool2 = (torch.randn(1000, 1, 576) * 4).to(torch.float8_e4m3fn)
-    out2 = mla.kv_buffer_for_step(pool2, torch.bfloat16, idx2)
+    rows = torch.tensor(first)
+    assert torch.equal(out[rows], pool[rows].to(torch.bfloat16))  # what the kernel reads
+
+    # Next step: new pool contents, other rows. Rows of the first step that this step does not
+    # list keep their old values, which proves only the listed rows were converted, and the
+    # scratch is reused (no pool-sized allocation per layer or step).
+    pool2 = _fp8_pool(seed=1)
+    step.record(torch.tensor([0, 3], dtype=torch.int32), 1)
+    out2 = step.buffer(pool2, torch.bfloat16, _indices([5, 0, 1]))
     assert out2.data_ptr() == out.data_ptr()
-    assert torch.equal(out2[:3], pool2[:3].to(torch.bfloat16))
+    assert torch.equal(out2[[5, 0, 1]], pool2[[5, 0, 1]].to(torch.bfloat16))
+    assert torch.equal(out2[[17, 999, 3, 640]], pool[[17, 999, 3, 640]].to(torch.bfloat16))
+    assert not torch.equal(out2[[17, 999]], pool2[[17, 999]].to(torch.bfloat16))
 
 
-def test_fp8_kv_without_step_indices_falls_back_to_full_cast(mla):
-    pool = (torch.randn(64, 1, 576) * 4).to(torch.float8_e4m3fn)
-    out = mla.kv_buffer_for_step(pool, torch.bfloat16, None)
-    assert torch.equal(out, pool.to(torch.bfloat16))
+def test_fp8_kv_row_count_comes_from_the_recorded_indptr(kvstep):
+    """Graph replay: the same index buffer, a new nnz written by record() before each step."""
+    step = kvstep.StepKV("cpu")
+    pool = _fp8_pool()
+    idx = _indices([7, 8, 9, 10])
+    step.record(torch.tensor([0, 2], dtype=torch.int32), 1)
+    step.buffer(pool, torch.bfloat16, idx)
+    pool2 = _fp8_pool(seed=2)
+    step.record(torch.tensor([0, 1, 4], dtype=torch.int32), 2)
+    out = step.buffer(pool2, torch.bfloat16, idx)
+    assert torch.equal(out[[7, 8, 9, 10]], pool2[[7, 8, 9, 10]].to(torch.bfloat16))
+    assert step.nnz.dtype == torch.int32 and int(step.nnz) == 4
 
 
-def test_bf16_kv_is_passed_through(mla):
+def test_fp8_kv_keeps_the_full_cast_when_no_layout_was_recorded(kvstep):
+    pool = _fp8_pool(64)
+    step = kvstep.StepKV("cpu")
+    assert torch.equal(step.buffer(pool, torch.bfloat16, _indices([1])), pool.to(torch.bfloat16))
+    step.record(torch.tensor([0, 1], dtype=torch.int32), 1)
+    assert step.buffer(pool, torch.bfloat16, None).data_ptr() != pool.data_ptr()
+    assert torch.equal(step.buffer(pool, torch.bfloat16, None), pool.to(torch.bfloat16))
+    step.record(None, 1)  # decode context parallel
+    assert torch.equal(step.buffer(pool, torch.bfloat16, _indices([1])), pool.to(torch.bfloat16))
+
+
+def test_bf16_kv_is_passed_through(kvstep):
+    step = kvstep.StepKV("cpu")
+    step.record(torch.tensor([0, 2], dtype=torch.int32), 1)
     pool = torch.randn(64, 1, 576, dtype=torch.bfloat16)
-    assert mla.kv_buffer_for_step(pool, torch.bfloat16, torch.tensor([1, 2])) is pool
+    assert step.buffer(pool, torch.bfloat16, _indices([1, 2])) is pool
 
 
-def test_mla_forward_paths_use_the_helper(mla):
-    """forward_extend's paged path and forward_decode no longer cast the whole pool."""
+def test_static_shape_reference_ignores_the_garbage_tail(kvstep):
+    pool = _fp8_pool(32)
+    dst = torch.zeros(32, 1, 576, dtype=torch.bfloat16)
+    kvstep._convert_rows_torch(pool, dst, _indices([4, 2], capacity=8), torch.tensor([2], dtype=torch.int32))
+    assert torch.equal(dst[[4, 2]], pool[[4, 2]].to(torch.bfloat16))
+    assert dst[[0, 1, 3, 5]].abs().sum() == 0
+    kvstep._convert_rows_torch(pool, dst, _indices([9], capacity=8), torch.tensor([0], dtype=torch.int32))
+    assert dst[9].abs().sum() == 0 or torch.equal(dst[9], pool[9].to(torch.bfloat16))
+
+
+class _Wrapper:
+    def __init__(self):
+        self.planned = None
+
+    def plan(self, *args):
+        self.planned = args
+
+
+def test_decode_updater_records_the_planned_row_count(mla, kvstep):
+    """The EAGLE draft-decode layout (spec_info): record() sees the indptr the wrapper is planned with."""
+    step = kvstep.StepKV("cpu")
+    updater = SimpleNamespace(
+        attn_backend=SimpleNamespace(_overlay_kv_step=step),
+        scaling=0.1, num_local_heads=16, kv_lora_rank=512, qk_rope_head_dim=64, data_type=torch.bfloat16,
+    )
+    spec = SimpleNamespace(kv_indptr=torch.tensor([0, 5, 12, 0], dtype=torch.int32),
+                           kv_indices=_indices(list(range(12))))
+    wrapper = _Wrapper()
+    mla.FlashInferMLAIndicesUpdaterDecode.call_begin_forward(
+        updater, wrapper, torch.tensor([0, 1]), torch.tensor([5, 7]), 12,
+        torch.tensor([0, 1, 2], dtype=torch.int32), None, spec_info=spec,
+    )
+    assert wrapper.planned is not None and step.recorded and int(step.nnz) == 12
+
+
+def test_mla_forward_paths_read_through_the_step_buffer(mla):
+    """forward_extend's paged path and forward_decode no longer cast the whole pool themselves."""
     for fn in (mla.FlashInferMLAAttnBackend.forward_extend, mla.FlashInferMLAAttnBackend.forward_decode):
         src = inspect.getsource(fn)
-        assert "kv_buffer_for_step(" in src
+        assert "_overlay_kv_step.buffer(" in src and '"_kv_indices_buf"' in src
         assert "get_key_buffer(layer.layer_id).to(q.dtype)" not in src
+
+
+_INTERPRETED_KERNEL = r"""
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("mla_kv_step", sys.argv[1])
+kv = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kv)
+g = torch.Generator().manual_seed(0)
+for src_dtype, dst_dtype in ((torch.float8_e4m3fn, torch.bfloat16), (torch.bfloat16, torch.float32)):
+    src = (torch.randn(300, 1, 576, generator=g) * 4).to(src_dtype)
+    idx = torch.full((100,), 10**6, dtype=torch.int32)  # garbage tail past nnz
+    idx[:37] = torch.randperm(300, generator=g)[:37].int()
+    for nprog in (1, 4):  # one program loops over every row block; several split them
+        dst = torch.zeros(300, 1, 576, dtype=dst_dtype)
+        kv._get_triton_kernel()[(nprog,)](src, dst, idx, torch.tensor([37], dtype=torch.int32), 576,
+                                          NPROG=nprog, BLOCK_ROWS=8, BLOCK_COLS=1024)
+        ref = torch.zeros_like(dst)
+        kv._convert_rows_torch(src, ref, idx, torch.tensor([37], dtype=torch.int32))
+        assert torch.equal(dst, ref), (src_dtype, nprog)
+        assert int((dst.abs().sum((1, 2)) > 0).sum()) == 37
+print("kernel ok")
+"""
+
+
+def test_triton_row_kernel_in_the_interpreter(kvstep, tmp_path):
+    """The GPU kernel's logic (device-side row count, grid stride, masks, fp8 -> bf16) on the CPU."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "kernel.py"
+    script.write_text(_INTERPRETED_KERNEL)
+    r = subprocess.run([sys.executable, str(script), kvstep.__file__], capture_output=True, text=True,
+                       env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert r.returncode == 0 and "kernel ok" in r.stdout, r.stdout + r.stderr

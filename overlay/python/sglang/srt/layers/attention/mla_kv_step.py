@@ -1,0 +1,158 @@
+"""sglang-overlay flashinfer_mla: the KV rows one MLA step reads, in the query dtype.
+
+With an fp8 KV cache, upstream FlashInferMLAAttnBackend hands FlashInfer
+`get_key_buffer(layer_id).to(q.dtype)`: a copy of the whole per-layer pool on every
+layer of every step, although the kernel reads only the slots in its kv_indices.
+Here the indices updaters record the step's row count `nnz` (= kv_indptr[bs]) into
+a device scalar, and the forward converts only wrapper._kv_indices_buf[:nnz] (the
+exact index tensor the FlashInfer kernel reads) into one reused scratch buffer.
+
+Because nnz lives on the device, the conversion has a fixed launch shape and never
+synchronizes: it is captured into CUDA graphs (decode, target-verify, EAGLE draft)
+and on replay converts the replayed step's rows. Rows the kernel does not read keep
+stale values; rows it reads are always rewritten before the kernel runs.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import torch
+
+# One scratch per pool shape: every layer of a model has the same pool shape and the
+# layers run one after the other on one stream, so they can share it. Upstream's cast
+# allocates the same size per layer, so peak memory is unchanged.
+_SCRATCH: Dict[Tuple, torch.Tensor] = {}
+
+# Programs of the grid-stride conversion kernel: enough to fill an H100/H200 (132 SMs)
+# several times over, few enough that idle programs cost nothing measurable.
+_NPROG = 512
+_BLOCK_ROWS = 8
+
+
+def _scratch_for(kv_buffer: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    key = (tuple(kv_buffer.shape), dtype, kv_buffer.device)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        buf = torch.empty(kv_buffer.shape, dtype=dtype, device=kv_buffer.device)
+        _SCRATCH[key] = buf
+    return buf
+
+
+def _convert_rows_torch(
+    src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor
+) -> None:
+    """Static-shape reference: cost grows with indices.numel(), not with nnz.
+
+    Entries at or past nnz may be stale or garbage (FlashInfer's index buffers are
+    reused), so they are redirected to row indices[0]; converting a row again writes
+    the same correct values, which is harmless.
+    """
+    if indices.numel() == 0:
+        return
+    pos = torch.arange(indices.numel(), device=indices.device)
+    first = indices[:1].to(torch.long)
+    rows = torch.where(pos < nnz.to(indices.device), indices.to(torch.long), first)
+    dst.index_copy_(0, rows, src.index_select(0, rows).to(dst.dtype))
+
+
+_triton_kernel = None
+
+
+def _get_triton_kernel():
+    global _triton_kernel
+    if _triton_kernel is not None:
+        return _triton_kernel
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _convert_rows_kernel(
+        src_ptr,
+        dst_ptr,
+        idx_ptr,
+        nnz_ptr,
+        row_elems,
+        NPROG: tl.constexpr,
+        BLOCK_ROWS: tl.constexpr,
+        BLOCK_COLS: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        nnz = tl.load(nnz_ptr)
+        cols = tl.arange(0, BLOCK_COLS)
+        col_ok = cols < row_elems
+        # grid-stride over rows: the bound is read on the device, so the launch
+        # shape is fixed (graph-capturable) while the work follows this step's nnz
+        for start in range(pid * BLOCK_ROWS, nnz, NPROG * BLOCK_ROWS):
+            r = start + tl.arange(0, BLOCK_ROWS)
+            row_ok = r < nnz
+            slot = tl.load(idx_ptr + r, mask=row_ok, other=0).to(tl.int64)
+            offs = slot[:, None] * row_elems + cols[None, :]
+            m = row_ok[:, None] & col_ok[None, :]
+            x = tl.load(src_ptr + offs, mask=m)
+            tl.store(dst_ptr + offs, x.to(dst_ptr.dtype.element_ty), mask=m)
+
+    _triton_kernel = _convert_rows_kernel
+    return _triton_kernel
+
+
+def _triton_usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    if not (src.is_cuda and src.is_contiguous() and dst.is_contiguous()):
+        return False
+    if src.element_size() == 1:
+        # Triton converts fp8 (e4m3/e5m2) natively from SM89 on
+        return torch.cuda.get_device_capability(src.device) >= (8, 9)
+    return True
+
+
+def convert_rows(
+    src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor
+) -> None:
+    """dst[indices[:nnz]] = src[indices[:nnz]] cast to dst.dtype; nnz is a 1-element device tensor."""
+    if _triton_usable(src, dst):
+        row_elems = src[0].numel()
+        _get_triton_kernel()[(_NPROG,)](
+            src,
+            dst,
+            indices,
+            nnz,
+            row_elems,
+            NPROG=_NPROG,
+            BLOCK_ROWS=_BLOCK_ROWS,
+            BLOCK_COLS=max(16, 1 << (row_elems - 1).bit_length()),
+        )
+    else:
+        _convert_rows_torch(src, dst, indices, nnz)
+
+
+class StepKV:
+    """Per attention backend: the row count of the step its indices updater planned."""
+
+    def __init__(self, device) -> None:
+        self.nnz = torch.zeros(1, dtype=torch.int32, device=device)
+        # False for layouts this module does not cover (decode context parallel):
+        # those keep upstream's full cast.
+        self.recorded = False
+
+    def record(self, kv_indptr: Optional[torch.Tensor], num_rows: int) -> None:
+        """Called where the wrapper is planned; a device-to-device copy, no sync."""
+        if kv_indptr is None:
+            self.recorded = False
+            return
+        self.nnz.copy_(kv_indptr[num_rows : num_rows + 1], non_blocking=True)
+        self.recorded = True
+
+    def buffer(
+        self,
+        kv_buffer: torch.Tensor,
+        dtype: torch.dtype,
+        wrapper_indices: Optional[torch.Tensor],
+    ) -> torch.Tensor:
+        """The KV pool as the kernel must see it: the pool itself when no cast is needed."""
+        if kv_buffer.dtype == dtype:
+            return kv_buffer
+        if not self.recorded or wrapper_indices is None:
+            return kv_buffer.to(dtype)
+        scratch = _scratch_for(kv_buffer, dtype)
+        convert_rows(kv_buffer, scratch, wrapper_indices, self.nnz)
+        return scratch

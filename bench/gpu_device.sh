@@ -2,7 +2,7 @@
 # Device-side driver for the recorded GPU runs (the commands themselves are in bench/gpu_runs.sh).
 #
 #   bash bench/gpu_device.sh setup                       # once, after the wheel bundles are installed
-#   bash bench/gpu_device.sh run 0:ablate 1a:validate,plain 1b:fp8 ...
+#   CALL_S=540 bash bench/gpu_device.sh run 0:validate,plain 1:fp8,bisect ...
 #
 # `run` takes streams GPU[SLOT]:STEP[,STEP...]; streams run in parallel, each stream's steps in order.
 # GPU 0 patches the installed sglang (/tmp/site, an "installed" tree); GPU 1 an embedded tree made from the
@@ -35,6 +35,7 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     ;;
   run)
     shift
+    deadline=$(( $(date +%s) + ${CALL_S:-540} ))
     pids=()
     for spec in "$@"; do
       stream=${spec%%:*}; steps=${spec#*:}; gpu=${stream:0:1}; slot=${stream:1:1}
@@ -46,8 +47,11 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
         for step in ${steps//,/ }; do
           echo "=== $(date +%T) stream $stream step $step (gpu $gpu, tree $tree, port $port)"
           start=$(date +%s)
-          CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=${BUDGET:-480} \
-            REUSE=${REUSE:-$RES/ablate/results.jsonl} bash bench/gpu_runs.sh "$step"
+          # each step's --time-budget is what is left of this call (device calls end at 600 s)
+          left=$(( deadline - $(date +%s) ))
+          [ "$left" -lt 150 ] && { echo "=== skip $step: ${left}s left"; continue; }
+          CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=$left \
+            REUSE=${REUSE:-} bash bench/gpu_runs.sh "$step"
           echo "=== $(date +%T) stream $stream step $step exit $? after $(( $(date +%s) - start )) s of GPU time"
         done
       ) > "$OUT/stream-$stream.log" 2>&1 &

@@ -3,14 +3,14 @@
 # --time-budget); results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
 #
 #   bash bench/gpu_runs.sh ablate              # 4 starts: full_planted, and each of 3 patches left out
-#   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh bisect     # <= 3 starts (bad set reused)
-#   REUSE=path/to/ablate/results.jsonl bash bench/gpu_runs.sh profiling  # 1 start (on / not applied reused)
+#   bash bench/gpu_runs.sh bisect              # <= 4 starts; REUSE=<ablate results.jsonl> reuses the bad set's start
+#   bash bench/gpu_runs.sh profiling           # 3 starts; REUSE=<ablate results.jsonl> reuses "on" and "not applied"
 #   bash bench/gpu_runs.sh oea                 # no server; under 110 s in the recorded H200 run (34 GB of expert weights)
 #   bash bench/gpu_runs.sh tp2                 # on 2 GPUs: 2 starts, nccl_pcie profile vs none
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|fp8}
+step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -31,7 +31,7 @@ PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flash
        --decode-log-interval 8 --disable-radix-cache --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}"
        --port "${PORT:-30000}")
 # Same method options everywhere: --reuse only pools starts measured under an identical configuration.
-M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 8 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
+M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 9 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
    --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
 run() { echo "+ $*" >&2; "$@"; }
 case "$step" in
@@ -40,11 +40,11 @@ case "$step" in
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;
   bisect)
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted --metric eagle_verify_ms_b1 \
-      --reuse "${REUSE:?REUSE=<ablate results.jsonl>}" "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
+      ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
   profiling)
     run $PY -m bench ab --manifest $PLANTED --arms on=full_planted notapplied=full_planted-eagle_profiling \
       off=full_planted --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
-      --reuse "${REUSE:?REUSE=<ablate results.jsonl>}" "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
+      ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
   oea)
     run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
       --batches 1,4,16,64 --k0 off,3,4,5,6 --iters 200 ;;
@@ -52,7 +52,8 @@ case "$step" in
     # Issue 3 on a GPU: patches that must not change results (deepseek_v2, llama_eagle3, eagle_profiling,
     # flashinfer_mla with bf16 KV, oea_topk with K0=0) give the pristine greedy outputs; OEA with K0=3 runs.
     # Output hashes are compared by the report; start-up times are issue 5's launch timings.
-    run $PY -m bench ab --arms none=none full=full oea3=full --arm-env oea3:SGLANG_OEA_K0=3 \
+    # SGLANG_OEA_STATS=1 counts distinct experts per routing call in both OEA arms (K0=0 and K0=3).
+    run $PY -m bench ab --arms none=none full=full oea3=full --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/validate" -- "${SA[@]}" ;;
   plain)
@@ -66,7 +67,17 @@ case "$step" in
     run $PY -m bench ab --arms none=none fixes=fixes \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8" -- "${SA[@]}" --kv-cache-dtype fp8_e4m3 ;;
+  fp8plain)
+    # The same without speculative decoding: the fp8 rows of the target's decode CUDA graph (fp8 covers the
+    # target-verify graph and prefill).
+    run $PY -m bench ab --arms none=none fixes=fixes --no-phase-timing --metric tok_s_b1 \
+      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
+      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8plain" -- "${PLAIN[@]}" --kv-cache-dtype fp8_e4m3 ;;
   tp2)
-    run $PY -m bench ab --arms none=full pcie=full@nccl_pcie "${M[@]}" --out "$OUT/tp2" -- "${SA[@]}" --tp 2 ;;
+    # Both TP2 starts of the first GPU session stalled right after FlashInfer's allreduce-fusion workspace
+    # (SymmDeviceMemory, auto-enabled for DeepSeek-V3 on SM90 at TP > 1) was set up: turn that fusion and the
+    # custom all-reduce off, so the comparison is NCCL's all-reduce under each env profile.
+    run $PY -m bench ab --arms none=full pcie=full@nccl_pcie "${M[@]}" --out "$OUT/tp2" -- "${SA[@]}" --tp 2 \
+      --enforce-disable-flashinfer-allreduce-fusion --disable-custom-all-reduce ;;
   *) echo "unknown step $step" >&2; exit 2 ;;
 esac

@@ -18,7 +18,10 @@ METRICS = (("step_ms_b1", "step ms (batch 1)", True), ("step_ms_bc", "step ms (c
            ("tok_s_b1", "tok/s (batch 1)", False), ("tok_s_bc", "tok/s (concurrent)", False),
            ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
            ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),
-           ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True))
+           ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True),
+           # oea_topk's SGLANG_OEA_STATS: fewer distinct experts per routing call is what OEA is for
+           ("oea_distinct_experts_b1", "distinct experts / routing call (b1)", True),
+           ("oea_distinct_experts_bc", "distinct experts / routing call (concurrent)", True))
 
 
 @dataclass
@@ -114,6 +117,11 @@ def build_markdown(run_dir: Path) -> str:
     if has_eagle:
         head += " draft / verify / draft-extend p50 ms |"
         sep += "---|"
+    # only stores measured with SGLANG_OEA_STATS=1 have it: older ones keep their table
+    has_oea = any(r.values("oea_distinct_experts_b1") or r.values("oea_distinct_experts_bc") for r in rows)
+    if has_oea:
+        head += " distinct experts / routing call b1 / conc. |"
+        sep += "---|"
     lines += ["## Arms", "", head, sep]
     for r in rows:
         xs = r.values(metric)
@@ -125,9 +133,17 @@ def build_markdown(run_dir: Path) -> str:
                  _fmt(_med(r.values("tok_s_bc")), 1), _fmt(_med(acc), 2)]
         if has_eagle:
             cells.append(" / ".join(_fmt(_med(r.phase_p50(p)), 3) for p in ("draft", "verify", "draft_extend")))
+        if has_oea:
+            cells.append(" / ".join(_fmt(_med(r.values(m_)), 2)
+                                    for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")))
         lines.append("| " + " | ".join(cells) + " |")
     fps = {r.name: sorted({u.fingerprint for u in r.units}) for r in rows}
     lines += ["", "Fingerprints: " + "; ".join(f"{n} `{','.join(f) or '-'}`" for n, f in fps.items()), ""]
+    if has_oea:
+        lines += ["Distinct experts: per phase, the oea_stats totals (SGLANG_OEA_STATS=1) after minus before it: "
+                  "distinct routed experts summed over the routing calls of at most SGLANG_OEA_MAX_TOKENS rows "
+                  "(decode and verify; a prefill that small too), padding rows excluded, divided by their number; "
+                  "median over repetitions.", ""]
     # output hashes
     flags = _output_flags(rows, run)
     lines += ["## Greedy outputs", ""] + (flags or ["All arms produced identical batch-1 greedy outputs in every "

@@ -8,6 +8,10 @@ decode_log_interval decode steps (metrics_reporter.py l.746) and `/server_info` 
 `internal_states[0].step_time_dict` (scheduler.py l.4204). The dict is cumulative since start, so a phase's
 steps are the entries appended between two snapshots. The first entry after an idle gap includes the gap, which
 is why a phase's step time is the median of its entries, not the mean.
+
+With the oea_topk patch and SGLANG_OEA_STATS=1, `internal_states[0].oea_stats` holds routing-call totals since
+start (calls, distinct routed experts, non-padded rows); a phase's figure is the difference of the snapshots
+around it, so the mean distinct experts per routing call describes that phase alone.
 """
 from __future__ import annotations
 
@@ -60,6 +64,22 @@ def _post(url: str, payload: dict, timeout: float) -> dict:
         raise WorkloadError(f"POST {url} -> HTTP {e.code}: {e.read()[:500]!r}") from e
 
 
+def oea_phase_delta(before: dict | None, after: dict | None) -> dict | None:
+    """The routing calls of one phase from two cumulative `oea_stats` snapshots; None without the stats."""
+    if before is None or after is None:
+        return None
+    calls = int(after["calls"]) - int(before["calls"])
+    distinct = int(after["distinct_experts_sum"]) - int(before["distinct_experts_sum"])
+    rows = int(after["rows_sum"]) - int(before["rows_sum"])
+    if calls < 0 or distinct < 0 or rows < 0:
+        # the totals only grow within one server process
+        raise WorkloadError(f"oea_stats went backwards between two snapshots ({before} -> {after}): "
+                            f"did the server restart during the repetition?")
+    return {"calls": calls, "distinct_experts_sum": distinct, "rows_sum": rows,
+            "mean_distinct_experts": distinct / calls if calls else None,
+            "mean_rows": rows / calls if calls else None, "k0": after.get("k0")}
+
+
 def _get(url: str, timeout: float = 60.0) -> dict:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return json.loads(r.read())
@@ -105,6 +125,7 @@ class PhaseResult:
     verify_ct: int
     outputs: list[list]  # [text, output_ids] per request, in prompt order
     eagle_phase_timing: dict | None = None
+    oea_stats: dict | None = None  # this phase's routing calls (oea_phase_delta)
 
     @property
     def tok_s(self) -> float:
@@ -143,6 +164,12 @@ class RepMetrics:
     eagle_verify_ms_b1: float | None = None
     eagle_draft_extend_ms_b1: float | None = None
     eagle_step_ms_b1: float | None = None
+    # oea_topk with SGLANG_OEA_STATS=1: each phase's routing calls (oea_phase_delta) and their mean number of
+    # distinct routed experts per call (None without the patch/env)
+    oea_b1: dict | None = None
+    oea_bc: dict | None = None
+    oea_distinct_experts_b1: float | None = None
+    oea_distinct_experts_bc: float | None = None
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -162,8 +189,9 @@ def _one(base: str, prompt: str, wl: Workload) -> dict:
     return out
 
 
-def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, before: dict[str, int],
+def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, state0: dict,
            batch_size: int) -> tuple[PhaseResult, dict]:
+    before = step_counts(state0)
     t0 = time.perf_counter()
     if concurrent:
         with ThreadPoolExecutor(max_workers=len(prompts)) as ex:
@@ -178,7 +206,8 @@ def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, before
         step_s=new_steps(before, state, batch_size),
         verify_ct=sum(int(m.get("spec_verify_ct", 0) or 0) for m in meta),
         outputs=[[o.get("text", ""), o.get("output_ids")] for o in outs],
-        eagle_phase_timing=state.get("eagle_phase_timing")), state
+        eagle_phase_timing=state.get("eagle_phase_timing"),
+        oea_stats=oea_phase_delta(state0.get("oea_stats"), state.get("oea_stats"))), state
 
 
 def _p50(timing: dict | None, phase: str) -> float | None:
@@ -188,9 +217,9 @@ def _p50(timing: dict | None, phase: str) -> float | None:
 
 def run_rep(base: str, wl: Workload) -> RepMetrics:
     prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency))
-    before = step_counts(internal_state(server_info(base)))
-    b1, state1 = _phase(base, prompts[:wl.b1_requests], wl, False, before, 1)
-    bc, state2 = _phase(base, prompts[:wl.concurrency], wl, True, step_counts(state1), wl.concurrency)
+    state0 = internal_state(server_info(base))
+    b1, state1 = _phase(base, prompts[:wl.b1_requests], wl, False, state0, 1)
+    bc, state2 = _phase(base, prompts[:wl.concurrency], wl, True, state1, wl.concurrency)
     return RepMetrics(
         step_ms_b1=b1.step_ms, step_ms_bc=bc.step_ms, tok_s_b1=b1.tok_s, tok_s_bc=bc.tok_s,
         accept_len_b1=b1.accept_len, accept_len_bc=bc.accept_len,
@@ -201,4 +230,7 @@ def run_rep(base: str, wl: Workload) -> RepMetrics:
         eagle_draft_ms_b1=_p50(b1.eagle_phase_timing, "draft"),
         eagle_verify_ms_b1=_p50(b1.eagle_phase_timing, "verify"),
         eagle_draft_extend_ms_b1=_p50(b1.eagle_phase_timing, "draft_extend"),
-        eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"))
+        eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"),
+        oea_b1=b1.oea_stats, oea_bc=bc.oea_stats,
+        oea_distinct_experts_b1=(b1.oea_stats or {}).get("mean_distinct_experts"),
+        oea_distinct_experts_bc=(bc.oea_stats or {}).get("mean_distinct_experts"))

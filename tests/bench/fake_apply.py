@@ -12,6 +12,9 @@ through env FAKE_BENCH (JSON):
   fail         [patch...]: starting with these patches exits 1 before /health
   accept       accept length reported when --speculative-algorithm is in the server args (default 1.0)
   interval     decode-log interval (default 8)
+  oea_distinct {K0: distinct experts per routing call per request in the batch} when SGLANG_OEA_STATS=1
+               (default {"0": 8}; K0 from SGLANG_OEA_K0): internal_states[0].oea_stats counts 2 routing calls
+               (MoE layers) per decoded token, as the oea_topk patch's totals since start
 Every start appends {"patches","profile","env","server_args"} to FAKE_BENCH_LOG (JSONL) for assertions.
 """
 from __future__ import annotations
@@ -116,6 +119,9 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
     changed = sorted(set(patches) & set(cfg.get("change_output", [])))
     record_steps = env.get("SGLANG_RECORD_STEP_TIME") == "1"
     phase_timing = env.get("SGLANG_EAGLE_PHASE_TIMING") == "1" and "eagle_profiling" in patches and spec
+    k0 = env.get("SGLANG_OEA_K0", "0")
+    oea_per_row = cfg.get("oea_distinct", {"0": 8}).get(k0) if env.get("SGLANG_OEA_STATS") == "1" else None
+    oea = {"calls": 0, "distinct_experts_sum": 0, "rows_sum": 0}
     lock = threading.Lock()
     steps: dict[int, list[float]] = defaultdict(list)
     inflight: dict[int, int] = {}
@@ -149,6 +155,11 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                             "draft_extend": {"p50_ms": 0.4 * d, "p99_ms": 0.5 * d, "mean_ms": 0.4 * d, "count": 40},
                             "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
                             "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
+                    if oea_per_row is not None:
+                        calls = oea["calls"]
+                        st["oea_stats"] = {**oea, "k0": int(k0), "max_tokens": 64,
+                                           "mean_distinct_experts": oea["distinct_experts_sum"] / calls if calls else None,
+                                           "mean_rows": oea["rows_sum"] / calls if calls else None}
                 return self._send({"version": "0.5.17-fake", "internal_states": [st],
                                    "overlay": overlay})
             return self._send({"error": "not found"}, 404)
@@ -175,6 +186,10 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                 for _ in range(n // interval):
                     steps[bs].append(step_s * (1 + 0.03 * (bs - 1)) * (1 + rng.gauss(0, noise)))
                 verify = int(round(n / accept)) if spec else 0
+                if oea_per_row is not None:
+                    oea["calls"] += 2 * n
+                    oea["distinct_experts_sum"] += 2 * n * oea_per_row * bs
+                    oea["rows_sum"] += 2 * n * bs
                 state["verify"] += verify
             digest = hashlib.sha256((req["text"] + ",".join(changed)).encode()).hexdigest()
             meta = {"completion_tokens": n, "prompt_tokens": len(req["text"]) // 4, "e2e_latency": n * step_s}

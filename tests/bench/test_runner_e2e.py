@@ -236,3 +236,24 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
     monkeypatch.setenv("FAKE_BENCH", "{}")
     assert main(["ab", "--resume", str(out)]) == 0  # one resume finishes the three remaining warm starts
     assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4
+
+
+def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, monkeypatch):
+    """--env SGLANG_OEA_STATS=1: each phase's mean distinct experts per routing call, from the server's totals."""
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                             ["--arms", "k0off=base", "k0three=base", "--arm-env", "k0three:SGLANG_OEA_K0=3",
+                              "--env", "SGLANG_OEA_STATS=1", "--restarts", "1", "--reps-per-start", "2"],
+                             {"oea_distinct": {"0": 8, "3": 3}})
+    assert all(s["env"]["SGLANG_OEA_STATS"] == "1" for s in starts)
+    m = {a: [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"] and r["arm"] == a]
+         for a in ("k0off", "k0three")}
+    for arm, per_row in (("k0off", 8), ("k0three", 3)):
+        for x in m[arm]:
+            # batch 1: the fake's per-request figure exactly; the warm-up rep before it is not mixed in
+            assert x["oea_distinct_experts_b1"] == per_row
+            assert x["oea_b1"]["calls"] == 2 * 64 * 2 and x["oea_b1"]["mean_rows"] == 1
+            assert x["oea_distinct_experts_bc"] > per_row and x["oea_bc"]["calls"] == 2 * 64 * 4
+    md = (out / "report.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| k0three |"))
+    assert row.split("|")[-2].strip().startswith("3.00 / ")
+    assert "| distinct experts / routing call (b1) |" in md

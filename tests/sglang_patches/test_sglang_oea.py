@@ -313,3 +313,231 @@ def test_forward_batch_turns_on_non_padded_count_with_oea(patched, monkeypatch):
     assert fbi.enable_num_token_non_padded() is False
     monkeypatch.setenv("SGLANG_OEA_K0", "2")
     assert fbi.enable_num_token_non_padded() is True
+
+
+# ---------------------------------------------------------------- SGLANG_OEA_STATS
+def reference_distinct(ids, num_experts, n_valid, n_shared):
+    """Distinct routed experts of the first n_valid rows, fused shared columns (the last n_shared) dropped."""
+    cols = ids.shape[1] - n_shared
+    return len({e for row in ids[:n_valid, :cols].tolist() for e in row})
+
+
+def _totals(oea):
+    s = oea.oea_stats_snapshot()
+    return s["calls"], s["distinct_experts_sum"], s["rows_sum"]
+
+
+def test_stats_count_matches_python_on_random_batches(oea, monkeypatch):
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    gen = torch.Generator().manual_seed(4321)
+    rnd = random.Random(77)
+    max_tokens = 32
+    want = [0, 0, 0]
+    seen = {"oea": 0, "router": 0, "pad": 0, "shared": 0, "gated": 0, "all_pad": 0}
+    for _ in range(400):
+        E = rnd.choice([8, 16, 64, 384])
+        k = min(rnd.choice([2, 4, 6, 8]), E)
+        T = rnd.randint(1, 40)
+        k0 = rnd.choice([0, 0, *range(1, k)])
+        scoring = rnd.choice(["softmax", "sigmoid"])
+        logits = torch.randn(T, E, generator=gen)
+        weight = logits.softmax(-1) if scoring == "softmax" else logits.sigmoid()
+        bias = torch.randn(E, generator=gen) * 0.3 if scoring == "sigmoid" and rnd.random() < 0.5 else None
+        choice = weight if bias is None else weight + bias
+        ids = choice.topk(k, dim=1).indices.to(torch.int32)
+        w = weight.gather(1, ids.long())
+        w = w / w.sum(1, keepdim=True)
+        n_shared = rnd.choice([0, 0, 1, 2])
+        # fused shared experts: ids num_experts.. appended as the last columns
+        shared = torch.randint(E, E + max(n_shared, 1), (T, n_shared), generator=gen, dtype=ids.dtype)
+        pad = rnd.choice(["none", "tensor", "int"])
+        n_valid = rnd.randint(0, T)
+        nv = {"none": None, "tensor": torch.tensor([n_valid], dtype=torch.int32), "int": n_valid}[pad]
+        _, out_i = oea.maybe_apply_oea(
+            torch.cat([w, torch.full((T, n_shared), 0.4)], 1), torch.cat([ids, shared], 1), logits,
+            scoring_func=scoring, correction_bias=bias, renormalize=True, num_fused_shared_experts=n_shared,
+            num_token_non_padded=nv, k0=k0, max_tokens=max_tokens)
+        n_eff = T if pad == "none" else n_valid
+        if T > max_tokens:
+            seen["gated"] += 1
+        else:
+            d = reference_distinct(out_i, E, n_eff, n_shared)
+            if k0 > 0:  # the batch activates exactly OEA's S_base
+                _, s_base, _ = reference_oea(choice, weight, ids, w, k0, n_eff)
+                assert d == len(s_base)
+                seen["oea"] += 1
+            else:
+                assert d == reference_distinct(ids, E, n_eff, 0)
+                seen["router"] += 1
+            want = [want[0] + (n_eff > 0), want[1] + d, want[2] + n_eff]
+            seen["pad"] += 0 < n_eff < T
+            seen["shared"] += n_shared > 0
+            seen["all_pad"] += n_eff == 0
+        assert list(_totals(oea)) == want
+    assert min(seen.values()) > 0, seen
+
+
+def test_stats_count_ignores_shared_columns_and_padding_exactly(oea, monkeypatch):
+    monkeypatch.setattr(oea, "_stats", None)
+    E = 16
+    ids = torch.tensor([[0, 1, 16], [1, 2, 17], [9, 10, 16], [11, 12, 17]], dtype=torch.int32)
+    oea.record_routing_stats(ids, E, torch.tensor([2], dtype=torch.int32))
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    assert _totals(oea) == (1, 3, 2)  # experts {0, 1, 2}; 16/17 are shared, rows 2-3 padding
+    oea.record_routing_stats(ids, E, None)
+    assert _totals(oea) == (2, 3 + 7, 2 + 4)
+    oea.record_routing_stats(ids, E, 0)  # all padding: not a call, nothing counted
+    assert _totals(oea) == (2, 10, 6)
+    # masked rows (-1, what _post_process_topk_ids writes on CUDA) never count
+    oea.record_routing_stats(torch.tensor([[-1, 3], [-1, -1]]), E, None)
+    assert _totals(oea) == (3, 11, 8)
+
+
+def test_stats_off_creates_nothing_and_routing_is_bit_identical(oea, monkeypatch):
+    gen = torch.Generator().manual_seed(8)
+    logits, choice, weight, ids, w = routed(6, 32, 6, gen)
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.delenv("SGLANG_OEA_STATS", raising=False)
+    kw = dict(scoring_func="softmax", correction_bias=None, renormalize=True, max_tokens=64)
+    out_w, out_i = oea.maybe_apply_oea(w, ids, logits, k0=0, **kw)
+    assert out_w is w and out_i is ids
+    oea_w, oea_i = oea.maybe_apply_oea(w, ids, logits, k0=2, **kw)
+    assert oea._stats is None and oea.oea_stats_snapshot() is None
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    assert oea.oea_stats_snapshot()["calls"] == 0 and oea.oea_stats_snapshot()["mean_distinct_experts"] is None
+    on_w, on_i = oea.maybe_apply_oea(w, ids, logits, k0=0, **kw)
+    assert on_w is w and on_i is ids  # counting never changes the routing
+    on_w, on_i = oea.maybe_apply_oea(w, ids, logits, k0=2, **kw)
+    assert torch.equal(on_i, oea_i) and torch.equal(on_w, oea_w)
+    assert oea.oea_stats_snapshot()["calls"] == 2
+    monkeypatch.setenv("SGLANG_OEA_STATS", "yes")
+    with pytest.raises(ValueError, match="SGLANG_OEA_STATS"):
+        oea.oea_stats_snapshot()
+
+
+def test_stats_snapshot_fields(oea, monkeypatch):
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    monkeypatch.setenv("SGLANG_OEA_K0", "3")
+    monkeypatch.setenv("SGLANG_OEA_MAX_TOKENS", "16")
+    oea.record_routing_stats(torch.tensor([[0, 1], [0, 2], [5, 6]]), 8, torch.tensor(2))
+    oea.record_routing_stats(torch.tensor([[4, 5]]), 8, None)
+    assert oea.oea_stats_snapshot() == {"calls": 2, "distinct_experts_sum": 5, "rows_sum": 3,
+                                        "mean_distinct_experts": 2.5, "mean_rows": 1.5, "k0": 3, "max_tokens": 16}
+
+
+def test_select_experts_counts_router_ids_with_k0_zero(topk_mods, patched, monkeypatch):
+    """K0=0 + stats: upstream routing bit for bit, counted over the rows DeepseekV2MoE.forward recorded."""
+    mod, upstream = topk_mods
+    oea = patched("sglang.srt.layers.moe.oea")
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    monkeypatch.setenv("SGLANG_OEA_MAX_TOKENS", "16")
+    E = 64
+    gen = torch.Generator().manual_seed(41)
+    want = [0, 0, 0]
+    for name in ("deepseek_v3", "grouped_softmax", "native_softmax"):
+        for T, n_valid in ((1, None), (8, 5), (16, 16), (40, None)):
+            x = torch.randn(T, 16, generator=gen)
+            logits = torch.randn(T, E, generator=gen)
+            try:
+                oea.set_num_valid_tokens(None if n_valid is None else torch.tensor([n_valid], dtype=torch.int32))
+                out = mod.select_experts(x, logits, _configs(mod, E)[name])
+            finally:
+                oea.set_num_valid_tokens(None)
+            base = upstream.select_experts(x, logits, _configs(upstream, E)[name])
+            assert torch.equal(out.topk_ids, base.topk_ids) and torch.equal(out.topk_weights, base.topk_weights)
+            if T <= 16:
+                n = T if n_valid is None else n_valid
+                want = [want[0] + 1, want[1] + reference_distinct(base.topk_ids, E, n, 0), want[2] + n]
+            assert list(_totals(oea)) == want, (name, T)
+    assert want[0] == 9
+
+
+def test_select_experts_counts_oea_routing(topk_mods, patched, monkeypatch):
+    mod, _ = topk_mods
+    oea = patched("sglang.srt.layers.moe.oea")
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.setenv("SGLANG_OEA_K0", "2")
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    oea.set_num_valid_tokens(None)
+    E, T = 64, 6
+    gen = torch.Generator().manual_seed(43)
+    out = mod.select_experts(torch.randn(T, 16, generator=gen), torch.randn(T, E, generator=gen),
+                             _configs(mod, E)["deepseek_v3"])
+    distinct = len(set(out.topk_ids.flatten().tolist()))
+    assert distinct <= 2 * T
+    assert _totals(oea) == (1, distinct, T)
+
+
+def test_forward_batch_turns_on_non_padded_count_with_stats(patched, monkeypatch):
+    fbi = patched("sglang.srt.model_executor.forward_batch_info")
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(fbi, "get_parallel", lambda: SimpleNamespace(moe_ep_size=1))
+    monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
+    monkeypatch.delenv("SGLANG_OEA_STATS", raising=False)
+    assert fbi.enable_num_token_non_padded() is False
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    assert fbi.enable_num_token_non_padded() is True
+
+
+def test_deepseek_moe_records_valid_count_with_stats(patched, monkeypatch):
+    """DeepseekV2MoE.forward hands the non-padded count to the router hook when only the stats are on."""
+    ds = patched("sglang.srt.models.deepseek_v2")
+    oea = patched("sglang.srt.layers.moe.oea")
+    from types import SimpleNamespace
+
+    import sglang.srt.layers.dp_attention as dpa
+    import sglang.srt.layers.moe.mega_moe as mega
+
+    class Stop(Exception):
+        pass
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(dpa, "is_dp_attention_enabled", lambda: False)
+    monkeypatch.setattr(mega, "should_use_mega_moe", stop)  # the first thing after the hunk
+    count = torch.tensor([3], dtype=torch.int32)
+    fb = SimpleNamespace(num_token_non_padded=count)
+    monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
+    for stats, expect in (("0", None), ("1", count)):
+        monkeypatch.setenv("SGLANG_OEA_STATS", stats)
+        oea.set_num_valid_tokens(None)
+        with pytest.raises(Stop):
+            ds.DeepseekV2MoE.forward(SimpleNamespace(), torch.zeros(4, 8), fb)
+        assert oea.get_num_valid_tokens() is expect
+    oea.set_num_valid_tokens(None)
+
+
+def test_get_internal_state_returns_oea_stats(patched, monkeypatch):
+    """Scheduler.get_internal_state is what /get_server_info returns as internal_states[i]."""
+    sched = patched("sglang.srt.managers.scheduler")
+    oea = patched("sglang.srt.layers.moe.oea")
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sched, "get_context", lambda: SimpleNamespace(resolved_server_args_dict=lambda: {}))
+    monkeypatch.setattr(sched, "build_memory_usage", lambda **kw: {"fake": True})
+    monkeypatch.setattr(sched, "get_exec", lambda: SimpleNamespace(moe=SimpleNamespace(elastic_ep_backend=None)))
+    fake_self = SimpleNamespace(
+        metrics_reporter=SimpleNamespace(last_gen_throughput=1.0, spec_total_num_forward_ct=0),
+        draft_worker=None,
+        tp_worker=SimpleNamespace(model_runner=SimpleNamespace(weight_load_mem_usage=0), graph_memory_usage=0),
+        token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: SimpleNamespace(mem_usage=0)),
+        startup_available_gpu_memory_gb=0, max_total_num_tokens=0, swa_tokens_per_layer=0,
+        startup_time=0, max_running_requests=1,
+        spec_algorithm=SimpleNamespace(is_none=lambda: True, is_dspark=lambda: False),
+    )
+    monkeypatch.setattr(oea, "_stats", None)
+    monkeypatch.delenv("SGLANG_OEA_STATS", raising=False)
+    assert "oea_stats" not in sched.Scheduler.get_internal_state(fake_self, None).internal_state
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    monkeypatch.setenv("SGLANG_OEA_K0", "3")
+    oea.record_routing_stats(torch.tensor([[0, 1], [2, 3]]), 8, None)
+    state = sched.Scheduler.get_internal_state(fake_self, None).internal_state
+    assert state["oea_stats"] == oea.oea_stats_snapshot()
+    assert state["oea_stats"]["calls"] == 1 and state["oea_stats"]["mean_distinct_experts"] == 4.0
+    assert state["oea_stats"]["k0"] == 3

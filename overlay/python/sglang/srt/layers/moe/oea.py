@@ -34,15 +34,27 @@ small B) fills its remaining slots by repeating its own top-1 expert with
 weight 0: the id is already activated, so no extra expert is loaded, and the
 zero weight adds nothing. (-1 is not used because the TP fused-MoE kernels do
 not mask negative ids.)
+
+Statistics. With SGLANG_OEA_STATS=1 every routing call under the same row gate
+adds, on the device, to one per-process counter: calls, distinct routed experts
+over the non-padded rows, non-padded rows. It counts whatever routing the call
+returns (OEA's ids with K0 > 0, the router's own with K0 = 0), so a K0 = 0 and a
+K0 > 0 server are compared on the same number. The update is fixed-shape and
+in place, so it is captured into decode/verify CUDA graphs and replayed with
+them; only ``oea_stats_snapshot`` reads it back (and synchronizes).
 """
 
+import logging
 import os
 from typing import Optional, Tuple, Union
 
 import torch
 
+logger = logging.getLogger(__name__)
+
 ENV_K0 = "SGLANG_OEA_K0"
 ENV_MAX_TOKENS = "SGLANG_OEA_MAX_TOKENS"
+ENV_STATS = "SGLANG_OEA_STATS"
 DEFAULT_MAX_TOKENS = 64
 
 _EPS = 1e-20
@@ -65,6 +77,20 @@ def oea_max_tokens_from_env() -> int:
     """
     raw = os.environ.get(ENV_MAX_TOKENS, str(DEFAULT_MAX_TOKENS)).strip()
     return int(raw or DEFAULT_MAX_TOKENS)
+
+
+def oea_stats_from_env() -> bool:
+    """SGLANG_OEA_STATS: "1" counts distinct experts per small routing call; "0" (default) = off."""
+    raw = os.environ.get(ENV_STATS, "0").strip() or "0"
+    if raw not in ("0", "1"):
+        raise ValueError(f"{ENV_STATS} must be 0 or 1, got {raw!r}")
+    return raw == "1"
+
+
+def oea_needs_num_valid_tokens() -> bool:
+    """Whether routing must know the non-padded row count: OEA keeps padding out
+    of S_base, and the statistics keep padding out of the count."""
+    return oea_k0_from_env() > 0 or oea_stats_from_env()
 
 
 def router_scores(
@@ -198,22 +224,57 @@ def maybe_apply_oea(
     num_token_non_padded: Optional[torch.Tensor] = None,
     k0: Optional[int] = None,
     max_tokens: Optional[int] = None,
+    stats: Optional[bool] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The select_experts hook: OEA when enabled and the batch is small, else the inputs."""
+    """The select_experts hook: OEA when enabled and the batch is small, else the inputs.
+
+    With stats on, the returned routing of a small batch is also counted
+    (record_routing_stats), whether OEA changed it or not.
+    """
     if k0 is None:
         k0 = oea_k0_from_env()
-    if k0 <= 0:
+    if stats is None:
+        stats = oea_stats_from_env()
+    if k0 <= 0 and not stats:
         return topk_weights, topk_ids
     if max_tokens is None:
         max_tokens = oea_max_tokens_from_env()
     if topk_ids.shape[0] > max_tokens or topk_ids.dim() != 2:
         return topk_weights, topk_ids
+    if num_token_non_padded is None:
+        num_token_non_padded = get_num_valid_tokens()
+    if k0 > 0:
+        topk_weights, topk_ids = _apply_oea(
+            topk_weights,
+            topk_ids,
+            router_logits,
+            scoring_func,
+            correction_bias,
+            renormalize,
+            num_fused_shared_experts,
+            num_token_non_padded,
+            k0,
+        )
+    if stats:
+        record_routing_stats(topk_ids, router_logits.shape[-1], num_token_non_padded)
+    return topk_weights, topk_ids
+
+
+def _apply_oea(
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    router_logits: torch.Tensor,
+    scoring_func: str,
+    correction_bias: Optional[torch.Tensor],
+    renormalize: bool,
+    num_fused_shared_experts: int,
+    num_token_non_padded: Optional[torch.Tensor],
+    k0: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
     scores = router_scores(router_logits, scoring_func, correction_bias)
     if scores is None:
         return topk_weights, topk_ids
     choice, weight = scores
-    if num_token_non_padded is None:
-        num_token_non_padded = get_num_valid_tokens()
     # fused shared experts are appended as extra columns: OEA routes the rest
     n_routed = topk_ids.shape[1] - max(num_fused_shared_experts, 0)
     if num_fused_shared_experts > 0 and topk_ids.shape[1] > n_routed > 0:
@@ -239,3 +300,78 @@ def maybe_apply_oea(
         renormalize=renormalize,
         weight_scores=weight,
     )
+
+
+# [calls with >= 1 non-padded row, sum of distinct routed experts, sum of
+# non-padded rows]; created by the first counted call, None while stats are off.
+_stats: Optional[torch.Tensor] = None
+_warned_capture = False
+
+
+def record_routing_stats(
+    topk_ids: torch.Tensor,
+    num_experts: int,
+    num_valid_tokens: Optional[Union[int, torch.Tensor]] = None,
+) -> None:
+    """Add one routing call to the per-process counter, on the device, without syncing.
+
+    Only ids in [0, num_experts) count: fused shared experts are appended with
+    ids num_experts.. (and the aiter path appends them only after
+    select_experts, so a column count would drop routed experts there), and -1
+    marks masked rows. Rows >= num_valid_tokens are padding; None = all valid.
+    Every op has a shape fixed by topk_ids and the buffer is updated in place,
+    so under CUDA-graph capture the update becomes part of the graph and the
+    count follows num_valid_tokens' value at replay.
+    """
+    global _stats, _warned_capture
+    device = topk_ids.device
+    if _stats is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            # Its zero-fill would be captured too and replayed before every
+            # update. The eager warm-up forwards before capture create it; a
+            # backend without them is left uncounted rather than miscounted.
+            if not _warned_capture:
+                _warned_capture = True
+                logger.warning(
+                    "%s=1: first routing call is inside CUDA-graph capture; "
+                    "graph-replayed calls are not counted",
+                    ENV_STATS,
+                )
+            return
+        _stats = torch.zeros(3, dtype=torch.int64, device=device)
+    num_tokens = topk_ids.shape[0]
+    if num_valid_tokens is None:
+        valid = torch.ones(num_tokens, dtype=torch.bool, device=device)
+    else:
+        rows = torch.arange(num_tokens, device=device)
+        if isinstance(num_valid_tokens, torch.Tensor):
+            valid = rows < num_valid_tokens.to(device=device).reshape(-1)[0]
+        else:
+            valid = rows < int(num_valid_tokens)
+    # Slots: 0 = padding row or masked id (-1), 1..E = routed experts, E + 1 =
+    # fused shared experts (ids E..). Few kernels: this runs in every MoE layer.
+    slot = torch.where(valid.unsqueeze(1), topk_ids.long() + 1, 0).clamp_(0, num_experts + 1)
+    seen = torch.zeros(num_experts + 2, dtype=torch.int64, device=device)
+    seen.scatter_(0, slot.reshape(-1), 1)
+    n_rows = valid.sum()
+    _stats.add_(torch.stack([n_rows.clamp(max=1), seen[1 : num_experts + 1].sum(), n_rows]))
+
+
+def oea_stats_snapshot() -> Optional[dict]:
+    """The counter since process start, or None with SGLANG_OEA_STATS off.
+
+    Reads the device buffer (a synchronization): for get_internal_state, not the
+    forward path. Sums are returned too so a client can difference two snapshots.
+    """
+    if not oea_stats_from_env():
+        return None
+    calls, distinct, rows = _stats.tolist() if _stats is not None else (0, 0, 0)
+    return {
+        "calls": calls,
+        "distinct_experts_sum": distinct,
+        "rows_sum": rows,
+        "mean_distinct_experts": distinct / calls if calls else None,
+        "mean_rows": rows / calls if calls else None,
+        "k0": oea_k0_from_env(),
+        "max_tokens": oea_max_tokens_from_env(),
+    }

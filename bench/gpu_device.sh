@@ -15,8 +15,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dirs=$(ls -d .gpu/b* 2>/dev/null | tr '\n' ' ')
+# Later calls carry no bundle folders: `set --` keeps this script's own arguments out of install.sh's "$@".
+args=("$@"); set -- $dirs
 # shellcheck disable=SC1091
-source .gpu/install.sh $dirs
+source .gpu/install.sh "$@"
+set -- "${args[@]}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHON=python3 TINY=/tmp/tiny
 RES=/tmp/results
@@ -42,7 +45,7 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
       case "$gpu" in 0) tree=/tmp/site ;; *) tree=$EMB ;; esac
       [ "$stream" = "01" ] && gpu=0,1 && tree=/tmp/site
       port=$((30000 + ${gpu%%,*} * 1000 + $( [ "$slot" = b ] && echo 500 || echo 0 )))
-      memf=$( [ -n "$slot" ] && echo 0.25 || echo 0.6 )
+      memf=${MEMF:-$( [ -n "$slot" ] && echo 0.25 || echo 0.6 )}
       (
         for step in ${steps//,/ }; do
           echo "=== $(date +%T) stream $stream step $step (gpu $gpu, tree $tree, port $port)"
@@ -52,7 +55,8 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
           [ "$left" -lt 150 ] && { echo "=== skip $step: ${left}s left"; continue; }
           CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=$left \
             REUSE=${REUSE:-} bash bench/gpu_runs.sh "$step"
-          echo "=== $(date +%T) stream $stream step $step exit $? after $(( $(date +%s) - start )) s of GPU time"
+          rc=$?  # before any command substitution below resets $?
+          echo "=== $(date +%T) stream $stream step $step exit $rc after $(( $(date +%s) - start )) s of GPU time"
         done
       ) > "$OUT/stream-$stream.log" 2>&1 &
       pids+=($!)

@@ -111,7 +111,7 @@ def check_kv(kv):
     pool = (torch.randn(rows, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn)
     idx = torch.full((cap,), 2**30, device="cuda", dtype=torch.int32)  # garbage tail: never read
     idx[:3000] = torch.randint(0, rows, (3000,), device="cuda", dtype=torch.int32)
-    step = kv.StepKV("cuda")
+    step = kv.StepKV()
     step.record(torch.tensor([0, 1000, 3000], device="cuda", dtype=torch.int32), 2)
     assert kv._triton_usable(pool, torch.empty(1, device="cuda", dtype=torch.bfloat16))
     out = step.buffer(pool, torch.bfloat16, idx)

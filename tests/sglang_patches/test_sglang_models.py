@@ -218,7 +218,7 @@ def _indices(valid, capacity=64):
 
 
 def test_fp8_kv_converts_only_the_rows_the_step_reads(kvstep):
-    step = kvstep.StepKV("cpu")
+    step = kvstep.StepKV()
     pool = _fp8_pool()
     first = [5, 17, 999, 3, 640]
     step.record(torch.tensor([0, 3, 5], dtype=torch.int32), 2)  # two requests, 3 + 2 rows
@@ -241,7 +241,7 @@ def test_fp8_kv_converts_only_the_rows_the_step_reads(kvstep):
 
 def test_fp8_kv_row_count_comes_from_the_recorded_indptr(kvstep):
     """Graph replay: the same index buffer, a new nnz written by record() before each step."""
-    step = kvstep.StepKV("cpu")
+    step = kvstep.StepKV()
     pool = _fp8_pool()
     idx = _indices([7, 8, 9, 10])
     step.record(torch.tensor([0, 2], dtype=torch.int32), 1)
@@ -255,7 +255,7 @@ def test_fp8_kv_row_count_comes_from_the_recorded_indptr(kvstep):
 
 def test_fp8_kv_keeps_the_full_cast_when_no_layout_was_recorded(kvstep):
     pool = _fp8_pool(64)
-    step = kvstep.StepKV("cpu")
+    step = kvstep.StepKV()
     assert torch.equal(step.buffer(pool, torch.bfloat16, _indices([1])), pool.to(torch.bfloat16))
     step.record(torch.tensor([0, 1], dtype=torch.int32), 1)
     assert step.buffer(pool, torch.bfloat16, None).data_ptr() != pool.data_ptr()
@@ -265,7 +265,7 @@ def test_fp8_kv_keeps_the_full_cast_when_no_layout_was_recorded(kvstep):
 
 
 def test_bf16_kv_is_passed_through(kvstep):
-    step = kvstep.StepKV("cpu")
+    step = kvstep.StepKV()
     step.record(torch.tensor([0, 2], dtype=torch.int32), 1)
     pool = torch.randn(64, 1, 576, dtype=torch.bfloat16)
     assert step.buffer(pool, torch.bfloat16, _indices([1, 2])) is pool
@@ -281,6 +281,15 @@ def test_static_shape_reference_ignores_the_garbage_tail(kvstep):
     assert dst[9].abs().sum() == 0 or torch.equal(dst[9], pool[9].to(torch.bfloat16))
 
 
+def test_each_backend_gets_its_own_step_state(kvstep):
+    """Target, verify and draft backends plan different layouts: one StepKV each, made once."""
+    a, b = SimpleNamespace(), SimpleNamespace()
+    assert kvstep.step_kv_of(a) is kvstep.step_kv_of(a)
+    assert kvstep.step_kv_of(a) is not kvstep.step_kv_of(b)
+    kvstep.step_kv_of(a).record(torch.tensor([0, 3], dtype=torch.int32), 1)
+    assert kvstep.step_kv_of(a).recorded and not kvstep.step_kv_of(b).recorded
+
+
 class _Wrapper:
     def __init__(self):
         self.planned = None
@@ -291,7 +300,7 @@ class _Wrapper:
 
 def test_decode_updater_records_the_planned_row_count(mla, kvstep):
     """The EAGLE draft-decode layout (spec_info): record() sees the indptr the wrapper is planned with."""
-    step = kvstep.StepKV("cpu")
+    step = kvstep.StepKV()
     updater = SimpleNamespace(
         attn_backend=SimpleNamespace(_overlay_kv_step=step),
         scaling=0.1, num_local_heads=16, kv_lora_rank=512, qk_rope_head_dim=64, data_type=torch.bfloat16,
@@ -310,7 +319,7 @@ def test_mla_forward_paths_read_through_the_step_buffer(mla):
     """forward_extend's paged path and forward_decode no longer cast the whole pool themselves."""
     for fn in (mla.FlashInferMLAAttnBackend.forward_extend, mla.FlashInferMLAAttnBackend.forward_decode):
         src = inspect.getsource(fn)
-        assert "_overlay_kv_step.buffer(" in src and '"_kv_indices_buf"' in src
+        assert "step_kv_of(self).buffer(" in src and '"_kv_indices_buf"' in src
         assert "get_key_buffer(layer.layer_id).to(q.dtype)" not in src
 
 

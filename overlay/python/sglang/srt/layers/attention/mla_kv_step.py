@@ -128,8 +128,8 @@ def convert_rows(
 class StepKV:
     """Per attention backend: the row count of the step its indices updater planned."""
 
-    def __init__(self, device) -> None:
-        self.nnz = torch.zeros(1, dtype=torch.int32, device=device)
+    def __init__(self) -> None:
+        self.nnz: Optional[torch.Tensor] = None  # int32[1] on the backend's device
         # False for layouts this module does not cover (decode context parallel):
         # those keep upstream's full cast.
         self.recorded = False
@@ -139,6 +139,10 @@ class StepKV:
         if kv_indptr is None:
             self.recorded = False
             return
+        if self.nnz is None:
+            # the first plan runs eagerly (before any CUDA-graph capture), so the
+            # address captured graphs read is fixed from here on
+            self.nnz = torch.zeros(1, dtype=torch.int32, device=kv_indptr.device)
         self.nnz.copy_(kv_indptr[num_rows : num_rows + 1], non_blocking=True)
         self.recorded = True
 
@@ -156,3 +160,15 @@ class StepKV:
         scratch = _scratch_for(kv_buffer, dtype)
         convert_rows(kv_buffer, scratch, wrapper_indices, self.nnz)
         return scratch
+
+
+def step_kv_of(backend) -> StepKV:
+    """The backend's StepKV, made on first use.
+
+    Kept out of the backend's __init__ so the patch does not need a hunk there:
+    upstream edits that constructor in most releases (the release radar showed it).
+    """
+    step = backend.__dict__.get("_overlay_kv_step")
+    if step is None:
+        step = backend._overlay_kv_step = StepKV()
+    return step

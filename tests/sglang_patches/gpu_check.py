@@ -6,6 +6,8 @@ Loads the overlay modules (torch; Triton for the fp8 KV rows) and checks
 on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronization raises:
   1. OEA: same result on CUDA as on CPU; captured in a CUDA graph at a padded batch, replayed with the
      non-padded count changed in its buffer, equals eager OEA at that count (padding stays out of S_base).
+  1b. OEA statistics (SGLANG_OEA_STATS=1): captured once, the counter adds exactly each replay's distinct
+     experts over its valid rows, at K0=0 and K0=3, without synchronizing.
   2. Eagle phase timer: real CUDA events around three phases of GPU work, never synchronizing; the
      phases add up to the step and the window fills as events complete.
   3. mla_kv_step (flashinfer_mla): the Triton row conversion equals the cast on the rows a step reads,
@@ -70,6 +72,61 @@ def check_oea(oea):
         assert set(out_i.cpu().flatten().tolist()) <= s_base
     print(f"ok oea: CUDA == CPU, no host sync; CUDA graph replay with non-padded 8/5/2 == eager "
           f"(distinct experts {[len(set(ref[n][1].flatten().tolist())) for n in (8, 5, 2)]} of {T * k} slots)")
+
+
+def check_oea_stats(oea):
+    """SGLANG_OEA_STATS: the counter is captured into a graph and counts each replay's valid rows exactly."""
+    import os
+
+    os.environ["SGLANG_OEA_STATS"] = "1"
+    dev = "cuda"
+    g = torch.Generator().manual_seed(1)
+    T, E, k = 16, 64, 8
+    logits = torch.randn(T, E, generator=g)
+    bias = torch.randn(E, generator=g) * 0.2
+    choice, _ = oea.router_scores(logits, "sigmoid", bias)
+    ids = choice.topk(k, dim=1).indices.to(torch.int32)
+    w = torch.full((T, k), 1.0 / k)
+    lg, b, i, ww = logits.to(dev), bias.to(dev), ids.to(dev), w.to(dev)
+    nbuf = torch.tensor([T], dtype=torch.int32, device=dev)
+    results = {}
+    for k0 in (0, 3):
+        oea._stats = None
+        call = lambda: oea.maybe_apply_oea(ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True,
+                                           num_token_non_padded=nbuf, k0=k0)
+        call()  # eager: creates the counter, as SGLang's warm-up forwards do before capture
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                call()
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                _, out_i = call()
+            before = oea._stats.clone()
+            expect = [0, 0, 0]
+            for n in (16, 11, 5, 1, 0):
+                nbuf.fill_(n)
+                graph.replay()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        # what each replay routed, recomputed eagerly per valid count (the graph's outputs are overwritten)
+        for n in (16, 11, 5, 1, 0):
+            nbuf.fill_(n)
+            _, ids_n = oea.maybe_apply_oea(ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True,
+                                           num_token_non_padded=nbuf, k0=k0, stats=False)
+            rows = ids_n[:n].cpu()
+            expect[0] += 1 if n else 0
+            expect[1] += len(set(rows.flatten().tolist()))
+            expect[2] += n
+        got = (oea._stats - before).tolist()
+        assert got == expect, (k0, got, expect)
+        results[k0] = expect[1] / expect[0]
+    os.environ.pop("SGLANG_OEA_STATS")
+    print(f"ok oea stats: counted inside CUDA graph replays with 16/11/5/1/0 valid rows, exact, no host sync; "
+          f"mean distinct experts per call K0=0 {results[0]:.1f}, K0=3 {results[3]:.1f}")
 
 
 def check_timer(timer_mod):
@@ -166,6 +223,7 @@ def main():
     oea = load(ROOT / "overlay/python/sglang/srt/layers/moe/oea.py", "oea")
     timer = load(ROOT / "overlay/python/sglang/srt/speculative/eagle_phase_timer.py", "eagle_phase_timer")
     check_oea(oea)
+    check_oea_stats(oea)
     check_timer(timer)
     check_kv(load(ROOT / "overlay/python/sglang/srt/layers/attention/mla_kv_step.py", "mla_kv_step"))
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 FAKE = Path(__file__).with_name("fake_apply.py")
+DATA = Path(__file__).resolve().parent / "data"
 PATCHES = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta", "nccl_env_log")
 
 
@@ -54,3 +56,13 @@ def manifest(tmp_path) -> Path:
 @pytest.fixture
 def launcher_arg() -> str:
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))}"
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """A finished run directory: the store and command of a synthetic A/B recorded before oea_stats existed."""
+    d = tmp_path / "run"
+    d.mkdir()
+    shutil.copy(DATA / "synthetic_ab.jsonl", d / "results.jsonl")
+    shutil.copy(DATA / "synthetic_ab.command.txt", d / "command.txt")
+    return d

@@ -3,24 +3,13 @@ timing, 2 starts x 4 reps per arm, plus an interrupted start appended by hand wh
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-from pathlib import Path
 
 import pytest
 
 from bench.cli import main
 
-DATA = Path(__file__).resolve().parent / "data"
-
-
-@pytest.fixture
-def run_dir(tmp_path) -> Path:
-    d = tmp_path / "run"
-    d.mkdir()
-    shutil.copy(DATA / "synthetic_ab.jsonl", d / "results.jsonl")
-    shutil.copy(DATA / "synthetic_ab.command.txt", d / "command.txt")
-    return d
+from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
 def _expected(metric: str, arm: str) -> float:

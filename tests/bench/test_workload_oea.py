@@ -3,9 +3,7 @@ column / comparison they feed (tests/bench/data/synthetic_ab.jsonl is a store re
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +11,7 @@ from bench.cli import main
 from bench.report import build_markdown
 from bench.workload import WorkloadError, oea_phase_delta
 
-DATA = Path(__file__).resolve().parent / "data"
+from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
 def _snap(calls, distinct, rows, k0=3):
@@ -44,15 +42,6 @@ def test_phase_delta_without_stats_or_calls():
 def test_phase_delta_refuses_totals_that_went_backwards():
     with pytest.raises(WorkloadError, match="went backwards"):
         oea_phase_delta(_snap(10, 80, 10), _snap(4, 30, 4))
-
-
-@pytest.fixture
-def run_dir(tmp_path) -> Path:
-    d = tmp_path / "run"
-    d.mkdir()
-    shutil.copy(DATA / "synthetic_ab.jsonl", d / "results.jsonl")
-    shutil.copy(DATA / "synthetic_ab.command.txt", d / "command.txt")
-    return d
 
 
 def test_old_store_without_the_field_keeps_its_report(run_dir):

@@ -33,6 +33,19 @@ def load(path, name):
     return mod
 
 
+def capture(fn):
+    """Warm fn up on a side stream (as graph capture wants), then capture it: (graph, fn's captured output)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def check_oea(oea):
     dev = "cuda"
     g = torch.Generator().manual_seed(0)
@@ -51,14 +64,8 @@ def check_oea(oea):
     torch.cuda.set_sync_debug_mode("error")
     try:
         eager = oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm up off the default stream, as graph capture wants
-            oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out_w, out_i = oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
+        graph, (out_w, out_i) = capture(
+            lambda: oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(eager[1].cpu(), ref[8][1]) and torch.allclose(eager[0].cpu(), ref[8][0], atol=1e-6)
@@ -97,14 +104,7 @@ def check_oea_stats(oea):
         call()  # eager: creates the counter, as SGLang's warm-up forwards do before capture
         torch.cuda.set_sync_debug_mode("error")
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                call()
-            torch.cuda.current_stream().wait_stream(s)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                _, out_i = call()
+            graph, _ = capture(call)
             before = oea._stats.clone()
             expect = [0, 0, 0]
             for n in (16, 11, 5, 1, 0):
@@ -195,14 +195,7 @@ def check_kv(kv):
     t_full = timed(lambda: pool.to(torch.bfloat16))
 
     # Capture once, then replay steps with other rows and other counts, as a decode graph does.
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        step.buffer(pool, torch.bfloat16, idx)
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        graph_out = step.buffer(pool, torch.bfloat16, idx)
+    g, graph_out = capture(lambda: step.buffer(pool, torch.bfloat16, idx))
     for n in (1, 257, 5000):
         pool.copy_((torch.randn(rows, 1, 576, device="cuda") * 4).to(torch.float8_e4m3fn))
         idx[:n] = torch.randint(0, rows, (n,), device="cuda", dtype=torch.int32)

@@ -19,6 +19,7 @@ SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirna
 TINY=${TINY:-/tmp/tiny}
 [ -f "$TINY/target/config.json" ] || $PY -m bench tinymodel "$TINY" >/dev/null
 PLANTED=tests/bench/planted/manifest.yaml
+DI=(--env SGLANG_DUMMY_INIT=normal)
 # Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; small CUDA-graph
 # batch range to keep server starts short; decode-log-interval 8 so every phase has many step-time entries.
 SA=(--model-path "$TINY/target" --load-format dummy --speculative-algorithm EAGLE3
@@ -53,24 +54,28 @@ case "$step" in
     # flashinfer_mla with bf16 KV, oea_topk with K0=0) give the pristine greedy outputs; OEA with K0=3 runs.
     # Output hashes are compared by the report; start-up times are issue 5's launch timings.
     # SGLANG_OEA_STATS=1 counts distinct experts per routing call in both OEA arms (K0=0 and K0=3).
-    run $PY -m bench ab --arms none=none full=full oea3=full --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 \
+    # dummy_init_normal (a bench fixture in $PLANTED) in every arm: with SGLang's own dummy weights the greedy
+    # tokens did not react even to OEA (bench/results/2026-11-30-h200x2-run2), so equality proved nothing.
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
+      oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/validate" -- "${SA[@]}" ;;
   plain)
     # Greedy plain decoding with the full set: EAGLE-3's outputs (validate) must equal these (lossless).
-    run $PY -m bench ab --arms full=full --no-phase-timing --metric tok_s_b1 \
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --no-phase-timing --metric tok_s_b1 "${DI[@]}" \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/plain" -- "${PLAIN[@]}" ;;
   fp8)
     # fp8 KV cache with the FlashInfer MLA backend: pristine against the fixes (flashinfer_mla converts only
     # the slots a step reads); the greedy outputs must be equal.
-    run $PY -m bench ab --arms none=none fixes=fixes \
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8" -- "${SA[@]}" --kv-cache-dtype fp8_e4m3 ;;
   fp8plain)
     # The same without speculative decoding: the fp8 rows of the target's decode CUDA graph (fp8 covers the
     # target-verify graph and prefill).
-    run $PY -m bench ab --arms none=none fixes=fixes --no-phase-timing --metric tok_s_b1 \
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
+      --no-phase-timing --metric tok_s_b1 \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8plain" -- "${PLAIN[@]}" --kv-cache-dtype fp8_e4m3 ;;
   tp2)

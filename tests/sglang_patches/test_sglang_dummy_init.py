@@ -1,0 +1,71 @@
+"""dummy_init_normal (bench fixture in tests/bench/planted): --load-format dummy weights that make greedy outputs
+depend on the model's numerics. The patched weight_utils.py is loaded from a tree the engine patched with the
+planted manifest, and run on a small torch module."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+PLANTED = ROOT / "tests" / "bench" / "planted" / "manifest.yaml"
+
+
+@pytest.fixture(scope="module")
+def weight_utils(pristine_sglang_tree, sglang_patched, tmp_path_factory):
+    tree = tmp_path_factory.mktemp("dummy_init") / "sglang"
+    subprocess.run(["git", "clone", "-q", str(pristine_sglang_tree), str(tree)], check=True)
+    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree),
+                        "apply", "dummy_init_normal"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # Imports inside resolve to the session's patched package; this patch changes no other file.
+    spec = importlib.util.spec_from_file_location(
+        "ovl_weight_utils_dummy_init", tree / "python/sglang/srt/model_loader/weight_utils.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = torch.nn.Module()
+        self.input_layernorm.weight = torch.nn.Parameter(torch.empty(256, dtype=torch.bfloat16))
+        self.q_proj = torch.nn.Linear(256, 256, bias=True, dtype=torch.bfloat16)
+        self.k_proj = torch.nn.Linear(256, 256, bias=False, dtype=torch.bfloat16)
+        self.gate = torch.nn.Module()
+        self.gate.e_score_correction_bias = torch.nn.Parameter(torch.empty(64))
+        self.experts = torch.nn.Parameter(torch.empty(64, 128, 256, dtype=torch.bfloat16))
+
+
+def test_upstream_dummy_init_is_what_made_outputs_blind(weight_utils, monkeypatch):
+    monkeypatch.delenv("SGLANG_DUMMY_INIT", raising=False)
+    m = _Block()
+    weight_utils.initialize_dummy_weights(m)
+    assert torch.equal(m.q_proj.weight, m.k_proj.weight)  # one seed: same-size weights are equal
+    assert m.input_layernorm.weight.abs().max() <= 1e-3  # norm gains near zero
+    assert m.q_proj.weight.abs().max() <= 1e-3
+
+
+def test_normal_dummy_init(weight_utils, monkeypatch):
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "normal")
+    m = _Block()
+    weight_utils.initialize_dummy_weights(m)
+    assert torch.all(m.input_layernorm.weight == 1)
+    assert torch.all(m.q_proj.bias == 0) and torch.all(m.gate.e_score_correction_bias == 0)
+    assert not torch.equal(m.q_proj.weight, m.k_proj.weight)  # seeded per parameter name
+    for w in (m.q_proj.weight, m.experts):
+        assert w.dtype == torch.bfloat16
+        assert abs(w.float().std().item() - 0.02) < 0.002 and abs(w.float().mean().item()) < 0.002
+    again = _Block()
+    weight_utils.initialize_dummy_weights(again)
+    assert torch.equal(again.experts, m.experts)  # every start and every arm gets the same model
+
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "0.05")
+    wide = _Block()
+    weight_utils.initialize_dummy_weights(wide)
+    assert abs(wide.experts.float().std().item() - 0.05) < 0.005

@@ -78,8 +78,26 @@ class TinyModelSpec:
             raise ValueError("; ".join(errs))
 
 
+def _shared_config(s: TinyModelSpec) -> dict:
+    """Keys the target and the draft must agree on (tokenizer ids, RoPE, norms, dtype)."""
+    return {
+        "hidden_act": "silu",
+        "max_position_embeddings": s.max_positions,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 50000.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def target_config(s: TinyModelSpec) -> dict:
     return {
+        **_shared_config(s),
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "deepseek_v3",
         "vocab_size": s.vocab,
@@ -107,26 +125,16 @@ def target_config(s: TinyModelSpec) -> dict:
         "qk_rope_head_dim": s.qk_rope_head_dim,
         "qk_nope_head_dim": s.qk_nope_head_dim,
         "v_head_dim": s.v_head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": s.max_positions,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 50000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
-        "tie_word_embeddings": False,
         "use_cache": True,
-        "bos_token_id": 0,
-        "eos_token_id": 1,
-        "pad_token_id": 2,
-        "torch_dtype": "bfloat16",
     }
 
 
 def draft_config(s: TinyModelSpec) -> dict:
     head_dim = s.hidden // s.heads
     return {
+        **_shared_config(s),
         "architectures": ["LlamaForCausalLMEagle3"],
         "model_type": "llama",
         "vocab_size": s.vocab,
@@ -139,18 +147,7 @@ def draft_config(s: TinyModelSpec) -> dict:
         "num_attention_heads": s.heads,
         "num_key_value_heads": max(1, s.heads // 4),
         "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": s.max_positions,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 50000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
         "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": 0,
-        "eos_token_id": 1,
-        "pad_token_id": 2,
-        "torch_dtype": "bfloat16",
         "eagle_config": {
             "eagle_aux_hidden_state_layer_ids": s.aux_ids(),
             "use_aux_hidden_state": True,

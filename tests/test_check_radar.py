@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import ROOT, run_cli
-from sglang_overlay.compat import check_pin, classify
+from sglang_overlay.compat import check_pin, classify, subsets_that_matter
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest
 
@@ -45,7 +45,9 @@ def test_check_passes_on_the_pin_and_lists_what_it_checked(fx, pin_source):
     subjects = {i.subject for i in rep.items}
     for name in ("fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay", "fx_topk_gated"):
         assert f"alone: {name}" in subjects
-    assert "full set" not in subjects or True  # the fixture's conflict makes the full set the largest allowed set
+    # fx_topk_gated conflicts with fx_topk: the full set is the largest allowed set, without it
+    assert "full set" in subjects
+    assert dict(subsets_that_matter(fx))["full set"] == ("fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay")
     assert "pair: fx_args_a+fx_args_b" in subjects and "leave-one-out: -fx_topk" in subjects
     assert any(i.what == "order" and i.subject == "pair: fx_args_a+fx_args_b" and i.ok for i in rep.items)
     assert any(i.what == "upstreamed" and i.subject == "fx_kimi" and i.ok for i in rep.items)

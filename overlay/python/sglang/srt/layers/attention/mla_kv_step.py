@@ -15,6 +15,7 @@ stale values; rows it reads are always rewritten before the kernel runs.
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -56,13 +57,8 @@ def _convert_rows_torch(
     dst.index_copy_(0, rows, src.index_select(0, rows).to(dst.dtype))
 
 
-_triton_kernel = None
-
-
+@functools.cache
 def _get_triton_kernel():
-    global _triton_kernel
-    if _triton_kernel is not None:
-        return _triton_kernel
     import triton
     import triton.language as tl
 
@@ -92,8 +88,7 @@ def _get_triton_kernel():
             x = tl.load(src_ptr + offs, mask=m)
             tl.store(dst_ptr + offs, x.to(dst_ptr.dtype.element_ty), mask=m)
 
-    _triton_kernel = _convert_rows_kernel
-    return _triton_kernel
+    return _convert_rows_kernel
 
 
 def _triton_usable(src: torch.Tensor, dst: torch.Tensor) -> bool:

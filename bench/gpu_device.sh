@@ -53,8 +53,10 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
           # each step's --time-budget is what is left of this call (device calls end at 600 s)
           left=$(( deadline - $(date +%s) ))
           [ "$left" -lt 150 ] && { echo "=== skip $step: ${left}s left"; continue; }
+          # timeout: a step that overruns is interrupted (SIGINT: the bench stops its server and keeps its
+          # store) so the results are still packed before the device call's own limit kills everything
           CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=$left \
-            REUSE=${REUSE:-} bash bench/gpu_runs.sh "$step"
+            REUSE=${REUSE:-} timeout -s INT -k 20 "$left" bash bench/gpu_runs.sh "$step"
           rc=$?  # before any command substitution below resets $?
           echo "=== $(date +%T) stream $stream step $step exit $rc after $(( $(date +%s) - start )) s of GPU time"
         done

@@ -10,7 +10,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -65,6 +65,47 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --no-phase-timing --metric tok_s_b1 "${DI[@]}" \
       --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
       --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/plain" -- "${PLAIN[@]}" ;;
+  edge)
+    # The draft at the two edges the patches open (bench/tinymodel.py draft_edge): no draft_vocab_size
+    # (llama_eagle3) and aux id 4 = num_hidden_layers, the final layer's output (deepseek_v2). Lossless
+    # speculative decoding makes its greedy outputs those of `plain`, whatever the draft proposes.
+    EDGE=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/draft_edge; EDGE+=("$a"); done
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --env SGLANG_OEA_STATS=1 "${DI[@]}" \
+      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
+      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/edge" -- "${EDGE[@]}" ;;
+  before)
+    # What the edge draft meets without the patches, and the patched load-time check: three starts that must
+    # fail, each with the error the patch note names. A start that fails otherwise (or succeeds) fails the step.
+    # dv: the draft with its draft_vocab_size but aux ids [0, 1, 4]; bad: ids [0, 1, 5] (out of range).
+    for v in dv bad; do
+      rm -rf "$TINY/draft_$v"; cp -r "$TINY/draft" "$TINY/draft_$v"
+      $PY - "$TINY/draft_$v/config.json" "$v" <<'PYEOF'
+import json, sys
+path, v = sys.argv[1:]
+cfg = json.load(open(path))
+cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 4 if v == "dv" else 5]
+json.dump(cfg, open(path, "w"), indent=2)
+PYEOF
+    done
+    fails=0
+    # name, set, draft dir, what the recorded failure must say
+    while read -r name set draft expect; do
+      ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/$draft; ARGS+=("$a"); done
+      rm -rf "$OUT/before/$name"
+      run $PY -m bench ab --manifest $PLANTED --arms "$name=$set" --env SGLANG_OEA_STATS=1 "${DI[@]}" \
+        --tree "$SGL_TREE" --restarts 1 --reps-per-start 1 --warmup-reps 0 --max-new-tokens 16 --b1-requests 1 \
+        --concurrency 2 --health-timeout 420 ${DRY:+--dry-run} --out "$OUT/before/$name" -- "${ARGS[@]}" && rc=0 || rc=$?
+      [ -n "${DRY:-}" ] && continue
+      got=$($PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(*[x['stage'] + ': ' + x['error'] + '\n' + x['log_tail'] for x in r if x.get('type') == 'failure'])" \
+            "$OUT/before/$name/results.jsonl" 2>/dev/null | grep -m1 -o -- "$expect" || true)
+      echo "before: $name (set $set, $draft): ab exit $rc; expected failure '$expect': ${got:+found}${got:-NOT FOUND}" | tee -a "$OUT/before/summary.txt"
+      [ -n "$got" ] && [ "$rc" != 0 ] || fails=$((fails + 1))
+    done <<'ARMS'
+pristine_final dummy_init_normal draft_dv captured.2.of.3.aux.hidden.states
+pristine_novocab dummy_init_normal draft_edge has.no.attribute.'draft_vocab_size'
+patched_outofrange full+dummy_init_normal draft_bad out-of-range.ids.\[5\]
+ARMS
+    exit $fails ;;
   fp8)
     # fp8 KV cache with the FlashInfer MLA backend: pristine against the fixes (flashinfer_mla converts only
     # the slots a step reads); the greedy outputs must be equal.

@@ -10,6 +10,9 @@ e_score_correction_bias), routed_scaling_factor 2.827.
 Layout written:
   OUT/target/{config.json, generation_config.json, tokenizer.json, tokenizer_config.json, special_tokens_map.json}
   OUT/draft/{config.json, generation_config.json, tokenizer files}
+  OUT/draft_edge/{...}  the draft at the edges two patches open: no draft_vocab_size (llama_eagle3) and an aux
+                        id equal to num_hidden_layers, the final layer's output (deepseek_v2). Pristine 0.5.17
+                        cannot load it; it is for the patched set only.
 """
 from __future__ import annotations
 
@@ -155,6 +158,16 @@ def draft_config(s: TinyModelSpec) -> dict:
     }
 
 
+def edge_draft_config(s: TinyModelSpec) -> dict:
+    """The draft with the two inputs pristine 0.5.17 rejects: the gpu_runs.sh `edge` step serves it."""
+    cfg = draft_config(s)
+    del cfg["draft_vocab_size"]
+    # first id 0: an id list starting at 1 is shifted by +1 in set_eagle3_layers_to_capture
+    cfg["eagle_config"] = {**cfg["eagle_config"],
+                           "eagle_aux_hidden_state_layer_ids": [0, (s.layers - 1) // 2, s.layers]}
+    return cfg
+
+
 _WORDS = (
     "the of and to in is that for it as with was on be by this are or from at an not have which but all they "
     "one had were can there their we more if has will when been would who so what up out about into than them "
@@ -218,9 +231,10 @@ def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
     spec.validate()
     out = Path(out)
     tok = build_tokenizer(spec.vocab)
-    paths = {"target": out / "target", "draft": out / "draft"}
+    paths = {"target": out / "target", "draft": out / "draft", "draft_edge": out / "draft_edge"}
     gen = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "do_sample": False}
-    for name, cfg in (("target", target_config(spec)), ("draft", draft_config(spec))):
+    for name, cfg in (("target", target_config(spec)), ("draft", draft_config(spec)),
+                      ("draft_edge", edge_draft_config(spec))):
         d = paths[name]
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")

@@ -98,7 +98,7 @@ PYEOF
       [ -n "${DRY:-}" ] && continue
       got=$($PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(*[x['stage'] + ': ' + x['error'] + '\n' + x['log_tail'] for x in r if x.get('type') == 'failure'])" \
             "$OUT/before/$name/results.jsonl" 2>/dev/null | grep -m1 -o -- "$expect" || true)
-      echo "before: $name (set $set, $draft): ab exit $rc; expected failure '$expect': ${got:+found}${got:-NOT FOUND}" | tee -a "$OUT/before/summary.txt"
+      echo "before: $name (set $set, $draft): ab exit $rc; expected failure '$expect': ${got:+found: $got}${got:-NOT FOUND}" | tee -a "$OUT/before/summary.txt"
       [ -n "$got" ] && [ "$rc" != 0 ] || fails=$((fails + 1))
     done <<'ARMS'
 pristine_final dummy_init_normal draft_dv captured.2.of.3.aux.hidden.states

@@ -1,0 +1,76 @@
+"""Every recorded GPU step of bench/gpu_runs.sh plans on the CPU (DRY=1): its sets resolve in its manifest and its
+server arguments are the ones the record says. A step that no longer plans would only fail on a rented GPU."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.tinymodel import TinyModelSpec, write_model_dirs
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_runs.sh"
+# oea has no server and no dry run: it is the stand-alone kernel benchmark (tests/bench/test_oea_micro.py)
+NO_DRY_RUN = {"oea"}
+
+
+def _steps() -> list[str]:
+    usage = re.search(r"usage: gpu_runs\.sh ([a-z0-9|]+)\}", SCRIPT.read_text())
+    assert usage, "gpu_runs.sh lost its usage line"
+    return usage.group(1).split("|")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    write_model_dirs(out, TinyModelSpec())
+    return out
+
+
+def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "SGL_TREE": str(tree),
+           "OUT": str(out)}
+    return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+
+
+@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN])
+def test_step_plans(step, tiny, sglang_tree, tmp_path):
+    p = _dry(step, tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    plans = re.findall(r"server starts \(before --reuse\): (\d+)", p.stdout)
+    assert plans and all(int(n) >= 1 for n in plans), p.stdout
+    launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
+    assert launches and all(f"--tree {sglang_tree}" in line for line in launches)
+
+
+def test_unknown_step_is_refused(tiny, sglang_tree, tmp_path):
+    p = _dry("nosuchstep", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 2 and "unknown step nosuchstep" in p.stderr
+
+
+def test_edge_serves_the_edge_draft_with_the_patched_set(tiny, sglang_tree, tmp_path):
+    p = _dry("edge", tiny, sglang_tree, tmp_path)
+    (launch,) = [line for line in p.stdout.splitlines() if " launch --patches " in line]
+    assert f"--speculative-draft-model-path {tiny}/draft_edge " in launch
+    assert "deepseek_v2" in launch and "llama_eagle3" in launch
+
+
+def test_before_plans_the_three_failing_starts(tiny, sglang_tree, tmp_path):
+    p = _dry("before", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    launches = [line for line in p.stdout.splitlines() if " launch --patches " in line]
+    drafts = [re.search(r"--speculative-draft-model-path (\S+)", line).group(1) for line in launches]
+    assert drafts == [f"{tiny}/draft_dv", f"{tiny}/draft_edge", f"{tiny}/draft_bad"]
+    # the two pristine starts carry only the weights fixture; the third the whole set
+    assert [line.split(" launch --patches ")[1].split()[0] for line in launches][:2] == ["dummy_init_normal"] * 2
+    assert "deepseek_v2" in launches[2]
+    ids = {v: json.loads((tiny / f"draft_{v}" / "config.json").read_text())["eagle_config"]
+           ["eagle_aux_hidden_state_layer_ids"] for v in ("dv", "bad")}
+    assert ids == {"dv": [0, 1, 4], "bad": [0, 1, 5]}
+    assert json.loads((tiny / "draft_dv" / "config.json").read_text())["draft_vocab_size"] == 32768

@@ -6,6 +6,7 @@ an interrupted run, a resume, or a change of alpha/min-effect.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,14 @@ def build_markdown(run_dir: Path) -> str:
                   "median over repetitions.", ""]
     # output hashes
     flags = _output_flags(rows, run)
-    lines += ["## Greedy outputs", ""] + (flags or ["All arms produced identical batch-1 greedy outputs in every "
-                                                    "repetition."]) + [""]
+    if not flags:
+        # "identical" needs outputs: a run whose starts all failed has none to compare
+        measured = [r.name for r in rows if r.n_reps]
+        flags = ["No repetition completed: no outputs to compare."] if not measured else [
+            "All arms produced identical batch-1 greedy outputs in every repetition." if len(measured) == len(rows)
+            else f"Identical batch-1 greedy outputs in every repetition of {', '.join(measured)}; "
+                 f"no repetition completed in {', '.join(r.name for r in rows if not r.n_reps)}."]
+    lines += ["## Greedy outputs", ""] + flags + [""]
     # comparisons
     comps = [c for c in (run.get("comparisons") or []) if c[1] in by_name and c[2] in by_name]
     if comps:
@@ -198,11 +205,26 @@ def build_markdown(run_dir: Path) -> str:
         lines += ["## Identity warnings", ""] + [f"- {w.get('arm')}: {'; '.join(w.get('warnings', []))}"
                                                for w in v.identity_warnings] + [""]
     if v.failures:
-        lines += ["## Failures", ""] + [f"- {f.get('arm')} round {f.get('round', 0) + 1} ({f.get('stage')}): "
-                                       f"{f.get('error')}" for f in v.failures] + [""]
+        lines += ["## Failures", ""]
+        for f in v.failures:
+            lines.append(f"- {f.get('arm')} round {f.get('round', 0) + 1} ({f.get('stage')}): {f.get('error')}")
+            cause = _exception_line(f.get("log_tail") or "")
+            if cause:
+                lines.append(f"    - cause, from the server log: `{cause}`")
+        lines.append("")
     if (run_dir / "plot.png").exists():
         lines += ["![plot](plot.png)", ""]
     return "\n".join(lines)
+
+
+# the last line of a Python traceback ("ValueError: ..."), with or without a log prefix before it
+_EXC_LINE = re.compile(r"(?:^|\s)((?:[A-Za-z_][\w.]*)?(?:Error|Exception)(?::\s.*|$))")
+
+
+def _exception_line(log_tail: str) -> str | None:
+    """What a failed server died of: the launcher's own error says only that it exited."""
+    found = [m.group(1).strip() for ln in log_tail.splitlines() if (m := _EXC_LINE.search(ln))]
+    return found[-1][:400] if found else None
 
 
 def _med(xs):
@@ -241,6 +263,8 @@ def plot(run_dir: Path) -> Path:
     run, rows, _ = load_rows(run_dir)
     metric = run.get("config", {}).get("metric", "step_ms_b1")
     rows = [r for r in rows if r.values(metric)]
+    if not rows:
+        raise ValueError("no repetition measured: nothing to plot")
     has_eagle = any(r.phase_p50("verify") for r in rows)
     ncols = 3 if has_eagle else 2
     fig, axes = plt.subplots(1, ncols, figsize=(5 * ncols + 1, 4.5))

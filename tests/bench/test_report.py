@@ -43,3 +43,19 @@ def test_report_from_recorded_jsonl(run_dir):
     assert (run_dir / "command.txt").read_text().strip() in md  # the recorded command, verbatim
     png = (run_dir / "plot.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # 3 panels incl. EAGLE phases
+
+
+def test_report_of_a_run_whose_only_start_failed(tmp_path):
+    """A recorded GPU store (bench/results/2026-12-01-h200/before/pristine_final: pristine 0.5.17 cannot start with
+    an aux id equal to num_hidden_layers): the report names the failure and claims nothing about outputs."""
+    src = DATA.parents[2] / "bench" / "results" / "2026-12-01-h200" / "before" / "pristine_final"
+    d = tmp_path / "pristine_final"
+    d.mkdir()
+    for name in ("results.jsonl", "command.txt"):
+        (d / name).write_text((src / name).read_text())
+    assert main(["report", str(d)]) == 0
+    md = (d / "report.md").read_text()
+    assert "No repetition completed: no outputs to compare." in md and "identical" not in md
+    assert "- pristine_final round 1 (launch): launcher exited with 1" in md
+    assert "    - cause, from the server log: `AssertionError: captured 2 of 3 aux hidden states`" in md
+    assert not (d / "plot.png").exists() and "![plot]" not in md

@@ -34,6 +34,9 @@ PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flash
 # Same method options everywhere: --reuse only pools starts measured under an identical configuration.
 M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 9 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
    --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
+# Issue 3's correctness runs: one start per arm, short outputs; greedy hashes and counters, not timings.
+C=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2
+   --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 run() { echo "+ $*" >&2; "$@"; }
 case "$step" in
   ablate)
@@ -55,24 +58,22 @@ case "$step" in
     # Output hashes are compared by the report; start-up times are issue 5's launch timings.
     # SGLANG_OEA_STATS=1 counts distinct experts per routing call in both OEA arms (K0=0 and K0=3).
     # dummy_init_normal (a bench fixture in $PLANTED) in every arm: with SGLang's own dummy weights the greedy
-    # tokens did not react even to OEA (bench/results/2026-11-30-h200x2-run2), so equality proved nothing.
+    # tokens did not react even to OEA (bench/results/2026-11-30-h200x2-run2), so equality proved nothing; with
+    # it, K0=3 and an fp8 KV cache both change them (bench/results/2026-12-01-h200).
     run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
       oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" \
-      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
-      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/validate" -- "${SA[@]}" ;;
+      "${C[@]}" --out "$OUT/validate" -- "${SA[@]}" ;;
   plain)
     # Greedy plain decoding with the full set: EAGLE-3's outputs (validate) must equal these (lossless).
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --no-phase-timing --metric tok_s_b1 "${DI[@]}" \
-      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
-      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/plain" -- "${PLAIN[@]}" ;;
+      "${C[@]}" --out "$OUT/plain" -- "${PLAIN[@]}" ;;
   edge)
     # The draft at the two edges the patches open (bench/tinymodel.py draft_edge): no draft_vocab_size
     # (llama_eagle3) and aux id 4 = num_hidden_layers, the final layer's output (deepseek_v2). Lossless
     # speculative decoding makes its greedy outputs those of `plain`, whatever the draft proposes.
     EDGE=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/draft_edge; EDGE+=("$a"); done
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --env SGLANG_OEA_STATS=1 "${DI[@]}" \
-      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
-      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/edge" -- "${EDGE[@]}" ;;
+      "${C[@]}" --out "$OUT/edge" -- "${EDGE[@]}" ;;
   before)
     # What the edge draft meets without the patches, and the patched load-time check: three starts that must
     # fail, each with the error the patch note names. A start that fails otherwise (or succeeds) fails the step.
@@ -110,15 +111,13 @@ ARMS
     # fp8 KV cache with the FlashInfer MLA backend: pristine against the fixes (flashinfer_mla converts only
     # the slots a step reads); the greedy outputs must be equal.
     run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
-      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
-      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8" -- "${SA[@]}" --kv-cache-dtype fp8_e4m3 ;;
+      "${C[@]}" --out "$OUT/fp8" -- "${SA[@]}" --kv-cache-dtype fp8_e4m3 ;;
   fp8plain)
     # The same without speculative decoding: the fp8 rows of the target's decode CUDA graph (fp8 covers the
     # target-verify graph and prefill).
     run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
       --no-phase-timing --metric tok_s_b1 \
-      --tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2 \
-      --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} --out "$OUT/fp8plain" -- "${PLAIN[@]}" --kv-cache-dtype fp8_e4m3 ;;
+      "${C[@]}" --out "$OUT/fp8plain" -- "${PLAIN[@]}" --kv-cache-dtype fp8_e4m3 ;;
   tp2)
     # Both TP2 starts of the first GPU session stalled right after FlashInfer's allreduce-fusion workspace
     # (SymmDeviceMemory, auto-enabled for DeepSeek-V3 on SM90 at TP > 1) was set up: turn that fusion and the

@@ -17,7 +17,10 @@ BUDGET=${BUDGET:-500}
 # The tree the tool patches: the sglang installed in this interpreter (site-packages), found without importing it.
 SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirname(os.path.dirname(u.find_spec('sglang').origin)))")}
 TINY=${TINY:-/tmp/tiny}
-[ -f "$TINY/target/config.json" ] || $PY -m bench tinymodel "$TINY" >/dev/null
+# (re)written when a dir is missing: an older tinymodel wrote fewer drafts
+for d in target draft draft_edge draft_final draft_bad; do
+  [ -f "$TINY/$d/config.json" ] || { $PY -m bench tinymodel "$TINY" >/dev/null; break; }
+done
 PLANTED=tests/bench/planted/manifest.yaml
 DI=(--env SGLANG_DUMMY_INIT=normal)
 # Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; small CUDA-graph
@@ -38,6 +41,8 @@ M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 9 --warmup-reps 1 --max-new-
 C=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2
    --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 run() { echo "+ $*" >&2; "$@"; }
+# SA with another of bench/tinymodel.py's drafts, into ARGS
+with_draft() { ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/$1; ARGS+=("$a"); done; }
 case "$step" in
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
@@ -71,38 +76,27 @@ case "$step" in
     # The draft at the two edges the patches open (bench/tinymodel.py draft_edge): no draft_vocab_size
     # (llama_eagle3) and aux id 4 = num_hidden_layers, the final layer's output (deepseek_v2). Lossless
     # speculative decoding makes its greedy outputs those of `plain`, whatever the draft proposes.
-    EDGE=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/draft_edge; EDGE+=("$a"); done
+    with_draft draft_edge
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --env SGLANG_OEA_STATS=1 "${DI[@]}" \
-      "${C[@]}" --out "$OUT/edge" -- "${EDGE[@]}" ;;
+      "${C[@]}" --out "$OUT/edge" -- "${ARGS[@]}" ;;
   before)
-    # What the edge draft meets without the patches, and the patched load-time check: three starts that must
-    # fail, each with the error the patch note names. A start that fails otherwise (or succeeds) fails the step.
-    # dv: the draft with its draft_vocab_size but aux ids [0, 1, 4]; bad: ids [0, 1, 5] (out of range).
-    for v in dv bad; do
-      rm -rf "$TINY/draft_$v"; cp -r "$TINY/draft" "$TINY/draft_$v"
-      $PY - "$TINY/draft_$v/config.json" "$v" <<'PYEOF'
-import json, sys
-path, v = sys.argv[1:]
-cfg = json.load(open(path))
-cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 1, 4 if v == "dv" else 5]
-json.dump(cfg, open(path, "w"), indent=2)
-PYEOF
-    done
+    # What the tiny model's edge drafts meet without the patches, and the patched load-time check: three starts
+    # that must fail, each with the error the patch note names; the report quotes each failure's exception line.
+    # A start that fails otherwise (or succeeds) fails the step.
     fails=0
-    # name, set, draft dir, what the recorded failure must say
+    # name, set, draft dir, what the run's report must quote
     while read -r name set draft expect; do
-      ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/$draft; ARGS+=("$a"); done
+      with_draft "$draft"
       rm -rf "$OUT/before/$name"
       run $PY -m bench ab --manifest $PLANTED --arms "$name=$set" --env SGLANG_OEA_STATS=1 "${DI[@]}" \
         --tree "$SGL_TREE" --restarts 1 --reps-per-start 1 --warmup-reps 0 --max-new-tokens 16 --b1-requests 1 \
         --concurrency 2 --health-timeout 420 ${DRY:+--dry-run} --out "$OUT/before/$name" -- "${ARGS[@]}" && rc=0 || rc=$?
       [ -n "${DRY:-}" ] && continue
-      got=$($PY -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(*[x['stage'] + ': ' + x['error'] + '\n' + x['log_tail'] for x in r if x.get('type') == 'failure'])" \
-            "$OUT/before/$name/results.jsonl" 2>/dev/null | grep -m1 -o -- "$expect" || true)
+      got=$(grep -m1 -o -- "$expect" "$OUT/before/$name/report.md" 2>/dev/null || true)
       echo "before: $name (set $set, $draft): ab exit $rc; expected failure '$expect': ${got:+found: $got}${got:-NOT FOUND}" | tee -a "$OUT/before/summary.txt"
       [ -n "$got" ] && [ "$rc" != 0 ] || fails=$((fails + 1))
     done <<'ARMS'
-pristine_final dummy_init_normal draft_dv captured.2.of.3.aux.hidden.states
+pristine_final dummy_init_normal draft_final captured.2.of.3.aux.hidden.states
 pristine_novocab dummy_init_normal draft_edge has.no.attribute.'draft_vocab_size'
 patched_outofrange full+dummy_init_normal draft_bad out-of-range.ids.\[5\]
 ARMS

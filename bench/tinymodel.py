@@ -10,9 +10,8 @@ e_score_correction_bias), routed_scaling_factor 2.827.
 Layout written:
   OUT/target/{config.json, generation_config.json, tokenizer.json, tokenizer_config.json, special_tokens_map.json}
   OUT/draft/{config.json, generation_config.json, tokenizer files}
-  OUT/draft_edge/{...}  the draft at the edges two patches open: no draft_vocab_size (llama_eagle3) and an aux
-                        id equal to num_hidden_layers, the final layer's output (deepseek_v2). Pristine 0.5.17
-                        cannot load it; it is for the patched set only.
+  OUT/draft_edge/, draft_final/, draft_bad/  the draft at the edges deepseek_v2 and llama_eagle3 open (see
+                        draft_variants(); bench/gpu_runs.sh steps `edge` and `before`)
 """
 from __future__ import annotations
 
@@ -158,14 +157,26 @@ def draft_config(s: TinyModelSpec) -> dict:
     }
 
 
-def edge_draft_config(s: TinyModelSpec) -> dict:
-    """The draft with the two inputs pristine 0.5.17 rejects: the gpu_runs.sh `edge` step serves it."""
-    cfg = draft_config(s)
-    del cfg["draft_vocab_size"]
-    # first id 0: an id list starting at 1 is shifted by +1 in set_eagle3_layers_to_capture
-    cfg["eagle_config"] = {**cfg["eagle_config"],
-                           "eagle_aux_hidden_state_layer_ids": [0, (s.layers - 1) // 2, s.layers]}
-    return cfg
+def draft_variants(s: TinyModelSpec) -> dict[str, dict]:
+    """Drafts at the edges deepseek_v2 and llama_eagle3 open, by dir name.
+
+    Aux id num_hidden_layers is the final layer's output. The first id stays 0: upstream shifts an id list that
+    starts at 1 by +1 in set_eagle3_layers_to_capture.
+      draft_edge   no draft_vocab_size, ids [0, mid, L]: the patched set serves it; pristine 0.5.17 cannot load it
+      draft_final  draft_vocab_size kept, ids [0, mid, L]: pristine asserts "captured 2 of 3 aux hidden states"
+      draft_bad    ids [0, mid, L + 1]: the patched set refuses it at load (out of range)
+    """
+    mid, last = (s.layers - 1) // 2, s.layers
+    table = {"draft_edge": ([0, mid, last], False), "draft_final": ([0, mid, last], True),
+             "draft_bad": ([0, mid, last + 1], True)}
+    out = {}
+    for name, (ids, keep_vocab) in table.items():
+        cfg = draft_config(s)
+        if not keep_vocab:
+            del cfg["draft_vocab_size"]
+        cfg["eagle_config"] = {**cfg["eagle_config"], "eagle_aux_hidden_state_layer_ids": ids}
+        out[name] = cfg
+    return out
 
 
 _WORDS = (
@@ -231,10 +242,10 @@ def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
     spec.validate()
     out = Path(out)
     tok = build_tokenizer(spec.vocab)
-    paths = {"target": out / "target", "draft": out / "draft", "draft_edge": out / "draft_edge"}
+    configs = {"target": target_config(spec), "draft": draft_config(spec), **draft_variants(spec)}
+    paths = {name: out / name for name in configs}
     gen = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "do_sample": False}
-    for name, cfg in (("target", target_config(spec)), ("draft", draft_config(spec)),
-                      ("draft_edge", edge_draft_config(spec))):
+    for name, cfg in configs.items():
         d = paths[name]
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")

@@ -29,17 +29,22 @@ def test_configs_load_with_autoconfig(model_dirs):
     assert ids == [0, 1, 2] and len(set(ids)) == len(ids) and max(ids) < t.num_hidden_layers
 
 
-def test_edge_draft_omits_draft_vocab_size_and_captures_the_final_layer(model_dirs):
+def test_draft_variants_sit_at_the_patched_edges(model_dirs):
     from transformers import AutoConfig
 
     t = AutoConfig.from_pretrained(model_dirs["target"])
-    raw = json.loads((model_dirs["draft_edge"] / "config.json").read_text())
-    assert "draft_vocab_size" not in raw
-    ids = raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    assert ids == [0, 1, t.num_hidden_layers] and ids[0] != 1  # 1 first would trigger upstream's +1 shift
     plain = json.loads((model_dirs["draft"] / "config.json").read_text())
-    assert {k: v for k, v in plain.items() if k not in ("draft_vocab_size", "eagle_config")} == \
-        {k: v for k, v in raw.items() if k != "eagle_config"}
+    raw = {v: json.loads((model_dirs[v] / "config.json").read_text())
+           for v in ("draft_edge", "draft_final", "draft_bad")}
+    ids = {v: cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] for v, cfg in raw.items()}
+    L = t.num_hidden_layers
+    assert ids == {"draft_edge": [0, 1, L], "draft_final": [0, 1, L], "draft_bad": [0, 1, L + 1]}
+    assert all(i[0] != 1 for i in ids.values())  # 1 first would trigger upstream's +1 shift
+    assert "draft_vocab_size" not in raw["draft_edge"]
+    assert raw["draft_final"]["draft_vocab_size"] == raw["draft_bad"]["draft_vocab_size"] == 32768
+    for cfg in raw.values():  # otherwise the plain draft
+        assert {k: v for k, v in plain.items() if k not in ("draft_vocab_size", "eagle_config")} == \
+            {k: v for k, v in cfg.items() if k not in ("draft_vocab_size", "eagle_config")}
 
 
 def test_tokenizer_round_trips_and_covers_vocab(model_dirs):

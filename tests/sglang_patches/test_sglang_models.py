@@ -360,3 +360,41 @@ def test_triton_row_kernel_in_the_interpreter(kvstep, tmp_path):
     r = subprocess.run([sys.executable, str(script), kvstep.__file__], capture_output=True, text=True,
                        env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert r.returncode == 0 and "kernel ok" in r.stdout, r.stdout + r.stderr
+
+
+def _allocated_bytes(fn) -> int:
+    """CPU bytes the ops inside fn allocate (torch's profiler, each op's own allocations)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
+
+
+@pytest.mark.parametrize("entries_per_row", [0.5, 8])
+def test_torch_fallback_memory_is_bounded_by_the_pool(kvstep, entries_per_row):
+    """Under CUDA graphs the index buffer is the wrapper's whole max_bs x context_len buffer, longer than the
+    pool: the fallback must not gather one row per entry (review: 2M entries, 200k-row pool, +2.9 GB)."""
+    rows = 256
+    pool = _fp8_pool(rows)
+    used = [3, 200, 7, 255]
+    idx = _indices(used, capacity=int(rows * entries_per_row))
+    dst = torch.zeros(rows, 1, 576, dtype=torch.bfloat16)
+    nnz = torch.tensor([len(used)], dtype=torch.int32)
+    allocated = _allocated_bytes(lambda: kvstep._convert_rows_torch(pool, dst, idx, nnz))
+    pristine = _allocated_bytes(lambda: pool.to(torch.bfloat16))
+    assert pristine == rows * 576 * 2  # the measurement sees the pool-sized cast
+    assert allocated <= pristine, (allocated, pristine)
+    assert torch.equal(dst[used], pool[used].to(torch.bfloat16))
+
+
+def test_torch_fallback_full_cast_goes_into_the_scratch(kvstep):
+    """The long-buffer case through StepKV: the reused scratch holds the whole pool converted, nothing new."""
+    step = kvstep.StepKV()
+    pool = _fp8_pool(64)
+    step.record(torch.tensor([0, 2, 3], dtype=torch.int32), 2)
+    first = step.buffer(pool, torch.bfloat16, _indices([9, 1, 60], capacity=64 * 4))
+    assert torch.equal(first, pool.to(torch.bfloat16))
+    pool2 = _fp8_pool(64, seed=3)
+    again = step.buffer(pool2, torch.bfloat16, _indices([5], capacity=64 * 4))
+    assert again.data_ptr() == first.data_ptr() and torch.equal(again, pool2.to(torch.bfloat16))

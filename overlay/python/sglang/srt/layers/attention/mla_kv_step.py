@@ -11,6 +11,10 @@ Because nnz lives on the device, the conversion has a fixed launch shape and nev
 synchronizes: it is captured into CUDA graphs (decode, target-verify, EAGLE draft)
 and on replay converts the replayed step's rows. Rows the kernel does not read keep
 stale values; rows it reads are always rewritten before the kernel runs.
+
+Where Triton cannot convert fp8 (before SM89, and on the CPU) a static-shape torch
+path does the same; its cost is bounded by the pool, never by the index buffer
+(under CUDA graphs that is max_bs x context_len entries): see _convert_rows_torch.
 """
 
 from __future__ import annotations
@@ -40,16 +44,31 @@ def _scratch_for(kv_buffer: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return buf
 
 
+# The torch path gathers one row per index-buffer entry (the buffer's length is static; nnz
+# is only known on the device). Under CUDA graphs that buffer is the wrapper's whole
+# max_bs x context_len one, far longer than the step, often longer than the pool. On a CPU
+# (bench/results/mla_kv_fallback) a gathered row costs about 1.4x a row of a plain cast
+# and 3 bytes of temporaries per element (the fp8 gather and its bf16 copy) where
+# pristine's cast allocates 2. From half the pool's rows on, the whole pool is cast into
+# the scratch instead: pristine's time, no allocation. So neither ever exceeds pristine's.
+_GATHER_MAX_POOL_FRACTION = 0.5
+
+
 def _convert_rows_torch(
     src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor
 ) -> None:
-    """Static-shape reference: cost grows with indices.numel(), not with nnz.
+    """Static-shape fallback: work and temporary memory bounded by the pool.
 
-    Entries at or past nnz may be stale or garbage (FlashInfer's index buffers are
-    reused), so they are redirected to row indices[0]; converting a row again writes
-    the same correct values, which is harmless.
+    Below half the pool's rows: a gather of every index-buffer entry. Entries at or
+    past nnz may be stale or garbage (FlashInfer's index buffers are reused), so they
+    are redirected to row indices[0]; converting a row again writes the same correct
+    values, which is harmless. From half the pool's rows on: the whole pool, cast in
+    place into dst (rows the kernel does not read are converted too, harmlessly).
     """
     if indices.numel() == 0:
+        return
+    if indices.numel() >= _GATHER_MAX_POOL_FRACTION * src.shape[0]:
+        dst.copy_(src)
         return
     pos = torch.arange(indices.numel(), device=indices.device)
     first = indices[:1].to(torch.long)

@@ -192,7 +192,7 @@ def test_fused_shared_expert_columns_are_kept(oea):
     logits = torch.log(weight)  # softmax(log p) == p
     out_w, out_i = oea.maybe_apply_oea(
         w_s, ids_s, logits, scoring_func="softmax", correction_bias=None, renormalize=True,
-        num_fused_shared_experts=1, k0=2, max_tokens=64,
+        num_routed_topk=6, k0=2, max_tokens=64,
     )
     assert torch.equal(out_i[:, -1], ids_s[:, -1]) and torch.equal(out_w[:, -1], w_s[:, -1])
     ref_w, ref_i = oea.opportunistic_expert_activation(choice, ids, w, 2, weight_scores=weight)
@@ -315,6 +315,46 @@ def test_forward_batch_turns_on_non_padded_count_with_oea(patched, monkeypatch):
     assert fbi.enable_num_token_non_padded() is True
 
 
+def _torch_append_shared(topk_ids, topk_weights, num_fused_shared_experts, scale_factor, N=None):
+    """fused_append_shared_experts (a Triton kernel) in torch: shared ids N.., weight scale_factor."""
+    m, s = topk_ids.shape[0], int(num_fused_shared_experts)
+    ids = torch.arange(N, N + s, dtype=topk_ids.dtype).expand(m, s)
+    return torch.cat([topk_ids, ids], 1), torch.cat([topk_weights, torch.full((m, s), scale_factor)], 1)
+
+
+def test_select_experts_aiter_layout_reroutes_every_routed_column(topk_mods, patched, monkeypatch):
+    """ROCm/aiter: the router returns only the routed columns (topk = top_k - shared) and
+    _post_process_topk_ids appends the shared expert after the hook, so OEA must reroute all of them
+    (the review: T=8, E=64, k=8, k0=3, one shared expert gave 26 distinct experts where S_base had 20).
+    Simulated on the CPU: _use_aiter set in the patched topk module, the append kernel in torch."""
+    import importlib
+
+    mod, _ = topk_mods
+    oea = patched("sglang.srt.layers.moe.oea")
+    kernels = importlib.import_module("sglang.kernels.ops.moe.fused_moe_triton_kernels")
+    monkeypatch.setattr(mod, "_use_aiter", True)
+    monkeypatch.setattr(kernels, "fused_append_shared_experts", _torch_append_shared)
+    monkeypatch.setenv("SGLANG_OEA_K0", "3")
+    oea.set_num_valid_tokens(None)
+    T, E, k = 8, 64, 8
+    cfg = mod.TopKConfig(top_k=k + 1, num_fused_shared_experts=1, renormalize=True, torch_native=True)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        logits = torch.randn(T, E, generator=gen)
+        out = mod.select_experts(torch.randn(T, 16, generator=gen), logits, cfg)
+        assert out.topk_ids.shape == (T, k + 1) and bool((out.topk_ids[:, -1] == E).all())  # appended after
+        weight = logits.softmax(-1)
+        ids = weight.topk(k, dim=1).indices
+        w = weight.gather(1, ids)
+        ref_rows, s_base, _ = reference_oea(weight, weight, ids, w / w.sum(1, keepdim=True), 3, T)
+        got = as_rows(out.topk_weights[:, :k], out.topk_ids[:, :k])
+        for t in range(T):
+            assert set(got[t]) == set(ref_rows[t]), t
+            for e in got[t]:
+                assert got[t][e] == pytest.approx(ref_rows[t][e], rel=1e-4)
+        assert len(set(out.topk_ids[:, :k].flatten().tolist())) == len(s_base)
+
+
 # ---------------------------------------------------------------- SGLANG_OEA_STATS
 def reference_distinct(ids, num_experts, n_valid, n_shared):
     """Distinct routed experts of the first n_valid rows, fused shared columns (the last n_shared) dropped."""
@@ -356,7 +396,7 @@ def test_stats_count_matches_python_on_random_batches(oea, monkeypatch):
         nv = {"none": None, "tensor": torch.tensor([n_valid], dtype=torch.int32), "int": n_valid}[pad]
         _, out_i = oea.maybe_apply_oea(
             torch.cat([w, torch.full((T, n_shared), 0.4)], 1), torch.cat([ids, shared], 1), logits,
-            scoring_func=scoring, correction_bias=bias, renormalize=True, num_fused_shared_experts=n_shared,
+            scoring_func=scoring, correction_bias=bias, renormalize=True, num_routed_topk=k,
             num_token_non_padded=nv, k0=k0, max_tokens=max_tokens)
         n_eff = T if pad == "none" else n_valid
         if T > max_tokens:

@@ -220,13 +220,19 @@ def maybe_apply_oea(
     scoring_func: str,
     correction_bias: Optional[torch.Tensor],
     renormalize: bool,
-    num_fused_shared_experts: int = 0,
+    num_routed_topk: Optional[int] = None,
     num_token_non_padded: Optional[torch.Tensor] = None,
     k0: Optional[int] = None,
     max_tokens: Optional[int] = None,
     stats: Optional[bool] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """The select_experts hook: OEA when enabled and the batch is small, else the inputs.
+
+    num_routed_topk: the router's routed columns, at the front; any further columns
+    are fused shared experts, kept as they are. The count comes from the caller
+    because the layout differs: on CUDA the router appends the shared columns
+    itself, on ROCm/aiter they are appended later (_post_process_topk_ids), so
+    there every column is routed. None: every column is routed.
 
     With stats on, the returned routing of a small batch is also counted
     (record_routing_stats), whether OEA changed it or not.
@@ -251,7 +257,7 @@ def maybe_apply_oea(
             scoring_func,
             correction_bias,
             renormalize,
-            num_fused_shared_experts,
+            num_routed_topk,
             num_token_non_padded,
             k0,
         )
@@ -267,7 +273,7 @@ def _apply_oea(
     scoring_func: str,
     correction_bias: Optional[torch.Tensor],
     renormalize: bool,
-    num_fused_shared_experts: int,
+    num_routed_topk: Optional[int],
     num_token_non_padded: Optional[torch.Tensor],
     k0: int,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -275,9 +281,9 @@ def _apply_oea(
     if scores is None:
         return topk_weights, topk_ids
     choice, weight = scores
-    # fused shared experts are appended as extra columns: OEA routes the rest
-    n_routed = topk_ids.shape[1] - max(num_fused_shared_experts, 0)
-    if num_fused_shared_experts > 0 and topk_ids.shape[1] > n_routed > 0:
+    # columns past the routed ones are fused shared experts: OEA routes the rest
+    n_routed = topk_ids.shape[1] if num_routed_topk is None else num_routed_topk
+    if 0 < n_routed < topk_ids.shape[1]:
         w, i = opportunistic_expert_activation(
             choice,
             topk_ids[:, :n_routed],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -581,3 +582,84 @@ def test_get_internal_state_returns_oea_stats(patched, monkeypatch):
     assert state["oea_stats"] == oea.oea_stats_snapshot()
     assert state["oea_stats"]["calls"] == 1 and state["oea_stats"]["mean_distinct_experts"] == 4.0
     assert state["oea_stats"]["k0"] == 3
+
+
+# ---------------------------------------------------------------- other models' TP MoE path
+class _Capture(torch.nn.Module):
+    """Stands in for the fused experts: keeps the routing it is handed, returns zeros."""
+
+    def __init__(self):
+        super().__init__()
+        self.routing = None
+
+    def forward(self, hidden_states, topk_output):
+        self.routing = topk_output
+        return torch.zeros_like(hidden_states)
+
+
+def _block(cls, topk, gate, **attrs):
+    """The real MoE block class without its GPU-bound __init__ (TP groups, fused-MoE weights): the
+    attributes its forward path reads, a real TopK, a gate, and a capture in place of the experts."""
+    block = cls.__new__(cls)
+    torch.nn.Module.__init__(block)
+    block.topk, block.experts = topk, _Capture()
+    block.gate = gate
+    block.tp_size = block.ep_size = block.moe_ep_size = 1
+    block.alt_stream = None
+    for k, v in attrs.items():
+        setattr(block, k, v)
+    return block
+
+
+def _moe_blocks(patched, E):
+    topk = patched("sglang.srt.layers.moe.topk")
+    qwen2 = patched("sglang.srt.models.qwen2_moe")
+    qwen3 = patched("sglang.srt.models.qwen3_moe")
+    glm4 = patched("sglang.srt.models.glm4_moe")
+    bias = torch.randn(E, generator=torch.Generator().manual_seed(5)) * 0.1
+    return {
+        "qwen2_moe": _block(qwen2.Qwen2MoeSparseMoeBlock, topk.TopK(top_k=4, renormalize=True),
+                            lambda h: (h[:, :E], None), shared_expert=None, shared_expert_gate=None,
+                            enable_shared_expert_fusion=False),
+        "qwen3_moe": _block(qwen3.Qwen3MoeSparseMoeBlock, topk.TopK(top_k=4, renormalize=True),
+                            lambda h: (h[:, :E], None)),
+        # GLM-4.5/4.6: sigmoid + correction bias, one group, routed scaling; shared experts kept out
+        "glm4_moe": _block(glm4.Glm4MoeSparseMoeBlock,
+                           topk.TopK(top_k=4, renormalize=True, use_grouped_topk=True, num_expert_group=1,
+                                     topk_group=1, correction_bias=bias, scoring_func="sigmoid",
+                                     routed_scaling_factor=2.5),
+                           lambda h: h[:, :E], _enable_a2a_moe=False, num_fused_shared_experts=0,
+                           shared_experts=lambda h: None, routed_scaling_factor=2.5),
+    }
+
+
+@pytest.mark.parametrize("model", ["qwen2_moe", "qwen3_moe", "glm4_moe"])
+def test_other_models_tp_path_keeps_padding_out_of_oea(patched, monkeypatch, model):
+    """The patched Qwen2-MoE / Qwen3-MoE / GLM-4-MoE block forward, CUDA-graph padding rows 5-7 whose router
+    loves experts 60-63: those never join S_base, and the real rows' routing does not depend on the padding."""
+    import sglang.srt.layers.dp_attention as dpa
+
+    oea = patched("sglang.srt.layers.moe.oea")
+    monkeypatch.setattr(dpa, "is_dp_attention_enabled", lambda: False)
+    monkeypatch.setenv("SGLANG_OEA_K0", "2")
+    oea.set_num_valid_tokens(None)
+    E, T, n_valid = 64, 8, 5
+    block = _moe_blocks(patched, E)[model]
+    fb = SimpleNamespace(num_token_non_padded=torch.tensor([n_valid], dtype=torch.int32))
+    gen = torch.Generator().manual_seed(9)
+    real = torch.randn(n_valid, E, generator=gen)
+    real[:, 60:] -= 20.0
+    routed = []
+    for pad_seed in (1, 2):
+        pad = torch.randn(T - n_valid, E, generator=torch.Generator().manual_seed(pad_seed))
+        pad[:, 60:] += 20.0
+        try:
+            block(torch.cat([real, pad]), fb)
+        finally:
+            oea.set_num_valid_tokens(None)
+        out = block.experts.routing
+        assert not ({60, 61, 62, 63} & set(out.topk_ids.flatten().tolist())), model
+        routed.append((out.topk_ids[:n_valid].clone(), out.topk_weights[:n_valid].clone()))
+    assert torch.equal(routed[0][0], routed[1][0]) and torch.equal(routed[0][1], routed[1][1])
+    block(torch.cat([real, pad]), None)  # no batch: every row counts, the padding's experts join
+    assert {60, 61, 62, 63} & set(block.experts.routing.topk_ids.flatten().tolist())

@@ -212,6 +212,25 @@ def get_num_valid_tokens() -> Optional[torch.Tensor]:
     return _num_valid_tokens
 
 
+def record_tp_valid_tokens(forward_batch) -> None:
+    """The MoE blocks' hook (DeepSeek-V2/V3/Kimi, Qwen2-MoE, Qwen3-MoE, GLM-4-MoE):
+    record the forward's non-padded count before the block's router runs.
+
+    With DP attention the MoE rows are gathered across ranks (padding is not a
+    suffix), and without a batch nothing is known: then no count is recorded and
+    every row counts as valid. Off (OEA and its statistics off): nothing is done.
+    """
+    if not oea_needs_num_valid_tokens():
+        return
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+
+    set_num_valid_tokens(
+        getattr(forward_batch, "num_token_non_padded", None)
+        if forward_batch is not None and not is_dp_attention_enabled()
+        else None
+    )
+
+
 def maybe_apply_oea(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -663,3 +664,123 @@ def test_other_models_tp_path_keeps_padding_out_of_oea(patched, monkeypatch, mod
     assert torch.equal(routed[0][0], routed[1][0]) and torch.equal(routed[0][1], routed[1][1])
     block(torch.cat([real, pad]), None)  # no batch: every row counts, the padding's experts join
     assert {60, 61, 62, 63} & set(block.experts.routing.topk_ids.flatten().tolist())
+
+
+# ---------------------------------------------------------------- backends OEA cannot reach
+@pytest.fixture
+def fresh_warnings(patched, monkeypatch):
+    oea = patched("sglang.srt.layers.moe.oea")
+    monkeypatch.setattr(oea, "_warned_unreachable", set(), raising=False)  # raising=False: on a patch set
+    # without the warning the test still runs, and fails
+    monkeypatch.setattr(oea, "_bypass_mark", None, raising=False)
+    monkeypatch.setattr(oea, "_hook_calls", 0, raising=False)
+    oea.set_num_valid_tokens(None)
+    return oea
+
+
+def _oea_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "sglang-overlay oea_topk:" in r.getMessage()]
+
+
+def _forward_layers(mod, backend, layers=4, materialize=False, **topk_kw):
+    """TopK.forward_cuda of `layers` MoE layers with the MoE runner backend `backend` (what it does on a GPU
+    host: the format decision and the hand-off). Grouped softmax routing: its torch implementation runs here."""
+    topk = mod.TopK(top_k=4, renormalize=True, use_grouped_topk=True, num_expert_group=4, topk_group=4, **topk_kw)
+    gen = torch.Generator().manual_seed(3)
+    outs = []
+    for _ in range(layers):
+        x, logits = torch.randn(6, 16, generator=gen), torch.randn(6, 32, generator=gen)
+        out = topk.forward_cuda(x, logits)
+        outs.append((out.to_standard() if materialize else out, logits))
+    return outs
+
+
+@pytest.mark.parametrize("backend", ["FLASHINFER_TRTLLM", "FLASHINFER_MXFP4", "EXPERIMENTAL_SGL_TRTLLM",
+                                     "TRITON_KERNELS"])
+def test_backend_that_routes_in_its_kernel_warns_once(topk_mods, fresh_warnings, monkeypatch, caplog, backend):
+    mod, _ = topk_mods
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+
+    monkeypatch.setattr(mod, "get_moe_runner_backend", lambda: MoeRunnerBackend[backend])
+    # triton_kernels' router (imported on GPU hosts only)
+    monkeypatch.setattr(mod, "routing", lambda *a, **k: (None, None, None), raising=False)
+    monkeypatch.setattr(mod, "get_lora", lambda: SimpleNamespace(enable_lora=False), raising=False)
+    monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
+    monkeypatch.delenv("SGLANG_OEA_STATS", raising=False)
+    _forward_layers(mod, backend, is_fp4_experts=False)
+    assert _oea_warnings(caplog) == []  # OEA off: silent
+    monkeypatch.setenv("SGLANG_OEA_K0", "3")
+    _forward_layers(mod, backend, is_fp4_experts=False)
+    _forward_layers(mod, backend, is_fp4_experts=False)
+    (msg,) = _oea_warnings(caplog)
+    value = MoeRunnerBackend[backend].value
+    assert f"SGLANG_OEA_K0=3 has no effect with MoE runner backend '{value}'" in msg
+    assert "--moe-runner-backend triton" in msg
+
+
+def test_bypassed_routing_that_is_materialized_gets_oea_and_no_warning(topk_mods, fresh_warnings, monkeypatch,
+                                                                       caplog):
+    """flashinfer_cutlass' runner and the flashinfer all-to-all call BypassedTopKOutput.to_standard(), which
+    runs select_experts: OEA does apply there, so there is nothing to warn about."""
+    mod, _ = topk_mods
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+
+    monkeypatch.setattr(mod, "get_moe_runner_backend", lambda: MoeRunnerBackend.FLASHINFER_TRTLLM)
+    monkeypatch.setenv("SGLANG_OEA_K0", "2")
+    for out, logits in _forward_layers(mod, "FLASHINFER_TRTLLM", materialize=True):
+        assert len(set(out.topk_ids.flatten().tolist())) <= 2 * 6  # S_base of 6 tokens at k0 = 2
+        router = logits.softmax(-1).topk(4, dim=1).indices
+        assert not torch.equal(out.topk_ids.long(), router)
+    assert _oea_warnings(caplog) == []
+
+
+def test_standard_backend_is_silent(topk_mods, fresh_warnings, monkeypatch, caplog):
+    mod, _ = topk_mods
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+
+    monkeypatch.setattr(mod, "get_moe_runner_backend", lambda: MoeRunnerBackend.TRITON)
+    monkeypatch.setattr(mod, "use_symmetric_memory", lambda *a, **k: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(mod, "get_tp_group", lambda: None)
+    monkeypatch.setenv("SGLANG_OEA_K0", "2")
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    monkeypatch.setattr(fresh_warnings, "_stats", None)
+    outs = _forward_layers(mod, "TRITON")
+    assert _oea_warnings(caplog) == [] and fresh_warnings.oea_stats_snapshot()["calls"] == len(outs)
+
+
+def test_custom_routing_function_and_unknown_scoring_warn(topk_mods, fresh_warnings, monkeypatch, caplog):
+    mod, _ = topk_mods
+    monkeypatch.setenv("SGLANG_OEA_STATS", "1")
+    monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
+
+    def route(hidden_states, gating_output, topk, renormalize):
+        return gating_output.softmax(-1).topk(topk, dim=1)
+
+    cfg = mod.TopKConfig(top_k=4, renormalize=True, custom_routing_function=route)
+    x, logits = torch.randn(4, 16), torch.randn(4, 32)
+    for _ in range(3):
+        mod.select_experts(x, logits, cfg)
+    (msg,) = _oea_warnings(caplog)
+    assert "SGLANG_OEA_STATS=1 has no effect with a custom routing function" in msg
+    w, i = logits.softmax(-1).topk(4, dim=1)
+    fresh_warnings.maybe_apply_oea(w, i, logits, scoring_func="tanh", correction_bias=None, renormalize=True,
+                                   k0=2, max_tokens=64)
+    assert "has no effect with scoring function 'tanh'" in _oea_warnings(caplog)[-1]
+
+
+def test_manifest_states_the_models_whose_padding_the_patch_keeps_out():
+    """The manifest's statement names every model module whose MoE block the patch hooks, and no other."""
+    from sglang_overlay.manifest import load_manifest
+    from conftest import ROOT
+
+    patch = load_manifest(ROOT / "manifest.yaml").patch("oea_topk")
+    hooked = {f.split("/")[-1][:-3] for f in patch.diff.files if "/srt/models/" in f}
+    assert hooked == {"deepseek_v2", "qwen2_moe", "qwen3_moe", "glm4_moe"}
+    text = (ROOT / "manifest.yaml").read_text()
+    entry = text[text.index("  - name: oea_topk"):text.index("  - name: nccl_env_log")]
+    stated = set(re.findall(r"models/(\w+)", entry))
+    assert stated == hooked, (stated, hooked)
+    sections = (ROOT / "patches" / "oea_topk.patch").read_text().split("diff --git ")
+    for model in hooked:
+        (hunk,) = [x for x in sections if x.startswith(f"a/python/sglang/srt/models/{model}.py ")]
+        assert "+        record_tp_valid_tokens(forward_batch)" in hunk, model

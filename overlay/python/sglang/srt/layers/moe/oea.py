@@ -231,6 +231,59 @@ def record_tp_valid_tokens(forward_batch) -> None:
     )
 
 
+# Routing OEA cannot reach: warned once per reason. The first forwards run at start
+# (warm-up, CUDA-graph capture), so that is when the warning appears.
+_warned_unreachable: set = set()
+_hook_calls = 0  # maybe_apply_oea calls while OEA or its statistics are on
+_bypass_mark: Optional[int] = None
+
+
+def _oea_requested() -> str:
+    """What the environment asks of OEA ("" when off), for messages."""
+    k0 = oea_k0_from_env()
+    parts = [f"{ENV_K0}={k0}"] if k0 > 0 else []
+    if oea_stats_from_env():
+        parts.append(f"{ENV_STATS}=1")
+    return " and ".join(parts)
+
+
+def warn_oea_unreachable(reason: str) -> None:
+    """The routing is computed where OEA cannot rewrite (or count) it: warn once per reason."""
+    if reason in _warned_unreachable:
+        return
+    requested = _oea_requested()
+    if not requested:
+        return
+    _warned_unreachable.add(reason)
+    logger.warning(
+        "sglang-overlay oea_topk: %s has no effect with %s: OEA rewrites and counts "
+        "only the routing select_experts computes (TopK output format STANDARD, e.g. "
+        "--moe-runner-backend triton); see oea_topk in the overlay's manifest.yaml",
+        requested,
+        reason,
+    )
+
+
+def note_routing_in_kernel(output_format: str, backend: str) -> None:
+    """TopK.forward_cuda hands the MoE kernel logits instead of a routing.
+
+    TRITON_KERNEL is routed by triton_kernels, never by select_experts. BYPASSED
+    is routed inside the fused kernel unless the MoE runner materializes it
+    (BypassedTopKOutput.to_standard calls select_experts, so the hook runs): two
+    bypassed calls with no hook call between them mean nothing materialized it.
+    """
+    global _bypass_mark
+    reason = f"MoE runner backend {backend!r} (TopK output format {output_format}: routed inside its kernel)"
+    if output_format != "BYPASSED":
+        warn_oea_unreachable(reason)
+        return
+    if not _oea_requested():
+        return
+    if _bypass_mark == _hook_calls:
+        warn_oea_unreachable(reason)
+    _bypass_mark = _hook_calls
+
+
 def maybe_apply_oea(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
@@ -262,6 +315,8 @@ def maybe_apply_oea(
         stats = oea_stats_from_env()
     if k0 <= 0 and not stats:
         return topk_weights, topk_ids
+    global _hook_calls
+    _hook_calls += 1
     if max_tokens is None:
         max_tokens = oea_max_tokens_from_env()
     if topk_ids.shape[0] > max_tokens or topk_ids.dim() != 2:
@@ -298,6 +353,7 @@ def _apply_oea(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     scores = router_scores(router_logits, scoring_func, correction_bias)
     if scores is None:
+        warn_oea_unreachable(f"scoring function {scoring_func!r}")
         return topk_weights, topk_ids
     choice, weight = scores
     # columns past the routed ones are fused shared experts: OEA routes the rest

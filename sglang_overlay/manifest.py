@@ -29,7 +29,7 @@ TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
 PATCH_KEYS = ("name", "description", "kind", "category", "default", "requires", "conflicts", "overlay", "env",
               "hardware", "upstream", "proof", "file")
-ENV_VAR_KEYS = ("default", "help")
+ENV_VAR_KEYS = ("default", "help", "sglang_forces")
 HARDWARE_KEYS = ("cuda_capability",)
 UPSTREAM_KEYS = ("status", "release", "pr", "url")
 PROOF_KEYS = ("file", "symbols", "contains")
@@ -51,6 +51,8 @@ class EnvVar:
     name: str
     default: str
     help: str
+    # When unpatched SGLang overwrites this variable: ("always",) or the server flags that make it; () never.
+    sglang_forces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -383,8 +385,13 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
             raise ctx.fail(f"{where}.env", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.env.{var}", spec)
         ctx.check_keys(f"{where}.env.{var}", spec, ENV_VAR_KEYS)
+        forces = spec.get("sglang_forces")
+        forces = ctx.string_list(f"{where}.env.{var}.sglang_forces", [forces] if isinstance(forces, str) else forces)
+        if any(f != "always" and not f.startswith("--") for f in forces):
+            raise ctx.fail(f"{where}.env.{var}.sglang_forces", f"expected `always` or server flags, got {list(forces)!r}",
+                           "e.g. `sglang_forces: always` or `sglang_forces: [--enable-symm-mem]`")
         env.append(EnvVar(str(var), ctx.string(f"{where}.env.{var}.default", spec.get("default", ""), required=False) or "",
-                          ctx.string(f"{where}.env.{var}.help", spec.get("help"))))
+                          ctx.string(f"{where}.env.{var}.help", spec.get("help")), forces))
 
     caps: tuple[str, ...] = ()
     if raw.get("hardware") is not None:

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..env_overrides import warn_profile
 from ..errors import BadInput
 from ..fingerprint import fingerprint
 from ..switch import switch
@@ -162,6 +163,7 @@ def run(ctx, args) -> int:
     else:
         names = m.closure(previous)
     profile = m.env_profile(args.env_profile) if args.env_profile else None
+    warn_profile(m, names, profile, server_args)
     fp = fingerprint(m, names, profile)
     module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
     argv = [interpreter(tree, args.python), "-m", module, *server_args]

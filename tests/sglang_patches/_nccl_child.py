@@ -53,3 +53,56 @@ def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
 
 def report_env(pipe_writer) -> None:
     pipe_writer.send(dict(os.environ))
+
+
+ENGINE_VARS = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_MODULE_LOADING", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE",
+               "NCCL_GRAPH_MIXING_SUPPORT")
+
+
+def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
+    """The launching process's part (what `python -m sglang.launch_server` does before it spawns the schedulers):
+    the tree's real engine._set_envs_and_config, once per case (user environment, server flags). With
+    `scheduler` set, a scheduler process is then spawned as SGLang spawns it, running the patched
+    run_scheduler_process (run_patched_scheduler_entry), and its nccl_env log line comes back too."""
+    import multiprocessing as mp
+    import types
+
+    sys.path.insert(0, here)
+    from _torchvision_standin import install
+
+    install()
+    sys.path.insert(0, py_dir)
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append((record.levelname, record.getMessage()))
+
+    logging.getLogger("sglang").addHandler(Keep())
+    logging.getLogger("sglang").setLevel(logging.INFO)
+    import sglang.srt.entrypoints.engine as engine
+
+    base = {k: v for k, v in os.environ.items() if k not in ENGINE_VARS}
+    out = {"engine_file": engine.__file__, "cases": []}
+    for user_env, flags, scheduler in cases:
+        os.environ.clear()
+        os.environ.update(base)
+        os.environ.update(user_env)
+        del records[:]
+        server_args = types.SimpleNamespace(
+            nnodes=1, enable_symm_mem=False, enable_nccl_nvls=False, dcp_size=1, enable_metrics=False,
+            attention_backend="triton", custom_sigquit_handler=None, gc_threshold=None)
+        for k, v in flags.items():
+            setattr(server_args, k, v)
+        engine._set_envs_and_config(server_args)
+        case = {"env": {k: os.environ.get(k) for k in ENGINE_VARS}, "log": list(records)}
+        if scheduler:
+            ctx = mp.get_context("spawn")
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=run_patched_scheduler_entry, args=(py_dir, here, writer))
+            proc.start()
+            writer.close()
+            case["scheduler"] = reader.recv() if reader.poll(240) else None
+            proc.join(30)
+        out["cases"].append(case)
+    pipe_writer.send(out)

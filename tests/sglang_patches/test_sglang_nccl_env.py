@@ -1,4 +1,5 @@
-"""NCCL environment: why env profiles need no engine/scheduler patch, and the nccl_env_log line."""
+"""NCCL environment: spawned ranks inherit the launcher's, what SGLang's engine edits in it (engine_env_respect
+is tested in test_sglang_engine_env.py), and the nccl_env_log line."""
 from __future__ import annotations
 
 import ast
@@ -63,7 +64,7 @@ def _environ_writes(fn: ast.FunctionDef) -> set[str]:
 def test_sglang_only_sets_its_own_nccl_vars_and_the_profiles_avoid_them(pristine_sglang_tree):
     """engine._set_envs_and_config runs in the launcher before the children are spawned. It writes only a
     few NCCL_* keys (mostly when unset) and always overwrites CUDA_DEVICE_MAX_CONNECTIONS, so the manifest's
-    profiles must not rely on that one; everything else they set reaches every rank unchanged."""
+    profiles leave that one to engine_env_respect; everything else they set reaches every rank unchanged."""
     src = (pristine_sglang_tree / "python/sglang/srt/entrypoints/engine.py").read_text()
     fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "_set_envs_and_config")
     writes = _environ_writes(fn)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = {
     "kimi_k25": "upstreamed", "communicator": "upstreamed", "server_args_glm4": "upstreamed",
     "deepseek_v2": "diff", "llama_eagle3": "diff", "flashinfer_mla": "diff",
-    "eagle_profiling": "diff", "oea_topk": "diff", "nccl_env_log": "diff",
+    "eagle_profiling": "diff", "oea_topk": "diff", "engine_env_respect": "diff", "nccl_env_log": "diff",
 }
 
 
@@ -29,6 +29,7 @@ def test_manifest_entries_and_presets():
             for field in ("Description:", "Origin:", "Forwarded:", "Applied-Upstream:", "Last-Update:"):
                 assert field in header, (name, field)
     assert by_name["nccl_env_log"]["category"] == "diagnostic" and by_name["nccl_env_log"]["default"] is False
+    assert by_name["engine_env_respect"]["default"] is False  # the header says why
     assert by_name["oea_topk"]["env"]["SGLANG_OEA_K0"]["default"] == "0"
     assert by_name["eagle_profiling"]["env"]["SGLANG_EAGLE_PHASE_TIMING"]["default"] == "0"
     applicable = {p["name"] for p in m["patches"] if p["kind"] != "upstreamed"}

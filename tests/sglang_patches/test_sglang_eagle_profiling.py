@@ -245,3 +245,71 @@ def test_get_internal_state_returns_eagle_phase_timing(patched, monkeypatch):
     assert state["eagle_phase_timing"] == summary
     state = sched.Scheduler.get_internal_state(fake_self(None), None).internal_state
     assert "eagle_phase_timing" not in state
+
+
+# ---------------------------------------------------------------- per-step cost: nothing made after warm-up
+def _overlapped(timer, clock, steps, accept=(2, 3)):
+    """The overlap scheduler's pattern: step i is launched while the GPU still runs step i-1."""
+    for _ in range(steps):
+        clock.done_until = getattr(clock, "prev_end", -1.0)  # the GPU finished the step before the last
+        clock.prev_end = clock.now
+        run_step(timer, clock, 1.0, 2.0, 0.5, len(accept), list(accept))
+
+
+def test_events_and_host_buffers_are_reused(timer_mod):
+    clock = Clock()
+    timer = timer_mod.EaglePhaseTimer(window=100, log_interval_s=0, event_factory=clock.event)
+    _overlapped(timer, clock, 3)
+    made, slots = clock.created, list(timer._free) + list(timer._pending)
+    buffers = {id(s.accept) for s in slots}
+    _overlapped(timer, clock, 50)
+    assert made == 8 and clock.created == made  # two slots of four events (one in flight, one being recorded)
+    assert {id(s.accept) for s in list(timer._free) + list(timer._pending)} == buffers
+    clock.done_until = clock.now
+    s = timer.summary()
+    assert s["window"] == 53 and s["step"]["p50_ms"] == 3.5 and s["accept_length_mean"] == 2.5
+
+
+def test_a_larger_batch_grows_the_slot_buffer_once(timer_mod):
+    clock = Clock()
+    timer = timer_mod.EaglePhaseTimer(window=100, log_interval_s=0, event_factory=clock.event, slots=1)
+    _overlapped(timer, clock, 2, accept=(1, 2))
+    _overlapped(timer, clock, 2, accept=tuple(range(100)))
+    clock.done_until = clock.now
+    assert timer.summary()["accept_length_mean"] == pytest.approx((1.5 * 2 + 49.5 * 2) / 4)
+
+
+def test_every_nth_step(timer_mod):
+    clock = Clock()
+    timer = timer_mod.EaglePhaseTimer(window=100, log_interval_s=0, event_factory=clock.event, every=4)
+    _overlapped(timer, clock, 40)
+    clock.done_until = clock.now
+    assert timer.summary()["window"] == 10 and clock.created == 4  # a timed step is done when the next begins
+
+
+def test_a_full_ring_drops_steps_without_waiting(timer_mod):
+    clock = Clock()
+    timer = timer_mod.EaglePhaseTimer(window=100, log_interval_s=0, event_factory=clock.event, slots=3)
+    for _ in range(5):  # the GPU completes nothing
+        run_step(timer, clock, 1, 1, 1, 1, [1])
+    assert timer.dropped == 2 and timer.summary()["pending"] == 3 and clock.created == 12
+    clock.done_until = clock.now
+    assert timer.summary()["window"] == 3
+    run_step(timer, clock, 1, 1, 1, 1, [1])  # slots are free again
+    assert timer.dropped == 2 and clock.created == 12
+
+
+def test_a_mark_after_verify_is_refused(timer_mod):
+    clock = Clock()
+    timer = timer_mod.EaglePhaseTimer(event_factory=clock.event, log_interval_s=0)
+    timer.begin_step()
+    timer.mark("draft")
+    timer.mark("verify")
+    with pytest.raises(ValueError, match=r"expected end_step\(\)"):
+        timer.mark("draft_extend")
+
+
+def test_every_from_env(timer_mod, monkeypatch):
+    monkeypatch.setenv("SGLANG_EAGLE_PHASE_TIMING", "1")
+    monkeypatch.setenv("SGLANG_EAGLE_PHASE_TIMING_EVERY", "5")
+    assert timer_mod.EaglePhaseTimer.from_env().every == 5

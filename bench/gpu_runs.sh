@@ -7,10 +7,12 @@
 #   bash bench/gpu_runs.sh profiling           # 3 starts; REUSE=<ablate results.jsonl> reuses "on" and "not applied"
 #   bash bench/gpu_runs.sh oea                 # no server; under 110 s in the recorded H200 run (34 GB of expert weights)
 #   bash bench/gpu_runs.sh tp2                 # on 2 GPUs: 2 starts, nccl_pcie profile vs none
+#   bash bench/gpu_runs.sh envrespect          # 2 starts: a user-set CUDA_DEVICE_MAX_CONNECTIONS with/without engine_env_respect
+# RESTARTS=N (default 1) sets the server starts per arm of ablate, bisect, profiling and tp2.
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|edge|before|fp8|fp8plain|envrespect}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -35,7 +37,7 @@ PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flash
        --decode-log-interval 8 --disable-radix-cache --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}"
        --port "${PORT:-30000}")
 # Same method options everywhere: --reuse only pools starts measured under an identical configuration.
-M=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 9 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
+M=(--tree "$SGL_TREE" --restarts "${RESTARTS:-1}" --reps-per-start 9 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
    --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
 # Issue 3's correctness runs: one start per arm, short outputs; greedy hashes and counters, not timings.
 C=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2
@@ -112,6 +114,22 @@ ARMS
     run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
       --no-phase-timing --metric tok_s_b1 \
       "${C[@]}" --out "$OUT/fp8plain" -- "${PLAIN[@]}" --kv-cache-dtype fp8_e4m3 ;;
+  envrespect)
+    # engine_env_respect at TP1: CUDA_DEVICE_MAX_CONNECTIONS, which SGLang's engine always sets to 8, set by
+    # the user. With the patch the rank's nccl_env line shows the user's 16, without it 8 (the report quotes
+    # each rank's line); the greedy outputs of the two arms must be equal.
+    rm -rf "$OUT/envrespect"
+    run $PY -m bench ab --manifest $PLANTED --arms respect=full+dummy_init_normal \
+      forced=full+dummy_init_normal-engine_env_respect --env CUDA_DEVICE_MAX_CONNECTIONS=16 "${DI[@]}" \
+      "${C[@]}" --out "$OUT/envrespect" -- "${SA[@]}" && rc=0 || rc=$?
+    [ -n "${DRY:-}" ] && exit $rc
+    fails=$rc
+    for want in respect=16 forced=8; do
+      got=$(sed -n "/^- ${want%%=*} round/,/^- /p" "$OUT/envrespect/report.md" | grep -o "CUDA_DEVICE_MAX_CONNECTIONS=[0-9]*" | sort -u | tr '\n' ' ')
+      echo "envrespect: arm ${want%%=*}: want CUDA_DEVICE_MAX_CONNECTIONS=${want#*=}, rank lines show: ${got:-NONE}" | tee -a "$OUT/envrespect/summary.txt"
+      [ "$got" = "CUDA_DEVICE_MAX_CONNECTIONS=${want#*=} " ] || fails=$((fails + 1))
+    done
+    exit $fails ;;
   tp2)
     # Both TP2 starts of the first GPU session stalled right after FlashInfer's allreduce-fusion workspace
     # (SymmDeviceMemory, auto-enabled for DeepSeek-V3 on SM90 at TP > 1) was set up: turn that fusion and the

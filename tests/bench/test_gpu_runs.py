@@ -70,3 +70,44 @@ def test_before_plans_the_three_failing_starts(tiny, sglang_tree, tmp_path):
     # the two pristine starts carry only the weights fixture; the third the whole set
     assert [line.split(" launch --patches ")[1].split()[0] for line in launches][:2] == ["dummy_init_normal"] * 2
     assert "deepseek_v2" in launches[2]
+
+
+def test_envrespect_runs_one_arm_with_the_patch_and_one_without(tiny, sglang_tree, tmp_path):
+    p = _dry("envrespect", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "--env CUDA_DEVICE_MAX_CONNECTIONS=16 " in p.stderr
+    launches = {line.split()[1].rstrip(":"): line for line in p.stdout.splitlines() if line.startswith("arm ")}
+    assert "engine_env_respect" in launches["respect"] and "nccl_env_log" in launches["respect"]
+    assert "engine_env_respect" not in launches["forced"] and "nccl_env_log" in launches["forced"]
+
+
+_FAKE_BENCH = """#!/usr/bin/env bash
+# stands in for `python -m bench ab`: writes the report's nccl_env section the way bench/report.py does
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+mkdir -p "$out"
+printf '%s\\n' "## Environment seen by each rank (nccl_env_log)" "" \\
+  "- respect round 1: 1 rank line(s)" \\
+  "    - \\`sglang-overlay nccl_env tp_rank=0 pp_rank=0 dp_rank=None gpu_id=0 pid=1 CUDA_DEVICE_MAX_CONNECTIONS=$RESPECT NCCL_CUMEM_ENABLE=0\\`" \\
+  "- forced round 1: 1 rank line(s)" \\
+  "    - \\`sglang-overlay nccl_env tp_rank=0 pp_rank=0 dp_rank=None gpu_id=0 pid=2 CUDA_DEVICE_MAX_CONNECTIONS=8 NCCL_CUMEM_ENABLE=0\\`" \\
+  > "$out/report.md"
+"""
+
+
+@pytest.mark.parametrize("respect,rc", [("16", 0), ("8", 1)])
+def test_envrespect_checks_each_arms_rank_lines(tiny, sglang_tree, tmp_path, respect, rc):
+    fake = tmp_path / "python"
+    fake.write_text(_FAKE_BENCH)
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "TINY": str(tiny), "SGL_TREE": str(sglang_tree),
+           "OUT": str(tmp_path / "out"), "RESPECT": respect}
+    env.pop("DRY", None)
+    p = subprocess.run(["bash", str(SCRIPT), "envrespect"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == rc, p.stdout + p.stderr
+    summary = (tmp_path / "out/envrespect/summary.txt").read_text().splitlines()
+    assert summary == [
+        f"envrespect: arm respect: want CUDA_DEVICE_MAX_CONNECTIONS=16, rank lines show: "
+        f"CUDA_DEVICE_MAX_CONNECTIONS={respect} ",
+        "envrespect: arm forced: want CUDA_DEVICE_MAX_CONNECTIONS=8, rank lines show: CUDA_DEVICE_MAX_CONNECTIONS=8 ",
+    ]

@@ -12,7 +12,8 @@ on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronizati
      phases add up to the step and the window fills as events complete.
   3. mla_kv_step (flashinfer_mla): the Triton row conversion equals the cast on the rows a step reads,
      ignores the index buffer's garbage tail, never synchronizes, and captured once in a CUDA graph
-     converts the replayed step's rows for any row count; timed against upstream's full-pool cast.
+     converts the replayed step's rows for any row count; timed against upstream's full-pool cast. The
+     torch path (GPUs before SM89) with an index buffer longer than the pool allocates nothing.
 Prints one line per check and exits non-zero on the first failure.
 """
 import importlib.util
@@ -159,8 +160,10 @@ def check_timer(timer_mod):
     assert abs(total - s["step"]["mean_ms"]) < 1e-3 * max(1.0, total), (total, s["step"])
     assert s["verify"]["p50_ms"] > s["draft_extend"]["p50_ms"]
     assert abs(s["accept_length_mean"] - 2.5) < 1e-6 and s["batch_size_mean"] == 4
+    assert timer._made <= 3 and timer.dropped == 0, (timer._made, timer.dropped)  # slots reused, none dropped
     print(f"ok eagle_phase_timer: no host sync; draft {s['draft']['p50_ms']:.3f} verify {s['verify']['p50_ms']:.3f} "
-          f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5")
+          f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5; "
+          f"{timer._made} slot(s) of reused events for 20 steps")
 
 
 def check_kv(kv):
@@ -208,6 +211,28 @@ def check_kv(kv):
     print(f"ok mla_kv_step: no host sync; triton == cast on 3000 of {rows} rows (index buffer {cap}, garbage tail); "
           f"{t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; graph capture + replay with nnz 1/257/5000 "
           f"correct; replay at nnz 200: {t_graph * 1e6:.1f} us")
+
+    # The torch path (GPUs before SM89): an index buffer longer than half the pool, as under CUDA graphs,
+    # casts the whole pool into the scratch, allocating nothing; a short one gathers its rows.
+    dst = torch.empty(pool.shape, dtype=torch.bfloat16, device="cuda")
+    nnz = torch.tensor([3000], device="cuda", dtype=torch.int32)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    kv._convert_rows_torch(pool, dst, idx, nnz)  # cap 32768 of 200000 rows: gather
+    torch.cuda.synchronize()
+    gather_extra = torch.cuda.max_memory_allocated() - base
+    long_idx = torch.full((8 * rows,), 2**30, device="cuda", dtype=torch.int32)
+    long_idx[:3000] = idx[:3000]
+    torch.cuda.reset_peak_memory_stats()
+    kv._convert_rows_torch(pool, dst, long_idx, nnz)
+    torch.cuda.synchronize()
+    full_extra = torch.cuda.max_memory_allocated() - base
+    assert torch.equal(dst, pool.to(torch.bfloat16)) and full_extra == 0, full_extra
+    t_torch = timed(lambda: kv._convert_rows_torch(pool, dst, long_idx, nnz))
+    print(f"ok mla_kv_step torch path: index buffer {8 * rows} over {rows} rows casts the pool into the scratch, "
+          f"+0 bytes, {t_torch * 1e6:.0f} us (full cast {t_full * 1e6:.0f} us); a {cap}-entry buffer gathers "
+          f"with +{gather_extra / 1e6:.0f} MB")
 
 
 def main():

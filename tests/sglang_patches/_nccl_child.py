@@ -4,24 +4,30 @@ import os
 import sys
 
 
-def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
-    """Import the patched scheduler module in this fresh interpreter and run its real
-    run_scheduler_process() with the GPU-bound parts (Scheduler, logger setup, plugin and
-    config publishing) replaced, so the patched nccl_env line is emitted for real."""
+def _tree_on_path(py_dir: str, here: str, records: list, fmt) -> logging.Handler:
+    """This fresh interpreter imports the tree at py_dir; returns a handler keeping fmt(record) in records."""
     sys.path.insert(0, here)
     from _torchvision_standin import install
 
     install()
     sys.path.insert(0, py_dir)
-    records = []
 
     class Keep(logging.Handler):
         def emit(self, record):
-            records.append(record.getMessage())
+            records.append(fmt(record))
 
+    return Keep()
+
+
+def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
+    """Import the patched scheduler module in this fresh interpreter and run its real
+    run_scheduler_process() with the GPU-bound parts (Scheduler, logger setup, plugin and
+    config publishing) replaced, so the patched nccl_env line is emitted for real."""
+    records = []
+    keep = _tree_on_path(py_dir, here, records, lambda r: r.getMessage())
     import sglang.srt.managers.scheduler as sched
 
-    sched.logger.addHandler(Keep())
+    sched.logger.addHandler(keep)
     sched.logger.setLevel(logging.INFO)
     sched.load_plugins = lambda: None
     sched.configure_scheduler_process = lambda *a, **k: a[7]  # returns dp_rank
@@ -67,18 +73,9 @@ def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
     import multiprocessing as mp
     import types
 
-    sys.path.insert(0, here)
-    from _torchvision_standin import install
-
-    install()
-    sys.path.insert(0, py_dir)
     records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append((record.levelname, record.getMessage()))
-
-    logging.getLogger("sglang").addHandler(Keep())
+    logging.getLogger("sglang").addHandler(
+        _tree_on_path(py_dir, here, records, lambda r: (r.levelname, r.getMessage())))
     logging.getLogger("sglang").setLevel(logging.INFO)
     import sglang.srt.entrypoints.engine as engine
 

@@ -3,11 +3,11 @@
 # --time-budget; results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
 #
 # Issue 12 (the start is the unit; adaptive starts; throwaway first start; confirmation before a culprit):
-#   startup      three single starts of the default set: cold (old graph args), warm with the old graph args
-#                (before) and warm with the workload's graph sizes only (after): where the seconds go
+#   cold         the machine's first start (FlashInfer JIT, Triton, graph capture): its seconds, recorded
+#   oldargs      one warm start with the graph arguments of the earlier records: the "before" of the start time
 #   variance     one set, three arms (CPU placement spread twice: a null pair; none): start-to-start CV
 #   moe          bisect default -> full + planted_moe_gpu (a GPU-side delay in every routing call: the
-#                regression the old bench blamed on oea_topk)
+#                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
@@ -15,7 +15,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh startup|variance|moe|kimi_moe|profiling|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh cold|oldargs|variance|moe|kimi_moe|profiling|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -27,6 +27,7 @@ KIMI=${KIMI:-/tmp/kimi}
 for d in target draft draft_edge draft_final draft_bad; do
   [ -f "$TINY/$d/config.json" ] || { $PY -m bench tinymodel "$TINY" >/dev/null; break; }
 done
+# every step uses the fixture manifest (the project's plus the plants), so one tree serves them all in any order
 PLANTED=tests/bench/planted/manifest.yaml
 DI=(--env SGLANG_DUMMY_INIT=normal)
 # CUDA graphs for the batch sizes the workload runs and nothing else: decode at 1 (b1 phase) and 8 (--concurrency 8;
@@ -63,30 +64,30 @@ with_draft() { ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$T
 # one start of the default set, for its start-up record only (1 repetition)
 one_start() {  # NAME EXTRA_BENCH_ARGS... -- SERVER_ARGS...
   local name=$1; shift
-  run $PY -m bench ab --arms "$name=default" --tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 1 \
+  run $PY -m bench ab --manifest $PLANTED --arms "$name=default" --tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 1 \
     --warmup-reps 0 --max-new-tokens 64 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" \
     ${DRY:+--dry-run} --out "$OUT/startup/$name" "$@"
 }
 case "$step" in
-  startup)
-    # cold: the machine's first start (FlashInfer JIT, Triton, page cache) with the old graph args; then one
-    # warm start each way. The old args' warm start is the "before" of issue 12's <= 20 s target.
-    spec_args "$TINY" "${MEMF:-0.6}"; NEW=("${SA[@]}")
-    GRAPHS=("${OLD_GRAPHS[@]}"); spec_args "$TINY" "${MEMF:-0.6}"; OLDSA=("${SA[@]}")
-    one_start cold --no-warmup-start -- "${OLDSA[@]}"
-    one_start before --no-warmup-start -- "${OLDSA[@]}"
-    one_start after --no-warmup-start -- "${NEW[@]}" ;;
+  cold)
+    # the machine's first start (FlashInfer JIT, Triton, page cache): what a throwaway start absorbs
+    one_start cold --no-warmup-start -- "${SA[@]}" ;;
+  oldargs)
+    # a warm start with the graph arguments of the earlier records: the "before" of issue 12's <= 20 s target
+    GRAPHS=("${OLD_GRAPHS[@]}"); spec_args "$TINY" "${MEMF:-0.6}"
+    one_start before --no-warmup-start -- "${SA[@]}" ;;
   variance)
     # Start-to-start variance of one set: CPU placement spread (two arms: a null pair, 10 starts of one
     # configuration between them) against none. Every arm carries the same patches.
-    run $PY -m bench ab --arms spread=default null=default none=default \
+    run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default none=default \
       --arm-env null:BENCH_NULL=1 --arm-env none:BENCH_CPU_PLACEMENT=none \
       "${M[@]}" --restarts 4 --max-starts 5 --out "$OUT/variance" -- "${SA[@]}" ;;
   moe)
     # The regression issue 12's bench blamed on oea_topk: a GPU-side delay in select_experts, captured into the
     # CUDA graphs, in another file. Candidates: oea_topk (K0 unset: off), nccl_env_log, planted_moe_gpu.
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
-      "${M[@]}" --out "$OUT/moe" -- "${SA[@]}" ;;
+    V=$OUT/variance/results.jsonl
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu ${REUSE:+--reuse "$REUSE"} \
+      $( [ -f "$V" ] && [ ! -d "$OUT/moe" ] && echo "--reuse $V" ) "${M[@]}" --out "$OUT/moe" -- "${SA[@]}" ;;
   kimi_moe)
     # The same on the Kimi-width proxy (bench tinymodel --profile kimi-width): GPU-bound, verify >> decode.
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
@@ -101,7 +102,7 @@ case "$step" in
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
-    run $PY -m bench ab --arms on=default notapplied=default-eagle_profiling off=default \
+    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
       --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
   oea)

@@ -80,10 +80,11 @@ def test_issue12_steps_use_the_workloads_graph_sizes_and_the_start_as_unit(tiny,
     assert "--cuda-graph-max-bs" not in bad and "launch --set full_moe_gpu" in bad
     assert "server starts: 1 throwaway + 2 arm(s) x 3 to 6 starts" in p.stdout
     assert "candidates: oea_topk, nccl_env_log, planted_moe_gpu" in p.stdout
-    p = _dry("startup", tiny, sglang_tree, tmp_path)
-    launches = [line for line in p.stdout.splitlines() if " launch --set default " in line]
-    assert len(launches) == 3 and ["--cuda-graph-max-bs 8" in x for x in launches] == [True, True, False]
-    assert p.stdout.count("server starts: 0 throwaway + 1 arm(s) x 1 to 1 starts") == 3
+    for step, old in (("cold", False), ("oldargs", True)):
+        p = _dry(step, tiny, sglang_tree, tmp_path)
+        (launch,) = [line for line in p.stdout.splitlines() if " launch --set default " in line]
+        assert ("--cuda-graph-max-bs 8" in launch) == old and ("--cuda-graph-bs-decode 1 8" in launch) != old
+        assert "server starts: 0 throwaway + 1 arm(s) x 1 to 1 starts" in p.stdout
 
 
 def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):

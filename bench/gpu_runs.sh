@@ -53,7 +53,7 @@ PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flash
        --decode-log-interval 8 --disable-radix-cache --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}"
        --port "${PORT:-30000}")
 # The method (bench defaults): 3 starts per arm first, adaptive up to MAXS, one throwaway start per invocation.
-M=(--tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start 5 --warmup-reps 2 --max-new-tokens 128
+M=(--tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128
    --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 # Issue 3's correctness runs: one start per arm, short outputs; greedy hashes and counters, not timings.
 C=(--tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64

@@ -1,84 +1,163 @@
-"""Find the patch responsible for a regression between a good and a bad patch set in ~log2(n) measurements.
+"""Find the patch that makes a bad set slower than a good one, and confirm it before naming it.
 
-Pure logic over an oracle ``measure(patch_set) -> Verdict``; the GPU runner supplies an oracle that starts a
-server with that set and compares it against the good/bad references (bench/runner.py).
+Pure logic over an oracle `place(patches) -> Place` that says where a set lies between the good and the bad
+references (bench.verdicts.place_probe, fed by adaptive replication in bench.plans). The caller has already
+shown that bad is worse than good; nothing here looks at numbers.
 
-Model (same as ``asv find`` / ``git bisect``): the candidates are the patches in bad but not in good, in
-manifest order; probe sets are good + a prefix of the candidates; the first prefix that turns bad ends with the
-culprit. Exactly one verdict call checks that bad is really bad (otherwise: "no culprit"), then
-ceil(log2 n) calls bisect the prefixes, so at most ceil(log2 n) + 1 calls in total. With several interacting
-culprits it names the first candidate (in order) whose addition makes the prefix bad.
+Search (as `git bisect` / `asv find`): the candidates are the patches in bad but not in good, in manifest
+order; probe sets are good + a prefix of the candidates; the first prefix that is bad ends with the candidate
+c. Then, as Chromium's Pinpoint and Mozilla's sheriffs do before assigning blame, two confirmations:
+  bad - c   must be good (c is necessary)
+  good + c  must be bad  (c is sufficient)
+Only when both hold is c named. When bad - c is good but good + c is good too, c needs an earlier candidate:
+a second search over good + c + a prefix of the earlier candidates finds that partner, and the pair is
+reported as an interaction. Every other outcome names nobody and says which probe disagreed.
 """
+
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from .verdicts import Place
 
-class Verdict(str, enum.Enum):
-    GOOD = "good"
-    BAD = "bad"
+CULPRIT = "culprit"
+INTERACTION = "interaction"
+SEVERAL = "several"  # the regression is split between candidates (a probe lies between the references)
+PARTIAL = "partial"  # the candidate carries part of it
+INCONSISTENT = "inconsistent"
+CANNOT_TELL = "cannot tell"
+NOTHING = "nothing to bisect"
 
 
 @dataclass(frozen=True)
 class Probe:
     patches: tuple[str, ...]
-    verdict: Verdict
+    role: str  # "prefix 2 of 5", "confirm: bad - x", "confirm: good + x", "partner: ..."
+    place: Place
 
 
 @dataclass
 class BisectResult:
-    culprit: str | None  # None: the bad set measured good (no regression to bisect), or no candidates
     candidates: tuple[str, ...]
-    probes: list[Probe] = field(default_factory=list)
+    outcome: str = NOTHING
+    culprit: str | None = None  # set only when confirmed both ways (or the second of an interaction)
+    partner: str | None = None  # INTERACTION: the earlier candidate the culprit needs
+    suspect: str | None = None  # the search's candidate, whether or not it was confirmed
     reason: str = ""
+    probes: list[Probe] = field(default_factory=list)
 
     @property
-    def n_measured(self) -> int:
+    def n_probes(self) -> int:
         return len(self.probes)
 
-    def max_expected_probes(self) -> int:
+    def max_search_probes(self) -> int:
         n = len(self.candidates)
-        return (math.ceil(math.log2(n)) if n > 1 else 0) + 1
+        return math.ceil(math.log2(n)) if n > 1 else 0
 
 
 def candidates_between(good: Sequence[str], bad: Sequence[str]) -> tuple[str, ...]:
-    good_set = set(good)
     extra = [p for p in good if p not in set(bad)]
     if extra:
         # Bisecting removals as well as additions has no single prefix order; say so instead of guessing.
         raise ValueError(f"bisect needs good to be a subset of bad; only in good: {', '.join(extra)}")
-    return tuple(p for p in bad if p not in good_set)
+    return tuple(p for p in bad if p not in set(good))
 
 
-def bisect_culprit(good: Sequence[str], bad: Sequence[str],
-                   measure: Callable[[tuple[str, ...]], Verdict]) -> BisectResult:
-    """good/bad are ordered patch lists (bad must contain good); measure gets ordered tuples."""
+def bisect_culprit(
+    good: Sequence[str],
+    bad: Sequence[str],
+    place: Callable[[tuple[str, ...], str], Place],
+    dependents: Callable[[str], set[str]] = lambda name: set(),
+) -> BisectResult:
+    """good/bad are ordered patch lists (bad contains good); `place` gets ordered tuples (bad's order) and a role.
+
+    `dependents(c)`: the patches that require c (they leave with it: bad - c cannot keep them).
+    """
     cands = candidates_between(good, bad)
-    result = BisectResult(culprit=None, candidates=cands)
+    res = BisectResult(candidates=cands)
     if not cands:
-        result.reason = "good and bad are the same set: nothing to bisect"
-        return result
+        res.reason = "good and bad are the same set"
+        return res
 
-    def probe(prefix_len: int) -> Verdict:
-        chosen = set(good) | set(cands[:prefix_len])
-        patches = tuple(p for p in bad if p in chosen)  # keep manifest (bad-list) order
-        v = Verdict(measure(patches))
-        result.probes.append(Probe(patches, v))
-        return v
+    def probe(chosen: set[str], role: str) -> Place:
+        patches = tuple(p for p in bad if p in chosen)
+        pl = place(patches, role)
+        res.probes.append(Probe(patches, role, pl))
+        return pl
 
-    if probe(len(cands)) is Verdict.GOOD:
-        result.reason = "the bad set measured good: no regression to bisect"
-        return result
-    lo, hi = 0, len(cands)  # invariant: prefix lo is good (the good set by definition), prefix hi is bad
+    base = set(good)
+    lo, hi = 0, len(cands)  # prefix lo is good (the good set), prefix hi is bad (shown by the caller)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if probe(mid) is Verdict.BAD:
+        pl = probe(base | set(cands[:mid]), f"prefix {mid} of {len(cands)}")
+        if pl is Place.BAD:
             hi = mid
-        else:
+        elif pl is Place.GOOD:
             lo = mid
-    result.culprit = cands[hi - 1]
-    result.reason = f"adding {result.culprit} turns good + {hi - 1} candidate(s) bad"
-    return result
+        elif pl is Place.BETWEEN:
+            res.outcome = SEVERAL
+            res.reason = (f"good + {', '.join(cands[:mid])} lies between good and bad: part of the regression comes "
+                          f"with {', '.join(cands[lo:mid])}, the rest with {', '.join(cands[mid:hi])}; no single "
+                          f"culprit (run `bench ablate --patches {','.join(cands[lo:hi])}`)")
+            return res
+        else:
+            res.outcome = CANNOT_TELL
+            res.reason = f"probe good + {', '.join(cands[:mid])} stayed undecided at this budget"
+            return res
+    c = cands[hi - 1]
+    res.suspect = c
+    gone = {c} | dependents(c)
+    without = probe(set(bad) - gone, f"confirm: bad - {', '.join(p for p in bad if p in gone)}")
+    alone = probe(base | {c}, f"confirm: good + {c}")
+    if without is Place.GOOD and alone is Place.BAD:
+        res.outcome, res.culprit = CULPRIT, c
+        res.reason = f"bad without {c} is good and good with {c} is bad"
+    elif without is Place.GOOD and alone is Place.GOOD and hi > 1:
+        _partner(res, good, bad, cands[: hi - 1], c, probe)
+    elif Place.OPEN in (without, alone):
+        res.outcome = CANNOT_TELL
+        res.reason = f"{c} is the search's candidate, but its confirmation stayed undecided at this budget"
+    elif Place.BETWEEN in (without, alone):
+        res.outcome = PARTIAL
+        res.reason = (f"{c} carries part of the regression: bad - {c} is {without.value}, good + {c} is "
+                      f"{alone.value}; other candidates carry the rest")
+    elif without is Place.BAD and alone is Place.BAD:
+        res.outcome = INCONSISTENT
+        res.reason = (f"good + {c} is bad, but bad without {c} is still bad: another candidate causes the same "
+                      f"regression (redundant culprits); no single culprit")
+    else:
+        res.outcome = INCONSISTENT
+        res.reason = (f"the search pointed at {c}, but bad - {c} is {without.value} and good + {c} is "
+                      f"{alone.value}: the probes disagree (noise, or an effect that is not monotonic in the set)")
+    return res
+
+
+def _partner(res: BisectResult, good, bad, earlier: Sequence[str], c: str, probe) -> None:
+    """c is necessary but not sufficient: find the earlier candidate it needs (good + c + prefix turns bad)."""
+    base = set(good) | {c}
+    lo, hi = 0, len(earlier)  # good + c is good (just measured); good + c + all earlier = the bad prefix
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        pl = probe(base | set(earlier[:mid]), f"partner: good + {c} + prefix {mid} of {len(earlier)}")
+        if pl is Place.BAD:
+            hi = mid
+        elif pl is Place.GOOD:
+            lo = mid
+        else:
+            res.outcome = CANNOT_TELL if pl is Place.OPEN else PARTIAL
+            res.reason = (f"{c} is needed but not enough alone (bad - {c} good, good + {c} good); the search for "
+                          f"what it needs stopped at good + {c} + {', '.join(earlier[:mid])} ({pl.value})")
+            return
+    partner = earlier[hi - 1]
+    pair = probe(set(good) | {partner, c}, f"confirm: good + {partner} + {c}") if hi > 1 else Place.BAD
+    single = probe(set(good) | {partner}, f"confirm: good + {partner}")
+    if pair is Place.BAD and single is Place.GOOD:
+        res.outcome, res.culprit, res.partner = INTERACTION, c, partner
+        res.reason = (f"{partner} and {c} together: good + both is bad, good + either alone is good, bad "
+                      f"without {c} is good")
+    else:
+        res.outcome = CANNOT_TELL if Place.OPEN in (pair, single) else INCONSISTENT
+        res.reason = (f"{c} is needed but not enough alone; {partner} looked like its partner, but good + "
+                      f"{partner} + {c} is {pair.value} and good + {partner} is {single.value}")

@@ -7,9 +7,11 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from .errors import EXIT_ABORTED, EXIT_BUDGET
+from .placement import MODES
+from .replication import METRICS
+
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
-EXIT_ABORTED = 3
-EXIT_BUDGET = 4
 
 
 def _split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -39,19 +41,30 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-phase-timing", action="store_true",
                    help="do not set SGLANG_EAGLE_PHASE_TIMING=1 (it is set by default; no effect without the "
                         "eagle_profiling patch)")
-    m = p.add_argument_group("method")
-    m.add_argument("--restarts", type=int, default=9, help="server starts per arm (default %(default)s)")
-    m.add_argument("--reps-per-start", type=int, default=1, help="measured repetitions per start")
-    m.add_argument("--warmup-reps", type=int, default=1, help="discarded repetitions after each start")
-    m.add_argument("--max-new-tokens", type=int, default=256)
-    m.add_argument("--b1-requests", type=int, default=4)
+    g.add_argument("--cpu-placement", choices=MODES, default="spread",
+                   help="after each start, pin the scheduler's main thread to a core of its own and the other "
+                        "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)")
+    m = p.add_argument_group("method: the server start is the unit; verdicts read start medians")
+    m.add_argument("--restarts", type=int, default=3, metavar="N",
+                   help="server starts per arm before the first look (default %(default)s; fewer than 3 are "
+                        "never read: more are added)")
+    m.add_argument("--max-starts", type=int, default=8, metavar="N",
+                   help="starts per arm at most: undecided comparisons get one more start per round until "
+                        "decided or N (default %(default)s); then 'cannot tell'")
+    m.add_argument("--reps-per-start", type=int, default=5, help="measured repetitions per start (their median is the start's value)")
+    m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start")
+    m.add_argument("--no-warmup-start", action="store_true",
+                   help="skip the invocation's throwaway first start (it pays JIT and graph caches)")
+    m.add_argument("--max-new-tokens", type=int, default=128)
+    m.add_argument("--b1-requests", type=int, default=2)
     m.add_argument("--concurrency", type=int, default=8)
-    m.add_argument("--metric", default="step_ms_b1",
-                   choices=["step_ms_b1", "step_ms_bc", "tok_s_b1", "tok_s_bc", "eagle_verify_ms_b1",
-                            "eagle_draft_ms_b1", "eagle_draft_extend_ms_b1", "eagle_step_ms_b1"],
+    m.add_argument("--metric", default="step_ms_b1", choices=[x for x, _, _ in METRICS],
                    help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)")
-    m.add_argument("--alpha", type=float, default=0.01)
-    m.add_argument("--min-effect", type=float, default=0.02, help="relative; 0.02 = 2%%")
+    m.add_argument("--no-follow", action="store_true",
+                   help="bisect: do not switch to another metric when only that one regressed at the endpoints")
+    m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (default %(default)s)")
+    m.add_argument("--min-effect", type=float, default=0.02,
+                   help="relative; 0.02 = 2%%: a change is called when its interval lies beyond it, 'same' when inside")
     m.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="stop before a server start that would end past S seconds (keeps data; --resume later)")
     o = p.add_argument_group("results")
@@ -66,7 +79,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import engine_speed, oea_micro, tinymodel
+    from . import engine_speed, oea_micro, simulate, tinymodel
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -91,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     tinymodel.add_cli(sub)
     oea_micro.add_cli(sub)
     engine_speed.add_cli(sub)
+    simulate.add_cli(sub)
     return ap
 
 
@@ -107,14 +121,19 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
     launch = LaunchConfig(launcher=tuple(shlex.split(a.launcher)), tree=a.tree, manifest=a.manifest,
                           server_args=tuple(server_args), health_timeout_s=a.health_timeout,
                           start_timeout_s=a.health_timeout + 60)
-    for n, v in (("--restarts", a.restarts), ("--reps-per-start", a.reps_per_start)):
+    for n, v in (("--restarts", a.restarts), ("--reps-per-start", a.reps_per_start), ("--max-starts", a.max_starts)):
         if v < 1:
             raise SystemExit(f"{n} must be >= 1")
+    if not 0 < a.alpha < 1:
+        raise SystemExit("--alpha must be in (0, 1)")
     return RunConfig(kind=kind, out_dir=Path(out), argv=argv, launch=launch,
                      workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency),
-                     restarts=a.restarts, reps_per_start=a.reps_per_start, warmup_reps=a.warmup_reps,
-                     phase_timing=not a.no_phase_timing, env=dict(a.env), metric=a.metric, alpha=a.alpha,
-                     min_effect=a.min_effect, reuse=list(a.reuse), time_budget_s=a.time_budget)
+                     initial_starts=a.restarts, max_starts=max(a.max_starts, a.restarts),
+                     reps_per_start=a.reps_per_start, warmup_reps=a.warmup_reps,
+                     warmup_start=not a.no_warmup_start, cpu_placement=a.cpu_placement,
+                     phase_timing=not a.no_phase_timing, env=dict(a.env), metric=a.metric,
+                     follow=not a.no_follow, confidence=1 - a.alpha, min_effect=a.min_effect,
+                     reuse=list(a.reuse), time_budget_s=a.time_budget)
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -129,6 +148,7 @@ def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
 
 
 def _arms_and_comparisons(kind: str, a, catalog):
+    """(arms, comparisons as (section, ref name, arm name), plan extras) for the kind."""
     from .launcher import ArmSpec
     from .sets import SetError, resolve
 
@@ -145,6 +165,10 @@ def _arms_and_comparisons(kind: str, a, catalog):
             arms.append(arm(name, expr, profile or None))
         if len({x.name for x in arms}) != len(arms):
             raise SystemExit("arm names must be unique")
+        same = [x.name for x in arms[1:] if x.key == arms[0].key]
+        if same:
+            raise SystemExit(f"arms {arms[0].name} and {', '.join(same)} are the same measurement (same set, profile "
+                             f"and env); for a null comparison give one of them a harmless --arm-env")
         return arms, [("ab", arms[0].name, x.name) for x in arms[1:]], {}
     if kind == "ablate":
         base, full = arm("base", a.base, a.env_profile), arm("full", a.full, a.env_profile)
@@ -158,33 +182,63 @@ def _arms_and_comparisons(kind: str, a, catalog):
             cands = list(catalog.changing(extra))
         if not cands:
             raise SystemExit(f"nothing to ablate: full minus base is {extra or 'empty'}")
-        arms, comps, skipped = [base, full], [("full vs base", "base", "full")], []
+        alone, leave, skipped = {}, {}, []
         for p in cands:
-            for mode, name, expr, ref in (("alone", f"+{p}", f"{a.base}+{p}", "base"),
-                                          ("leave-out", f"-{p}", f"{a.full}-{p}", "full")):
-                if a.mode not in ("both", mode):
-                    continue
+            for table, name, expr in ((alone, f"+{p}", f"{a.base}+{p}"), (leave, f"-{p}", f"{a.full}-{p}")):
                 try:
-                    arms.append(arm(name, expr, a.env_profile))
-                    comps.append((mode, ref, name))
+                    table[p] = arm(name, expr, a.env_profile)
                 except SetError as e:
+                    table[p] = None
                     skipped.append(f"{name}: {e}")
-        if a.mode == "alone":
-            arms.remove(full)
-            comps = [c for c in comps if c[0] != "full vs base"]
-        elif a.mode == "leave-out":
-            arms.remove(base)
-            comps = [c for c in comps if c[0] != "full vs base"]
-        return arms, comps, {"ablated": cands, "skipped": skipped}
+        arms = [base, full]
+        arms += [x for p in cands for x in (alone[p], leave[p]) if x is not None]
+        comps = [("full vs base", "base", "full")]
+        comps += [("alone", "base", alone[p].name) for p in cands if alone[p] is not None]
+        comps += [("leave-out", "full", leave[p].name) for p in cands if leave[p] is not None]
+        return arms, comps, {"ablated": cands, "skipped": skipped, "mode": a.mode, "alone": alone, "leave": leave}
     good, bad = arm("good", a.good, a.env_profile), arm("bad", a.bad, a.env_profile)
     return [good, bad], [("bisect endpoints", "good", "bad")], {}
 
 
+def _settings(cfg):
+    from .plans import Settings
+    from .replication import Policy
+
+    return Settings(Policy(cfg.initial_starts, cfg.max_starts, cfg.confidence, cfg.min_effect), cfg.metric, cfg.follow)
+
+
+def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
+    from . import plans
+    from .launcher import ArmSpec
+    from .sets import PatchSet
+
+    s = _settings(runner.cfg)
+    by_name = {x.name: x for x in arms}
+    if kind == "ab":
+        return plans.run_ab(lab, arms, [(sec, by_name[r], by_name[x]) for sec, r, x in comps], s)
+    if kind == "ablate":
+        base, full = by_name["base"], by_name["full"]
+        return plans.run_ablate(lab, base, full, extra["alone"], extra["leave"], extra["mode"], s)
+    good, bad = arms
+    names: dict[str, int] = {}
+
+    def make_arm(patches: tuple[str, ...], role: str) -> ArmSpec:
+        closed = catalog.closure(patches)
+        for a in runner.arms:
+            if a.pset.patches == closed and a.env_profile == bad.env_profile and a.env == bad.env:
+                return a
+        names.setdefault(role, len(names) + 1)
+        return ArmSpec(f"probe{names[role]}", PatchSet(",".join(closed) or "none", closed), bad.env_profile, bad.env)
+
+    return plans.run_bisect(lab, good, bad, make_arm, catalog.dependents, s)
+
+
 def run_measurement(kind: str, argv_full: list[str]) -> int:
     from . import store
+    from .errors import BudgetExhausted, RunAborted, SetError
     from .report import write_report
-    from .runner import BudgetExhausted, Runner, RunAborted, bisect_run, progress
-    from .sets import Catalog, SetError
+    from .runner import Runner, StoreLab, progress
+    from .sets import Catalog
 
     ap = build_parser()
     own, server_args = _split_server_args(argv_full)
@@ -212,26 +266,34 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     argv = [sys.executable, "-m", "bench", kind, *argv_full]
     cfg = _make_config(kind, a, server_args, argv)
     if a.dry_run:
-        return _dry_run(kind, cfg, arms, catalog, extra)
-    runner = Runner(cfg, arms, comps, extra_run_fields=extra)
+        return _dry_run(kind, cfg, arms, extra)
+    record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
+    try:
+        runner = Runner(cfg, arms, comps, extra_run_fields=record_extra)
+    except RunAborted as e:
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
-    progress(f"run dir {cfg.out_dir} ({len(runner.unique_arms())} arms x {cfg.restarts} start(s) x "
-             f"{cfg.reps_per_start} rep(s))")
+    progress(f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} starts each, "
+             f"{cfg.reps_per_start} rep(s) per start" + (", after one throwaway start)" if cfg.warmup_start else ")"))
+    lab = StoreLab(runner)
     rc = 0
     try:
-        if kind == "bisect":
-            res = bisect_run(runner, catalog, arms[0], arms[1])
-            progress(f"bisect: culprit {res.culprit or 'none'} ({res.reason}); {runner.units_started} starts, "
-                     f"{runner.elapsed() / 60:.1f} min")
-        else:
-            runner.run_interleaved()
+        conclusion = _run_plan(kind, runner, lab, catalog, arms, comps, extra)
+        conclusion["server_starts_this_run"] = runner.units_started
+        conclusion["elapsed_s"] = round(runner.elapsed(), 1)
+        runner.rec(conclusion)
+        progress(_summary(conclusion))
+        if conclusion.get("budget_exhausted"):
+            print(f"bench: time budget: {conclusion['budget_message']}; continue with "
+                  f"`python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+            rc = EXIT_BUDGET
     except RunAborted as e:
         print(f"bench: aborted: {e}", file=sys.stderr)
         rc = EXIT_ABORTED
-    except BudgetExhausted as e:
-        print(f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`",
-              file=sys.stderr)
+    except BudgetExhausted as e:  # a start refused outside a plan's own handling
+        print(f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
         rc = EXIT_BUDGET
     except KeyboardInterrupt:
         print(f"bench: interrupted; what was measured is in {cfg.store_path}; continue with "
@@ -242,27 +304,38 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     return rc
 
 
-def _dry_run(kind, cfg, arms, catalog, extra) -> int:
-    import math
+def _summary(c: dict) -> str:
+    if c["kind"] == "bisect":
+        who = c.get("culprit")
+        if c.get("partner"):
+            who = f"{c['partner']} + {who} (interaction)"
+        return f"bisect on {c['metric']}: {c['outcome']}: {who or 'no culprit named'} ({c['reason']})"
+    if c["kind"] == "ablate":
+        return f"ablate on {c['metric']}: culprits {', '.join(c['culprits']) or 'none'}"
+    return "ab on {}: {}".format(c["metric"], "; ".join(f"{r['arm']} vs {r['ref']}: {r['verdict']}" for r in c["comparisons"]))
 
+
+def _dry_run(kind, cfg, arms, extra) -> int:
     from .bisect import candidates_between
     from .launcher import launch_command
 
-    uniq = {a.key: a for a in arms}
     for a in arms:
         print(f"arm {a.name}: {a.pset.label}" + (f" @{a.env_profile}" if a.env_profile else "")
               + (f" env {dict(a.env)}" if a.env else ""))
         print("   " + " ".join(shlex.quote(c) for c in launch_command(cfg.launch, a, Path("LOG"))))
     for s in extra.get("skipped", []):
         print(f"skipped {s}")
-    starts = len(uniq) * cfg.restarts
+    first = len({a.key for a in arms})
+    if kind == "ablate" and extra.get("mode") != "both":
+        first = 1 + len(extra["ablated"])
+    lines = [f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
+             f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"]
     if kind == "bisect":
         cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
-        probes = (math.ceil(math.log2(len(cands))) if len(cands) > 1 else 0)
-        print(f"candidates: {', '.join(cands) or '(none)'}; at most {probes} probe set(s) after the references")
-        starts += probes * cfg.restarts
-    print(f"server starts (before --reuse): {starts} (x {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each); "
-          f"out: {cfg.out_dir}")
+        probes = (len(cands) - 1).bit_length() if len(cands) > 1 else 0
+        lines.append(f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
+                     f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts")
+    print("\n".join(lines) + f"; {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each; out: {cfg.out_dir}")
     return 0
 
 

@@ -21,18 +21,21 @@ args=("$@"); set -- $dirs
 source .gpu/install.sh "$@"
 set -- "${args[@]}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export PYTHON=python3 TINY=/tmp/tiny
+export PYTHON=python3 TINY=/tmp/tiny KIMI=/tmp/kimi
 RES=/tmp/results
 mkdir -p "$RES"
-EMB=$PWD/.sglang/sglang-0.5.17
+# the pin comes from the manifest, never from this script
+read -r PIN_VERSION PIN_WHEEL < <(python3 -c "import yaml; p = yaml.safe_load(open('manifest.yaml'))['pin']; print(p['version'], p['wheel'])")
+EMB=$PWD/.sglang/sglang-$PIN_VERSION
 
 case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
   setup)
     set -e
     nvidia-smi -L
     python3 -c "import torch; print('torch', torch.__version__, 'gpus', torch.cuda.device_count())"
-    python3 apply.py fetch --wheel .gpu/b1/sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl
+    python3 apply.py fetch --wheel "$(ls .gpu/b*/"$PIN_WHEEL" | head -1)"
     python3 -m bench tinymodel "$TINY"
+    python3 -m bench tinymodel "$KIMI" --profile kimi-width
     python3 tests/sglang_patches/gpu_check.py 2>&1 | tee "$OUT/gpu_check.txt"
     python3 apply.py --tree /tmp/site status | tee "$OUT/status_installed.txt"
     ;;

@@ -1,60 +1,111 @@
 #!/usr/bin/env bash
-# The recorded GPU runs of issue 6, one H200 (tp2: two). Each step is one device command (< 9 min, guarded by
-# --time-budget); results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
+# The recorded GPU runs, one H200 (tp2: two). Each step is one or more `python -m bench` commands guarded by
+# --time-budget; results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
 #
-#   bash bench/gpu_runs.sh ablate              # 4 starts: full_planted, and each of 3 patches left out
-#   bash bench/gpu_runs.sh bisect              # <= 4 starts; REUSE=<ablate results.jsonl> reuses the bad set's start
-#   bash bench/gpu_runs.sh profiling           # 3 starts; REUSE=<ablate results.jsonl> reuses "on" and "not applied"
-#   bash bench/gpu_runs.sh oea                 # no server; under 110 s in the recorded H200 run (34 GB of expert weights)
-#   bash bench/gpu_runs.sh tp2                 # on 2 GPUs: 2 starts, nccl_pcie profile vs none
-#   bash bench/gpu_runs.sh envrespect          # 2 starts: a user-set CUDA_DEVICE_MAX_CONNECTIONS with/without engine_env_respect
-# RESTARTS=N (default 1) sets the server starts per arm of ablate, bisect, profiling and tp2.
+# Issue 12 (the start is the unit; adaptive starts; throwaway first start; confirmation before a culprit):
+#   cold         the machine's first start (FlashInfer JIT, Triton, graph capture): its seconds, recorded
+#   oldargs      one warm start with the graph arguments of the earlier records: the "before" of the start time
+#   variance     one set, three arms (CPU placement spread twice: a null pair; none): start-to-start CV
+#   moe          bisect default -> full + planted_moe_gpu (a GPU-side delay in every routing call: the
+#                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
+#   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
+#   profiling    eagle_profiling on / applied but off / not applied
+# Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
+# Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
+# before, fp8, fp8plain.
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh ablate|bisect|profiling|oea|tp2|validate|plain|edge|before|fp8|fp8plain|envrespect}
+step=${1:?usage: gpu_runs.sh cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
 # The tree the tool patches: the sglang installed in this interpreter (site-packages), found without importing it.
 SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirname(os.path.dirname(u.find_spec('sglang').origin)))")}
 TINY=${TINY:-/tmp/tiny}
+KIMI=${KIMI:-/tmp/kimi}
 # (re)written when a dir is missing: an older tinymodel wrote fewer drafts
 for d in target draft draft_edge draft_final draft_bad; do
   [ -f "$TINY/$d/config.json" ] || { $PY -m bench tinymodel "$TINY" >/dev/null; break; }
 done
+# every step uses the fixture manifest (the project's plus the plants), so one tree serves them all in any order
 PLANTED=tests/bench/planted/manifest.yaml
 DI=(--env SGLANG_DUMMY_INIT=normal)
-# Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; small CUDA-graph
-# batch range to keep server starts short; decode-log-interval 8 so every phase has many step-time entries.
-SA=(--model-path "$TINY/target" --load-format dummy --speculative-algorithm EAGLE3
-    --speculative-draft-model-path "$TINY/draft" --speculative-draft-load-format dummy
-    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
-    --attention-backend flashinfer --cuda-graph-max-bs 8 --decode-log-interval 8 --disable-radix-cache
-    --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}" --port "${PORT:-30000}")
+# CUDA graphs for the batch sizes the workload runs and nothing else: decode at 1 (b1 phase) and 8 (--concurrency 8;
+# smaller tail batches pad to 8, and only entries of exactly 1 and 8 are read), prefill at token counts covering
+# its prompts (56-100 tokens each, 605 for all eight). SGLang's defaults capture decode 1, 2, 4, 8 and about 48
+# prefill sizes up to 2048 tokens, several times over for EAGLE's draft: start-up time, not measured time.
+GRAPHS=(--cuda-graph-bs-decode 1 8 --cuda-graph-bs-prefill 64 128 256 512 768)
+# what the issue-6 and issue-3 records ran with (the "before" of the start-up figure)
+OLD_GRAPHS=(--cuda-graph-max-bs 8)
+[ "${OLD:-}" = 1 ] && GRAPHS=("${OLD_GRAPHS[@]}")
+# Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; decode-log-interval 8
+# so every phase has many step-time entries.
+spec_args() {  # MODEL_DIR MEMF: EAGLE-3 server args into SA
+  SA=(--model-path "$1/target" --load-format dummy --speculative-algorithm EAGLE3
+      --speculative-draft-model-path "$1/draft" --speculative-draft-load-format dummy
+      --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4
+      --attention-backend flashinfer "${GRAPHS[@]}" --decode-log-interval 8 --disable-radix-cache
+      --skip-server-warmup --mem-fraction-static "$2" --port "${PORT:-30000}")
+}
+spec_args "$TINY" "${MEMF:-0.6}"
 # The same model without speculative decoding (the lossless reference for EAGLE-3's greedy output).
-PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flashinfer --cuda-graph-max-bs 8
+PLAIN=(--model-path "$TINY/target" --load-format dummy --attention-backend flashinfer "${GRAPHS[@]}"
        --decode-log-interval 8 --disable-radix-cache --skip-server-warmup --mem-fraction-static "${MEMF:-0.6}"
        --port "${PORT:-30000}")
-# Same method options everywhere: --reuse only pools starts measured under an identical configuration.
-M=(--tree "$SGL_TREE" --restarts "${RESTARTS:-1}" --reps-per-start 9 --warmup-reps 1 --max-new-tokens 128 --b1-requests 2
-   --concurrency 8 --env SGLANG_OEA_K0=3 --time-budget "$BUDGET" ${DRY:+--dry-run})
+# The method (bench defaults): 3 starts per arm first, adaptive up to MAXS, one throwaway start per invocation.
+M=(--tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128
+   --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 # Issue 3's correctness runs: one start per arm, short outputs; greedy hashes and counters, not timings.
-C=(--tree "$SGL_TREE" --restarts 1 --reps-per-start 2 --warmup-reps 1 --max-new-tokens 64 --b1-requests 2
-   --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
+# No throwaway start: these read outputs and counters, not timings.
+C=(--tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 2 --warmup-reps 1 --no-warmup-start
+   --max-new-tokens 64 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 run() { echo "+ $*" >&2; "$@"; }
 # SA with another of bench/tinymodel.py's drafts, into ARGS
 with_draft() { ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/$1; ARGS+=("$a"); done; }
+# one start of the default set, for its start-up record only (1 repetition)
+one_start() {  # NAME EXTRA_BENCH_ARGS... -- SERVER_ARGS...
+  local name=$1; shift
+  run $PY -m bench ab --manifest $PLANTED --arms "$name=default" --tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 1 \
+    --warmup-reps 0 --max-new-tokens 64 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" \
+    ${DRY:+--dry-run} --out "$OUT/startup/$name" "$@"
+}
 case "$step" in
+  cold)
+    # the machine's first start (FlashInfer JIT, Triton, page cache): what a throwaway start absorbs
+    one_start cold --no-warmup-start -- "${SA[@]}" ;;
+  oldargs)
+    # a warm start with the graph arguments of the earlier records: the "before" of issue 12's <= 20 s target
+    GRAPHS=("${OLD_GRAPHS[@]}"); spec_args "$TINY" "${MEMF:-0.6}"
+    one_start before --no-warmup-start -- "${SA[@]}" ;;
+  variance)
+    # Start-to-start variance of one set: CPU placement spread (two arms: a null pair, 10 starts of one
+    # configuration between them) against none. Every arm carries the same patches.
+    run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default none=default \
+      --arm-env null:BENCH_NULL=1 --arm-env none:BENCH_CPU_PLACEMENT=none \
+      "${M[@]}" --restarts 4 --max-starts 5 --out "$OUT/variance" -- "${SA[@]}" ;;
+  moe)
+    # The regression issue 12's bench blamed on oea_topk: a GPU-side delay in select_experts, captured into the
+    # CUDA graphs, in another file. Candidates: oea_topk (K0 unset: off), nccl_env_log, planted_moe_gpu.
+    V=$OUT/variance/results.jsonl
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu ${REUSE:+--reuse "$REUSE"} \
+      $( [ -f "$V" ] && [ ! -d "$OUT/moe" ] && echo "--reuse $V" ) "${M[@]}" --out "$OUT/moe" -- "${SA[@]}" ;;
+  kimi_moe)
+    # The same on the Kimi-width proxy (bench tinymodel --profile kimi-width): GPU-bound, verify >> decode.
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${MEMF:-0.45}"
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
+      "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;
   bisect)
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted --metric eagle_verify_ms_b1 \
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
   profiling)
-    run $PY -m bench ab --manifest $PLANTED --arms on=full_planted notapplied=full_planted-eagle_profiling \
-      off=full_planted --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
+    # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
+    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
+      --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
   oea)
     run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
@@ -62,7 +113,6 @@ case "$step" in
   validate)
     # Issue 3 on a GPU: patches that must not change results (deepseek_v2, llama_eagle3, eagle_profiling,
     # flashinfer_mla with bf16 KV, oea_topk with K0=0) give the pristine greedy outputs; OEA with K0=3 runs.
-    # Output hashes are compared by the report; start-up times are issue 5's launch timings.
     # SGLANG_OEA_STATS=1 counts distinct experts per routing call in both OEA arms (K0=0 and K0=3).
     # dummy_init_normal (a bench fixture in $PLANTED) in every arm: with SGLang's own dummy weights the greedy
     # tokens did not react even to OEA (bench/results/2026-11-30-h200x2-run2), so equality proved nothing; with
@@ -91,8 +141,9 @@ case "$step" in
       with_draft "$draft"
       rm -rf "$OUT/before/$name"
       run $PY -m bench ab --manifest $PLANTED --arms "$name=$set" --env SGLANG_OEA_STATS=1 "${DI[@]}" \
-        --tree "$SGL_TREE" --restarts 1 --reps-per-start 1 --warmup-reps 0 --max-new-tokens 16 --b1-requests 1 \
-        --concurrency 2 --health-timeout 420 ${DRY:+--dry-run} --out "$OUT/before/$name" -- "${ARGS[@]}" && rc=0 || rc=$?
+        --tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 1 --warmup-reps 0 --no-warmup-start \
+        --max-new-tokens 16 --b1-requests 1 --concurrency 2 --health-timeout 420 ${DRY:+--dry-run} \
+        --out "$OUT/before/$name" -- "${ARGS[@]}" && rc=0 || rc=$?
       [ -n "${DRY:-}" ] && continue
       got=$(grep -m1 -o -- "$expect" "$OUT/before/$name/report.md" 2>/dev/null || true)
       echo "before: $name (set $set, $draft): ab exit $rc; expected failure '$expect': ${got:+found: $got}${got:-NOT FOUND}" | tee -a "$OUT/before/summary.txt"
@@ -125,7 +176,7 @@ ARMS
     [ -n "${DRY:-}" ] && exit $rc
     fails=$rc
     for want in respect=16 forced=8; do
-      got=$(sed -n "/^- ${want%%=*} round/,/^- /p" "$OUT/envrespect/report.md" | grep -o "CUDA_DEVICE_MAX_CONNECTIONS=[0-9]*" | sort -u | tr '\n' ' ')
+      got=$(sed -n "/^- ${want%%=*} start/,/^- /p" "$OUT/envrespect/report.md" | grep -o "CUDA_DEVICE_MAX_CONNECTIONS=[0-9]*" | sort -u | tr '\n' ' ')
       echo "envrespect: arm ${want%%=*}: want CUDA_DEVICE_MAX_CONNECTIONS=${want#*=}, rank lines show: ${got:-NONE}" | tee -a "$OUT/envrespect/summary.txt"
       [ "$got" = "CUDA_DEVICE_MAX_CONNECTIONS=${want#*=} " ] || fails=$((fails + 1))
     done

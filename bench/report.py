@@ -1,8 +1,10 @@
 """Markdown report + PNG plot of one run's JSONL store (bench/results/<date>-<gpu>/<run>/results.jsonl).
 
 Everything is recomputed from the store, so a report can be regenerated (`python -m bench report DIR`) after
-an interrupted run, a resume, or a change of alpha/min-effect.
+an interrupted run, a resume, or with another --alpha / --min-effect in mind. Older stores (one start per arm,
+a rank test over repetitions) render too: their comparisons now read "too few starts", which is what they were.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,17 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import store
-from .stats import compare, cv, median_ci
-
-# (metric, label, lower is better)
-METRICS = (("step_ms_b1", "step ms (batch 1)", True), ("step_ms_bc", "step ms (concurrent)", True),
-           ("tok_s_b1", "tok/s (batch 1)", False), ("tok_s_bc", "tok/s (concurrent)", False),
-           ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
-           ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),
-           ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True),
-           # oea_topk's SGLANG_OEA_STATS: fewer distinct experts per routing call is what OEA is for
-           ("oea_distinct_experts_b1", "distinct experts / routing call (b1)", True),
-           ("oea_distinct_experts_bc", "distinct experts / routing call (concurrent)", True))
+from .replication import LABELS, METRICS, Policy
+from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
+from .verdicts import flags, pct
 
 
 @dataclass
@@ -32,21 +26,25 @@ class ArmRow:
     label: str
     units: list[store.Unit]
 
-    def values(self, metric: str) -> list[float]:
+    def medians(self, metric: str) -> list[float]:
         out = []
         for u in self.units:
-            out.extend(float(r[metric]) for r in u.reps if r.get(metric) is not None
-                       and not (isinstance(r[metric], float) and math.isnan(r[metric])))
+            m = start_median([r.get(metric) for r in u.reps])
+            if m is not None:
+                out.append(m)
         return out
+
+    def values(self, metric: str) -> list[float]:
+        return [float(r[metric]) for u in self.units for r in u.reps
+                if r.get(metric) is not None and not (isinstance(r[metric], float) and math.isnan(r[metric]))]
 
     def phase_p50(self, phase: str, which: str = "eagle_b1") -> list[float]:
         out = []
         for u in self.units:
-            for r in u.reps:
-                t = r.get(which) or {}
-                v = (t.get(phase) or {}).get("p50_ms")
-                if v is not None:
-                    out.append(float(v))
+            vals = [((r.get(which) or {}).get(phase) or {}).get("p50_ms") for r in u.reps]
+            m = start_median(vals)
+            if m is not None:
+                out.append(m)
         return out
 
     def hashes(self, which: str = "hash_b1") -> set[str]:
@@ -63,6 +61,10 @@ def _fmt(x, nd=3) -> str:
     return f"{x:.{nd}f}"
 
 
+def _med(xs):
+    return statistics.median(xs) if xs else None
+
+
 def load_rows(run_dir: Path) -> tuple[dict, list[ArmRow], store.StoreView]:
     recs = list(store.read(run_dir / "results.jsonl"))
     runs = [r for r in recs if r.get("type") == "run"]
@@ -71,134 +73,272 @@ def load_rows(run_dir: Path) -> tuple[dict, list[ArmRow], store.StoreView]:
     run = runs[0]
     v = store.view(recs, signature=run.get("signature"))
     names: dict[str, tuple[str, str]] = {}  # arm name -> (key, label)
-    for a in run.get("arms", []):
+    for a in v.arms:
         names.setdefault(a["name"], (a["key"], ",".join(a["patches"]) or "(none)"))
-    for b in v.bisects:
+    # probes whose starts all came from the store (--reuse, --resume) have no arm record of their own
+    for b in [r for r in recs if r.get("type") in ("bisect", "conclusion")]:
         for p in b.get("probes", []):
             names.setdefault(p["arm"], (p["key"], ",".join(p["patches"]) or "(none)"))
     rows = [ArmRow(n, k, lbl, v.units_of(k)) for n, (k, lbl) in names.items()]
     return run, rows, v
 
 
-def build_markdown(run_dir: Path) -> str:
-    run, rows, v = load_rows(run_dir)
-    cfg = run.get("config", {})
-    metric = cfg.get("metric", "step_ms_b1")
-    alpha, min_eff = cfg.get("alpha", 0.01), cfg.get("min_effect", 0.02)
+def _policy(cfg: dict) -> Policy:
+    conf = cfg.get("confidence", 1 - cfg.get("alpha", 0.05))
+    return Policy(cfg.get("initial_starts", cfg.get("restarts", MIN_STARTS)), cfg.get("max_starts", 8), conf,
+                  cfg.get("min_effect", 0.02))
+
+
+def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
+    return compare_starts(ref.medians(metric), arm.medians(metric), metric=metric,
+                          lower_is_better=not metric.startswith("tok_s"), confidence=pol.confidence,
+                          min_effect=pol.min_effect)
+
+
+# -- sections -----------------------------------------------------------------------------------------------------
+
+
+def _header(run_dir: Path, run: dict) -> list[str]:
     host = run.get("host", {})
-    by_name = {r.name: r for r in rows}
-    all_units = list(v.units.values())
-    lines = [f"# bench {run.get('kind')} — {run.get('time', '')[:10]} — {', '.join(host.get('gpus', [])) or 'no GPU'}",
-             "", f"run `{run.get('run_id')}` · signature `{run.get('signature')}` · host `{host.get('hostname')}`",
-             "", "Command:", "", "```", _command(run_dir, run), "```", "",
-             "Versions: " + ", ".join(f"{k} {val}" for k, val in sorted(host.get("versions", {}).items())), ""]
-    starts = len(all_units)
-    reps = sum(len(u.reps) for u in all_units)
-    gpu_s = sum(u.wall_s for u in all_units)
+    return [f"# bench {run.get('kind')} — {run.get('time', '')[:10]} — {', '.join(host.get('gpus', [])) or 'no GPU'}",
+            "", f"run `{run.get('run_id')}` · signature `{run.get('signature')}` · host `{host.get('hostname')}`",
+            "", "Command:", "", "```", _command(run_dir, run), "```", "",
+            "Versions: " + ", ".join(f"{k} {val}" for k, val in sorted(host.get("versions", {}).items())), ""]
+
+
+def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
+    units = list(v.units.values())
     wl = cfg.get("workload", {})
-    lines += ["## Method", "",
-              f"- {cfg.get('restarts')} server start(s) per arm x {cfg.get('reps_per_start')} measured repetition(s) "
-              f"per start, {cfg.get('warmup_reps')} warm-up repetition(s) per start discarded; arms interleaved "
-              f"round by round.",
-              f"- Workload per repetition: {wl.get('b1_requests')} sequential requests (batch 1) then "
-              f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
-              f"- Primary metric `{metric}`: median per-step time from the server's step_time_dict "
-              f"(SGLANG_RECORD_STEP_TIME=1) over each repetition's phase; median across repetitions with a "
-              f"95% percentile-bootstrap CI; Mann-Whitney U two-sided, a change is called only when "
-              f"p < {alpha} and |change| >= {min_eff * 100:.1f}%.",
-              f"- {'Repetitions within one server start are not independent samples of the start-to-start variation (bimodal on this stack): with 1 start per arm, p-values describe this start only.' if cfg.get('restarts') == 1 else 'Repetitions from several starts are pooled; between-start variation is part of the samples.'}",
-              f"- Measured: {starts} completed server start(s), {reps} repetitions, {gpu_s / 60:.1f} min of "
-              f"server wall time (start to stop, all units in this store incl. reused)."
-              + (f" {v.partial_reps} repetition(s) from interrupted starts ignored." if v.partial_reps else ""),
-              ""]
-    # arms table
+    metric = cfg.get("metric", "step_ms_b1")
+    old = "initial_starts" not in cfg
+    lines = ["## Method", ""]
+    if old:
+        lines.append(f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
+                     f"with start medians: comparisons need {MIN_STARTS} starts per arm.")
+    else:
+        lines.append(f"- The server start is the replication unit: {pol.initial} start(s) per arm first, then one "
+                     f"more per round to the arms of each undecided comparison, up to {pol.max_starts}; arms "
+                     f"interleaved. " + ("One throwaway start before the first measured one." if cfg.get("warmup_start")
+                                         else "No throwaway start (--no-warmup-start)."))
+    lines += [
+        f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
+        f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
+        f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
+        f"- Verdicts: Welch's t interval ({pol.confidence:.0%}) for the ratio of the arms' geometric mean start "
+        f"medians; **regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when "
+        f"inside, **cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
+        f"`{metric}`; every metric is shown.",
+        f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
+        f"they include GPU idle time waiting for the host (bench/verdicts.py).",
+        f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "
+        f"{sum(u.wall_s for u in units + v.warmup_units) / 60:.1f} min of server wall time"
+        + (f" (incl. {len(v.warmup_units)} throwaway start(s))" if v.warmup_units else "") + "."
+        + (f" {v.partial_reps} repetition(s) from interrupted starts ignored." if v.partial_reps else ""), ""]
+    return lines
+
+
+def _conclusion(v: store.StoreView) -> list[str]:
+    if not v.conclusions:
+        return []
+    c = v.conclusions[-1]
+    lines = ["## Conclusion", ""]
+    if c.get("budget_exhausted"):
+        lines += [f"Stopped by the time budget ({c.get('budget_message')}); `--resume` continues.", ""]
+    if c["kind"] == "ab":
+        for r in c["comparisons"]:
+            cmp_ = r["comparison"]
+            lines.append(f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** "
+                         f"({_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)")
+    elif c["kind"] == "ablate":
+        lines += [f"On `{c['metric']}`: " + (f"**culprit(s): {', '.join(c['culprits'])}**" if c["culprits"]
+                                              else "no culprit named"), "",
+                  "| patch | alone on base | left out of full | finding |", "|---|---|---|---|"]
+        for r in c["patches"]:
+            lines.append(f"| {r['patch']} | {r['alone'] or '-'} | {r['left_out'] or '-'} | "
+                         f"{r['finding']}: {r['sentence']} |")
+    else:
+        lines += _bisect_lines(c)
+    lines.append("")
+    return lines
+
+
+def _change(c: dict) -> str:
+    ci = "" if c.get("low") is None or math.isnan(c["low"]) else f" [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
+    ch = c.get("change")
+    return ("-" if ch is None or math.isnan(ch) else f"{ch * 100:+.2f}%") + ci
+
+
+def _bisect_lines(c: dict) -> list[str]:
+    who = c.get("culprit")
+    if c.get("partner"):
+        head = f"**Interaction: {c['partner']} + {c['culprit']}**"
+    elif who:
+        head = f"**Culprit: {who}** (confirmed)"
+    else:
+        head = f"**No culprit named: {c['outcome']}**"
+    lines = [f"good `{c['good']}` -> bad `{c['bad']}`; candidates: {', '.join(c['candidates']) or '(none)'}", ""]
+    if c.get("followed"):
+        lines += [f"Metric: {c['followed']}.", ""]
+    ep = c["endpoint"]
+    lines += [f"Endpoints on `{c['metric']}`: bad vs good {_change(ep)} ({ep['n_ref']} vs {ep['n_arm']} starts) -> "
+              f"{ep['verdict']}", ""]
+    if c.get("probes"):
+        lines += ["| probe | role | patches | starts | place | toward bad | vs good | vs bad |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for p in c["probes"]:
+            lines.append(f"| {p['arm']} | {p['role']} | `{','.join(p['patches'])}` | {p['starts']} | {p['place']} | "
+                         f"{_fmt(p.get('toward_bad'), 2)} | {_change(p['vs_good'])} | {_change(p['vs_bad'])} |")
+        lines.append("")
+    lines += [f"{head} — {c['reason']}. {len(c.get('probes', []))} probe set(s) (search bound "
+              f"{c.get('max_search_probes')} + 2 confirmations), {c.get('server_starts_this_run', '?')} server "
+              f"start(s) in this invocation, {c.get('elapsed_s', 0) / 60:.1f} min wall."]
+    return lines
+
+
+def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     has_eagle = any(r.phase_p50("verify") for r in rows)
-    head = f"| arm | patches | starts | reps | {metric} median [95% CI] | CV | step ms conc. | tok/s b1 | tok/s conc. | accept len |"
-    sep = "|---|---|---|---|---|---|---|---|---|---|"
+    has_oea = any(r.medians("oea_distinct_experts_b1") or r.medians("oea_distinct_experts_bc") for r in rows)
+    head = (f"| arm | patches | starts | reps | {metric}: start medians | geo. mean | start-to-start CV | "
+            f"step ms conc. | tok/s b1 | tok/s conc. | accept len |")
+    sep = "|---|---|---|---|---|---|---|---|---|---|---|"
     if has_eagle:
         head += " draft / verify / draft-extend p50 ms |"
         sep += "---|"
-    # only stores measured with SGLANG_OEA_STATS=1 have it: older ones keep their table
-    has_oea = any(r.values("oea_distinct_experts_b1") or r.values("oea_distinct_experts_bc") for r in rows)
     if has_oea:
         head += " distinct experts / routing call b1 / conc. |"
         sep += "---|"
-    lines += ["## Arms", "", head, sep]
+    lines = ["## Arms", "", "Each start's value is the median of its repetitions; the columns after the start "
+             "medians are medians over starts.", "", head, sep]
     for r in rows:
-        xs = r.values(metric)
-        ci = median_ci(xs)
-        acc = r.values("accept_len_b1")
+        meds = r.medians(metric)
         cells = [r.name, f"`{r.label}`", str(len(r.units)), str(r.n_reps),
-                 f"{_fmt(ci.median, 4)} [{_fmt(ci.low, 4)}, {_fmt(ci.high, 4)}]", f"{_fmt(cv(xs) * 100, 2)}%",
-                 _fmt(_med(r.values("step_ms_bc")), 4), _fmt(_med(r.values("tok_s_b1")), 1),
-                 _fmt(_med(r.values("tok_s_bc")), 1), _fmt(_med(acc), 2)]
+                 ", ".join(f"{x:.4g}" for x in meds) or "-", _fmt(geometric_mean(meds) if meds else None, 4),
+                 f"{_fmt(cv(meds) * 100, 2)}%", _fmt(_med(r.medians("step_ms_bc")), 4),
+                 _fmt(_med(r.medians("tok_s_b1")), 1), _fmt(_med(r.medians("tok_s_bc")), 1),
+                 _fmt(_med(r.medians("accept_len_b1")), 2)]
         if has_eagle:
             cells.append(" / ".join(_fmt(_med(r.phase_p50(p)), 3) for p in ("draft", "verify", "draft_extend")))
         if has_oea:
-            cells.append(" / ".join(_fmt(_med(r.values(m_)), 2)
+            cells.append(" / ".join(_fmt(_med(r.medians(m_)), 2)
                                     for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")))
         lines.append("| " + " | ".join(cells) + " |")
     fps = {r.name: sorted({u.fingerprint for u in r.units}) for r in rows}
     lines += ["", "Fingerprints: " + "; ".join(f"{n} `{','.join(f) or '-'}`" for n, f in fps.items()), ""]
     if has_oea:
-        lines += ["Distinct experts: per phase, the oea_stats totals (SGLANG_OEA_STATS=1) after minus before it: "
-                  "distinct routed experts summed over the routing calls of at most SGLANG_OEA_MAX_TOKENS rows "
-                  "(decode and verify; a prefill that small too), padding rows excluded, divided by their number; "
-                  "median over repetitions.", ""]
-    # output hashes
-    flags = _output_flags(rows, run)
-    if not flags:
+        lines += ["Distinct experts: per phase, the oea_stats totals (SGLANG_OEA_STATS=1) after minus before it, "
+                  "divided by the routing calls (padding rows excluded).", ""]
+    return lines
+
+
+def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:
+    """Start-to-start CV per patch set, pooled over the arms that carry it (a null comparison's two arms)."""
+    by_set: dict[str, list[float]] = {}
+    for r in rows:
+        by_set.setdefault(r.label, []).extend(r.medians(metric))
+    out = [f"- `{s}`: {len(xs)} starts, CV {cv(xs) * 100:.2f}%" for s, xs in by_set.items() if len(xs) >= 2]
+    return (["## Start-to-start variation by patch set", "", f"`{metric}` start medians, pooled over arms of the "
+             f"same set (arms may differ in env or CPU placement: see Arms):", ""] + out + [""]) if out else []
+
+
+def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str, str, str]]:
+    names = {r.name for r in rows}
+    pairs = [tuple(c) for c in (run.get("comparisons") or []) if c[1] in names and c[2] in names]
+    for c in v.conclusions[-1:]:
+        if c["kind"] == "bisect":
+            pairs += [("probe vs good", "good", p["arm"]) for p in c.get("probes", []) if p["arm"] not in ("good", "bad")]
+    seen, out = set(), []
+    for p in pairs:
+        if (p[1], p[2]) not in seen:
+            seen.add((p[1], p[2]))
+            out.append(p)
+    return out
+
+
+def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+    by_name = {r.name: r for r in rows}
+    pairs = _pairs(run, rows, v)
+    if not pairs:
+        return []
+    order = [metric] + [m for m, _, _ in METRICS if m != metric]
+    lines = ["## Comparisons (every metric)", "",
+             f"Change of the arm against the reference, with its {pol.confidence:.0%} interval; n = starts.", "",
+             "| section | reference | arm | metric | n | change [interval] | verdict |", "|---|---|---|---|---|---|---|"]
+    notes: list[str] = []
+    for section, ref, arm in pairs:
+        a, b = by_name[ref], by_name[arm]
+        cmps = [_compare(a, b, m, pol) for m in order if a.medians(m) and b.medians(m)]
+        for c in cmps:
+            verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
+            label = LABELS.get(c.metric, c.metric) + (" (primary)" if c.metric == metric else "")
+            lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
+        notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
+    lines.append("")
+    if notes:
+        lines += ["Flags:", ""] + notes + [""]
+    return lines
+
+
+def _startup(v: store.StoreView) -> list[str]:
+    units = list(v.units.values())
+    if not units and not v.warmup_units:
+        return []
+    lines = ["## Server start-up", ""]
+    for u in v.warmup_units:
+        lines.append(f"- throwaway start ({u.arm}): {u.startup_s:.0f} s to serve, {u.wall_s:.0f} s in all")
+    if units:
+        st = [u.startup_s for u in units]
+        lines.append(f"- measured starts: to serve median {statistics.median(st):.1f} s (min {min(st):.1f}, max "
+                     f"{max(st):.1f}); a whole unit (start, repetitions, stop) median "
+                     f"{statistics.median(u.wall_s for u in units):.1f} s")
+    phases: dict[str, list[float]] = {}
+    first: list[float] = []
+    for u in units:
+        for p in u.startup.get("phases", []):
+            phases.setdefault(p["name"], []).append(p["s"])
+        if "first_line_s" in u.startup:
+            first.append(u.startup["first_line_s"])
+    if phases or first:
+        lines += ["", "Where a measured start's seconds go (medians over starts, from the server log):", "",
+                  "| phase | s |", "|---|---|"]
+        if first:
+            lines.append(f"| launch to the server's first log line (imports, tree switch) | {statistics.median(first):.1f} |")
+        for name, xs in phases.items():
+            lines.append(f"| {name} | {statistics.median(xs):.1f} |")
+    return lines + [""]
+
+
+def _outputs(rows: list[ArmRow]) -> list[str]:
+    out = []
+    ref = rows[0] if rows else None
+    for r in rows:
+        hs = r.hashes()
+        if len(hs) > 1:
+            out.append(f"- **{r.name}: batch-1 outputs differ between its own repetitions** "
+                       f"({len(hs)} distinct hashes): non-deterministic decoding; step times still reported.")
+        if ref is not None and r is not ref and ref.hashes() and hs and hs != ref.hashes():
+            out.append(f"- **{r.name}: OUTPUT CHANGED vs {ref.name}** (batch-1 greedy hash {sorted(hs)} vs "
+                       f"{sorted(ref.hashes())}). Not averaged away: this arm changes what the model generates.")
+        hc = r.hashes("hash_bc")
+        if len(hc) > 1:
+            out.append(f"- {r.name}: concurrent-batch outputs vary between repetitions ({len(hc)} hashes); batch "
+                       f"composition depends on arrival timing, so this is informational only.")
+    if not out:
         # "identical" needs outputs: a run whose starts all failed has none to compare
         measured = [r.name for r in rows if r.n_reps]
-        flags = ["No repetition completed: no outputs to compare."] if not measured else [
+        out = ["No repetition completed: no outputs to compare."] if not measured else [
             "All arms produced identical batch-1 greedy outputs in every repetition." if len(measured) == len(rows)
             else f"Identical batch-1 greedy outputs in every repetition of {', '.join(measured)}; "
                  f"no repetition completed in {', '.join(r.name for r in rows if not r.n_reps)}."]
-    lines += ["## Greedy outputs", ""] + flags + [""]
-    # comparisons
-    comps = [c for c in (run.get("comparisons") or []) if c[1] in by_name and c[2] in by_name]
-    if comps:
-        metrics = [m_ for m_ in METRICS if m_[0] != metric]
-        metrics.insert(0, (metric, dict((m_[0], m_[1]) for m_ in METRICS).get(metric, metric),
-                           not metric.startswith("tok_s")))
-        primary, others = [], []
-        for section, ref, arm in comps:
-            for i, (m, label, lower) in enumerate(metrics):
-                a, b = by_name[ref].values(m), by_name[arm].values(m)
-                if not a or not b:
-                    continue
-                c = compare(a, b, alpha=alpha, min_effect=min_eff, lower_is_better=lower)
-                verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
-                row = (f"| {section} | {ref} | {arm} | {label} | {c.rel_change * 100:+.2f}% | "
-                       f"{_fmt(c.p_value, 4)} | {verdict} |")
-                (primary if i == 0 else others).append(row)
-        head = ["| section | reference | arm | metric | change | p (MWU) | verdict |", "|---|---|---|---|---|---|---|"]
-        lines += [f"## Comparisons: primary metric `{metric}`", ""] + head + primary + [""]
-        if others:
-            lines += ["## Comparisons: other metrics", ""] + head + others + [""]
-    cvs = [(r.name, cv(r.values("step_ms_b1"))) for r in rows if len(r.values("step_ms_b1")) >= 2]
-    if cvs:
-        worst = max(cvs, key=lambda x: x[1])
-        lines += [f"Step-time CV at batch 1: worst arm {worst[0]} {worst[1] * 100:.2f}% (target < 2%); "
-                  f"per arm: " + ", ".join(f"{n} {c_ * 100:.2f}%" for n, c_ in cvs) + ".", ""]
-    for b in v.bisects:
-        lines += ["## Bisect", "", f"good `{b['good']}` -> bad `{b['bad']}`; candidates: "
-                  f"{', '.join(b['candidates']) or '(none)'}",
-                  f"Endpoint: bad vs good {b['endpoint']['rel_change'] * 100:+.2f}%, p {_fmt(b['endpoint']['p_value'], 5)}"
-                  f" -> {b['endpoint']['verdict']}", "", "| probe | patches | median | vs good | p | verdict |",
-                  "|---|---|---|---|---|---|"]
-        for p in b["probes"]:
-            vg = p["vs_good"]
-            lines.append(f"| {p['arm']} | `{','.join(p['patches'])}` | {_fmt(p['median'], 4)} | "
-                         f"{vg['rel_change'] * 100:+.2f}% | {_fmt(vg['p_value'], 5)} | {p['verdict']} |")
-        lines += ["", f"**Culprit: {b['culprit'] or 'none'}** — {b['reason']}. {b['n_probes']} verdict(s) "
-                  f"(bound ceil(log2 n)+1 = {b['max_expected_probes']}), {b['server_starts_this_run']} server "
-                  f"start(s) in this run, {b['elapsed_s'] / 60:.1f} min wall.", ""]
+    return ["## Greedy outputs", ""] + out + [""]
+
+
+def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
+    lines: list[str] = []
     nccl = [(r.name, u) for r in rows for u in r.units if u.nccl_env_lines]
     if nccl:
         lines += ["## Environment seen by each rank (nccl_env_log)", ""]
         for name, u in nccl:
-            lines.append(f"- {name} round {u.round + 1}: {len(u.nccl_env_lines)} rank line(s)")
+            lines.append(f"- {name} start {u.round + 1}: {len(u.nccl_env_lines)} rank line(s)")
             lines += [f"    - `{ln}`" for ln in u.nccl_env_lines]
         lines.append("")
     if v.identity_warnings:
@@ -212,6 +352,17 @@ def build_markdown(run_dir: Path) -> str:
             if cause:
                 lines.append(f"    - cause, from the server log: `{cause}`")
         lines.append("")
+    return lines
+
+
+def build_markdown(run_dir: Path) -> str:
+    run, rows, v = load_rows(run_dir)
+    cfg = run.get("config", {})
+    metric = cfg.get("metric", "step_ms_b1")
+    pol = _policy(cfg)
+    lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(v) + _arms(rows, metric)
+    lines += _comparisons(run, rows, v, pol, metric) + _set_cv(rows, metric) + _outputs(rows)
+    lines += _startup(v) + _environment(rows, v)
     if (run_dir / "plot.png").exists():
         lines += ["![plot](plot.png)", ""]
     return "\n".join(lines)
@@ -227,31 +378,9 @@ def _exception_line(log_tail: str) -> str | None:
     return found[-1][:400] if found else None
 
 
-def _med(xs):
-    return statistics.median(xs) if xs else None
-
-
 def _command(run_dir: Path, run: dict) -> str:
     p = run_dir / "command.txt"
     return p.read_text().strip() if p.exists() else " ".join(run.get("argv", []))
-
-
-def _output_flags(rows: list[ArmRow], run: dict) -> list[str]:
-    out = []
-    ref = rows[0] if rows else None
-    for r in rows:
-        hs = r.hashes()
-        if len(hs) > 1:
-            out.append(f"- **{r.name}: batch-1 outputs differ between its own repetitions** "
-                       f"({len(hs)} distinct hashes): non-deterministic decoding; step times still reported.")
-        if ref is not None and r is not ref and ref.hashes() and hs and hs != ref.hashes():
-            out.append(f"- **{r.name}: OUTPUT CHANGED vs {ref.name}** (batch-1 greedy hash {sorted(hs)} vs "
-                       f"{sorted(ref.hashes())}). Not averaged away: this arm changes what the model generates.")
-        hc = r.hashes("hash_bc")
-        if len(hc) > 1:
-            out.append(f"- {r.name}: concurrent-batch outputs vary between repetitions ({len(hc)} hashes); batch "
-                       f"composition depends on arrival timing, so this is informational only.")
-    return out
 
 
 def plot(run_dir: Path) -> Path:
@@ -262,27 +391,25 @@ def plot(run_dir: Path) -> Path:
 
     run, rows, _ = load_rows(run_dir)
     metric = run.get("config", {}).get("metric", "step_ms_b1")
-    rows = [r for r in rows if r.values(metric)]
+    rows = [r for r in rows if r.medians(metric)]
     if not rows:
         raise ValueError("no repetition measured: nothing to plot")
     has_eagle = any(r.phase_p50("verify") for r in rows)
     ncols = 3 if has_eagle else 2
     fig, axes = plt.subplots(1, ncols, figsize=(5 * ncols + 1, 4.5))
     names = [r.name for r in rows]
-    for ax, (m, label) in zip(axes[:2], ((metric, metric), ("tok_s_b1", "tok/s (batch 1)"))):
+    for ax, m in zip(axes[:2], (metric, "tok_s_b1")):
         for i, r in enumerate(rows):
             xs = r.values(m)
             if not xs:
                 continue
-            ax.scatter([i + (j % 7 - 3) * 0.03 for j in range(len(xs))], xs, s=12, alpha=0.6)
-            ci = median_ci(xs)
-            if not math.isnan(ci.low):
-                ax.errorbar([i + 0.25], [ci.median], yerr=[[ci.median - ci.low], [ci.high - ci.median]],
-                            fmt="s", color="black", capsize=4)
-            else:
-                ax.plot([i + 0.25], [ci.median], "s", color="black")
+            # repetitions faint, one marker per start (the unit of every verdict), the geometric mean as a bar
+            ax.scatter([i - 0.15 + (j % 9) * 0.01 for j in range(len(xs))], xs, s=6, alpha=0.25, color="grey")
+            meds = r.medians(m)
+            ax.scatter([i + 0.1] * len(meds), meds, s=28, marker="D")
+            ax.hlines(geometric_mean(meds), i + 0.0, i + 0.3, color="black")
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
-        ax.set_title(f"{label}: samples, median + 95% CI")
+        ax.set_title(f"{m}: reps (grey), start medians (diamonds)")
         ax.grid(alpha=0.3)
     if has_eagle:
         ax = axes[2]
@@ -292,7 +419,7 @@ def plot(run_dir: Path) -> Path:
             ax.bar(range(len(rows)), vals, bottom=bottom, label=phase)
             bottom = [b + x for b, x in zip(bottom, vals)]
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
-        ax.set_title("EAGLE phase p50 (ms, median over reps)")
+        ax.set_title("EAGLE phase p50 (ms, median over starts)")
         ax.legend()
     fig.suptitle(f"bench {run.get('kind')} {run.get('run_id')} ({', '.join(run.get('host', {}).get('gpus', [])) or 'no GPU'})")
     fig.tight_layout()

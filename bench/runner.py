@@ -1,37 +1,44 @@
-"""Runs arms: server starts interleaved across arms, repetitions per start, results into the JSONL store.
+"""Server starts: one unit of work = one start of one arm, its repetitions, and its records in the JSONL store.
 
-Unit of work = one server start of one arm ("unit" = (arm key, round)). Rounds interleave arms (A B A B ...)
-so slow drift on the host hits every arm alike. Within a start: `warmup_reps` discarded repetitions, then
-`reps_per_start` measured ones. Step time is bimodal across restarts on this stack (perf-anchors.md), so
-several starts per arm (`restarts`) are the honest replication unit; reps within a start are cheaper
-(a start costs 1-2.5 min of GPU) and the report always says which mix was used.
+A start goes through `apply.py launch` (bench.launcher), waits for the url line, optionally places the
+server's processes on CPUs (bench.placement), runs `warmup_reps` discarded and `reps_per_start` measured
+repetitions (bench.workload), records where the start-up seconds went (bench.startup) and stops the server.
+
+StoreLab is the bench.replication.Lab over this: plans ask for "one more start of these arms" and read start
+medians; the lab serves them from the store when they are already there (a --resume, or --reuse of another
+run's starts under the same measurement signature) and measures only what is missing. Before its first real
+start in an invocation it runs one throwaway start: a machine's first start pays FlashInfer JIT and CUDA-graph
+compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
 import shlex
-import statistics
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Sequence
 
-from . import launcher, store
-from .bisect import BisectResult, Verdict, bisect_culprit
+from . import launcher, placement, startup, store
+from .errors import BudgetExhausted, RunAborted
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
-from .sets import Catalog, PatchSet
-from .stats import REGRESSION, compare
-from .workload import RepMetrics, Workload, WorkloadError, run_rep
+from .stats import cv, start_median
+from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
 # Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
 # when the eagle_profiling patch is applied).
 STEP_TIME_ENV = {"SGLANG_RECORD_STEP_TIME": "1"}
 PHASE_TIMING_ENV = {"SGLANG_EAGLE_PHASE_TIMING": "1"}
+# A fixed hash seed: set and dict iteration orders (and with them code paths and allocation order) then match
+# between starts; ASLR and the rest still vary, which is what several starts per arm are for.
+HASH_SEED_ENV = {"PYTHONHASHSEED": "0"}
 
 
 @dataclass
@@ -41,13 +48,17 @@ class RunConfig:
     argv: list[str]
     launch: LaunchConfig
     workload: Workload = field(default_factory=Workload)
-    restarts: int = 9
-    reps_per_start: int = 1
-    warmup_reps: int = 1
+    initial_starts: int = 3
+    max_starts: int = 8
+    reps_per_start: int = 5
+    warmup_reps: int = 2
+    warmup_start: bool = True
+    cpu_placement: str = "spread"
     phase_timing: bool = True
     env: dict[str, str] = field(default_factory=dict)
     metric: str = "step_ms_b1"
-    alpha: float = 0.01
+    follow: bool = True
+    confidence: float = 0.95
     min_effect: float = 0.02
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
@@ -61,16 +72,9 @@ class RunConfig:
         """What must match for two measurements of the same arm to be pooled (across runs via --reuse)."""
         sig = {"workload": self.workload.to_dict(), "server_args": list(self.launch.server_args),
                "tree": self.launch.tree, "phase_timing": self.phase_timing, "env": sorted(self.env.items()),
-               "warmup_reps": self.warmup_reps}
+               "warmup_reps": self.warmup_reps, "reps_per_start": self.reps_per_start,
+               "cpu_placement": self.cpu_placement}
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class RunAborted(RuntimeError):
-    pass
-
-
-class BudgetExhausted(RuntimeError):
-    """The next server start would not finish within --time-budget: stop cleanly, keep everything."""
 
 
 NCCL_ENV_MARK = "sglang-overlay nccl_env"
@@ -91,10 +95,6 @@ def nccl_env_lines(logs: list[Path], console: Path, limit: int = 64) -> list[str
         if out:
             break
     return out[:limit]
-
-
-def lower_is_better(metric: str) -> bool:
-    return not metric.startswith("tok_s")
 
 
 def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> list[str]:
@@ -130,12 +130,16 @@ class Runner:
         self.sig = cfg.signature()
         self.t_start = time.monotonic()
         self.units_started = 0
+        self.measured_here = 0
         self.started_ids: set[str] = set()
+        self.warmed = not cfg.warmup_start
+        self._view: store.StoreView | None = None
+        self._own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         (cfg.out_dir / "raw").mkdir(exist_ok=True)
-        resumed = cfg.store_path.exists() and any(r.get("type") == "run" for r in store.read(cfg.store_path))
+        prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
+        resumed = bool(prev)
         if resumed:
-            prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
             cfg.run_id = prev[0]["run_id"]
             if prev[0].get("signature") != self.sig:
                 raise RunAborted(f"{cfg.store_path} was measured under another configuration "
@@ -149,16 +153,23 @@ class Runner:
         run_rec = {"type": "run", "run_id": cfg.run_id, "kind": cfg.kind, "resumed": resumed,
                    "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": cfg.argv,
                    "signature": self.sig, "host": self.host,
-                   "config": {"restarts": cfg.restarts, "reps_per_start": cfg.reps_per_start,
-                              "warmup_reps": cfg.warmup_reps, "phase_timing": cfg.phase_timing,
-                              "metric": cfg.metric, "alpha": cfg.alpha, "min_effect": cfg.min_effect,
+                   "config": {"initial_starts": cfg.initial_starts, "max_starts": cfg.max_starts,
+                              "reps_per_start": cfg.reps_per_start, "warmup_reps": cfg.warmup_reps,
+                              "warmup_start": cfg.warmup_start, "cpu_placement": cfg.cpu_placement,
+                              "phase_timing": cfg.phase_timing, "metric": cfg.metric, "follow": cfg.follow,
+                              "confidence": cfg.confidence, "min_effect": cfg.min_effect,
                               "workload": cfg.workload.to_dict(), "server_args": list(cfg.launch.server_args),
-                              "env": cfg.env, "tree": cfg.launch.tree, "manifest": cfg.launch.manifest},
-                   "arms": [{"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
-                             "env_profile": a.env_profile, "env": dict(a.env)} for a in arms],
+                              "env": cfg.env, "tree": cfg.launch.tree, "manifest": cfg.launch.manifest,
+                              "time_budget_s": cfg.time_budget_s},
+                   "arms": [self.arm_record(a) for a in arms],
                    "comparisons": [list(c) for c in comparisons]}
         run_rec.update(extra_run_fields or {})
         store.append(cfg.store_path, run_rec)
+
+    @staticmethod
+    def arm_record(a: ArmSpec) -> dict:
+        return {"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
+                "env_profile": a.env_profile, "env": dict(a.env)}
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
@@ -176,15 +187,20 @@ class Runner:
             progress(f"reused {n} completed server start(s) from {path}")
 
     def view(self) -> store.StoreView:
-        return store.view(store.read(self.cfg.store_path), signature=self.sig)
+        # plans read start medians many times per decision: parse the store once per change
+        if self._view is None:
+            self._view = store.view(store.read(self.cfg.store_path), signature=self.sig)
+        return self._view
 
     def rec(self, record: dict) -> None:
         store.append(self.cfg.store_path, {"run_id": self.cfg.run_id, "signature": self.sig, **record})
+        self._view = None
 
     # -- one unit ----------------------------------------------------------------------------------------------
     def server_env(self, arm: ArmSpec) -> dict[str, str]:
         env = dict(os.environ)
         env.update(STEP_TIME_ENV)
+        env.update(HASH_SEED_ENV)
         if self.cfg.phase_timing:
             env.update(PHASE_TIMING_ENV)
             # The timer's window (default 1000 steps) would mix the b1 and concurrent phases: keep it shorter
@@ -194,13 +210,15 @@ class Runner:
         env.update(dict(arm.env))
         return env
 
-    def _check_budget(self, arm: ArmSpec) -> None:
-        if self.cfg.time_budget_s is None or self.units_started == 0:
-            return  # the first start of an invocation always runs, or a small budget could never progress
+    def placement_of(self, arm: ArmSpec) -> str:
+        return dict(arm.env).get(placement.ENV) or self.cfg.env.get(placement.ENV) or self.cfg.cpu_placement
+
+    def check_budget(self, arm: ArmSpec) -> None:
+        if self.cfg.time_budget_s is None or self.measured_here == 0:
+            return  # an invocation's first measured start always runs, or a small budget could never progress
         units = self.view().units
         # Estimate one more start from the starts of this invocation: a machine's first start pays the JIT
-        # compile and CUDA-graph caches (366 s against 85 s warm on an H200), and counting a cold start from an
-        # earlier invocation or a --reuse store refused every warm start that would have fitted.
+        # compile and CUDA-graph caches, so a cold start of an earlier invocation would refuse warm ones.
         here = [u.wall_s for u in units.values() if u.start_id in self.started_ids and u.wall_s]
         walls = here or [u.wall_s for u in units.values() if u.wall_s]
         need = max(walls) if walls else 0.0
@@ -208,42 +226,54 @@ class Runner:
             raise BudgetExhausted(f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
                                   f"the next start ({arm.name}) needs ~{need:.0f}s")
 
-    def run_unit(self, arm: ArmSpec, rnd: int, label: str) -> list[RepMetrics]:
-        self._check_budget(arm)
+    def warmup(self, arm: ArmSpec) -> None:
+        """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured."""
+        if self.warmed:
+            return
+        self.warmed = True
+        self.run_unit(arm, -1, "[warm-up start]", warmup=True)
+
+    def run_unit(self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False) -> list[RepMetrics]:
+        if not warmup:
+            self.check_budget(arm)
         sid = uuid.uuid4().hex[:12]
         console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
         t0 = time.monotonic()
+        launched_at = time.time()
         self.units_started += 1
+        self.measured_here += not warmup
         self.started_ids.add(sid)
-        progress(f"{label} arm {arm.name} round {rnd + 1}: starting server ({arm.pset.label})")
+        progress(f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})")
         try:
             srv = launcher.start(self.cfg.launch, arm, self.server_env(arm), console)
         except launcher.LaunchError as e:
             self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "launch",
-                      "error": str(e).splitlines()[0], "log_tail": str(e)[-4000:]})
+                      "warmup_start": warmup, "error": str(e).splitlines()[0], "log_tail": str(e)[-4000:]})
             raise RunAborted(f"arm {arm.name}: {e}") from e
-        info_version = None
+        ready_at = time.time()
         reps: list[RepMetrics] = []
         try:
             try:
-                from .workload import server_info
                 si = server_info(srv.url)
                 info_version = si.get("version")
                 overlay = si.get("overlay")
             except Exception as e:  # noqa: BLE001 - recorded, and the first rep will fail loudly if it persists
-                overlay = {"error": repr(e)}
+                info_version, overlay = None, {"error": repr(e)}
+            placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid())
             self.rec({"type": "start", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
-                      "patches": list(arm.pset.patches), "fingerprint": srv.fingerprint, "url": srv.url,
-                      "server_log": srv.log, "console_log": str(console), "startup_s": round(srv.startup_s, 2),
-                      "server_version": info_version, "overlay": overlay, "cmd": srv.cmd})
+                      "warmup_start": warmup, "patches": list(arm.pset.patches), "fingerprint": srv.fingerprint,
+                      "url": srv.url, "server_log": srv.log, "console_log": str(console),
+                      "startup_s": round(srv.startup_s, 2), "server_version": info_version, "overlay": overlay,
+                      "cmd": srv.cmd, "placement": placed,
+                      "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {}})
             warnings = identity_warnings(overlay, srv.fingerprint, arm.pset.patches)
-            if warnings:
+            if warnings and not warmup:
                 self.rec({"type": "identity_warning", "start_id": sid, "arm": arm.name, "warnings": warnings})
                 for w in warnings:
                     progress(f"WARNING arm {arm.name}: {w}")
-            total = self.cfg.warmup_reps + self.cfg.reps_per_start
-            for i in range(total):
-                warm = i < self.cfg.warmup_reps
+            total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
+            for i in range(max(total, 1)):
+                warm = warmup or i < self.cfg.warmup_reps
                 m = run_rep(srv.url, self.cfg.workload)
                 self.rec({"type": "rep", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
                           "rep": i - self.cfg.warmup_reps, "warmup": warm, "metrics": m.to_dict()})
@@ -252,19 +282,25 @@ class Runner:
                     reps.append(m)
         except (WorkloadError, OSError) as e:
             self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "workload",
-                      "start_id": sid, "error": str(e), "log_tail": srv.tail_text()[-4000:]})
-            launcher.stop(srv, self.cfg.launch)
-            raise RunAborted(f"arm {arm.name} round {rnd + 1}: {e}") from e
+                      "warmup_start": warmup, "start_id": sid, "error": str(e), "log_tail": srv.tail_text()[-4000:]})
+            self._stop(srv)
+            raise RunAborted(f"arm {arm.name} start {rnd + 1}: {e}") from e
         except BaseException:
-            launcher.stop(srv, self.cfg.launch)  # Ctrl-C or an abort: never leave a server holding the GPU
+            self._stop(srv)  # Ctrl-C or an abort: never leave a server holding the GPU
             raise
-        rc = launcher.stop(srv, self.cfg.launch)
+        rc = self._stop(srv)
         wall = time.monotonic() - t0
         self.rec({"type": "unit_done", "start_id": sid, "arm_key": arm.key, "round": rnd, "n_reps": len(reps),
-                  "wall_s": round(wall, 2), "launcher_rc": rc,
+                  "wall_s": round(wall, 2), "launcher_rc": rc, "warmup_start": warmup,
                   "nccl_env_lines": nccl_env_lines([Path(srv.log)] if srv.log else [], console)})
-        self._progress_line(arm, rnd, srv.startup_s, wall, label)
+        self._progress_line(arm, rnd, srv.startup_s, wall, label, warmup)
         return reps
+
+    def _stop(self, srv: launcher.Server) -> int | None:
+        rc = launcher.stop(srv, self.cfg.launch)
+        if self._own_cpus is not None:
+            placement.pin_process(os.getpid(), self._own_cpus)
+        return rc
 
     def _check_rep(self, arm: ArmSpec, m: RepMetrics) -> None:
         value = getattr(m, self.cfg.metric, None)
@@ -278,92 +314,62 @@ class Runner:
                 f"{self.cfg.workload.max_new_tokens} tokens are fewer steps than the server's "
                 f"--decode-log-interval (default 40); raise --max-new-tokens or pass --decode-log-interval 8")
 
-    def _progress_line(self, arm: ArmSpec, rnd: int, startup: float, wall: float, label: str) -> None:
-        v = self.view()
-        xs = v.samples(arm.key, self.cfg.metric)
-        hashes = {u.reps[0].get("hash_b1") for u in v.units_of(arm.key) if u.reps}
-        from .stats import cv
-        med = statistics.median(xs) if xs else float("nan")
-        tok = v.samples(arm.key, "tok_s_b1")
-        acc = v.samples(arm.key, "accept_len_b1")
-        progress(f"{label} arm {arm.name} round {rnd + 1} done: start {startup:.0f}s, unit {wall:.0f}s | "
-                 f"{self.cfg.metric} median {med:.3f} over {len(xs)} reps (cv {cv(xs) * 100:.1f}%) | "
-                 f"tok/s b1 {statistics.median(tok) if tok else float('nan'):.1f} | "
-                 f"accept {statistics.median(acc) if acc else float('nan'):.2f} | "
-                 f"outputs {'same' if len(hashes) <= 1 else 'DIFFER across starts'} | "
-                 f"elapsed {time.monotonic() - self.t_start:.0f}s")
-
-    # -- plans ---------------------------------------------------------------------------------------------------
-    def unique_arms(self) -> list[ArmSpec]:
-        seen, out = set(), []
-        for a in self.arms:
-            if a.key not in seen:
-                seen.add(a.key)
-                out.append(a)
-        return out
-
-    def run_interleaved(self, arms: list[ArmSpec] | None = None, rounds: int | None = None) -> None:
-        arms = arms or self.unique_arms()
-        rounds = self.cfg.restarts if rounds is None else rounds
-        plan = [(rnd, a) for rnd in range(rounds) for a in arms]
-        done = self.view().units
-        todo = [(rnd, a) for rnd, a in plan if (a.key, rnd) not in done]
-        if len(todo) < len(plan):
-            progress(f"{len(plan) - len(todo)} of {len(plan)} server starts already measured; {len(todo)} to go")
-        for i, (rnd, a) in enumerate(todo, 1):
-            self.run_unit(a, rnd, f"[{i}/{len(todo)}]")
-
-    def measure_set(self, arm: ArmSpec) -> list[float]:
-        """Make sure `restarts` units of this arm exist (measuring what is missing); return its samples."""
-        self.run_interleaved([arm])
-        return self.view().samples(arm.key, self.cfg.metric)
+    def _progress_line(self, arm: ArmSpec, rnd: int, startup_s: float, wall: float, label: str, warmup: bool) -> None:
+        if warmup:
+            progress(f"{label} done: start {startup_s:.0f}s, unit {wall:.0f}s (not measured)")
+            return
+        meds = StoreLab.start_medians(self.view().units_of(arm.key), self.cfg.metric)
+        progress(f"{label} arm {arm.name} start {rnd + 1} done: start {startup_s:.0f}s, unit {wall:.0f}s | "
+                 f"{self.cfg.metric} start medians {', '.join(f'{x:.4g}' for x in meds)} "
+                 f"(start-to-start cv {cv(meds) * 100:.1f}%) | elapsed {self.elapsed():.0f}s")
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t_start
 
 
-def bisect_run(runner: Runner, catalog: Catalog, good: ArmSpec, bad: ArmSpec) -> BisectResult:
-    """Reference arms good/bad measured interleaved first, then probes good + prefix of the candidates.
+class StoreLab:
+    """bench.replication.Lab over a Runner: starts come from the store first, new ones are measured.
 
-    A probe is BAD when its median is nearer the bad set's median than the good set's: with one culprit the
-    probes are bimodal between the two references, and "nearest" needs no extra threshold. The bad endpoint
-    itself must first show a called REGRESSION (MWU p < alpha and at least the minimum effect) against good,
-    so noise is never bisected.
+    Each arm has a cursor: the plan sees the arm's first `cursor` completed starts, in round order. Asking
+    for one more start moves the cursor onto a stored unit when there is one, and measures it otherwise, so
+    a replay over a store takes the plan's earlier decisions again without a server.
     """
-    cfg = runner.cfg
-    runner.run_interleaved([good, bad])
-    v = runner.view()
-    g, b = v.samples(good.key, cfg.metric), v.samples(bad.key, cfg.metric)
-    lower = lower_is_better(cfg.metric)
-    endpoint = compare(g, b, alpha=cfg.alpha, min_effect=cfg.min_effect, lower_is_better=lower)
-    mg, mb = statistics.median(g), statistics.median(b)
-    probes_meta: list[dict] = []
 
-    def measure(patches: tuple[str, ...]) -> Verdict:
-        if set(patches) == set(bad.pset.patches):
-            verdict = Verdict.BAD if endpoint.verdict == REGRESSION else Verdict.GOOD
-            probes_meta.append({"patches": list(patches), "arm": bad.name, "key": bad.key, "median": mb,
-                                "vs_good": endpoint.to_dict(), "verdict": verdict.value})
-            return verdict
-        closed = catalog.closure(patches)
-        arm = ArmSpec(name=f"probe{len(probes_meta)}", pset=PatchSet(",".join(closed) or "none", closed),
-                      env_profile=bad.env_profile, env=bad.env)
-        runner.arms.append(arm)
-        xs = runner.measure_set(arm)
-        m = statistics.median(xs)
-        verdict = Verdict.BAD if abs(m - mb) < abs(m - mg) else Verdict.GOOD
-        probes_meta.append({"patches": list(closed), "arm": arm.name, "key": arm.key, "median": m,
-                            "vs_good": compare(g, xs, alpha=cfg.alpha, min_effect=cfg.min_effect,
-                                               lower_is_better=lower).to_dict(),
-                            "verdict": verdict.value})
-        progress(f"bisect probe {arm.name} ({arm.pset.label}): median {m:.4f} vs good {mg:.4f} / bad {mb:.4f} "
-                 f"-> {verdict.value}")
-        return verdict
+    def __init__(self, runner: Runner):
+        self.runner = runner
+        self.cursor: dict[str, int] = {}
 
-    result = bisect_culprit(good.pset.patches, bad.pset.patches, measure)
-    runner.rec({"type": "bisect", "good": good.name, "bad": bad.name, "culprit": result.culprit,
-                "reason": result.reason, "candidates": list(result.candidates), "probes": probes_meta,
-                "n_probes": result.n_measured, "max_expected_probes": result.max_expected_probes(),
-                "endpoint": endpoint.to_dict(), "server_starts_this_run": runner.units_started,
-                "elapsed_s": round(runner.elapsed(), 1)})
-    return result
+    def _units(self, arm: ArmSpec) -> list[store.Unit]:
+        return self.runner.view().units_of(arm.key)[: self.cursor.get(arm.key, 0)]
+
+    def n_starts(self, arm: ArmSpec) -> int:
+        return len(self._units(arm))
+
+    @staticmethod
+    def start_medians(units: Sequence[store.Unit], metric: str) -> list[float]:
+        out = []
+        for u in units:
+            m = start_median([r.get(metric) for r in u.reps])
+            if m is not None:
+                out.append(m)
+        return out
+
+    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
+        return self.start_medians(self._units(arm), metric)
+
+    def add_starts(self, arms: Sequence[ArmSpec]) -> None:
+        for arm in arms:
+            rnd = self.cursor.get(arm.key, 0)
+            stored = {u.round for u in self.runner.view().units_of(arm.key)}
+            if rnd not in stored:
+                if arm.key not in {a.key for a in self.runner.arms}:
+                    self.runner.arms.append(arm)
+                    self.runner.rec({"type": "arm", **Runner.arm_record(arm)})
+                self.runner.check_budget(arm)
+                self.runner.warmup(arm)
+                self.runner.run_unit(arm, rnd, f"[start {self.runner.units_started + 1}]")
+            self.cursor[arm.key] = rnd + 1
+
+    def note(self, record: dict) -> None:
+        self.runner.rec(record)
+

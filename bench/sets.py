@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from .errors import SetError
+
 EMPTY_NAMES = ("none", "pristine")
 _TERM_RE = re.compile(r"([+-]?)([^+-]+)")
-
-
-class SetError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -55,6 +53,19 @@ class Catalog:
             return self.manifest.closure(names)
         except Exception as e:  # ManifestError (a conflicting pair): one clear line
             raise SetError(str(e)) from e
+
+    def dependents(self, name: str) -> set[str]:
+        """The patches that require `name`, directly or through others (they cannot stay when it leaves)."""
+        req = {p.name: set(p.requires) for p in self.manifest.patches} if self.manifest is not None else {}
+        out: set[str] = set()
+        todo = [name]
+        while todo:
+            x = todo.pop()
+            for n, r in req.items():
+                if x in r and n not in out:
+                    out.add(n)
+                    todo.append(n)
+        return out
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""

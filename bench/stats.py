@@ -1,10 +1,28 @@
-"""Statistics used to call a performance difference: median + bootstrap CI, Mann-Whitney U + minimum effect, CV.
+"""Verdicts from server starts: the start is the replication unit.
 
-The rule follows the tools people trust (asv, Google Benchmark compare.py, Pinpoint): a change is called only
-when the rank test is significant AND the relative change of the medians is at least a minimum effect. A
-significant but tiny shift is reported as "within min effect"; a large but non-significant one as
-"inconclusive" (add repetitions), never as a change.
+Why not the repetitions: repetitions inside one server start share its memory layout, CUDA-graph pool, process
+placement and JIT state, so they sample the noise *within* a start and say nothing about what varies *between*
+starts (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
+variance is). On this stack the start-to-start spread is the larger one (the same set gave 4.66 ms and 3.9 ms per
+step in two starts of an H200), so a rank test over pooled repetitions, with one start per arm, turned start
+noise into p < 0.001 verdicts on the wrong patch.
+
+So each start contributes one number per metric, the median of its measured repetitions (robust to a slow
+first request or a GC pause), and two arms are compared on those start medians, in logs: Welch's t interval
+for the difference of mean log start medians (unequal variances, Welch-Satterthwaite degrees of freedom, the
+quantile from scipy.stats.t) gives a confidence interval for the ratio of the arms' geometric means. This is the two-stage ("summary statistics") analysis
+of a hierarchical design; with the small, balanced numbers of starts we can afford it is exact under
+normality at the start level and, unlike a cluster bootstrap, honest with 3-5 clusters (a bootstrap over 3
+starts gives intervals far too narrow). Its t quantile with few degrees of freedom is what makes 3 starts
+per arm expensive to convince, as it should be.
+
+The verdict reads the interval against a minimum effect d (an equivalence-test design):
+  regression / improvement  the whole interval lies beyond +d / -d (in the metric's bad / good direction)
+  same                      the whole interval lies inside (-d, +d)
+  cannot tell               the interval straddles a boundary: more starts, or a larger budget, may decide
+  too few starts            fewer than MIN_STARTS per arm: no interval is computed at all
 """
+
 from __future__ import annotations
 
 import math
@@ -12,13 +30,173 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-# Verdicts of compare(). Lower-is-better metrics (step time) map "higher" to a regression; the caller
-# chooses the wording through `lower_is_better`.
-SAME = "same"
-WITHIN_MIN_EFFECT = "within-min-effect"
-INCONCLUSIVE = "inconclusive"
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"
+SAME = "same"
+UNDECIDED = "cannot tell"
+TOO_FEW = "too few starts"
+DECIDED = (REGRESSION, IMPROVEMENT, SAME)
+
+# Two starts give a variance with one degree of freedom: the t quantile (12.7 at 95%) makes any interval
+# useless, and a bimodal stack can hand both starts the same mode. Three per arm is the least we read.
+MIN_STARTS = 3
+
+
+def clean(values: Sequence[float | None]) -> list[float]:
+    out = []
+    for x in values:
+        if x is None:
+            continue
+        x = float(x)
+        if not math.isnan(x):
+            out.append(x)
+    return out
+
+
+def start_median(values: Sequence[float | None]) -> float | None:
+    """One start's number for a metric: the median of its measured repetitions (None without any)."""
+    xs = clean(values)
+    return statistics.median(xs) if xs else None
+
+
+def cv(values: Sequence[float | None]) -> float:
+    """Coefficient of variation (sample sd / mean); NaN for fewer than 2 values."""
+    xs = clean(values)
+    if len(xs) < 2:
+        return math.nan
+    mean = statistics.fmean(xs)
+    return statistics.stdev(xs) / mean if mean else math.nan
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    xs = clean(values)
+    if not xs or min(xs) <= 0:
+        return statistics.median(xs) if xs else math.nan
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str
+    lower_is_better: bool
+    ref_medians: tuple[float, ...]  # start medians of the reference arm, in start order
+    arm_medians: tuple[float, ...]
+    center_ref: float  # geometric mean of the start medians
+    center_arm: float
+    change: float  # center_arm / center_ref - 1
+    low: float  # confidence interval of `change` (NaN with too few starts)
+    high: float
+    p_value: float  # Welch's two-sided test on the logs, informational: the verdict reads the interval
+    confidence: float
+    min_effect: float
+    verdict: str
+
+    @property
+    def n_ref(self) -> int:
+        return len(self.ref_medians)
+
+    @property
+    def n_arm(self) -> int:
+        return len(self.arm_medians)
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict in DECIDED
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["n_ref"], d["n_arm"] = self.n_ref, self.n_arm
+        return d
+
+
+def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float, float]:
+    """(mean log difference b - a, its interval low/high, two-sided p) by Welch's t on the logs."""
+    c = log_contrast([b, a], [1.0, -1.0], confidence)
+    if math.isinf(c.df):
+        # identical starts within each arm (a deterministic metric): the difference is known exactly
+        return c.estimate, c.low, c.high, (1.0 if c.estimate == 0 else 0.0)
+    from scipy import stats as sst
+
+    se = (c.high - c.estimate) / float(sst.t.ppf(0.5 + confidence / 2, c.df))
+    p = float(2 * sst.t.sf(abs(c.estimate) / se, c.df)) if se > 0 else 0.0
+    return c.estimate, c.low, c.high, p
+
+
+def compare_starts(
+    ref: Sequence[float | None],
+    arm: Sequence[float | None],
+    *,
+    metric: str = "step_ms_b1",
+    lower_is_better: bool = True,
+    confidence: float = 0.95,
+    min_effect: float = 0.02,
+    min_starts: int = MIN_STARTS,
+) -> Comparison:
+    """Compare `arm` against `ref`, each a list of start medians (one per server start)."""
+    a, b = clean(ref), clean(arm)
+    ca, cb = geometric_mean(a), geometric_mean(b)
+    change = cb / ca - 1 if a and b and ca else math.nan
+    low = high = p = math.nan
+    if len(a) < min_starts or len(b) < min_starts or min(a + b) <= 0:
+        verdict = TOO_FEW
+    else:
+        diff, lo, hi, p = _log_interval(a, b, confidence)
+        change = math.exp(diff) - 1
+        low, high = math.exp(lo) - 1, math.exp(hi) - 1
+        thr = math.log1p(min_effect)
+        if lo > thr:
+            verdict = REGRESSION if lower_is_better else IMPROVEMENT
+        elif hi < -thr:
+            verdict = IMPROVEMENT if lower_is_better else REGRESSION
+        elif -thr < lo and hi < thr:
+            verdict = SAME
+        else:
+            verdict = UNDECIDED
+    return Comparison(
+        metric=metric,
+        lower_is_better=lower_is_better,
+        ref_medians=tuple(a),
+        arm_medians=tuple(b),
+        center_ref=ca,
+        center_arm=cb,
+        change=change,
+        low=low,
+        high=high,
+        p_value=p,
+        confidence=confidence,
+        min_effect=min_effect,
+        verdict=verdict,
+    )
+
+
+@dataclass(frozen=True)
+class Contrast:
+    estimate: float  # sum of coef * mean log start median
+    low: float
+    high: float
+    df: float
+
+
+def log_contrast(groups: Sequence[Sequence[float]], coefs: Sequence[float], confidence: float = 0.95) -> Contrast:
+    """Welch-Satterthwaite interval for a linear contrast of the groups' mean log values.
+
+    Used by bisect to place a probe against the midpoint of the good and bad references
+    (log P - (log G + log B) / 2): the references are shared by every probe and measured more often, so the
+    contrast is tighter than two pairwise tests, and its sign says which reference the probe is nearer.
+    """
+    logs = [[math.log(x) for x in clean(g)] for g in groups]
+    if any(len(g) < 2 for g in logs):
+        raise ValueError("every group needs at least 2 values")
+    est = sum(c * statistics.fmean(g) for c, g in zip(coefs, logs))
+    parts = [c * c * statistics.variance(g) / len(g) for c, g in zip(coefs, logs)]
+    se2 = sum(parts)
+    if se2 == 0:
+        return Contrast(est, est, est, math.inf)
+    df = se2 * se2 / sum(p * p / (len(g) - 1) for p, g in zip(parts, logs) if p > 0)
+    from scipy import stats as sst
+
+    h = float(sst.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(se2)
+    return Contrast(est, est - h, est + h, df)
 
 
 @dataclass(frozen=True)
@@ -33,35 +211,13 @@ class MedianCI:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Comparison:
-    n_a: int
-    n_b: int
-    median_a: float
-    median_b: float
-    rel_change: float  # (median_b - median_a) / median_a
-    p_value: float  # two-sided Mann-Whitney U; NaN if either side has < 2 samples
-    alpha: float
-    min_effect: float
-    verdict: str
+def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> MedianCI:
+    """Median with a percentile bootstrap CI (scipy.stats.bootstrap), for describing one start's repetitions.
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _clean(samples: Sequence[float]) -> list[float]:
-    out = [float(x) for x in samples if x is not None and not math.isnan(float(x))]
-    return out
-
-
-def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: int = 9999,
-              seed: int = 0) -> MedianCI:
-    """Median with a percentile bootstrap CI (scipy.stats.bootstrap).
-
-    Percentile rather than BCa: BCa's jackknife acceleration is degenerate for the median of small samples
-    with ties (it returns NaN), and 9-30 values is our usual n.
+    Percentile rather than BCa: BCa's jackknife acceleration is degenerate for the median of small samples with
+    ties (it returns NaN). Never used for a verdict: verdicts come from compare_starts.
     """
-    xs = _clean(samples)
+    xs = clean(samples)
     if not xs:
         return MedianCI(0, math.nan, math.nan, math.nan, confidence)
     med = statistics.median(xs)
@@ -72,59 +228,13 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: i
     import numpy as np
     from scipy import stats as sst
 
-    res = sst.bootstrap((np.asarray(xs),), np.median, confidence_level=confidence,
-                        n_resamples=n_resamples, method="percentile",
-                        random_state=np.random.default_rng(seed), vectorized=True)
-    return MedianCI(len(xs), med, float(res.confidence_interval.low),
-                    float(res.confidence_interval.high), confidence)
-
-
-def cv(samples: Sequence[float]) -> float:
-    """Coefficient of variation (sample stdev / mean); NaN for fewer than 2 values."""
-    xs = _clean(samples)
-    if len(xs) < 2:
-        return math.nan
-    mean = statistics.fmean(xs)
-    return statistics.stdev(xs) / mean if mean else math.nan
-
-
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    xs, ys = _clean(a), _clean(b)
-    if len(xs) < 2 or len(ys) < 2:
-        return math.nan
-    if len(set(xs) | set(ys)) == 1:
-        return 1.0  # identical constant samples: scipy warns and returns NaN; there is no difference
-    from scipy import stats as sst
-
-    # method="auto": exact distribution for small samples without ties, asymptotic otherwise.
-    return float(sst.mannwhitneyu(xs, ys, alternative="two-sided", method="auto").pvalue)
-
-
-def compare(a: Sequence[float], b: Sequence[float], alpha: float = 0.01, min_effect: float = 0.02,
-            lower_is_better: bool = True) -> Comparison:
-    """Compare sample b against reference a.
-
-    verdict: REGRESSION / IMPROVEMENT when p < alpha and |rel_change| >= min_effect; SAME when neither;
-    WITHIN_MIN_EFFECT when significant but smaller than min_effect; INCONCLUSIVE when the effect is large but
-    p >= alpha (or a side has too few samples to test).
-    """
-    xs, ys = _clean(a), _clean(b)
-    ma = statistics.median(xs) if xs else math.nan
-    mb = statistics.median(ys) if ys else math.nan
-    rel = (mb - ma) / ma if xs and ys and ma else math.nan
-    p = mann_whitney_p(xs, ys)
-    if math.isnan(p) or math.isnan(rel):
-        verdict = INCONCLUSIVE
-    else:
-        significant = p < alpha
-        big = abs(rel) >= min_effect
-        if significant and big:
-            worse = rel > 0 if lower_is_better else rel < 0
-            verdict = REGRESSION if worse else IMPROVEMENT
-        elif significant:
-            verdict = WITHIN_MIN_EFFECT
-        elif big:
-            verdict = INCONCLUSIVE
-        else:
-            verdict = SAME
-    return Comparison(len(xs), len(ys), ma, mb, rel, p, alpha, min_effect, verdict)
+    res = sst.bootstrap(
+        (np.asarray(xs),),
+        np.median,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+        vectorized=True,
+    )
+    return MedianCI(len(xs), med, float(res.confidence_interval.low), float(res.confidence_interval.high), confidence)

@@ -2,12 +2,14 @@
 
 Record types (field "type"):
   run        the command, argv, config, signature and host of a run (again on each --resume)
-  start      one server start: arm, arm key, round, fingerprint, url, startup seconds, server version
+  arm        an arm a plan added while running (a bisect probe, an ablate confirmation)
+  start      one server start: arm, arm key, round, fingerprint, url, startup seconds and their breakdown,
+             CPU placement, server version; warmup_start: the invocation's throwaway start
   rep        one repetition's metrics (warmup: true ones are kept for transparency, never used in statistics)
   unit_done  a server start whose repetitions all completed (only these units count)
   identity_warning  the server's overlay identity disagrees with the arm (or is missing)
   failure    what went wrong and the launcher's output tail
-  bisect     the bisection's probes and culprit
+  conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
 statistics; --resume re-runs that unit.
 """
@@ -57,6 +59,8 @@ class Unit:
     wall_s: float = 0.0
     startup_s: float = 0.0
     nccl_env_lines: list[str] = field(default_factory=list)
+    startup: dict = field(default_factory=dict)  # bench.startup.breakdown of this start
+    placement: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -64,16 +68,11 @@ class StoreView:
     runs: list[dict]
     units: dict[tuple[str, int], Unit]  # completed units only
     failures: list[dict]
-    bisects: list[dict]
-    partial_reps: int
-    identity_warnings: list[dict] = field(default_factory=list)  # reps of starts that never completed (interrupted)
-
-    def samples(self, arm_key: str, metric: str) -> list[float]:
-        out = []
-        for (k, _), u in sorted(self.units.items(), key=lambda kv: kv[0][1]):
-            if k == arm_key:
-                out.extend(float(r[metric]) for r in u.reps if r.get(metric) is not None)
-        return out
+    conclusions: list[dict]
+    partial_reps: int  # reps of starts that never completed (interrupted)
+    identity_warnings: list[dict] = field(default_factory=list)
+    warmup_units: list[Unit] = field(default_factory=list)  # throwaway starts: start-up times only
+    arms: list[dict] = field(default_factory=list)  # the run's arms and those plans added
 
     def units_of(self, arm_key: str) -> list[Unit]:
         return [u for (k, _), u in sorted(self.units.items(), key=lambda kv: kv[0][1]) if k == arm_key]
@@ -93,6 +92,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
         elif t == "unit_done":
             done[r["start_id"]] = r
     units: dict[tuple[str, int], Unit] = {}
+    warm: list[Unit] = []
     for sid, d in done.items():
         s = starts.get(sid)
         if s is None:
@@ -102,10 +102,20 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
         u = Unit(arm_key=s["arm_key"], round=s["round"], start_id=sid, arm=s["arm"],
                  fingerprint=s.get("fingerprint", ""), reps=[x["metrics"] for x in reps[sid]],
                  wall_s=d.get("wall_s", 0.0), startup_s=s.get("startup_s", 0.0),
-                 nccl_env_lines=d.get("nccl_env_lines") or [])
-        units.setdefault((u.arm_key, u.round), u)
+                 nccl_env_lines=d.get("nccl_env_lines") or [], startup=s.get("startup") or {},
+                 placement=s.get("placement") or {})
+        if s.get("warmup_start"):
+            warm.append(u)
+        else:
+            units.setdefault((u.arm_key, u.round), u)
     partial = sum(len(v) for sid, v in reps.items() if sid not in done)
-    return StoreView(runs=[r for r in records if r.get("type") == "run"], units=units,
+    runs = [r for r in records if r.get("type") == "run"]
+    arms: dict[str, dict] = {}
+    for r in runs[:1] + [r for r in records if r.get("type") == "arm"]:
+        for a in r.get("arms", [r] if r.get("type") == "arm" else []):
+            arms.setdefault(a["key"], a)
+    return StoreView(runs=runs, units=units,
                      failures=[r for r in records if r.get("type") == "failure"],
-                     bisects=[r for r in records if r.get("type") == "bisect"], partial_reps=partial,
-                     identity_warnings=[r for r in records if r.get("type") == "identity_warning"])
+                     conclusions=[r for r in records if r.get("type") == "conclusion"], partial_reps=partial,
+                     identity_warnings=[r for r in records if r.get("type") == "identity_warning"],
+                     warmup_units=warm, arms=list(arms.values()))

@@ -7,6 +7,11 @@ because sglang.bench_one_batch draws random ids below 10000; 64 routed experts (
 is accepted for the MoE-heavy runs). Routing is Kimi-K2's: n_group 1, topk_group 1, noaux_tc (sigmoid score +
 e_score_correction_bias), routed_scaling_factor 2.827.
 
+Profiles (`--profile`): `tiny` (the default spec: host-bound, the GPU busy about 9% of an EAGLE step) and
+`kimi-width` (7 layers at Kimi-K2's width: hidden 7168, 64 heads, 64 routed experts of 2048, top-8; 2.3 ms per
+plain decode step on an H200, GPU-bound, with verify >> decode as in the seed). Explicit flags override a
+profile's values.
+
 Layout written:
   OUT/target/{config.json, generation_config.json, tokenizer.json, tokenizer_config.json, special_tokens_map.json}
   OUT/draft/{config.json, generation_config.json, tokenizer files}
@@ -133,8 +138,20 @@ def target_config(s: TinyModelSpec) -> dict:
     }
 
 
+# FlashInfer's attention kernels are built for head_dim 64/128/256: Kimi's width gives 7168 / 64 = 112, which
+# fails in VariableLengthMergeStates during the draft's CUDA-graph capture, so the draft's heads are 128 wide
+# (Llama allows head_dim != hidden / heads).
+DRAFT_HEAD_DIM = 128
+
+PROFILES: dict[str, dict] = {
+    "tiny": {},
+    "kimi-width": {"layers": 7, "hidden": 7168, "heads": 64, "routed_experts": 64, "experts_per_tok": 8,
+                   "moe_intermediate": 2048},
+}
+
+
 def draft_config(s: TinyModelSpec) -> dict:
-    head_dim = s.hidden // s.heads
+    head_dim = DRAFT_HEAD_DIM
     return {
         **_shared_config(s),
         "architectures": ["LlamaForCausalLMEagle3"],
@@ -260,22 +277,29 @@ def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
 def add_cli(sub) -> None:
     p = sub.add_parser("tinymodel", help="write a tiny DeepSeek-V3/Kimi target + EAGLE-3 draft model dir")
     p.add_argument("out", type=Path, help="output dir (target/ and draft/ are created inside)")
-    d = TinyModelSpec()
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--experts", type=int, default=d.routed_experts, help="routed experts (Kimi: 384)")
-    p.add_argument("--topk", type=int, default=d.experts_per_tok)
-    p.add_argument("--moe-intermediate", type=int, default=d.moe_intermediate)
-    p.add_argument("--vocab", type=int, default=d.vocab)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="tiny",
+                   help="tiny (host-bound) or kimi-width (Kimi-K2's width, 7 layers, GPU-bound)")
+    p.add_argument("--layers", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--experts", type=int, default=None, help="routed experts (Kimi: 384)")
+    p.add_argument("--topk", type=int, default=None)
+    p.add_argument("--moe-intermediate", type=int, default=None)
+    p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--aux-ids", default=None, help="comma list of EAGLE-3 aux layer ids (default: derived)")
     p.set_defaults(func=_cli)
 
 
+def spec_for(profile: str, **overrides) -> TinyModelSpec:
+    """A profile's spec with explicit values (None = the profile's) on top."""
+    fields = {**PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}}
+    return TinyModelSpec(**fields)
+
+
 def _cli(a) -> int:
-    spec = TinyModelSpec(layers=a.layers, hidden=a.hidden, heads=a.heads, routed_experts=a.experts,
-                         experts_per_tok=a.topk, moe_intermediate=a.moe_intermediate, vocab=a.vocab,
-                         draft_aux_layer_ids=tuple(int(x) for x in a.aux_ids.split(",")) if a.aux_ids else None)
+    spec = spec_for(a.profile, layers=a.layers, hidden=a.hidden, heads=a.heads, routed_experts=a.experts,
+                    experts_per_tok=a.topk, moe_intermediate=a.moe_intermediate, vocab=a.vocab,
+                    draft_aux_layer_ids=tuple(int(x) for x in a.aux_ids.split(",")) if a.aux_ids else None)
     paths = write_model_dirs(a.out, spec)
     print(f"target: {paths['target']}\ndraft:  {paths['draft']}\naux ids: {spec.aux_ids()}")
     print("launch args: --model-path {t} --load-format dummy --speculative-algorithm EAGLE3 "

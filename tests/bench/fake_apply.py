@@ -4,9 +4,13 @@ Honours the launch contract (prints the url/fingerprint/log lines, stays in the 
 and serves /health, /generate, /server_info (+ /get_server_info) with timing distributions set by the test
 through env FAKE_BENCH (JSON):
   base_ms      per-step time of the pristine set (default 3.0)
-  costs        {patch: relative slowdown}, e.g. {"planted": 0.05}
+  costs        {patch: relative slowdown}, e.g. {"planted": 0.05}: the step and every phase
+  phase_costs  {patch: {phase: relative change}}: only that EAGLE phase's span (draft, verify, draft_extend),
+               e.g. a GPU-side delay on a host-bound step: {"verify": 0.2, "draft_extend": -0.2}
   noise        relative sd of each step-time entry (default 0.004)
-  start_noise  relative sd of a per-start offset (bimodal-ish restarts; default 0)
+  start_noise  relative sd of a per-start offset (default 0)
+  interactions [{"needs": [a, b], "cost": rel}]: a slowdown only when all of `needs` are in the set
+  bimodal      {"p": P, "shift": S}: with probability P a start runs (1 + S) slower (a bimodal stack)
   time_scale   fraction of the fake step time actually slept (default 0.01: tests stay fast)
   change_output [patch...]: these patches change the greedy text
   fail         [patch...]: starting with these patches exits 1 before /health
@@ -67,6 +71,8 @@ def main() -> int:
     if profile:
         env.update(m.env_profile(profile).as_env())
     log_start(patches, profile, server_args, env)
+    if opts.get("log"):
+        _server_log(opts["log"])
     if set(patches) & set(cfg.get("fail", [])):
         print("fake: crashing on purpose during start", flush=True)
         return 1
@@ -92,6 +98,17 @@ def main() -> int:
     return 0
 
 
+def _server_log(path) -> None:
+    """SGLang-shaped start-up lines, as bench/startup.py reads them."""
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    with open(path, "a") as f:
+        for ln in ("Load weight begin. avail mem=100.00 GB", "Load weight end. elapsed=0.50 s, type=Fake",
+                   "Capture cuda graph begin. This can take up to several minutes.",
+                   "Capture cuda graph end. Time elapsed: 1.00 s. mem usage=0.1 GB. elapsed=1.25 s",
+                   "The server is fired up and ready to roll!"):
+            f.write(f"[{now} TP0] {ln}\n")
+
+
 def log_start(patches, profile, server_args, env) -> None:
     if os.environ.get("FAKE_BENCH_LOG"):
         with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
@@ -111,7 +128,14 @@ def wait_for_signal(srv) -> None:
 def make_server(patches, env, server_args, cfg, overlay, host, port) -> ThreadingHTTPServer:
     rng = random.Random()
     slow = 1.0 + sum(cfg.get("costs", {}).get(p, 0.0) for p in patches)
-    step_s = cfg.get("base_ms", 3.0) * slow * (1 + rng.gauss(0, cfg.get("start_noise", 0.0))) / 1e3
+    slow += sum(x["cost"] for x in cfg.get("interactions", []) if set(x["needs"]) <= set(patches))
+    start = 1 + rng.gauss(0, cfg.get("start_noise", 0.0))
+    bimodal = cfg.get("bimodal") or {}
+    if bimodal and rng.random() < bimodal.get("p", 0.0):
+        start *= 1 + bimodal.get("shift", 0.0)
+    step_s = cfg.get("base_ms", 3.0) * slow * start / 1e3
+    phase_f = {ph: 1.0 + sum(cfg.get("phase_costs", {}).get(p, {}).get(ph, 0.0) for p in patches)
+               for ph in ("draft", "verify", "draft_extend")}
     noise, scale = cfg.get("noise", 0.004), cfg.get("time_scale", 0.01)
     interval = cfg.get("interval", 8)
     spec = "--speculative-algorithm" in server_args
@@ -149,10 +173,14 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                         st["step_time_dict"] = {str(k): list(v) for k, v in steps.items()}
                     if phase_timing:
                         d = step_s * 1e3
+
+                        def ph(name, share):
+                            v = share * d * phase_f.get(name, 1.0) * (1 + rng.gauss(0, noise))
+                            return {"p50_ms": v, "p99_ms": 1.3 * v, "mean_ms": 1.02 * v, "count": 40}
+
                         st["eagle_phase_timing"] = {
-                            "draft": {"p50_ms": 0.45 * d, "p99_ms": 0.6 * d, "mean_ms": 0.46 * d, "count": 40},
-                            "verify": {"p50_ms": 0.15 * d, "p99_ms": 0.2 * d, "mean_ms": 0.15 * d, "count": 40},
-                            "draft_extend": {"p50_ms": 0.4 * d, "p99_ms": 0.5 * d, "mean_ms": 0.4 * d, "count": 40},
+                            "draft": ph("draft", 0.45), "verify": ph("verify", 0.15),
+                            "draft_extend": ph("draft_extend", 0.4),
                             "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
                             "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
                     if oea_per_row is not None:

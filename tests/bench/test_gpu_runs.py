@@ -19,7 +19,7 @@ NO_DRY_RUN = {"oea"}
 
 
 def _steps() -> list[str]:
-    usage = re.search(r"usage: gpu_runs\.sh ([a-z0-9|]+)\}", SCRIPT.read_text())
+    usage = re.search(r"usage: gpu_runs\.sh ([a-z0-9_|]+)\}", SCRIPT.read_text())
     assert usage, "gpu_runs.sh lost its usage line"
     return usage.group(1).split("|")
 
@@ -42,8 +42,8 @@ def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedPr
 def test_step_plans(step, tiny, sglang_tree, tmp_path):
     p = _dry(step, tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    plans = re.findall(r"server starts \(before --reuse\): (\d+)", p.stdout)
-    assert plans and all(int(n) >= 1 for n in plans), p.stdout
+    plans = re.findall(r"server starts: ([01]) throwaway \+ (\d+) arm\(s\) x (\d+) to (\d+) starts", p.stdout)
+    assert plans and all(int(arms) >= 1 and 1 <= int(lo) <= int(hi) for _, arms, lo, hi in plans), p.stdout
     launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
     assert launches and all(f"--tree {sglang_tree}" in line for line in launches)
 
@@ -86,9 +86,9 @@ _FAKE_BENCH = """#!/usr/bin/env bash
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
 mkdir -p "$out"
 printf '%s\\n' "## Environment seen by each rank (nccl_env_log)" "" \\
-  "- respect round 1: 1 rank line(s)" \\
+  "- respect start 1: 1 rank line(s)" \\
   "    - \\`sglang-overlay nccl_env tp_rank=0 pp_rank=0 dp_rank=None gpu_id=0 pid=1 CUDA_DEVICE_MAX_CONNECTIONS=$RESPECT NCCL_CUMEM_ENABLE=0\\`" \\
-  "- forced round 1: 1 rank line(s)" \\
+  "- forced start 1: 1 rank line(s)" \\
   "    - \\`sglang-overlay nccl_env tp_rank=0 pp_rank=0 dp_rank=None gpu_id=0 pid=2 CUDA_DEVICE_MAX_CONNECTIONS=8 NCCL_CUMEM_ENABLE=0\\`" \\
   > "$out/report.md"
 """
@@ -111,3 +111,29 @@ def test_envrespect_checks_each_arms_rank_lines(tiny, sglang_tree, tmp_path, res
         f"CUDA_DEVICE_MAX_CONNECTIONS={respect} ",
         "envrespect: arm forced: want CUDA_DEVICE_MAX_CONNECTIONS=8, rank lines show: CUDA_DEVICE_MAX_CONNECTIONS=8 ",
     ]
+
+
+def test_issue12_steps_use_the_workloads_graph_sizes_and_the_start_as_unit(tiny, sglang_tree, tmp_path):
+    p = _dry("moe", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    (good, bad) = [line for line in p.stdout.splitlines() if " launch --set " in line]
+    assert "--cuda-graph-bs-decode 1 8 --cuda-graph-bs-prefill 64 128 256 512 768" in bad
+    assert "--cuda-graph-max-bs" not in bad and "launch --set full_moe_gpu" in bad
+    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 6 starts" in p.stdout
+    assert "candidates: oea_topk, engine_env_respect, nccl_env_log, planted_moe_gpu" in p.stdout
+    for step, old in (("cold", False), ("oldargs", True)):
+        p = _dry(step, tiny, sglang_tree, tmp_path)
+        (launch,) = [line for line in p.stdout.splitlines() if " launch --set default " in line]
+        assert ("--cuda-graph-max-bs 8" in launch) == old and ("--cuda-graph-bs-decode 1 8" in launch) != old
+        assert "server starts: 0 throwaway + 1 arm(s) x 1 to 1 starts" in p.stdout
+
+
+def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
+    kimi = tmp_path / "kimi"
+    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "KIMI": str(kimi),
+           "SGL_TREE": str(sglang_tree), "OUT": str(tmp_path / "out")}
+    p = subprocess.run(["bash", str(SCRIPT), "kimi_moe"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"--model-path {kimi}/target" in p.stdout and "--mem-fraction-static 0.45" in p.stdout
+    assert '"hidden_size": 7168' in (kimi / "target" / "config.json").read_text()

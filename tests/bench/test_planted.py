@@ -44,4 +44,33 @@ def test_bench_fixture_patches_pass_check_with_the_real_set(sglang_tree):
     p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree",
                         str(sglang_tree), "check", "--json"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "dummy_init_normal" in p.stdout and "planted_slow_verify" in p.stdout
+    for name in ("dummy_init_normal", "planted_slow_verify", "planted_moe_gpu", "planted_draft_host",
+                 "planted_batch_host"):
+        assert name in p.stdout
+
+
+def _function_source(path: Path, qualname: str) -> str:
+    tree = ast.parse(path.read_text())
+    *cls, fn = qualname.split(".")
+    nodes = tree.body
+    for c in cls:
+        nodes = next(n for n in nodes if isinstance(n, ast.ClassDef) and n.name == c).body
+    node = next(n for n in nodes if isinstance(n, ast.FunctionDef) and n.name == fn)
+    return ast.get_source_segment(path.read_text(), node)
+
+
+def test_each_plant_lands_in_the_function_and_phase_it_claims(sglang_tree):
+    """The plants must hit what their descriptions say, or a bench run tests something else."""
+    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(sglang_tree),
+                        "apply", "planted_moe_gpu", "planted_draft_host", "planted_batch_host", "planted_slow_verify"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    srt = sglang_tree / "python/sglang/srt"
+    moe = _function_source(srt / "layers/moe/topk.py", "select_experts")
+    assert "torch.cuda._sleep(_planted_cycles)" in moe and "hidden_states.is_cuda" in moe
+    draft = _function_source(srt / "speculative/eagle_worker_v2.py", "EagleDraftWorker.draft")
+    assert "SGLANG_PLANTED_DRAFT_DELAY_US" in draft and "SGLANG_PLANTED_VERIFY_DELAY_US" not in draft
+    verify = _function_source(srt / "speculative/eagle_worker_v2.py", "EAGLEWorkerV2.verify")
+    assert "SGLANG_PLANTED_VERIFY_DELAY_US" in verify
+    fwd = _function_source(srt / "model_executor/model_runner.py", "ModelRunner.forward")
+    assert "SGLANG_PLANTED_BATCH_DELAY_US" in fwd and "forward_batch.batch_size >= 4" in fwd

@@ -35,22 +35,24 @@ def test_ab_through_real_launch(sglang_tree, tmp_path, monkeypatch):
     rc = main(["ab", "--arms", "id=overlay_identity", "prof=overlay_identity+eagle_profiling@nccl_pcie",
                "--manifest", str(ROOT / "manifest.yaml"), "--tree", str(sglang_tree),
                "--launcher", f"{sys.executable} {ROOT / 'apply.py'}", "--out", str(out),
-               "--restarts", "2", "--reps-per-start", "3", "--max-new-tokens", "64", "--b1-requests", "2",
+               "--restarts", "3", "--max-starts", "3", "--reps-per-start", "3", "--max-new-tokens", "64", "--b1-requests", "2",
                "--concurrency", "4", "--health-timeout", "60",
                "--", "--speculative-algorithm", "EAGLE3", "--port", str(_port())])
     assert rc == 0
     recs = list(store.read(out / "results.jsonl"))
     starts = [r for r in recs if r["type"] == "start"]
-    assert [s["overlay"]["patches"] for s in starts] == [["overlay_identity"],
-                                                         ["overlay_identity", "eagle_profiling"]] * 2
+    # the throwaway start (the first arm's set), then the arms interleaved
+    assert [s["overlay"]["patches"] for s in starts] == [["overlay_identity"]] + [
+        ["overlay_identity"], ["overlay_identity", "eagle_profiling"]] * 3
+    assert [s["warmup_start"] for s in starts] == [True] + [False] * 6
     # the printed fingerprint is the launch fingerprint the server got; the profile reached the server
     assert all(s["overlay"]["launch_fingerprint"] == s["fingerprint"] for s in starts)
-    assert [s["overlay"]["env_profile"] for s in starts[:2]] == [None, "nccl_pcie"]
+    assert [s["overlay"]["env_profile"] for s in starts[1:3]] == [None, "nccl_pcie"]
     assert not [r for r in recs if r["type"] == "identity_warning"]
     logged = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
-    assert logged[1]["env"]["NCCL_P2P_LEVEL"] == "SYS" and "NCCL_P2P_LEVEL" not in logged[0]["env"]
-    assert logged[1]["env"]["SGLANG_EAGLE_PHASE_TIMING"] == "1"
+    assert logged[2]["env"]["NCCL_P2P_LEVEL"] == "SYS" and "NCCL_P2P_LEVEL" not in logged[1]["env"]
+    assert logged[2]["env"]["SGLANG_EAGLE_PHASE_TIMING"] == "1"
     md = (out / "report.md").read_text()
-    row = next(ln for ln in md.splitlines() if ln.startswith("| ab | id | prof | step ms (batch 1) |"))
+    row = next(ln for ln in md.splitlines() if ln.startswith("| ab | id | prof | step ms (batch 1) (primary) |"))
     assert "**regression**" in row
     assert all(r["launcher_rc"] == 0 for r in recs if r["type"] == "unit_done")

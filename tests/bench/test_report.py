@@ -3,7 +3,9 @@ timing, 2 starts x 4 reps per arm, plus an interrupted start appended by hand wh
 from __future__ import annotations
 
 import json
+import math
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -12,11 +14,15 @@ from bench.cli import main
 from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
-def _expected(metric: str, arm: str) -> float:
+def _start_medians(metric: str, arm: str) -> list[float]:
+    """What the report must show: per completed start of the arm, the median of its measured repetitions."""
     recs = [json.loads(x) for x in (DATA / "synthetic_ab.jsonl").read_text().splitlines()]
-    done = {r["start_id"] for r in recs if r["type"] == "unit_done"}
-    return statistics.median(r["metrics"][metric] for r in recs if r["type"] == "rep" and r["arm"] == arm
-                             and not r["warmup"] and r["start_id"] in done)
+    done = {r["start_id"] for r in recs if r["type"] == "unit_done" and not r.get("warmup_start")}
+    by_start: dict[str, list[float]] = {}
+    for r in recs:
+        if r["type"] == "rep" and r["arm"] == arm and not r["warmup"] and r["start_id"] in done:
+            by_start.setdefault(r["start_id"], []).append(r["metrics"][metric])
+    return [statistics.median(v) for v in by_start.values()]
 
 
 def test_report_from_recorded_jsonl(run_dir):
@@ -25,24 +31,47 @@ def test_report_from_recorded_jsonl(run_dir):
     for arm in ("ref", "slow"):
         row = next(ln for ln in md.splitlines() if ln.startswith(f"| {arm} |"))
         cells = [c.strip() for c in row.split("|")]
-        assert cells[3:5] == ["2", "8"]  # starts, reps: the interrupted start does not count
-        assert cells[5].startswith(f"{_expected('step_ms_b1', arm):.4f} [")
-        assert cells[10] == "1.60"  # accept length
-        draft, verify, extend = (float(x) for x in cells[11].split(" / "))
-        assert verify == pytest.approx(_expected("eagle_verify_ms_b1", arm), abs=5e-4)
+        assert cells[3:5] == ["3", "12"]  # starts, reps: the interrupted start does not count
+        meds = _start_medians("step_ms_b1", arm)
+        assert cells[5] == ", ".join(f"{x:.4g}" for x in meds)  # every start's median, in order
+        assert float(cells[6]) == pytest.approx(math.exp(statistics.fmean(math.log(x) for x in meds)), abs=1e-4)
+        assert cells[7].endswith("%") and float(cells[7][:-1]) < 1.0  # start-to-start CV
+        assert cells[11] == "1.60"  # accept length
+        draft, verify, extend = (float(x) for x in cells[12].split(" / "))
+        assert verify == pytest.approx(statistics.median(_start_medians("eagle_verify_ms_b1", arm)), abs=5e-4)
     assert "2 repetition(s) from interrupted starts ignored" in md
     assert "99.0" not in md
-    primary = md.split("## Comparisons: primary metric `step_ms_b1`")[1].split("##")[0]
-    row = next(ln for ln in primary.splitlines() if ln.startswith("| ab | ref | slow |"))
-    change = float(row.split("|")[5].strip().rstrip("%"))
-    assert change == pytest.approx((_expected("step_ms_b1", "slow") / _expected("step_ms_b1", "ref") - 1) * 100,
-                                   abs=0.01)
-    assert "**regression**" in row
-    assert "EAGLE verify p50 ms (b1)" in md.split("## Comparisons: other metrics")[1]
-    assert "Step-time CV at batch 1: worst arm" in md
+    table = md.split("## Comparisons (every metric)")[1].split("\n## ")[0]
+    row = next(ln for ln in table.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) (primary) |"))
+    cells = [c.strip() for c in row.split("|")]
+    ref, slow = _start_medians("step_ms_b1", "ref"), _start_medians("step_ms_b1", "slow")
+    expect = math.exp(statistics.fmean(math.log(x) for x in slow) - statistics.fmean(math.log(x) for x in ref)) - 1
+    assert cells[5] == "3 / 3" and float(cells[6].split("%")[0]) == pytest.approx(expect * 100, abs=0.05)
+    assert cells[7] == "**regression**"
+    assert "| ab | ref | slow | EAGLE verify p50 ms (b1) |" in table
+    assert "- slow vs ref on `step_ms_b1`: **regression**" in md  # the conclusion
+    assert "- `alpha,beta,eagle_profiling,gamma,delta,epsilon,zeta`: 3 starts, CV" in md
+    assert "throwaway start (ref)" in md
     assert (run_dir / "command.txt").read_text().strip() in md  # the recorded command, verbatim
     png = (run_dir / "plot.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # 3 panels incl. EAGLE phases
+
+
+def test_a_store_of_the_earlier_method_reads_too_few_starts():
+    """bench/results/2026-11-30-h200x2/bisect: one start per arm. Re-read with start medians it calls nothing."""
+    import shutil
+
+    src = DATA.parents[2] / "bench" / "results" / "2026-11-30-h200x2" / "bisect"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as t:
+        d = Path(t) / "bisect"
+        shutil.copytree(src, d)
+        assert main(["report", str(d)]) == 0
+        md = (d / "report.md").read_text()
+    assert "Recorded with the earlier method (1 start(s) per arm)" in md
+    rows = [ln for ln in md.split("## Comparisons (every metric)")[1].splitlines() if ln.startswith("| ")][2:]
+    assert rows and all(ln.rstrip().endswith("| too few starts |") for ln in rows)
 
 
 def test_report_of_a_run_whose_only_start_failed(tmp_path):

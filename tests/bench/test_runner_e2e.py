@@ -1,13 +1,22 @@
-"""The runner end to end on CPU: real subprocess launches of a fake SGLang (tests/bench/fake_apply.py)."""
+"""The runner end to end on CPU: real subprocess launches of a fake SGLang (tests/bench/fake_apply.py).
+
+Every run starts with the invocation's throwaway start (the first line of the fake's start log), then the
+arms' starts; verdicts read start medians, so a comparison needs 3 starts per arm.
+"""
+
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from bench import store
 from bench.cli import main
 from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
+
+FULL = ["alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta"]
+QUIET = {"noise": 0.002}
 
 
 def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, server_args=("--tp", "1"), rc=0):
@@ -17,142 +26,190 @@ def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, server
     monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
     out = tmp_path / f"run-{kind}"
     argv = [kind, *args, "--manifest", str(manifest), "--launcher", launcher_arg, "--out", str(out),
-            "--max-new-tokens", "64", "--b1-requests", "2", "--concurrency", "4", "--", *server_args]
+            "--max-new-tokens", "64", "--b1-requests", "2", "--concurrency", "4", "--reps-per-start", "3",
+            "--warmup-reps", "1", "--", *server_args]
     assert main(argv) == rc
     starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return out, list(store.read(out / "results.jsonl")), starts
 
 
-def test_ab_detects_5pct_regression_and_writes_report(tmp_path, manifest, launcher_arg, monkeypatch):
+def _conclusion(recs):
+    return next(r for r in recs if r["type"] == "conclusion")
+
+
+def test_ab_detects_5pct_regression_with_start_medians_and_writes_report(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "ref=full-planted", "slow=full", "--restarts", "3", "--reps-per-start", "3"],
-                             {"costs": {"planted": 0.05}})
-    # interleaved A B A B A B, each start got the step-time env and the right set
-    assert [s["patches"] for s in starts] == [
-        ["alpha", "beta", "eagle_profiling", "gamma", "delta", "epsilon", "zeta"],
-        ["alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta"]] * 3
+                             ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET})
+    ref = [p for p in FULL if p != "planted"]
+    # the throwaway start (the first arm's set), then interleaved A B A B A B: decided at the first look
+    assert [s["patches"] for s in starts] == [ref] + [ref, FULL] * 3
     assert all(s["env"]["SGLANG_RECORD_STEP_TIME"] == "1" for s in starts)
     assert all(s["server_args"] == ["--tp", "1"] for s in starts)
-    reps = [r for r in recs if r["type"] == "rep" and not r["warmup"]]
-    assert len(reps) == 18 and sum(r["warmup"] for r in recs if r["type"] == "rep") == 6
-    ms = {a: sorted(r["metrics"]["step_ms_b1"] for r in reps if r["arm"] == a) for a in ("ref", "slow")}
-    assert 2.9 < ms["ref"][4] < 3.1 and 3.05 < ms["slow"][4] / ms["ref"][4] * 3 < 3.2
+    warm = [r for r in recs if r["type"] == "start" and r["warmup_start"]]
+    assert len(warm) == 1 and not [r for r in recs if r["type"] == "rep" and r["start_id"] == warm[0]["start_id"]
+                                   and not r["warmup"]]
+    c = _conclusion(recs)["comparisons"][0]
+    assert c["verdict"] == "regression" and 0.04 < c["comparison"]["change"] < 0.06
+    assert c["comparison"]["n_ref"] == c["comparison"]["n_arm"] == 3
     md = (out / "report.md").read_text()
-    row = next(ln for ln in md.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) |"))
-    change, p, verdict = (c.strip() for c in row.split("|")[5:8])
-    assert 4.0 < float(change.rstrip("%")) < 6.0 and float(p) < 0.01 and verdict == "**regression**"
+    change = re.search(r"- slow vs ref on `step_ms_b1`: \*\*regression\*\* \(\+([\d.]+)%", md)
+    assert change and 4.0 < float(change.group(1)) < 6.0
+    row = next(ln for ln in md.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) (primary) |"))
+    assert row.split("|")[5].strip() == "3 / 3" and "**regression**" in row
+    arm = next(ln for ln in md.splitlines() if ln.startswith("| slow |")).split("|")
+    assert len(arm[5].split(",")) == 3  # every start's median is listed
+    assert "throwaway start (ref)" in md and "| Load weight | 0.5 |" in md
     assert (out / "plot.png").stat().st_size > 10_000
     assert (out / "command.txt").read_text().count("--arms") == 1
     assert "All arms produced identical" in md
     starts_rec = [r for r in recs if r["type"] == "start"]
-    assert len({r["fingerprint"] for r in starts_rec}) == 2 and all(r["startup_s"] >= 0 for r in starts_rec)
     assert all(r["overlay"]["launch_fingerprint"] == r["fingerprint"] for r in starts_rec)
     assert not [r for r in recs if r["type"] == "identity_warning"]
 
 
-def test_no_difference_is_not_called_and_changed_output_is_flagged(tmp_path, manifest, launcher_arg, monkeypatch):
+def test_no_difference_is_same_and_changed_output_is_flagged(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--reps-per-start", "4"],
-                        {"change_output": ["beta"]})
-    md = (out / "report.md").read_text()
-    rows = [ln for ln in md.splitlines() if ln.startswith("| ab | a | b | step ms (batch 1)")]
-    assert len(rows) == 1 and "regression" not in rows[0] and "improvement" not in rows[0]
-    assert "b: OUTPUT CHANGED vs a" in md
+                        ["--arms", "a=base", "b=base+beta"], {"change_output": ["beta"], **QUIET})
+    assert _conclusion(recs)["comparisons"][0]["verdict"] == "same"
+    assert "b: OUTPUT CHANGED vs a" in (out / "report.md").read_text()
+
+
+def test_identical_arms_are_refused_and_a_null_pair_needs_an_env(tmp_path, manifest, launcher_arg, monkeypatch):
+    with pytest.raises(SystemExit, match="same measurement"):
+        _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", ["--arms", "a=base", "b=base"], {})
+    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
+                           ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"], QUIET)
+    assert _conclusion(recs)["comparisons"][0]["verdict"] == "same" and len(starts) == 7
 
 
 def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "on=base+eagle_profiling", "--restarts", "1", "--reps-per-start", "2"],
+                             ["--arms", "on=base+eagle_profiling", "--restarts", "1", "--max-starts", "1"],
                              {"accept": 2.0}, server_args=("--speculative-algorithm", "EAGLE3"))
-    assert starts[0]["env"]["SGLANG_EAGLE_PHASE_TIMING"] == "1"
+    assert starts[1]["env"]["SGLANG_EAGLE_PHASE_TIMING"] == "1"
     m = [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"]]
     assert m[0]["eagle_b1"]["verify"]["p50_ms"] == pytest.approx(0.15 * 3.0, rel=0.05)
     assert m[0]["accept_len_b1"] == pytest.approx(2.0) and m[0]["server_accept_len"] == 2.0
     assert "draft / verify / draft-extend p50 ms" in (out / "report.md").read_text()
 
 
-def test_ablate_names_the_planted_patch(tmp_path, manifest, launcher_arg, monkeypatch):
+def test_ablate_names_the_planted_patch_confirmed_both_ways(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "base", "--patches", "beta,planted,delta", "--restarts", "1", "--reps-per-start", "6",
-                              "--warmup-reps", "0"], {"costs": {"planted": 0.05}, "noise": 0.003})
+                             ["--base", "base", "--patches", "beta,planted,delta"],
+                             {"costs": {"planted": 0.05}, **QUIET})
     run = next(r for r in recs if r["type"] == "run")
     assert [a["name"] for a in run["arms"]] == ["base", "full", "+beta", "-beta", "+planted", "-planted",
                                                 "+delta", "-delta"]
-    assert len(starts) == 8
-    md = (out / "report.md").read_text()
-    called = [ln for ln in md.splitlines() if "step ms (batch 1)" in ln and ("**regression**" in ln or
-                                                                                "**improvement**" in ln)]
-    assert sorted(ln.split("|")[3].strip() for ln in called) == ["+planted", "-planted", "full"]
+    c = _conclusion(recs)
+    assert c["culprits"] == ["planted"]
+    rows = {r["patch"]: r for r in c["patches"]}
+    assert rows["planted"]["alone"] == "regression" and rows["planted"]["left_out"] == "improvement"
+    assert rows["beta"]["finding"] == "no effect"
+    assert "**culprit(s): planted**" in (out / "report.md").read_text()
+
+
+def test_ablate_leave_out_measures_the_confirmation_of_a_candidate_only(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
+                             ["--base", "base", "--patches", "beta,planted", "--mode", "leave-out"],
+                             {"costs": {"planted": 0.05}, **QUIET})
+    started = {",".join(s["patches"]) for s in starts}
+    assert "alpha,planted" in started and "alpha,beta" not in started  # +planted confirms; +beta not needed
+    assert _conclusion(recs)["culprits"] == ["planted"]
 
 
 def test_ablate_leave_out_skips_required_patch(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "empty", "--patches", "alpha,beta", "--mode", "leave-out", "--restarts", "1",
-                              "--reps-per-start", "1", "--warmup-reps", "0"], {})
+                             ["--base", "empty", "--patches", "alpha,beta", "--mode", "leave-out"], QUIET)
     run = next(r for r in recs if r["type"] == "run")
     # gamma requires alpha: "full-alpha" is impossible and is reported, not silently changed
-    assert [a["name"] for a in run["arms"]] == ["full", "-beta"]
+    assert "-alpha" not in [a["name"] for a in run["arms"]]
     assert any("-alpha" in s and "required" in s for s in run["skipped"])
 
 
-def test_bisect_finds_planted_within_log2_bound(tmp_path, manifest, launcher_arg, monkeypatch):
+def test_bisect_names_and_confirms_the_planted_patch(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base", "--bad", "full", "--restarts", "1", "--reps-per-start", "7",
-                              "--warmup-reps", "0"], {"costs": {"planted": 0.05}, "noise": 0.003})
-    b = next(r for r in recs if r["type"] == "bisect")
-    assert b["culprit"] == "planted"
+                             ["--good", "base", "--bad", "full"], {"costs": {"planted": 0.05}, **QUIET})
+    b = _conclusion(recs)
+    assert (b["outcome"], b["culprit"]) == ("culprit", "planted")
     assert b["candidates"] == ["beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta"]
-    assert b["n_probes"] <= b["max_expected_probes"] == 4
-    assert len(starts) == 2 + b["n_probes"] - 1  # good + bad references, then probes
-    assert b["endpoint"]["verdict"] == "regression" and b["endpoint"]["p_value"] < 0.01
-    assert "**Culprit: planted**" in (out / "report.md").read_text()
+    roles = [p["role"] for p in b["probes"]]
+    assert roles[-2:] == ["confirm: bad - planted", "confirm: good + planted"]
+    assert len(roles) - 2 <= b["max_search_probes"] == 3
+    assert b["endpoint"]["verdict"] == "regression" and b["endpoint"]["low"] > 0.02
+    md = (out / "report.md").read_text()
+    assert "**Culprit: planted** (confirmed)" in md and "| confirm: good + planted |" in md
+
+
+def test_bisect_reports_an_interaction(tmp_path, manifest, launcher_arg, monkeypatch):
+    _, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                      ["--good", "base", "--bad", "full"],
+                      {"interactions": [{"needs": ["beta", "delta"], "cost": 0.08}], **QUIET})
+    b = _conclusion(recs)
+    assert (b["outcome"], b["partner"], b["culprit"]) == ("interaction", "beta", "delta")
+
+
+def test_bisect_follows_a_phase_that_moved_while_the_step_did_not(tmp_path, manifest, launcher_arg, monkeypatch):
+    """A GPU-side delay on a host-bound step: verify grows, draft-extend shrinks, the step holds."""
+    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                        ["--good", "base+eagle_profiling", "--bad", "full"],
+                        {"phase_costs": {"delta": {"verify": 0.2, "draft_extend": -0.2}}, **QUIET},
+                        server_args=("--speculative-algorithm", "EAGLE3"))
+    b = _conclusion(recs)
+    assert b["metric"] == "eagle_verify_ms_b1" and b["culprit"] == "delta"
+    assert b["followed"].startswith("step_ms_b1 did not regress (same")
+    md = (out / "report.md").read_text()
+    assert "phases moved in opposite directions" in md and "bisecting on eagle_verify_ms_b1" in md
 
 
 def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launcher_arg, monkeypatch):
-    fake = {"costs": {"planted": 0.05}, "noise": 0.003}
-    common = ["--restarts", "1", "--reps-per-start", "7", "--warmup-reps", "0"]
+    fake = {"costs": {"planted": 0.05}, **QUIET}
     out1, _, starts1 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                            ["--base", "base", "--patches", "planted", "--mode", "both", *common], fake)
+                            ["--base", "base", "--patches", "planted", "--mode", "both"], fake)
     n1 = len(starts1)
     out2, recs2, starts2 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                                ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl"), *common],
-                                fake)
-    b = next(r for r in recs2 if r["type"] == "bisect")
+                                ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl")], fake)
+    b = _conclusion(recs2)
     assert b["culprit"] == "planted"
-    assert len(starts2) - n1 == b["n_probes"] - 1  # base and full came from the ablate store
-    assert b["server_starts_this_run"] == b["n_probes"] - 1
+    new = starts2[n1:]
+    # base, full, good + planted and full - planted came from the ablate store: only the search probes ran
+    assert {",".join(s["patches"]) for s in new[1:]}.isdisjoint({"alpha", ",".join(FULL)})
+    assert b["server_starts_this_run"] == len(new)
 
 
-def test_bisect_no_regression(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base", "--bad", "full", "--restarts", "1", "--reps-per-start", "5",
-                              "--warmup-reps", "0"], {"noise": 0.003})
-    b = next(r for r in recs if r["type"] == "bisect")
-    assert b["culprit"] is None and len(starts) == 2
+def test_bisect_no_regression_names_nobody(tmp_path, manifest, launcher_arg, monkeypatch):
+    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                           ["--good", "base", "--bad", "full"], QUIET)
+    b = _conclusion(recs)
+    assert b["culprit"] is None and b["outcome"] == "no regression" and not b["probes"]
+
+
+def test_bimodal_starts_name_no_wrong_culprit(tmp_path, manifest, launcher_arg, monkeypatch):
+    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
+                           ["--good", "base", "--bad", "full", "--max-starts", "4"],
+                           {"bimodal": {"p": 0.5, "shift": 0.19}, **QUIET})
+    assert _conclusion(recs)["culprit"] is None
 
 
 def test_failed_launch_aborts_keeps_data_and_resume_continues(tmp_path, manifest, launcher_arg, monkeypatch):
-    args = ["--arms", "a=base", "b=base+zeta", "--restarts", "2", "--reps-per-start", "2"]
+    args = ["--arms", "a=base", "b=base+zeta", "--restarts", "2", "--max-starts", "2"]
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, {"fail": ["zeta"]}, rc=3)
-    assert len([r for r in recs if r["type"] == "unit_done"]) == 1  # arm a round 1 measured and kept
+    assert len([r for r in recs if r["type"] == "unit_done" and not r["warmup_start"]]) == 1  # a's first start kept
     f = next(r for r in recs if r["type"] == "failure")
     assert f["arm"] == "b" and f["stage"] == "launch" and "crashing on purpose" in f["log_tail"]
     assert "## Failures" in (out / "report.md").read_text()
-    # resume with the failure gone: only the 3 missing starts run
+    # resume with the failure gone: a throwaway start, then only the 3 missing starts
     monkeypatch.setenv("FAKE_BENCH", "{}")
     assert main(["ab", "--resume", str(out)]) == 0
     recs = list(store.read(out / "results.jsonl"))
-    done = [r for r in recs if r["type"] == "unit_done"]
-    assert len(done) == 4
     v = store.view(recs)
     assert sorted((u.arm, u.round) for u in v.units.values()) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    assert len([r for r in recs if r["type"] == "run"]) == 2
+    assert len(v.warmup_units) == 2 and len([r for r in recs if r["type"] == "run"]) == 2
 
 
 def test_missing_step_time_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):
     monkeypatch.setattr("bench.runner.STEP_TIME_ENV", {"SGLANG_RECORD_STEP_TIME": "0"})
     out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "--restarts", "1"], {}, rc=3)
+                        ["--arms", "a=base", "--restarts", "1", "--no-warmup-start"], {}, rc=3)
     f = next(r for r in recs if r["type"] == "failure")
     assert "SGLANG_RECORD_STEP_TIME=1" in f["error"]
 
@@ -160,7 +217,8 @@ def test_missing_step_time_fails_loudly(tmp_path, manifest, launcher_arg, monkey
 def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
                              ["--arms", "none=base+nccl_env_log", "pcie=base+nccl_env_log@nccl_pcie", "--restarts",
-                              "1", "--arm-env", "pcie:X_MARK=7"], {}, server_args=("--tp", "2"))
+                              "1", "--max-starts", "1", "--no-warmup-start", "--arm-env", "pcie:X_MARK=7"], {},
+                             server_args=("--tp", "2"))
     assert starts[0]["profile"] is None and starts[1]["profile"] == "nccl_pcie"
     assert starts[1]["env"]["NCCL_P2P_DISABLE"] == "1" and starts[1]["env"]["X_MARK"] == "7"
     assert "X_MARK" not in starts[0]["env"]
@@ -174,54 +232,41 @@ def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monk
 
 def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base+beta", "--restarts", "1"], {"identity_lie": ["beta"]})
+                        ["--arms", "a=base+beta", "--restarts", "1", "--max-starts", "1"], {"identity_lie": ["beta"]})
     w = [r for r in recs if r["type"] == "identity_warning"]
     assert len(w) == 1 and "server carries ['alpha'], arm asked for ['alpha', 'beta']" in w[0]["warnings"][0]
     assert "## Identity warnings" in (out / "report.md").read_text()
 
 
-def test_bisect_on_the_eagle_verify_metric(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base+eagle_profiling", "--bad", "full", "--metric", "eagle_verify_ms_b1",
-                              "--restarts", "1", "--reps-per-start", "6", "--warmup-reps", "0"],
-                             {"costs": {"delta": 0.05}, "noise": 0.003},
-                             server_args=("--speculative-algorithm", "EAGLE3"))
-    b = next(r for r in recs if r["type"] == "bisect")
-    assert b["culprit"] == "delta" and b["endpoint"]["verdict"] == "regression"
-    reps = [r["metrics"] for r in recs if r["type"] == "rep"]
-    assert all(m["eagle_verify_ms_b1"] is not None for m in reps)
-    md = (out / "report.md").read_text()
-    assert "| bisect endpoints | good | bad | EAGLE verify p50 ms (b1) | +5.00% |" in md
-
-
 def test_time_budget_stops_cleanly_and_resume_finishes(tmp_path, manifest, launcher_arg, monkeypatch):
-    # each fake start takes >= 0.3 s: a 0.5 s budget allows the first start only
+    # each fake start takes >= 0.3 s: a 0.5 s budget allows the throwaway start and one more
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--time-budget", "0.5"],
-                             {"start_s": 0.3}, rc=4)
-    assert len(starts) == 1 and len([r for r in recs if r["type"] == "unit_done"]) == 1
-    assert (out / "report.md").exists()
-    monkeypatch.setenv("FAKE_BENCH", "{}")
-    # the recorded command carries the budget too; a resumed run gets the same budget per invocation
-    for _ in range(3):
+                             ["--arms", "a=base", "b=base+beta", "--time-budget", "0.5"], {"start_s": 0.3}, rc=4)
+    assert len([r for r in recs if r["type"] == "unit_done" and not r["warmup_start"]]) <= 1
+    assert "Stopped by the time budget" in (out / "report.md").read_text()
+    monkeypatch.setenv("FAKE_BENCH", json.dumps(QUIET))
+    # the recorded command carries the budget too; each resumed invocation gets the same budget
+    for _ in range(12):
         if main(["ab", "--resume", str(out)]) == 0:
             break
-    assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4
+    v = store.view(store.read(out / "results.jsonl"))
+    assert len(v.units) >= 6 and v.conclusions[-1]["comparisons"][0]["verdict"] in ("same", "cannot tell")
 
 
 def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base", "--bad", "full", "--restarts", "2", "--dry-run"], {})
+                             ["--good", "base", "--bad", "full", "--dry-run"], {})
     text = capsys.readouterr().out
     assert starts == [] and recs == [] and not out.exists()
     assert "launch --set base" in text and "launch --set full" in text
-    assert "at most 3 probe set(s)" in text and "server starts (before --reuse): 10" in text
+    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 8 starts" in text
+    assert "up to 3 search probe(s) + 2 confirmations" in text
 
 
 def test_eagle_metric_without_phase_timing_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "--restarts", "1", "--metric", "eagle_verify_ms_b1"], {},
-                        server_args=("--speculative-algorithm", "EAGLE3"), rc=3)
+                        ["--arms", "a=base", "--restarts", "1", "--metric", "eagle_verify_ms_b1", "--no-warmup-start"],
+                        {}, server_args=("--speculative-algorithm", "EAGLE3"), rc=3)
     f = next(r for r in recs if r["type"] == "failure")
     assert "needs eagle_profiling" in f["error"]
 
@@ -230,8 +275,8 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
     # A machine's first start is the slow one (JIT caches cold: 366 s against 85 s on the H200 run). A resumed
     # invocation must not refuse warm starts that fit because an earlier invocation saw a cold one.
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--time-budget", "3"],
-                             {"start_s": 4.0}, rc=4)
+                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--max-starts", "2",
+                              "--time-budget", "3", "--no-warmup-start"], {"start_s": 4.0}, rc=4)
     assert len(starts) == 1
     monkeypatch.setenv("FAKE_BENCH", "{}")
     assert main(["ab", "--resume", str(out)]) == 0  # one resume finishes the three remaining warm starts
@@ -242,7 +287,7 @@ def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, mon
     """--env SGLANG_OEA_STATS=1: each phase's mean distinct experts per routing call, from the server's totals."""
     out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
                              ["--arms", "k0off=base", "k0three=base", "--arm-env", "k0three:SGLANG_OEA_K0=3",
-                              "--env", "SGLANG_OEA_STATS=1", "--restarts", "1", "--reps-per-start", "2"],
+                              "--env", "SGLANG_OEA_STATS=1", "--restarts", "1", "--max-starts", "1"],
                              {"oea_distinct": {"0": 8, "3": 3}})
     assert all(s["env"]["SGLANG_OEA_STATS"] == "1" for s in starts)
     m = {a: [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"] and r["arm"] == a]

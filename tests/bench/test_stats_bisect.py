@@ -1,4 +1,5 @@
-"""Statistics on synthetic samples and the bisect logic on a simulated cost function."""
+"""The start-level statistics and the pure bisect logic (scripted oracles: every outcome of the confirmation)."""
+
 from __future__ import annotations
 
 import math
@@ -8,100 +9,134 @@ import pytest
 
 from bench import bisect as bis
 from bench import stats
+from bench.replication import Policy
+from bench.verdicts import Place, flags, place_probe
 
 
-def _samples(n, mu, rel_sd, seed):
+def _starts(n, mu, cv, seed):
     rng = random.Random(seed)
-    return [rng.gauss(mu, mu * rel_sd) for _ in range(n)]
+    return [mu * math.exp(rng.gauss(0, cv)) for _ in range(n)]
 
 
-def test_median_ci_contains_true_median_and_is_ordered():
-    xs = _samples(15, 3.0, 0.01, 1)
-    ci = stats.median_ci(xs)
-    assert ci.n == 15
-    assert ci.low <= ci.median <= ci.high
-    assert 2.97 < ci.low and ci.high < 3.03
-    assert math.isnan(stats.median_ci([1.0, 2.0]).low)  # no CI from fewer than 3 values
-    assert stats.median_ci([2.0] * 5).low == 2.0
+def test_verdict_zones_and_too_few_starts():
+    a = [3.0, 3.03, 2.98, 3.01]
+    assert stats.compare_starts(a, [x * 1.10 for x in a]).verdict == stats.REGRESSION
+    assert stats.compare_starts(a, [x * 0.90 for x in a]).verdict == stats.IMPROVEMENT
+    assert stats.compare_starts(a, [3.0, 3.02, 2.99, 3.01]).verdict == stats.SAME
+    # +3% with these spreads: the interval straddles the 2% line
+    c = stats.compare_starts(a, [3.09, 3.0, 3.15, 3.05])
+    assert c.verdict == stats.UNDECIDED and c.low < 0.02 < c.high
+    # tok/s: higher is better, a drop is the regression
+    assert stats.compare_starts(a, [x * 0.9 for x in a], lower_is_better=False).verdict == stats.REGRESSION
+    few = stats.compare_starts([3.0, 3.0], [4.0, 4.0, 4.0])
+    assert few.verdict == stats.TOO_FEW and math.isnan(few.low) and few.n_ref == 2
+    # deterministic metrics: no spread, the difference is exact
+    assert stats.compare_starts([8.0] * 3, [8.0] * 3).verdict == stats.SAME
+    assert stats.compare_starts([8.0] * 3, [9.0] * 3).verdict == stats.REGRESSION
 
 
-def test_cv():
-    assert stats.cv([1.0, 1.0, 1.0]) == 0.0
-    assert stats.cv([9.0, 11.0]) == pytest.approx(math.sqrt(2) / 10)
-    assert math.isnan(stats.cv([1.0]))
+def test_interval_covers_the_true_ratio_at_its_confidence():
+    """Welch on log start medians: the 95% interval covers the true +5% in about 95 of 100 trials."""
+    hits = 0
+    trials = 400
+    for t in range(trials):
+        a, b = _starts(4, 3.0, 0.02, t), _starts(4, 3.15, 0.02, 10_000 + t)
+        c = stats.compare_starts(a, b)
+        hits += c.low <= 0.05 <= c.high
+    assert 0.92 <= hits / trials <= 0.98
 
 
-def test_known_5pct_shift_is_called_with_9_reps():
-    a = _samples(9, 3.0, 0.01, 2)
-    b = _samples(9, 3.15, 0.01, 3)
-    c = stats.compare(a, b, alpha=0.01, min_effect=0.02)
-    assert c.verdict == stats.REGRESSION
-    assert c.p_value < 0.001
-    assert c.rel_change == pytest.approx(0.05, abs=0.015)
-    assert stats.compare(b, a).verdict == stats.IMPROVEMENT
-    # higher-is-better metric (tok/s): a drop is the regression
-    assert stats.compare(b, a, lower_is_better=False).verdict == stats.REGRESSION
+def test_contrast_interval_and_placement():
+    g, b = _starts(4, 3.0, 0.005, 1), _starts(4, 3.3, 0.005, 2)
+    pol = Policy()
+    assert place_probe(g, b, _starts(3, 3.0, 0.005, 3), "step_ms_b1", pol).place is Place.GOOD
+    assert place_probe(g, b, _starts(3, 3.3, 0.005, 4), "step_ms_b1", pol).place is Place.BAD
+    half = place_probe(g, b, _starts(3, 3.15, 0.005, 5), "step_ms_b1", pol)
+    assert half.place is Place.BETWEEN and 0.3 < half.toward_bad < 0.7
+    assert place_probe(g, b, [3.0, 3.0], "step_ms_b1", pol).place is Place.OPEN  # too few starts
+    # higher-is-better metric: bad is the lower one
+    assert place_probe([240.0] * 3, [200.0] * 3, [201.0, 199.0, 200.5], "tok_s_b1", pol).place is Place.BAD
+    con = stats.log_contrast([[2.0, 2.0], [1.0, 1.0], [4.0, 4.0]], [1, -0.5, -0.5])
+    assert con.estimate == pytest.approx(0.0) and con.low == con.high
 
 
-def test_no_shift_is_not_called():
-    called = 0
-    for seed in range(40):
-        a = _samples(9, 3.0, 0.01, 100 + seed)
-        b = _samples(9, 3.0, 0.01, 200 + seed)
-        if stats.compare(a, b).verdict in (stats.REGRESSION, stats.IMPROVEMENT):
-            called += 1
-    assert called == 0  # min effect 2% vs 1% noise: never a false call
+def test_flags_name_a_phase_that_moved_while_the_step_did_not():
+    def c(metric, change):
+        ref = [1.0, 1.01, 0.99]
+        return stats.compare_starts(ref, [x * (1 + change) for x in ref], metric=metric)
+
+    rows = [c("step_ms_b1", 0.0), c("eagle_verify_ms_b1", 0.21), c("eagle_draft_extend_ms_b1", -0.3)]
+    out = flags(rows)
+    assert any(f.startswith("EAGLE verify p50 ms (b1) moved (regression") for f in out)
+    assert any(f.startswith("phases moved in opposite directions") for f in out)
+    assert flags([c("step_ms_b1", 0.1), c("eagle_verify_ms_b1", 0.1)]) == []
 
 
-def test_small_significant_shift_is_within_min_effect_and_noisy_big_is_inconclusive():
-    a = _samples(30, 3.0, 0.001, 4)
-    b = _samples(30, 3.015, 0.001, 5)  # +0.5%, highly significant, below a 2% minimum effect
-    assert stats.compare(a, b).verdict == stats.WITHIN_MIN_EFFECT
-    a = [1.0, 1.5, 0.7]
-    b = [1.2, 1.8, 0.8]  # +20% medians, 3 noisy samples: not significant
-    assert stats.compare(a, b).verdict == stats.INCONCLUSIVE
-    assert stats.compare([1.0], [2.0]).verdict == stats.INCONCLUSIVE
+# ---- bisect: scripted oracles --------------------------------------------------------------------------------
 
 
-# ---- bisect -------------------------------------------------------------------------------------------------
-
-def _oracle(culprits, base_ms=3.0, noise_seed=0):
-    """Simulated cost: each culprit adds 5% to the step time; verdict = closer to the bad level."""
+def _oracle(culprits=(), pairs=(), script=None):
+    """Place by a truth table: bad when a culprit (or a whole interacting pair) is in the set."""
     calls = []
-    rng = random.Random(noise_seed)
 
-    def measure(patches):
-        calls.append(patches)
-        ms = base_ms * (1 + 0.05 * sum(1 for p in patches if p in culprits)) + rng.gauss(0, 0.005)
-        return bis.Verdict.BAD if ms > base_ms * 1.025 else bis.Verdict.GOOD
+    def place(patches, role):
+        calls.append((patches, role))
+        if script and role in script:
+            return script[role]
+        s = set(patches)
+        bad = any(c in s for c in culprits) or any(set(p) <= s for p in pairs)
+        return Place.BAD if bad else Place.GOOD
 
-    return measure, calls
+    return place, calls
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 9, 16])
-def test_bisect_finds_each_culprit_within_log2_plus_1(n):
+def test_bisect_finds_and_confirms_each_culprit(n):
     cands = [f"p{i}" for i in range(n)]
     good = ["g0", "g1"]
     for k in range(n):
-        measure, calls = _oracle({cands[k]})
-        res = bis.bisect_culprit(good, good + cands, measure)
-        assert res.culprit == cands[k]
-        limit = (math.ceil(math.log2(n)) if n > 1 else 0) + 1
-        assert res.n_measured == len(calls) <= limit == res.max_expected_probes()
-        assert all(set(good) <= set(c) for c in calls)
+        place, calls = _oracle({cands[k]})
+        res = bis.bisect_culprit(good, good + cands, place)
+        assert res.outcome == bis.CULPRIT and res.culprit == cands[k]
+        roles = [r for _, r in calls]
+        assert roles[-2:] == [f"confirm: bad - {cands[k]}", f"confirm: good + {cands[k]}"]
+        assert len(roles) - 2 <= res.max_search_probes()
+        assert all(set(good) <= set(p) for p, _ in calls)
 
 
-def test_bisect_no_culprit_uses_one_measurement():
-    measure, calls = _oracle(set())
-    res = bis.bisect_culprit(["a"], ["a", "b", "c", "d"], measure)
-    assert res.culprit is None and len(calls) == 1
-    assert "no regression" in res.reason
+def test_confirmation_rejects_a_wrong_candidate():
+    """The search said p2 (e.g. a noisy probe), but bad without p2 is still bad: nobody is named."""
+    cands = ["p0", "p1", "p2", "p3"]
+    place, _ = _oracle({"p3"}, script={"prefix 2 of 4": Place.GOOD, "prefix 3 of 4": Place.BAD})
+    res = bis.bisect_culprit([], cands, place)
+    assert res.suspect == "p2" and res.culprit is None and res.outcome == bis.INCONSISTENT
+    assert "bad - p2 is bad" in res.reason or "still bad" in res.reason
 
 
-def test_bisect_two_culprits_names_first_in_order_and_rejects_non_subset():
-    measure, _ = _oracle({"p2", "p5"})
-    res = bis.bisect_culprit([], [f"p{i}" for i in range(8)], measure)
-    assert res.culprit == "p2"
+def test_interaction_is_reported_with_its_partner():
+    cands = [f"p{i}" for i in range(6)]
+    place, calls = _oracle(pairs=[("p1", "p4")])
+    res = bis.bisect_culprit(["g"], ["g", *cands], place)
+    assert res.outcome == bis.INTERACTION and (res.partner, res.culprit) == ("p1", "p4")
+    assert any(r.startswith("partner:") for _, r in calls)
+
+
+def test_split_regression_and_undecided_probes_name_nobody():
+    place, _ = _oracle(script={"prefix 2 of 4": Place.BETWEEN})
+    res = bis.bisect_culprit([], ["a", "b", "c", "d"], place)
+    assert res.outcome == bis.SEVERAL and res.culprit is None and "bench ablate --patches a,b,c,d" in res.reason
+    place, _ = _oracle({"d"}, script={"confirm: good + d": Place.OPEN})
+    res = bis.bisect_culprit([], ["a", "b", "c", "d"], place)
+    assert res.outcome == bis.CANNOT_TELL and res.culprit is None and res.suspect == "d"
+    place, _ = _oracle({"c"}, script={"confirm: good + c": Place.BETWEEN})
+    assert bis.bisect_culprit([], ["a", "b", "c", "d"], place).outcome == bis.PARTIAL
+
+
+def test_removal_takes_the_dependents_along_and_rejects_non_subset():
+    place, calls = _oracle({"b"})
+    res = bis.bisect_culprit([], ["a", "b", "c"], place, dependents=lambda n: {"c"} if n == "b" else set())
+    assert res.culprit == "b"
+    assert (("a",), "confirm: bad - b, c") in calls
     with pytest.raises(ValueError, match="only in good: x"):
-        bis.bisect_culprit(["x"], ["a"], measure)
-    assert bis.bisect_culprit(["a"], ["a"], measure).culprit is None
+        bis.bisect_culprit(["x"], ["a"], place)
+    assert bis.bisect_culprit(["a"], ["a"], place).outcome == bis.NOTHING

@@ -72,3 +72,22 @@ def test_spec_validation_rejects_bad_values():
     with pytest.raises(ValueError, match="vocab"):
         TinyModelSpec(vocab=4096).validate()
     assert TinyModelSpec(layers=61).aux_ids() == [0, 30, 59]
+
+
+def test_kimi_width_profile_configs_load_with_autoconfig(tmp_path):
+    """bench tinymodel --profile kimi-width: Kimi-K2's width in 7 layers; the draft's heads 128 wide (FlashInfer)."""
+    from transformers import AutoConfig
+
+    from bench.cli import main
+
+    assert main(["tinymodel", str(tmp_path), "--profile", "kimi-width"]) == 0
+    t = AutoConfig.from_pretrained(tmp_path / "target")
+    assert (t.num_hidden_layers, t.hidden_size, t.num_attention_heads) == (7, 7168, 64)
+    assert (t.n_routed_experts, t.num_experts_per_tok, t.moe_intermediate_size) == (64, 8, 2048)
+    assert (t.kv_lora_rank, t.qk_rope_head_dim) == (512, 64)
+    d = AutoConfig.from_pretrained(tmp_path / "draft")
+    assert d.head_dim == 128 and d.hidden_size == 7168 and d.num_attention_heads == 64
+    assert d.eagle_config["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5]
+    # flags still override the profile
+    assert main(["tinymodel", str(tmp_path / "k5"), "--profile", "kimi-width", "--layers", "5"]) == 0
+    assert AutoConfig.from_pretrained(tmp_path / "k5" / "target").num_hidden_layers == 5

@@ -1,0 +1,28 @@
+"""The bench's failures, inside the package's one hierarchy (sglang_overlay.errors)."""
+
+from __future__ import annotations
+
+from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError
+
+EXIT_ABORTED = 3  # a server failed to start or to serve: the store keeps what was measured
+EXIT_BUDGET = 4  # stopped before a start that would overrun --time-budget: resumable
+
+
+class BenchError(OverlayError):
+    """A bench run could not go on; the message names the arm and the way out."""
+
+
+class SetError(BenchError, BadInput):
+    """A patch-set expression does not name a set of this manifest."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class RunAborted(BenchError):
+    exit_code = EXIT_ABORTED
+
+
+class BudgetExhausted(BenchError):
+    """The next server start would not finish within --time-budget: stop cleanly, keep everything."""
+
+    exit_code = EXIT_BUDGET

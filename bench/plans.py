@@ -1,0 +1,201 @@
+"""What ab, ablate and bisect measure, and what they conclude, over any lab (real servers or a simulation).
+
+Each plan states its comparisons, lets bench.replication add starts until they are decided or the budget
+ends, and returns a conclusion record that the runner stores and the report prints. A plan names a culprit
+only after a confirmation: bisect measures bad - c and good + c (bench.bisect); ablate needs both the patch
+alone on the base to regress and the full set without it to improve, measuring the missing side itself
+when only one mode was asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import bisect as bis
+from .errors import BudgetExhausted
+from .launcher import ArmSpec
+from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
+from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME
+from .verdicts import Place, Placement, place_probe
+
+BUDGET_NOTE = "at this budget"
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: Policy
+    metric: str = "step_ms_b1"
+    # bisect: when the primary metric does not regress but another metric does (at a Bonferroni-adjusted
+    # confidence over the other metrics), bisect that one and say so
+    follow: bool = True
+
+
+class _Budget:
+    """Turns the lab's BudgetExhausted into a flag: a plan finishes its conclusions with what was measured."""
+
+    def __init__(self) -> None:
+        self.exhausted = False
+        self.message = ""
+
+    def run(self, fn: Callable[[], object]) -> bool:
+        if self.exhausted:
+            return False
+        try:
+            fn()
+            return True
+        except BudgetExhausted as e:
+            self.exhausted, self.message = True, str(e)
+            return False
+
+
+# -- ab ---------------------------------------------------------------------------------------------------------
+
+
+def run_ab(lab: Lab, arms: Sequence[ArmSpec], pairs: Sequence[tuple[str, ArmSpec, ArmSpec]], s: Settings) -> dict:
+    budget = _Budget()
+    budget.run(lambda: ensure(lab, arms, s.policy.initial))
+    budget.run(lambda: decide_pairs(lab, s.policy, [(r, a) for _, r, a in pairs], s.metric))
+    rows = []
+    for section, ref, arm in pairs:
+        c = compare(lab, ref, arm, s.metric, s.policy)
+        rows.append({"section": section, "ref": ref.name, "arm": arm.name, "verdict": c.verdict, "comparison": c.to_dict()})
+    return {"type": "conclusion", "kind": "ab", "metric": s.metric, "comparisons": rows,
+            "budget_exhausted": budget.exhausted, "budget_message": budget.message}
+
+
+# -- ablate -----------------------------------------------------------------------------------------------------
+
+
+def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
+    """(finding, sentence) for one patch from its alone-on-base and left-out-of-full verdicts."""
+    if alone == REGRESSION and leave == IMPROVEMENT:
+        return "culprit", "regresses on the base and the full set improves without it (confirmed both ways)"
+    if alone == IMPROVEMENT and leave == REGRESSION:
+        return "helps", "improves the base and the full set regresses without it (confirmed both ways)"
+    if alone == REGRESSION and leave == SAME:
+        return "masked", "regresses alone, but the full set is the same without it: another patch does the same or hides it"
+    if alone == SAME and leave == IMPROVEMENT:
+        return "interaction", "alone it changes nothing, but the full set improves without it: it regresses together with another patch"
+    if alone == SAME and leave == SAME:
+        return "no effect", "no change either way (both intervals inside the minimum effect)"
+    if alone in DECIDED and leave in DECIDED:
+        return "inconsistent", f"alone: {alone}, left out: {leave}"
+    return "cannot tell", f"alone: {alone or 'not measured'}, left out: {leave or 'not measured'}"
+
+
+def run_ablate(lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec], leave: dict[str, ArmSpec],
+               mode: str, s: Settings) -> dict:
+    """alone/leave map each candidate to its arm (base + p / full - p; None where the set cannot exist)."""
+    pol, m = s.policy, s.metric
+    budget = _Budget()
+    first = [(base, alone[p]) for p in alone if mode in ("both", "alone") and alone[p] is not None]
+    first += [(full, leave[p]) for p in leave if mode in ("both", "leave-out") and leave[p] is not None]
+    budget.run(lambda: ensure(lab, [x for pr in first for x in pr], pol.initial))
+    budget.run(lambda: decide_pairs(lab, pol, first, m))
+    # confirmation: the side the mode left out, for each patch that moved on the side measured
+    second = []
+    for p in alone:
+        va = compare(lab, base, alone[p], m, pol).verdict if alone.get(p) and mode != "leave-out" else None
+        vl = compare(lab, full, leave[p], m, pol).verdict if leave.get(p) and mode != "alone" else None
+        if mode == "leave-out" and vl in (IMPROVEMENT, REGRESSION) and alone.get(p):
+            second.append((base, alone[p]))
+        if mode == "alone" and va in (IMPROVEMENT, REGRESSION) and leave.get(p):
+            second.append((full, leave[p]))
+    if second:
+        budget.run(lambda: decide_pairs(lab, pol, second, m))
+    rows = []
+    for p in alone:
+        va = compare(lab, base, alone[p], m, pol).verdict if alone.get(p) and lab.n_starts(alone[p]) else None
+        vl = compare(lab, full, leave[p], m, pol).verdict if leave.get(p) and lab.n_starts(leave[p]) else None
+        finding, sentence = ablate_finding(va, vl)
+        if finding == "cannot tell" and budget.exhausted:
+            sentence += f" ({BUDGET_NOTE})"
+        rows.append({"patch": p, "alone": va, "left_out": vl, "finding": finding, "sentence": sentence,
+                     "confirmation_measured": any(a is alone.get(p) or a is leave.get(p) for _, a in second)})
+    culprits = [r["patch"] for r in rows if r["finding"] == "culprit"]
+    return {"type": "conclusion", "kind": "ablate", "metric": m, "patches": rows, "culprits": culprits,
+            "budget_exhausted": budget.exhausted, "budget_message": budget.message}
+
+
+# -- bisect -----------------------------------------------------------------------------------------------------
+
+
+def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[str, str]:
+    """The metric to bisect on, and why: the primary one, or the other metric that clearly regressed.
+
+    The others are read at confidence 1 - (1 - c) / k for k other metrics (Bonferroni), since picking the
+    one that moved out of k is a multiple comparison.
+    """
+    primary = compare(lab, good, bad, s.metric, s.policy)
+    if primary.verdict == REGRESSION or not s.follow:
+        return s.metric, ""
+    others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(good, m) and lab.medians(bad, m)]
+    if not others:
+        return s.metric, ""
+    conf = 1 - (1 - s.policy.confidence) / len(others)
+    best = None
+    for m in others:
+        c = compare(lab, good, bad, m, s.policy, confidence=conf)
+        if c.verdict == REGRESSION:
+            margin = c.low if c.lower_is_better else -c.high
+            if best is None or margin > best[0]:
+                best = (margin, m, c)
+    if best is None:
+        return s.metric, ""
+    _, m, c = best
+    why = (f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {m} did "
+           f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {conf:.4f} confidence, "
+           f"adjusted for {len(others)} metrics): bisecting on {m}")
+    return m, why
+
+
+def _placement_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy) -> Callable[[], list[ArmSpec]]:
+    def needs() -> list[ArmSpec]:
+        pl = place_probe(lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol)
+        if pl.place is not Place.OPEN:
+            return []
+        n = {a.key: lab.n_starts(a) for a in (good, bad, probe)}
+        # the probe weighs most in the contrast; the shared references once the probe has more starts
+        if n[probe.key] <= min(n[good.key], n[bad.key]):
+            return [probe]
+        return smaller_sides(lab, [(good, bad)], pol) or [probe]
+
+    return needs
+
+
+def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[str, ...], str], ArmSpec],
+               dependents: Callable[[str], set[str]], s: Settings) -> dict:
+    pol = s.policy
+    budget = _Budget()
+    budget.run(lambda: decide_pairs(lab, pol, [(good, bad)], s.metric))
+    metric, why = follow_metric(lab, good, bad, s)
+    endpoint = compare(lab, good, bad, metric, pol)
+    out = {"type": "conclusion", "kind": "bisect", "good": good.name, "bad": bad.name, "metric": metric,
+           "primary_metric": s.metric, "followed": why, "endpoint": endpoint.to_dict()}
+    cands = bis.candidates_between(good.pset.patches, bad.pset.patches)
+    placements: list[dict] = []
+    if endpoint.verdict != REGRESSION:
+        outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED else "no regression"
+        reason = (f"bad vs good on {metric}: {endpoint.verdict} ({endpoint.change * 100:+.1f}%)"
+                  + (f" {BUDGET_NOTE}" if budget.exhausted or endpoint.verdict not in DECIDED else ""))
+        res = bis.BisectResult(candidates=cands, outcome=outcome, reason=reason)
+    else:
+        def place(patches: tuple[str, ...], role: str) -> Place:
+            arm = make_arm(patches, role)
+            budget.run(lambda: ensure(lab, [arm], pol.initial))
+            budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
+            pl: Placement = place_probe(lab.medians(good, metric), lab.medians(bad, metric),
+                                        lab.medians(arm, metric), metric, pol)
+            placements.append({"arm": arm.name, "key": arm.key, "patches": list(arm.pset.patches), "role": role,
+                               "starts": lab.n_starts(arm), **pl.to_dict()})
+            return pl.place
+
+        res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents)
+        if res.outcome == bis.CANNOT_TELL and budget.exhausted:
+            res.reason += f" ({BUDGET_NOTE})"
+    out.update({"outcome": res.outcome, "culprit": res.culprit, "partner": res.partner, "suspect": res.suspect,
+                "reason": res.reason, "candidates": list(cands), "probes": placements,
+                "max_search_probes": res.max_search_probes(), "budget_exhausted": budget.exhausted,
+                "budget_message": budget.message})
+    return out

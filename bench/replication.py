@@ -1,0 +1,130 @@
+"""Adaptive replication: which arms get another server start, and when to stop.
+
+A plan (ab, ablate, bisect: bench/plans.py) states what it needs to know as comparisons; this module measures
+every arm `initial` times, interleaved round by round, then adds one start to each arm of every comparison that
+is still undecided (the arm with fewer starts, or both when equal: the interval narrows fastest that way),
+again interleaved, until every comparison is decided, the arms reach `max_starts`, or the time budget ends
+(BudgetExhausted from the lab). Then an undecided comparison is reported as "cannot tell at this budget":
+never as a change.
+
+A lab is where starts happen: bench.runner.StoreLab starts real servers and keeps every start in the JSONL
+store; the CPU tests use a simulated lab. Decisions read only what the lab returns, so replaying a plan over a
+store (--resume, --reuse) takes the same decisions and measures only what is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from .launcher import ArmSpec
+from .stats import DECIDED, MIN_STARTS, Comparison, compare_starts
+
+# (metric, label, lower is better): every metric a comparison reports; the primary one is chosen per run
+METRICS = (
+    ("step_ms_b1", "step ms (batch 1)", True),
+    ("step_ms_bc", "step ms (concurrent)", True),
+    ("tok_s_b1", "tok/s (batch 1)", False),
+    ("tok_s_bc", "tok/s (concurrent)", False),
+    ("eagle_step_ms_b1", "EAGLE step p50 ms (b1)", True),
+    ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
+    ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),
+    ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True),
+    # oea_topk's SGLANG_OEA_STATS: fewer distinct experts per routing call is what OEA is for
+    ("oea_distinct_experts_b1", "distinct experts / routing call (b1)", True),
+    ("oea_distinct_experts_bc", "distinct experts / routing call (concurrent)", True),
+)
+LABELS = {m: label for m, label, _ in METRICS}
+PHASES = ("eagle_draft_ms_b1", "eagle_verify_ms_b1", "eagle_draft_extend_ms_b1")
+
+
+def lower_is_better(metric: str) -> bool:
+    return not metric.startswith("tok_s")
+
+
+class Lab(Protocol):
+    def n_starts(self, arm: ArmSpec) -> int: ...
+
+    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
+        """One value per completed start of the arm (the median of its repetitions); starts without it dropped."""
+        ...
+
+    def add_starts(self, arms: Sequence[ArmSpec]) -> None:
+        """One more start of each arm, in this order; BudgetExhausted when the budget cannot take the next."""
+        ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    initial: int = MIN_STARTS  # starts per arm before the first look
+    max_starts: int = 8  # per arm: past it a comparison stays "cannot tell"
+    confidence: float = 0.95
+    min_effect: float = 0.02
+
+
+def compare(lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None) -> Comparison:
+    return compare_starts(
+        lab.medians(ref, metric),
+        lab.medians(arm, metric),
+        metric=metric,
+        lower_is_better=lower_is_better(metric),
+        confidence=policy.confidence if confidence is None else confidence,
+        min_effect=policy.min_effect,
+    )
+
+
+def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:
+    seen: set[str] = set()
+    out = []
+    for a in arms:
+        if a.key not in seen:
+            seen.add(a.key)
+            out.append(a)
+    return out
+
+
+def ensure(lab: Lab, arms: Sequence[ArmSpec], n: int) -> None:
+    """Every arm measured at least n times, one round at a time (A B C A B C ...)."""
+    arms = _unique(arms)
+    while True:
+        short = [a for a in arms if lab.n_starts(a) < n]
+        if not short:
+            return
+        lab.add_starts(short)
+
+
+def smaller_sides(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], policy: Policy) -> list[ArmSpec]:
+    """The arms to add a start to for these undecided pairs: each pair's arm with fewer starts (both if equal)."""
+    out: list[ArmSpec] = []
+    for ref, arm in pairs:
+        # an arm at max_starts is named too when both are: replicate_until then sees nothing can take more
+        sides = [a for a in (ref, arm) if lab.n_starts(a) < policy.max_starts] or [ref, arm]
+        least = min(lab.n_starts(a) for a in sides)
+        out += [a for a in sides if lab.n_starts(a) == least]
+    return _unique(out)
+
+
+def replicate_until(lab: Lab, policy: Policy, needs: Callable[[], list[ArmSpec]]) -> bool:
+    """Add starts to what `needs()` names until it names nothing (True) or nothing can take more (False).
+
+    BudgetExhausted from the lab propagates: the plan turns it into "cannot tell at this budget".
+    """
+    while True:
+        asked = needs()
+        if not asked:
+            return True
+        want = [a for a in _unique(asked) if lab.n_starts(a) < policy.max_starts]
+        if not want:
+            return False
+        lab.add_starts(want)
+
+
+def decide_pairs(lab: Lab, policy: Policy, pairs: Sequence[tuple[ArmSpec, ArmSpec]], metric: str) -> bool:
+    """Replicate until every pair is decided on `metric` (True) or cannot be at max_starts (False)."""
+
+    def needs() -> list[ArmSpec]:
+        open_ = [(r, a) for r, a in pairs if compare(lab, r, a, metric, policy).verdict not in DECIDED]
+        return smaller_sides(lab, open_, policy)
+
+    ensure(lab, [x for p in pairs for x in p], policy.initial)
+    return replicate_until(lab, policy, needs)

@@ -1,0 +1,176 @@
+"""A simulated lab: servers whose starts vary the way real ones do, with regressions planted where we choose.
+
+The plans (bench.plans) run against it exactly as against real servers, so their error rates can be measured
+on the CPU: how often a null comparison names a culprit, how often a planted regression is named (and the
+right one), how many starts that takes. `python -m bench simulate` prints those rates for noise you give it
+(e.g. the start-to-start CV a real run reported), which is also how to choose --max-starts for a budget.
+
+Model of one start of a set S (all multiplicative, per metric):
+  true level  = base[metric] * prod(effect of each planted patch in S on metric)
+  start level = true level * start noise    lognormal(start_cv), or bimodal: x (1 + shift) with probability p
+  repetition  = start level * lognormal(rep_cv)
+A plant is (patches that must all be present, {metric: factor}); several metrics per plant model a regression
+that shows in one phase only, or a GPU delay whose phase grows while the next one shrinks and the step holds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .launcher import ArmSpec
+from .sets import PatchSet
+
+BASE = {
+    "step_ms_b1": 4.0,
+    "step_ms_bc": 5.0,
+    "tok_s_b1": 240.0,
+    "tok_s_bc": 1400.0,
+    "eagle_step_ms_b1": 3.0,
+    "eagle_draft_ms_b1": 1.0,
+    "eagle_verify_ms_b1": 1.6,
+    "eagle_draft_extend_ms_b1": 0.7,
+}
+
+
+@dataclass(frozen=True)
+class Plant:
+    needs: frozenset[str]  # all of these in the set (two names: an interaction)
+    effect: dict[str, float]  # metric -> factor; step slowdowns also lower tok/s (see host_bound)
+    intermittent: float = 1.0  # probability that a start of a set carrying it shows the effect
+
+
+def host_slowdown(patch: str, rel: float, phase: str = "eagle_verify_ms_b1") -> Plant:
+    """A host-side delay in one phase: the step, that phase and tok/s all move."""
+    return Plant(frozenset({patch}), {"step_ms_b1": 1 + rel, "step_ms_bc": 1 + rel * 0.8, "eagle_step_ms_b1": 1 + rel,
+                                      phase: 1 + rel * 3, "tok_s_b1": 1 / (1 + rel), "tok_s_bc": 1 / (1 + rel * 0.8)})
+
+
+def gpu_hidden(patch: str, rel: float) -> Plant:
+    """A GPU-side delay in verify on a host-bound step: verify grows, draft-extend shrinks, the step holds."""
+    return Plant(frozenset({patch}), {"eagle_verify_ms_b1": 1 + rel, "eagle_draft_extend_ms_b1": 1 - rel})
+
+
+@dataclass
+class World:
+    plants: Sequence[Plant] = ()
+    start_cv: float = 0.01
+    rep_cv: float = 0.01
+    bimodal_p: float = 0.0  # probability of the slow mode per start
+    bimodal_shift: float = 0.0
+    reps: int = 5
+    base: dict[str, float] = field(default_factory=lambda: dict(BASE))
+
+    def active(self, patches: Sequence[str], rng: random.Random) -> list[Plant]:
+        """The plants this start shows (an intermittent one only in some starts)."""
+        return [p for p in self.plants if p.needs <= set(patches) and rng.random() < p.intermittent]
+
+
+class SimLab:
+    """bench.replication.Lab over World; also keeps every repetition (for comparing with the old method)."""
+
+    def __init__(self, world: World, seed: int = 0, max_total_starts: int | None = None):
+        self.world = world
+        self.rng = random.Random(seed)
+        self.starts: dict[str, list[dict[str, list[float]]]] = {}
+        self.order: list[str] = []  # arm keys in the order their starts ran
+        self.max_total = max_total_starts
+
+    def n_starts(self, arm: ArmSpec) -> int:
+        return len(self.starts.get(arm.key, []))
+
+    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
+        return [statistics.median(s[metric]) for s in self.starts.get(arm.key, []) if s.get(metric)]
+
+    def reps(self, arm: ArmSpec, metric: str) -> list[float]:
+        return [x for s in self.starts.get(arm.key, []) for x in s.get(metric, [])]
+
+    def add_starts(self, arms: Sequence[ArmSpec]) -> None:
+        from .errors import BudgetExhausted
+
+        for arm in arms:
+            if self.max_total is not None and len(self.order) >= self.max_total:
+                raise BudgetExhausted(f"simulated budget of {self.max_total} starts used")
+            self.starts.setdefault(arm.key, []).append(self._one(arm.pset.patches))
+            self.order.append(arm.key)
+
+    def _one(self, patches: Sequence[str]) -> dict[str, list[float]]:
+        w, rng = self.world, self.rng
+        shared = math.exp(rng.gauss(0, w.start_cv))
+        if w.bimodal_p and rng.random() < w.bimodal_p:
+            shared *= 1 + w.bimodal_shift
+        active = w.active(patches, rng)
+        out = {}
+        for m, level in w.base.items():
+            f = math.prod(p.effect.get(m, 1.0) for p in active)
+            start_level = level * f * (shared if not m.startswith("tok_s") else 1 / shared)
+            out[m] = [start_level * math.exp(rng.gauss(0, w.rep_cv)) for _ in range(w.reps)]
+        return out
+
+
+def sim_arm(name: str, patches: Sequence[str]) -> ArmSpec:
+    patches = tuple(patches)
+    return ArmSpec(name, PatchSet(",".join(patches) or "none", patches))
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("simulate", help="error rates of bisect on simulated servers (CPU; choose budgets)")
+    p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--candidates", type=int, default=3, help="patches between good and bad")
+    p.add_argument("--effect", type=float, default=0.05, help="planted step-time regression (0 = a null run)")
+    p.add_argument("--start-cv", type=float, default=0.01)
+    p.add_argument("--rep-cv", type=float, default=0.01)
+    p.add_argument("--bimodal-p", type=float, default=0.0)
+    p.add_argument("--bimodal-shift", type=float, default=0.0)
+    p.add_argument("--initial", type=int, default=3)
+    p.add_argument("--max-starts", type=int, default=8)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--min-effect", type=float, default=0.02)
+    p.set_defaults(func=_cli)
+
+
+def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, settings) -> dict:
+    """Run bench.plans.run_bisect `trials` times; count named / right / wrong culprits and starts used."""
+    from .plans import run_bisect
+
+    good_p = ("g",)
+    cands = [f"p{i}" for i in range(n_cands)]
+    out = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "starts": []}
+    for t in range(trials):
+        lab = SimLab(world_of(t), seed=t)
+        res = run_bisect(lab, sim_arm("good", good_p), sim_arm("bad", good_p + tuple(cands)),
+                         lambda patches, role: sim_arm(role, patches), lambda name: set(), settings)
+        named = res["culprit"]
+        if named is None:
+            out["none"] += 1
+        elif named == culprit:
+            out["right"] += 1
+        else:
+            out["wrong"] += 1
+        out["starts"].append(len(lab.order))
+    out["median_starts"] = statistics.median(out["starts"])
+    return out
+
+
+def _cli(a) -> int:
+    from .plans import Settings
+    from .replication import Policy
+
+    settings = Settings(Policy(a.initial, a.max_starts, a.confidence, a.min_effect))
+    culprit = f"p{a.candidates - 1}" if a.effect else None
+    plants = [host_slowdown(culprit, a.effect)] if culprit else []
+
+    def world(_t: int) -> World:
+        return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift)
+
+    r = bisect_rates(world, a.candidates, culprit, a.trials, settings)
+    print(f"bisect over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% "
+          f"(start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
+          f"shift {a.bimodal_shift * 100:+.0f}%), {a.trials} trials:")
+    print(f"  right culprit {r['right']} ({r['right'] / a.trials:.1%}), wrong culprit {r['wrong']} "
+          f"({r['wrong'] / a.trials:.1%}), none named {r['none']} ({r['none'] / a.trials:.1%}); "
+          f"median server starts {r['median_starts']:.0f} (max {max(r['starts'])})")
+    return 0

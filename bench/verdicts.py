@@ -1,0 +1,123 @@
+"""Every metric of a comparison in one table, the flags a reader must not miss, and where a bisect probe lies.
+
+What a phase span measures (eagle_profiling): CUDA events recorded on the stream before and after the draft,
+verify and draft-extend phases, so a span is the time between the GPU *reaching* the first event and reaching
+the second. It includes the GPU's idle gaps while it waits for the host to enqueue the phase's kernels. On a
+host-bound step (the tiny model: GPU busy about 9% of a step) a GPU-side slowdown in one phase lengthens that
+phase's span while the host keeps running ahead, so the next phase's kernels are already queued when the GPU
+gets there and its span *shrinks*; the step time, set by the host, may not move at all. Hence the flags: a
+phase that moved while the step did not, and phases that moved in opposite directions, are shown beside the
+verdict on the primary metric, never averaged into it.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .launcher import ArmSpec
+from .replication import LABELS, METRICS, PHASES, Lab, Policy, compare
+from .stats import IMPROVEMENT, MIN_STARTS, REGRESSION, Comparison, clean, compare_starts, log_contrast
+
+
+def all_metrics(lab: Lab, ref: ArmSpec, arm: ArmSpec, policy: Policy, confidence: float | None = None) -> list[Comparison]:
+    """One comparison per metric that both arms have."""
+    out = []
+    for m, _, _ in METRICS:
+        if lab.medians(ref, m) and lab.medians(arm, m):
+            out.append(compare(lab, ref, arm, m, policy, confidence))
+    return out
+
+
+def pct(c: Comparison) -> str:
+    ci = "" if math.isnan(c.low) else f" [{c.low * 100:+.1f}, {c.high * 100:+.1f}]"
+    return f"{c.change * 100:+.1f}%{ci}"
+
+
+def flags(rows: Sequence[Comparison]) -> list[str]:
+    """What the reader of a comparison must not miss beside its verdict."""
+    by = {c.metric: c for c in rows}
+    moved = {REGRESSION, IMPROVEMENT}
+    out = []
+    step = by.get("step_ms_b1")
+    for m in PHASES:
+        c = by.get(m)
+        if c is None or c.verdict not in moved:
+            continue
+        if step is not None and step.verdict not in moved:
+            out.append(
+                f"{LABELS[m]} moved ({c.verdict}, {pct(c)}) while step ms (batch 1) did not ({step.verdict}, "
+                f"{pct(step)}): the change is in that phase's GPU span; a host-bound step can hide it"
+            )
+    ups = [m for m in PHASES if m in by and by[m].verdict == REGRESSION]
+    downs = [m for m in PHASES if m in by and by[m].verdict == IMPROVEMENT]
+    if ups and downs:
+        out.append(
+            "phases moved in opposite directions ("
+            + ", ".join(f"{LABELS[m]} {pct(by[m])}" for m in ups + downs)
+            + "): a phase span includes GPU idle time waiting for the host, so a GPU-side delay in one phase "
+            "shortens the next one's span; read the phase that grew"
+        )
+    return out
+
+
+class Place(str, enum.Enum):
+    GOOD = "good"  # the probe carries none of the regression (nearer good, with confidence)
+    BAD = "bad"  # it carries the regression (nearer bad, with confidence)
+    BETWEEN = "between"  # clearly away from both: part of the regression, the rest elsewhere
+    OPEN = "undecided"  # not yet: more starts of the probe or the references may decide
+
+
+@dataclass(frozen=True)
+class Placement:
+    place: Place
+    vs_good: Comparison
+    vs_bad: Comparison
+    toward_bad: float  # (log P - log G) / (log B - log G): 0 = good, 1 = bad (NaN without data)
+    contrast_low: float  # interval of log P - (log G + log B) / 2, in B's direction
+    contrast_high: float
+
+    def to_dict(self) -> dict:
+        return {
+            "place": self.place.value,
+            "vs_good": self.vs_good.to_dict(),
+            "vs_bad": self.vs_bad.to_dict(),
+            "toward_bad": self.toward_bad,
+            "contrast_low": self.contrast_low,
+            "contrast_high": self.contrast_high,
+        }
+
+
+def place_probe(good: Sequence[float], bad: Sequence[float], probe: Sequence[float], metric: str, policy: Policy) -> Placement:
+    """Where a probe's start medians lie between the good and the bad references.
+
+    BAD / GOOD: the interval of log P - (log G + log B)/2 (Welch-Satterthwaite) lies wholly on bad's / good's
+    side of the midpoint; BETWEEN: P is beyond the minimum effect from both references (worse than good,
+    better than bad). A probe must be nearer one reference with confidence before it steers the bisection.
+    """
+    from .replication import lower_is_better
+
+    lib = lower_is_better(metric)
+    kw = dict(metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect)
+    vg, vb = compare_starts(good, probe, **kw), compare_starts(bad, probe, **kw)
+    g, b, p = clean(good), clean(bad), clean(probe)
+    nan = math.nan
+    if min(len(g), len(b), len(p)) < MIN_STARTS:
+        return Placement(Place.OPEN, vg, vb, nan, nan, nan)
+    lg, lb, lp = (sum(math.log(x) for x in xs) / len(xs) for xs in (g, b, p))
+    span = lb - lg
+    toward = (lp - lg) / span if span else nan
+    con = log_contrast([p, g, b], [1.0, -0.5, -0.5], policy.confidence)
+    sign = 1.0 if span >= 0 else -1.0
+    low, high = sorted((sign * con.low, sign * con.high))
+    if vg.verdict == REGRESSION and vb.verdict == IMPROVEMENT:
+        place = Place.BETWEEN
+    elif low > 0:
+        place = Place.BAD
+    elif high < 0:
+        place = Place.GOOD
+    else:
+        place = Place.OPEN
+    return Placement(place, vg, vb, toward, low, high)

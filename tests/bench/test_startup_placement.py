@@ -1,0 +1,86 @@
+"""Where start-up seconds go (a real SGLang log's shape), CPU placement of a server's processes, the simulator CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from bench import placement, startup
+from bench.cli import main
+
+# lines as SGLang 0.5.17 writes them (model_runner.py, cuda_graph_setup.py, eagle_worker_v2.py, http_server.py)
+LOG = """\
+[2026-12-01 10:00:03] server_args=ServerArgs(model_path='/tmp/tiny/target', ...)
+[2026-12-01 10:00:09 TP0] Init torch distributed begin.
+[2026-12-01 10:00:10 TP0] Init torch distributed ends. elapsed=0.42 s, mem usage=0.09 GB
+[2026-12-01 10:00:10 TP0] Load weight begin. avail mem=138.12 GB
+[2026-12-01 10:00:12 TP0] Load weight end. elapsed=1.73 s, type=DeepseekV3ForCausalLM, avail mem=136.70 GB, mem usage=1.42 GB.
+[2026-12-01 10:00:14 TP0] Capture target prefill CUDA graph begin. backend=breakable, num_tokens=[4, 8], avail mem=50.1 GB
+[2026-12-01 10:00:38 TP0] Capture target prefill CUDA graph end. elapsed=23.80 s, mem usage=0.50 GB, avail mem=49.6 GB.
+[2026-12-01 10:00:38 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=49.6 GB
+[2026-12-01 10:00:44 TP0] Capture cuda graph end. elapsed=5.91 s, mem usage=0.30 GB, avail mem=49.3 GB.
+[2026-12-01 10:00:44 TP0] Capture draft decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8]
+[2026-12-01 10:00:52 TP0] Capture draft decode CUDA graph end. elapsed=8.02 s, mem usage=0.1 GB
+[2026-12-01 10:00:55] INFO:     Started server process [123]
+[2026-12-01 10:00:57] The server is fired up and ready to roll!
+"""
+
+
+def test_startup_breakdown_reads_phases_and_the_gaps_around_them():
+    t0 = time.mktime(time.strptime("2026-12-01 09:59:58", "%Y-%m-%d %H:%M:%S"))
+    b = startup.breakdown(LOG, launched_at=t0, ready_at=t0 + 60.0)
+    names = {p["name"]: p for p in b["phases"]}
+    assert set(names) == {"Init torch distributed", "Load weight", "Capture target prefill CUDA graph",
+                          "Capture cuda graph", "Capture draft decode CUDA graph"}
+    assert names["Capture target prefill CUDA graph"]["s"] == 23.8 and names["Load weight"]["how"] == "elapsed"
+    assert b["first_line_s"] == 5.0 and b["log_span_s"] == 54.0 and b["total_s"] == 60.0
+    assert b["unaccounted_s"] == pytest.approx(60.0 - (0.42 + 1.73 + 23.8 + 5.91 + 8.02))
+    # a phase without elapsed= is timed by its timestamps; a truncated log still gives its phases
+    b = startup.breakdown("[2026-12-01 10:00:00 TP0] Warmup begin.\n[2026-12-01 10:00:03 TP0] Warmup end.\n")
+    assert b["phases"] == [{"name": "Warmup", "s": 3.0, "how": "timestamps"}] and "log_span_s" not in b
+    assert startup.from_file("/nonexistent/log", None, None)["phases"] == []
+
+
+def test_spread_gives_the_scheduler_a_core_of_its_own():
+    groups = [[i, i + 8] for i in range(8)]  # 8 cores with hyper-thread siblings
+    plan = placement.assign(groups, {10: "scheduler", 11: "tokenizer", 12: "detokenizer", 13: "other"})
+    main_cpus, helpers = plan[10]
+    assert main_cpus == {1} and helpers == {2, 10}  # core 0 skipped; its sibling 9 left idle
+    assert plan[11] == plan[12] == ({3, 11}, {3, 11})
+    assert plan[13][0] == set(range(4, 8)) | set(range(12, 16))
+    assert all(9 not in cpus for pair in plan.values() for cpus in pair)
+    # two ranks: two core pairs
+    plan = placement.assign(groups, {10: "scheduler", 20: "scheduler", 11: "tokenizer"})
+    assert plan[10][0] == {1} and plan[20][0] == {3}
+    assert placement.assign([[0], [1]], {10: "scheduler"}) == "2 usable cores < 4 needed"
+
+
+def test_place_pins_every_thread_of_a_real_process_tree():
+    cpus = os.sched_getaffinity(0)
+    child = subprocess.Popen(["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 30'])
+    try:
+        time.sleep(0.2)
+        assert placement.role(child.pid) == "scheduler"
+        assert placement.descendants(os.getpid())[0] == os.getpid() and child.pid in placement.descendants(os.getpid())
+        done = placement.place(child.pid, "spread")
+        if len(placement.cores(cpus)) < 4:
+            assert done == {"mode": "spread", "skipped": f"{len(placement.cores(cpus))} usable cores < 4 needed"}
+        else:
+            got = os.sched_getaffinity(child.pid)
+            assert got == set(done["processes"][str(child.pid)]["main"]) and len(got) == 1
+        assert placement.place(child.pid, "none") == {"mode": "none"}
+        # the pinning itself, on any machine (the spread plan needs 4+ cores)
+        assert placement.pin_process(child.pid, {min(cpus)}) == 1
+        assert os.sched_getaffinity(child.pid) == {min(cpus)}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_simulate_prints_the_error_rates(capsys):
+    assert main(["simulate", "--trials", "20", "--effect", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "right culprit 20 (100.0%), wrong culprit 0 (0.0%)" in out and "median server starts" in out

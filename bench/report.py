@@ -304,6 +304,12 @@ def _startup(v: store.StoreView) -> list[str]:
             lines.append(f"| launch to the server's first log line (imports, tree switch) | {statistics.median(first):.1f} |")
         for name, xs in phases.items():
             lines.append(f"| {name} | {statistics.median(xs):.1f} |")
+    first_measured = next((u for u in units if u.startup.get("gaps")), None)
+    if first_measured is not None:
+        lines += ["", f"Longest silences in the server log of {first_measured.arm} start {first_measured.round + 1} "
+                  "(what SGLang does not bracket, e.g. a spawned process importing):", ""]
+        lines += [f"- {g['s']:.0f} s after `{g['after'][:90]}` until `{g['before'][:90]}`"
+                  for g in first_measured.startup["gaps"]]
     return lines + [""]
 
 

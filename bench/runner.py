@@ -39,6 +39,10 @@ PHASE_TIMING_ENV = {"SGLANG_EAGLE_PHASE_TIMING": "1"}
 # A fixed hash seed: set and dict iteration orders (and with them code paths and allocation order) then match
 # between starts; ASLR and the rest still vary, which is what several starts per arm are for.
 HASH_SEED_ENV = {"PYTHONHASHSEED": "0"}
+# Our SIGTERM reaches the scheduler first, so SGLang's tokenizer manager takes the stop for a crash and sleeps
+# 5 s "to let GPU activity settle" before py-spy and CUDA-coredump diagnostics (seen on every stop of the H200
+# record, 2026-12-01): that is stop time, not measured time.
+QUIET_STOP_ENV = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
 
 
 @dataclass
@@ -201,6 +205,7 @@ class Runner:
         env = dict(os.environ)
         env.update(STEP_TIME_ENV)
         env.update(HASH_SEED_ENV)
+        env.update(QUIET_STOP_ENV)
         if self.cfg.phase_timing:
             env.update(PHASE_TIMING_ENV)
             # The timer's window (default 1000 steps) would mix the b1 and concurrent phases: keep it shorter

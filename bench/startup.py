@@ -40,6 +40,7 @@ def breakdown(log_text: str, launched_at: float | None = None, ready_at: float |
     lines = parse(log_text)
     phases: list[dict] = []
     open_: dict[str, float] = {}
+    seen: dict[str, int] = {}
     for ts, msg in lines:
         m = _EDGE.match(msg)
         if not m:
@@ -49,14 +50,17 @@ def breakdown(log_text: str, launched_at: float | None = None, ready_at: float |
             open_[what] = ts
             continue
         el = _ELAPSED.search(msg)
+        # the target's and then the draft's model runner log the same names: number the repeats
+        seen[what] = seen.get(what, 0) + 1
+        name = what if seen[what] == 1 else f"{what} #{seen[what]}"
         if el:
-            phases.append({"name": what, "s": float(el.group(1)), "how": "elapsed"})
+            phases.append({"name": name, "s": float(el.group(1)), "how": "elapsed"})
         elif what in open_:
-            phases.append({"name": what, "s": ts - open_[what], "how": "timestamps"})
+            phases.append({"name": name, "s": ts - open_[what], "how": "timestamps"})
         open_.pop(what, None)
     first = lines[0][0] if lines else None
     ready = next((ts for ts, msg in lines if msg.startswith(READY)), None)
-    out: dict = {"phases": phases}
+    out: dict = {"phases": phases, "gaps": gaps(lines)}
     if first is not None and ready is not None:
         out["log_span_s"] = ready - first
     if launched_at is not None and first is not None:
@@ -65,6 +69,19 @@ def breakdown(log_text: str, launched_at: float | None = None, ready_at: float |
         out["total_s"] = ready_at - launched_at
         out["unaccounted_s"] = out["total_s"] - sum(p["s"] for p in phases)
     return out
+
+
+def gaps(lines: list[tuple[float, str]], n: int = 5, at_least: float = 2.0) -> list[dict]:
+    """The longest silences between consecutive log lines up to the server being ready, with the lines around
+    them: the phases SGLang does not bracket (a spawned scheduler importing sglang before its first line took
+    28 of a 76 s warm start on the H200) show up here."""
+    out = []
+    for (t0, before), (t1, after) in zip(lines, lines[1:]):
+        if before.startswith(READY):
+            break
+        if t1 - t0 >= at_least:
+            out.append({"s": t1 - t0, "after": before[:160], "before": after[:160]})
+    return sorted(out, key=lambda g: -g["s"])[:n]
 
 
 def from_file(path: str | Path, launched_at: float | None, ready_at: float | None) -> dict:

@@ -38,6 +38,9 @@ def test_startup_breakdown_reads_phases_and_the_gaps_around_them():
     assert names["Capture target prefill CUDA graph"]["s"] == 23.8 and names["Load weight"]["how"] == "elapsed"
     assert b["first_line_s"] == 5.0 and b["log_span_s"] == 54.0 and b["total_s"] == 60.0
     assert b["unaccounted_s"] == pytest.approx(60.0 - (0.42 + 1.73 + 23.8 + 5.91 + 8.02))
+    # the silences SGLang does not bracket, longest first, up to the server being ready
+    assert [g["s"] for g in b["gaps"]] == [24.0, 8.0, 6.0, 6.0, 3.0]
+    assert b["gaps"][0]["after"].startswith("Capture target prefill CUDA graph begin")
     # a phase without elapsed= is timed by its timestamps; a truncated log still gives its phases
     b = startup.breakdown("[2026-12-01 10:00:00 TP0] Warmup begin.\n[2026-12-01 10:00:03 TP0] Warmup end.\n")
     assert b["phases"] == [{"name": "Warmup", "s": 3.0, "how": "timestamps"}] and "log_span_s" not in b

@@ -3,6 +3,8 @@
 # --time-budget; results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
 #
 # Issue 12 (the start is the unit; adaptive starts; throwaway first start; confirmation before a culprit):
+#   importtime   what the 51 s of two processes importing sglang are: python -X importtime of the scheduler's
+#                imports, from /tmp/site and from a copy in /dev/shm (is it the disk?)
 #   cold         the machine's first start (FlashInfer JIT, Triton, graph capture): its seconds, recorded
 #   oldargs      one warm start with the graph arguments of the earlier records: the "before" of the start time
 #   variance     one set, three arms (CPU placement spread twice: a null pair; none): start-to-start CV
@@ -16,7 +18,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -71,6 +73,19 @@ one_start() {  # NAME EXTRA_BENCH_ARGS... -- SERVER_ARGS...
     ${DRY:+--dry-run} --out "$OUT/startup/$name" "$@"
 }
 case "$step" in
+  importtime)
+    [ -n "${DRY:-}" ] && { echo "importtime: no server"; exit 0; }
+    mkdir -p "$OUT/importtime"
+    imp="import sglang.launch_server, sglang.srt.managers.scheduler"
+    for i in 1 2; do  # the first pass may still write bytecode
+      TIMEFORMAT="site pass $i: %R s wall"
+      time $PY -X importtime -c "$imp" 2> "$OUT/importtime/site-$i.txt" || true
+    done
+    rm -rf /dev/shm/site && cp -a "$SGL_TREE" /dev/shm/site
+    TIMEFORMAT="same imports from /dev/shm: %R s wall"
+    time env PYTHONPATH=/dev/shm/site $PY -X importtime -c "$imp" 2> "$OUT/importtime/shm.txt" || true
+    # the 25 slowest modules (cumulative microseconds) of the second pass
+    sort -t'|' -k2 -n -r "$OUT/importtime/site-2.txt" | head -25 | tee "$OUT/importtime/top25.txt" ;;
   cold)
     # the machine's first start (FlashInfer JIT, Triton, page cache): what a throwaway start absorbs
     one_start cold --no-warmup-start -- "${SA[@]}" ;;

@@ -14,8 +14,8 @@ from bench.tinymodel import TinyModelSpec, write_model_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_runs.sh"
-# oea has no server and no dry run: it is the stand-alone kernel benchmark (tests/bench/test_oea_micro.py)
-NO_DRY_RUN = {"oea"}
+# oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
+NO_DRY_RUN = {"oea", "importtime"}
 
 
 def _steps() -> list[str]:

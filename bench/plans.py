@@ -9,6 +9,7 @@ when only one mode was asked for.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -177,8 +178,9 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
     placements: list[dict] = []
     if endpoint.verdict != REGRESSION:
         outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED else "no regression"
-        reason = (f"bad vs good on {metric}: {endpoint.verdict} ({endpoint.change * 100:+.1f}%)"
-                  + (f" {BUDGET_NOTE}" if budget.exhausted or endpoint.verdict not in DECIDED else ""))
+        measured = "" if math.isnan(endpoint.change) else f" ({endpoint.change * 100:+.1f}%)"
+        reason = (f"bad vs good on {metric}: {endpoint.verdict}{measured} after {endpoint.n_ref} and "
+                  f"{endpoint.n_arm} starts" + (f" {BUDGET_NOTE}" if budget.exhausted or endpoint.verdict not in DECIDED else ""))
         res = bis.BisectResult(candidates=cands, outcome=outcome, reason=reason)
     else:
         def place(patches: tuple[str, ...], role: str) -> Place:

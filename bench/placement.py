@@ -106,21 +106,26 @@ def _pin(pid: int, cpus: set[int], others: set[int] | None = None) -> int:
 def assign(groups: list[list[int]], procs: dict[int, str]) -> dict[int, tuple[set[int], set[int]]] | str:
     """pid -> (CPUs of its main thread, CPUs of its other threads) for `spread`, or why it cannot be done.
 
-    groups: the usable CPUs by physical core; procs: pid -> role (bench.placement.role).
+    groups: the usable CPUs by physical core; procs: pid -> role (bench.placement.role). A scheduler's main
+    thread gets a core alone; its other threads (about 70 on 0.5.17, the overlap scheduler's forward thread
+    among them) two cores where there are enough, one otherwise; the tokenizer and detokenizer likewise.
     """
     if len(groups) > 4:
         groups = groups[1:]  # core 0 takes most interrupts and housekeeping
     scheds = sorted(p for p, r in procs.items() if r == "scheduler")
-    need = 2 * len(scheds) + 2
+    wide = len(groups) >= 3 * len(scheds) + 3  # room for 2 helper cores per rank, 2 front cores and the rest
+    per_rank, front_n = (3, 2) if wide else (2, 1)
+    need = per_rank * len(scheds) + front_n + 1
     if len(groups) < need:
         return f"{len(groups)} usable cores < {need} needed"
     plan: dict[int, tuple[set[int], set[int]]] = {}
     it = iter(groups)
     for s in scheds:
-        main_core, helper_core = next(it), next(it)
+        main_core = next(it)
+        helpers = {c for _ in range(per_rank - 1) for c in next(it)}
         # the hot thread alone on one logical CPU; its hyper-thread sibling stays idle
-        plan[s] = ({main_core[0]}, set(helper_core))
-    front = set(next(it))
+        plan[s] = ({main_core[0]}, helpers)
+    front = {c for _ in range(front_n) for c in next(it)}
     rest = {c for g in it for c in g}
     for p, r in procs.items():
         if r in ("tokenizer", "detokenizer"):

@@ -51,13 +51,16 @@ def test_spread_gives_the_scheduler_a_core_of_its_own():
     groups = [[i, i + 8] for i in range(8)]  # 8 cores with hyper-thread siblings
     plan = placement.assign(groups, {10: "scheduler", 11: "tokenizer", 12: "detokenizer", 13: "other"})
     main_cpus, helpers = plan[10]
-    assert main_cpus == {1} and helpers == {2, 10}  # core 0 skipped; its sibling 9 left idle
-    assert plan[11] == plan[12] == ({3, 11}, {3, 11})
-    assert plan[13][0] == set(range(4, 8)) | set(range(12, 16))
+    assert main_cpus == {1} and helpers == {2, 10, 3, 11}  # core 0 skipped; 1's sibling 9 left idle
+    assert plan[11] == plan[12] == ({4, 12, 5, 13}, {4, 12, 5, 13})
+    assert plan[13][0] == {6, 7, 14, 15}
     assert all(9 not in cpus for pair in plan.values() for cpus in pair)
-    # two ranks: two core pairs
+    # the H200 machine: 16 vCPUs, one thread per core
+    plan = placement.assign([[i] for i in range(16)], {10: "scheduler", 11: "tokenizer", 13: "other"})
+    assert plan[10] == ({1}, {2, 3}) and plan[11][0] == {4, 5} and plan[13][0] == set(range(6, 16))
+    # two ranks on 8 cores: narrow (one helper core each)
     plan = placement.assign(groups, {10: "scheduler", 20: "scheduler", 11: "tokenizer"})
-    assert plan[10][0] == {1} and plan[20][0] == {3}
+    assert plan[10] == ({1}, {2, 10}) and plan[20][0] == {3}
     assert placement.assign([[0], [1]], {10: "scheduler"}) == "2 usable cores < 4 needed"
 
 

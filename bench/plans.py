@@ -174,7 +174,7 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
     endpoint = compare(lab, good, bad, metric, pol)
     out = {"type": "conclusion", "kind": "bisect", "good": good.name, "bad": bad.name, "metric": metric,
            "primary_metric": s.metric, "followed": why, "endpoint": endpoint.to_dict()}
-    cands = bis.candidates_between(good.pset.patches, bad.pset.patches)
+    cands = bis.candidates_between(good.pset.patches, bad.pset.patches, dependents)
     placements: list[dict] = []
     if endpoint.verdict != REGRESSION:
         outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED else "no regression"

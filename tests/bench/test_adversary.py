@@ -345,10 +345,12 @@ def test_a_patch_that_requires_a_later_candidate_does_not_hide_the_culprit():
     """p0 requires p2 (the manifest does not order requirements first) and p2 is the culprit. Every probe is
     closed over requires as `make_arm` does, so 'good + prefix 1' really carries p0 and p2.
 
-    # FINDING: 100% 'inconsistent: another candidate causes the same regression (redundant culprits)', p2 never
-    # named (deterministic: the search blames p0 since prefix {p0} is closed to {p0, p2}; bad - p0 keeps p2).
-    # Fix (small): search the candidates in an order where each patch's requirements come first.
+    # FINDING (fixed on this branch: bisect.candidates_between puts each patch after the candidates it
+    # requires): at b787d21 100% 'inconsistent: another candidate causes the same regression (redundant
+    # culprits)' and p2 never named -- the search blamed p0, as prefix {p0} is closed to {p0, p2}, and bad - p0
+    # keeps p2.
     """
+    assert bis.candidates_between(GOOD, GOOD + ("p0", "p1", "p2"), _closure_of({"p0": {"p2"}})[1]) == ("p1", "p2", "p0")
     close, deps = _closure_of({"p0": {"p2"}})
     order = ("p0", "p1", "p2")
 
@@ -480,9 +482,10 @@ def test_ablate_does_not_buy_starts_for_a_verdict_its_finding_ignores(mode):
 
     # FINDING: 6 patches, +5% on p2, start cv 1%, 30 seeds: 317 starts (10.6 a run) in leave-out mode and 360
     # (12.0 a run) in alone mode went to the no-effect patches' 'same', printed as 'cannot tell'; a leave-out
-    # run takes a median 50.5 starts against 27 for 3 per arm plus the confirmation. Fix: either report 'no effect when left out (alone not measured)' for a decided 'same', or stop
-    # replicating a one-sided comparison once it rules out the change that would trigger a confirmation (one
-    # bound inside d: cheaper than 'same').
+    # run takes a median 50.5 starts against 27 for 3 per arm plus the confirmation. Fix: either report 'no
+    # effect when left out (alone not measured)' for a decided 'same', or stop replicating a one-sided
+    # comparison once it rules out the change that would trigger a confirmation (one bound inside d: cheaper
+    # than 'same').
     """
     cands = tuple(f"p{i}" for i in range(6))
     w = AdvWorld(plants=[host_slowdown("p2", 0.05)], start_cv=0.01)
@@ -492,8 +495,9 @@ def test_ablate_does_not_buy_starts_for_a_verdict_its_finding_ignores(mode):
         res, lab = _ablate(w, t, cands, mode)
         assert res["culprits"] in ([], ["p2"])
         for r in res["patches"]:
-            arm = sim_arm(f"-{r['patch']}" if side == "left_out" else f"+{r['patch']}",
-                          tuple(x for x in GOOD + cands if x != r["patch"]) if side == "left_out" else GOOD + (r["patch"],))
+            p = r["patch"]
+            arm = (sim_arm(f"-{p}", tuple(x for x in GOOD + cands if x != p)) if side == "left_out"
+                   else sim_arm(f"+{p}", GOOD + (p,)))
             if r[side] == stats.SAME and r["finding"] == "cannot tell":
                 wasted += lab.n_starts(arm) - SETTINGS.policy.initial
     assert wasted == 0, f"{wasted} starts over 30 runs bought a 'same' that the finding ignores"
@@ -542,7 +546,8 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     # arm's fingerprint up front (sglang_overlay.fingerprint over the bench's manifest) and reuse/replay only
     # units whose recorded fingerprint matches.
     """
-    rc, out1, _ = e2e("before", "ab", ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET})
+    rc, out1, _ = e2e("before", "ab", ["--arms", "ref=full-planted", "slow=full"],
+                      {"costs": {"planted": 0.05}, **QUIET})
     assert rc == 0
     planted = e2e.manifest.parent / "overlay" / "python" / "sglang" / "srt" / "x_planted.py"
     planted.write_text("# planted, fixed\n")
@@ -575,7 +580,8 @@ def test_a_changed_plan_over_an_existing_run_dir_is_refused_or_reported_consiste
         return
     c = _last_conclusion(recs)["comparisons"][0]
     md = (out / "report.md").read_text()
-    row = next(ln for ln in md.splitlines() if ln.startswith(f"| ab | {c['ref']} | {c['arm']} | step ms (batch 1) (primary)"))
+    head = f"| ab | {c['ref']} | {c['arm']} | step ms (batch 1) (primary)"
+    row = next(ln for ln in md.splitlines() if ln.startswith(head))
     assert row.rstrip(" |").split("|")[-1].strip().strip("*") == c["verdict"], (row, c["verdict"])
 
 

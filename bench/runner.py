@@ -177,16 +177,31 @@ class Runner:
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
-        """Copy completed units measured under the same signature from other stores into this one."""
+        """Copy completed units measured under the same signature from other stores into this one.
+
+        Each imported unit gets the next free round of its arm: the view keeps one unit per (arm, round), so two
+        stores that both measured an arm would otherwise lose one store's starts. A start already here (a store
+        that itself reused another one given too) is imported once: counting it twice would fake replication.
+        """
+        have = store.view(store.read(self.cfg.store_path))
+        seen = {u.start_id for u in have.units.values()}
+        next_round: dict[str, int] = {}
+        for u in have.units.values():
+            next_round[u.arm_key] = max(next_round.get(u.arm_key, 0), u.round + 1)
         for path in self.cfg.reuse:
             recs = list(store.read(Path(path)))
             v = store.view(recs, signature=self.sig)
-            keep = {u.start_id for u in v.units.values()}
+            rounds: dict[str, int] = {}
+            for u in sorted(v.units.values(), key=lambda u: (u.arm_key, u.round)):
+                if u.start_id not in seen:
+                    seen.add(u.start_id)
+                    rounds[u.start_id] = next_round.get(u.arm_key, 0)
+                    next_round[u.arm_key] = rounds[u.start_id] + 1
             n = 0
             for r in recs:
-                if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in keep:
-                    store.append(self.cfg.store_path, {**r, "run_id": "reused", "signature": self.sig,
-                                                       "reused_from": str(path)})
+                if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in rounds:
+                    store.append(self.cfg.store_path, {**r, "round": rounds[r["start_id"]], "run_id": "reused",
+                                                       "signature": self.sig, "reused_from": str(path)})
                     n += r.get("type") == "unit_done"
             progress(f"reused {n} completed server start(s) from {path}")
 

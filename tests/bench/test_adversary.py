@@ -588,10 +588,10 @@ def test_a_changed_plan_over_an_existing_run_dir_is_refused_or_reported_consiste
 def test_reusing_two_stores_that_measured_the_same_arm_keeps_every_start(e2e):
     """Two earlier runs each measured base and base+beta 3 times; a third reuses both.
 
-    # FINDING: only 3 of the 6 reused starts per arm survive: _import_reused copies the records with their
-    # original round numbers and store.view keeps one unit per (arm, round), so the second store's starts are
-    # silently dropped and the plan starts servers for data it already has. Fix (small): renumber the imported
-    # units' rounds after those already in the store.
+    # FINDING (fixed on this branch: _import_reused renumbers rounds and imports each start once): at b787d21
+    # only 3 of the 6 reused starts per arm survived: the records kept their original round numbers and
+    # store.view keeps one unit per (arm, round), so the second store's starts were silently dropped and the
+    # plan started servers for data it already had.
     """
     from bench import store
 
@@ -604,6 +604,13 @@ def test_reusing_two_stores_that_measured_the_same_arm_keeps_every_start(e2e):
     keys = {u.arm_key for u in v.units.values()}
     assert len(keys) == 2
     assert all(len(v.units_of(k)) >= 6 for k in keys), {k: len(v.units_of(k)) for k in keys}
+    # a store that already holds another's starts (three reused one): each start is pooled once, not twice
+    _, _, recs = e2e("four", "ab", [*arms, "--reuse", str(out1 / "results.jsonl"), "--reuse",
+                                    str(out3 / "results.jsonl")], QUIET)
+    v = store.view(recs)
+    ids = [u.start_id for u in v.units.values()]
+    assert len(ids) == len(set(ids)) and all(len(v.units_of(k)) == 6 for k in keys), \
+        {k: len(v.units_of(k)) for k in keys}
 
 
 def test_reuse_never_pools_starts_measured_under_other_server_args_or_another_profile(e2e):

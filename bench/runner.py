@@ -81,6 +81,24 @@ class RunConfig:
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
+PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
+
+
+def plan_differences(prev_run: dict, plan: dict) -> list[str]:
+    """The plan fields of a stored run record that differ from `plan` (keys an older record lacks are skipped)."""
+    def norm(x):
+        return json.loads(json.dumps(x, sort_keys=True, default=str))
+
+    out = []
+    for k, v in plan.items():
+        if k == "config":
+            old = prev_run.get("config", {})
+            out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
+        elif k in prev_run and norm(prev_run[k]) != norm(v):
+            out.append(f"{k} differ" if k in ("arms", "comparisons") else f"{k} {prev_run[k]!r} -> {v!r}")
+    return out
+
+
 NCCL_ENV_MARK = "sglang-overlay nccl_env"
 
 
@@ -148,6 +166,13 @@ class Runner:
             if prev[0].get("signature") != self.sig:
                 raise RunAborted(f"{cfg.store_path} was measured under another configuration "
                                  f"(signature {prev[0].get('signature')} != {self.sig}); use a new --out")
+            differs = plan_differences(prev[0], self.plan(extra_run_fields))
+            if differs:
+                # One run dir, one plan: the report reads the first run record (arm names, alpha, min effect),
+                # so a second plan in it would print verdicts that contradict its own conclusion.
+                raise RunAborted(f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
+                                 f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
+                                 f"--reuse {cfg.store_path} --out NEW_DIR")
         else:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             (cfg.out_dir / "command.txt").write_text(
@@ -169,6 +194,15 @@ class Runner:
                    "comparisons": [list(c) for c in comparisons]}
         run_rec.update(extra_run_fields or {})
         store.append(cfg.store_path, run_rec)
+
+    def plan(self, extra_run_fields: dict | None) -> dict:
+        """What the plan's decisions depend on, in the run record's shape (the signature covers the measurement)."""
+        c = self.cfg
+        return {"kind": c.kind, "arms": [self.arm_record(a) for a in self.arms],
+                "comparisons": [list(x) for x in self.comparisons],
+                "config": {"initial_starts": c.initial_starts, "max_starts": c.max_starts, "metric": c.metric,
+                           "follow": c.follow, "confidence": c.confidence, "min_effect": c.min_effect},
+                **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA}}
 
     @staticmethod
     def arm_record(a: ArmSpec) -> dict:

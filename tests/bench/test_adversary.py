@@ -562,27 +562,43 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     ["--arms", "a=base", "b=base+planted", "--min-effect", "0.05"],  # the same arms, another minimum effect
     ["--arms", "a=base+planted", "b=base"],  # the arm names swapped
 ])
-def test_a_changed_plan_over_an_existing_run_dir_is_refused_or_reported_consistently(e2e, second):
+def test_a_changed_plan_over_an_existing_run_dir_is_refused_or_reported_consistently(e2e, second, capsys):
     """A second command with another plan into the same --out (not --resume): the run dir must either refuse it
     (exit 2) or write a report whose verdict table agrees with the conclusion it prints.
 
-    # FINDING: the report reads the first run record only (store.view's arm names, report.load_rows' config and
-    # comparisons): with --min-effect 0.05 the conclusion says 'same' and the table 'regression' (judged at the
-    # first run's 2%); with the names swapped the table compares base+planted against itself under the old
-    # names ('b vs a: regression' beside the conclusion's 'b vs a: improvement'). command.txt keeps the first
-    # command. Fix: refuse a different plan in a used run dir (point to --reuse), or render from the last run
-    # record and its arms.
+    # FINDING (fixed on this branch: the Runner refuses another plan in a used run dir, exit 2, and points to
+    # --resume / --reuse): at b787d21 the report read the first run record only (store.view's arm names,
+    # report.load_rows' config and comparisons): with --min-effect 0.05 the conclusion said 'same' and the table
+    # 'regression' (judged at the first run's 2%); with the names swapped the table said 'b vs a: regression'
+    # beside the conclusion's 'b vs a: improvement'; command.txt kept the first command.
     """
     rc, out, _ = e2e("run", "ab", ["--arms", "a=base", "b=base+planted"], {"costs": {"planted": 0.03}, **QUIET})
     assert rc == 0
+    capsys.readouterr()
     rc, out, recs = e2e("run", "ab", second, {"costs": {"planted": 0.03}, **QUIET})
     if rc == 2:
+        err = capsys.readouterr().err
+        assert "holds a run of another plan" in err and "--reuse" in err and "--resume" in err, err
+        assert not [r for r in recs if r["type"] == "conclusion"][1:]  # nothing measured or concluded
         return
     c = _last_conclusion(recs)["comparisons"][0]
     md = (out / "report.md").read_text()
     head = f"| ab | {c['ref']} | {c['arm']} | step ms (batch 1) (primary)"
     row = next(ln for ln in md.splitlines() if ln.startswith(head))
     assert row.rstrip(" |").split("|")[-1].strip().strip("*") == c["verdict"], (row, c["verdict"])
+
+
+def test_rerunning_the_same_plan_into_its_run_dir_continues_it(e2e):
+    """The same plan again (as gpu_runs.sh reruns a step: --reuse dropped, another --time-budget) is a resume,
+    not another plan: accepted, and nothing already measured is measured again."""
+    arms = ["--arms", "a=base", "b=base+beta"]
+    _, src, _ = e2e("src", "ab", arms, QUIET)
+    rc, _, recs = e2e("run", "ab", [*arms, "--reuse", str(src / "results.jsonl")], QUIET)
+    assert rc == 0
+    rc, _, recs2 = e2e("run", "ab", [*arms, "--time-budget", "600"], QUIET)
+    assert rc == 0
+    new = [r for r in recs2[len(recs):] if r["type"] == "unit_done" and not r["warmup_start"]]
+    assert new == []
 
 
 def test_reusing_two_stores_that_measured_the_same_arm_keeps_every_start(e2e):

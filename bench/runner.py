@@ -81,6 +81,27 @@ class RunConfig:
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def launch_fingerprinter(manifest: str | None):
+    """(patches, env profile) -> the fingerprint `apply.py launch` prints for them now (pin, the patches'
+    content, the profile): stored starts of an arm whose patch was edited since carry another one. None when the
+    manifest does not load here (then stored starts are taken as they are)."""
+    try:
+        from sglang_overlay.fingerprint import fingerprint
+        from sglang_overlay.manifest import load_manifest
+
+        m = load_manifest(manifest or "manifest.yaml")
+    except Exception:  # noqa: BLE001 - a launcher with its own manifest: nothing to compare against
+        return None
+
+    def fp(patches, profile) -> str | None:
+        try:
+            return fingerprint(m, list(patches), m.env_profile(profile) if profile else None)
+        except Exception:  # noqa: BLE001 - a patch or profile this manifest no longer has
+            return None
+
+    return fp
+
+
 PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
 
 
@@ -177,6 +198,14 @@ class Runner:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             (cfg.out_dir / "command.txt").write_text(
                 "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n")
+        self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
+        if resumed:
+            for u, now in self._stale(self.view()):
+                self.rec({"type": "stale", "start_id": u.start_id, "arm": u.arm, "arm_key": u.arm_key,
+                          "round": u.round, "fingerprint": u.fingerprint, "now": now})
+                progress(f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
+                         f"arm launches {now[:12]} now (a patch changed): left out, measured again")
+        else:
             self._import_reused()
         self.host = host_record()
         run_rec = {"type": "run", "run_id": cfg.run_id, "kind": cfg.kind, "resumed": resumed,
@@ -226,8 +255,12 @@ class Runner:
             recs = list(store.read(Path(path)))
             v = store.view(recs, signature=self.sig)
             rounds: dict[str, int] = {}
+            stale = {u.start_id for u, _ in self._stale(v)}
+            if stale:
+                progress(f"not reusing {len(stale)} start(s) from {path}: their patches changed since (another "
+                         f"fingerprint than the arm launches now)")
             for u in sorted(v.units.values(), key=lambda u: (u.arm_key, u.round)):
-                if u.start_id not in seen:
+                if u.start_id not in seen and u.start_id not in stale:
                     seen.add(u.start_id)
                     rounds[u.start_id] = next_round.get(u.arm_key, 0)
                     next_round[u.arm_key] = rounds[u.start_id] + 1
@@ -238,6 +271,19 @@ class Runner:
                                                        "signature": self.sig, "reused_from": str(path)})
                     n += r.get("type") == "unit_done"
             progress(f"reused {n} completed server start(s) from {path}")
+
+    def _stale(self, v: store.StoreView) -> list[tuple[store.Unit, str]]:
+        """Completed units of `v` whose recorded fingerprint differs from what their arm launches now."""
+        if self._fingerprint is None:
+            return []
+        arms = {a["key"]: a for a in v.arms} | {a.key: self.arm_record(a) for a in self.arms}
+        out = []
+        for u in v.units.values():
+            a = arms.get(u.arm_key)
+            now = self._fingerprint(a["patches"], a.get("env_profile")) if a and u.fingerprint else None
+            if now is not None and now != u.fingerprint:
+                out.append((u, now))
+        return out
 
     def view(self) -> store.StoreView:
         # plans read start medians many times per decision: parse the store once per change

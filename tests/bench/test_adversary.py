@@ -540,11 +540,11 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     unchanged reference is worth reusing). The old `full` starts carry the old planted: pooling them reports the
     fixed patch as a regression.
 
-    # FINDING: 'regression' (+5%) from the 3 stale starts; no server started at all. An arm's key is its patch
+    # FINDING (fixed on this branch: the Runner computes each arm's launch fingerprint from the manifest,
+    # --reuse skips starts that carry another, a --resume marks them 'stale' and measures them again): at
+    # b787d21 'regression' (+5%) from the 3 stale starts, no server started at all. An arm's key is its patch
     # names, profile and env, not the content fingerprint apply.py launch prints (recorded on every start), so
-    # _import_reused and StoreLab (--resume after an edit too) pool starts of another build. Fix: compute each
-    # arm's fingerprint up front (sglang_overlay.fingerprint over the bench's manifest) and reuse/replay only
-    # units whose recorded fingerprint matches.
+    # _import_reused and StoreLab (--resume after an edit too) pooled starts of another build.
     """
     rc, out1, _ = e2e("before", "ab", ["--arms", "ref=full-planted", "slow=full"],
                       {"costs": {"planted": 0.05}, **QUIET})
@@ -556,6 +556,29 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     assert rc == 0
     verdict = _last_conclusion(recs)["comparisons"][0]["verdict"]
     assert verdict in ("same", "cannot tell"), verdict
+
+
+def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monkeypatch):
+    """The same edit between two invocations of one run (--resume): the starts of the arm carrying the old
+    patch are left out of every statistic (and the report) and measured again; the other arm's are kept."""
+    import json
+
+    from bench import store
+    from bench.cli import main
+
+    rc, out, recs = e2e("run", "ab", ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET})
+    assert rc == 0 and _last_conclusion(recs)["comparisons"][0]["verdict"] == "regression"
+    planted = e2e.manifest.parent / "overlay" / "python" / "sglang" / "srt" / "x_planted.py"
+    planted.write_text("# planted, fixed\n")
+    monkeypatch.setenv("FAKE_BENCH", json.dumps(QUIET))
+    assert main(["ab", "--resume", str(out)]) == 0
+    recs = list(store.read(out / "results.jsonl"))
+    stale = [r for r in recs if r["type"] == "stale"]
+    assert len(stale) == 3 and {r["arm"] for r in stale} == {"slow"}
+    assert _last_conclusion(recs)["comparisons"][0]["verdict"] in ("same", "cannot tell")
+    v = store.view(recs)
+    assert {u.start_id for u in v.units.values()}.isdisjoint(r["start_id"] for r in stale)
+    assert "**regression**" not in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("second", [

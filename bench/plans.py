@@ -82,6 +82,12 @@ def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
         return "no effect", "no change either way (both intervals inside the minimum effect)"
     if alone in DECIDED and leave in DECIDED:
         return "inconsistent", f"alone: {alone}, left out: {leave}"
+    # One side measured (--mode alone / leave-out, or a set that cannot exist): a decided "same" is what the starts
+    # bought, so say it; it is not a culprit test (that needs both sides).
+    if alone is None and leave == SAME:
+        return "no effect left out", "the full set is the same without it (alone on the base: not measured)"
+    if leave is None and alone == SAME:
+        return "no effect alone", "it changes nothing on the base (left out of the full set: not measured)"
     return "cannot tell", f"alone: {alone or 'not measured'}, left out: {leave or 'not measured'}"
 
 

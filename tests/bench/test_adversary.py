@@ -483,12 +483,12 @@ def test_ablate_does_not_buy_starts_for_a_verdict_its_finding_ignores(mode):
     (ablate_finding needs both sides), so the starts that drove that comparison from 'cannot tell' to 'same'
     bought nothing.
 
-    # FINDING: 6 patches, +5% on p2, start cv 1%, 30 seeds: 317 starts (10.6 a run) in leave-out mode and 360
-    # (12.0 a run) in alone mode went to the no-effect patches' 'same', printed as 'cannot tell'; a leave-out
-    # run takes a median 50.5 starts against 27 for 3 per arm plus the confirmation. Fix: either report 'no
-    # effect when left out (alone not measured)' for a decided 'same', or stop replicating a one-sided
-    # comparison once it rules out the change that would trigger a confirmation (one bound inside d: cheaper
-    # than 'same').
+    # FINDING (fixed on this branch: ablate_finding reports 'no effect left out' / 'no effect alone' for a
+    # decided one-sided 'same'): at b787d21, 6 patches, +5% on p2, start cv 1%, 30 seeds: 317 starts (10.6 a
+    # run) in leave-out mode and 360 (12.0 a run) in alone mode went to the no-effect patches' 'same', printed
+    # as 'cannot tell'; a leave-out run takes a median 50.5 starts against 27 for 3 per arm plus the
+    # confirmation. Ruling out the change that would need a confirmation is the same two-sided question, so
+    # those starts are needed; the report threw their answer away.
     """
     cands = tuple(f"p{i}" for i in range(6))
     w = AdvWorld(plants=[host_slowdown("p2", 0.05)], start_cv=0.01)

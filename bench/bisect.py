@@ -5,8 +5,9 @@ references (bench.verdicts.place_probe, fed by adaptive replication in bench.pla
 shown that bad is worse than good; nothing here looks at numbers.
 
 Search (as `git bisect` / `asv find`): the candidates are the patches in bad but not in good, in manifest
-order; probe sets are good + a prefix of the candidates; the first prefix that is bad ends with the candidate
-c. Then, as Chromium's Pinpoint and Mozilla's sheriffs do before assigning blame, two confirmations:
+order but each after the candidates it requires (so every prefix is closed over requires); probe sets are
+good + a prefix of the candidates; the first prefix that is bad ends with the candidate c. Then, as
+Chromium's Pinpoint and Mozilla's sheriffs do before assigning blame, two confirmations:
   bad - c   must be good (c is necessary)
   good + c  must be bad  (c is sufficient)
 Only when both hold is c named. When bad - c is good but good + c is good too, c needs an earlier candidate:
@@ -57,12 +58,25 @@ class BisectResult:
         return math.ceil(math.log2(n)) if n > 1 else 0
 
 
-def candidates_between(good: Sequence[str], bad: Sequence[str]) -> tuple[str, ...]:
+def candidates_between(good: Sequence[str], bad: Sequence[str],
+                       dependents: Callable[[str], set[str]] = lambda name: set()) -> tuple[str, ...]:
+    """bad minus good, in bad's order except that a patch comes after every candidate it requires.
+
+    A probe is closed over `requires` before it is launched, so with a patch listed before its requirement
+    "good + prefix" would carry a patch from beyond the prefix and the search would blame the wrong one.
+    """
     extra = [p for p in good if p not in set(bad)]
     if extra:
         # Bisecting removals as well as additions has no single prefix order; say so instead of guessing.
         raise ValueError(f"bisect needs good to be a subset of bad; only in good: {', '.join(extra)}")
-    return tuple(p for p in bad if p not in set(good))
+    todo = [p for p in bad if p not in set(good)]
+    needs = {p: {r for r in todo if r != p and p in dependents(r)} for p in todo}
+    out: list[str] = []
+    while todo:
+        nxt = next((p for p in todo if needs[p] <= set(out)), todo[0])  # todo[0]: a cycle, which the manifest refuses
+        out.append(nxt)
+        todo.remove(nxt)
+    return tuple(out)
 
 
 def bisect_culprit(
@@ -75,7 +89,7 @@ def bisect_culprit(
 
     `dependents(c)`: the patches that require c (they leave with it: bad - c cannot keep them).
     """
-    cands = candidates_between(good, bad)
+    cands = candidates_between(good, bad, dependents)
     res = BisectResult(candidates=cands)
     if not cands:
         res.reason = "good and bad are the same set"

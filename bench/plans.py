@@ -17,7 +17,7 @@ from . import bisect as bis
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
-from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME
+from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, TOO_FEW
 from .verdicts import Place, Placement, place_probe
 
 BUDGET_NOTE = "at this budget"
@@ -82,6 +82,12 @@ def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
         return "no effect", "no change either way (both intervals inside the minimum effect)"
     if alone in DECIDED and leave in DECIDED:
         return "inconsistent", f"alone: {alone}, left out: {leave}"
+    # One side measured (--mode alone / leave-out, or a set that cannot exist): a decided "same" is what the starts
+    # bought, so say it; it is not a culprit test (that needs both sides).
+    if alone is None and leave == SAME:
+        return "no effect left out", "the full set is the same without it (alone on the base: not measured)"
+    if leave is None and alone == SAME:
+        return "no effect alone", "it changes nothing on the base (left out of the full set: not measured)"
     return "cannot tell", f"alone: {alone or 'not measured'}, left out: {leave or 'not measured'}"
 
 
@@ -151,6 +157,32 @@ def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[s
     return m, why
 
 
+def not_ruled_out(lab: Lab, good: ArmSpec, bad: ArmSpec, pol: Policy) -> list[str]:
+    """The metrics on which bad may still be worse than good by the minimum effect (its interval's bad-side
+    bound reaches d, or too few starts): "no regression" needs this empty. Every metric is read at the plain
+    confidence: "none regresses" is an intersection-union claim, which needs no multiplicity adjustment."""
+    out = []
+    for m, _, _ in METRICS:
+        if not (lab.medians(good, m) and lab.medians(bad, m)):
+            continue
+        c = compare(lab, good, bad, m, pol)
+        bound = c.high if c.lower_is_better else -c.low
+        if c.verdict == TOO_FEW or not bound < pol.min_effect:
+            out.append(m)
+    return out
+
+
+def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Callable[[], list[ArmSpec]]:
+    """More endpoint starts while the primary metric did not regress, no other metric has (as follow_metric
+    reads them) and some metric is not ruled out: a regression outside the primary needs starts to show."""
+    def needs() -> list[ArmSpec]:
+        if compare(lab, good, bad, s.metric, s.policy).verdict == REGRESSION or follow_metric(lab, good, bad, s)[1]:
+            return []
+        return smaller_sides(lab, [(good, bad)], s.policy) if not_ruled_out(lab, good, bad, s.policy) else []
+
+    return needs
+
+
 def _placement_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
         pl = place_probe(lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol)
@@ -170,17 +202,23 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
     pol = s.policy
     budget = _Budget()
     budget.run(lambda: decide_pairs(lab, pol, [(good, bad)], s.metric))
+    if s.follow:
+        budget.run(lambda: replicate_until(lab, pol, _endpoint_needs(lab, good, bad, s)))
     metric, why = follow_metric(lab, good, bad, s)
     endpoint = compare(lab, good, bad, metric, pol)
     out = {"type": "conclusion", "kind": "bisect", "good": good.name, "bad": bad.name, "metric": metric,
            "primary_metric": s.metric, "followed": why, "endpoint": endpoint.to_dict()}
-    cands = bis.candidates_between(good.pset.patches, bad.pset.patches)
+    cands = bis.candidates_between(good.pset.patches, bad.pset.patches, dependents)
     placements: list[dict] = []
     if endpoint.verdict != REGRESSION:
-        outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED else "no regression"
+        open_ = not_ruled_out(lab, good, bad, pol) if s.follow else []
+        outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED or open_ else "no regression"
         measured = "" if math.isnan(endpoint.change) else f" ({endpoint.change * 100:+.1f}%)"
         reason = (f"bad vs good on {metric}: {endpoint.verdict}{measured} after {endpoint.n_ref} and "
-                  f"{endpoint.n_arm} starts" + (f" {BUDGET_NOTE}" if budget.exhausted or endpoint.verdict not in DECIDED else ""))
+                  f"{endpoint.n_arm} starts"
+                  + (f"; not ruled out: a regression beyond {pol.min_effect:.0%} on {', '.join(open_)}" if open_
+                     else "")
+                  + (f" {BUDGET_NOTE}" if budget.exhausted or outcome == bis.CANNOT_TELL else ""))
         res = bis.BisectResult(candidates=cands, outcome=outcome, reason=reason)
     else:
         def place(patches: tuple[str, ...], role: str) -> Place:

@@ -81,6 +81,45 @@ class RunConfig:
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def launch_fingerprinter(manifest: str | None):
+    """(patches, env profile) -> the fingerprint `apply.py launch` prints for them now (pin, the patches'
+    content, the profile): stored starts of an arm whose patch was edited since carry another one. None when the
+    manifest does not load here (then stored starts are taken as they are)."""
+    try:
+        from sglang_overlay.fingerprint import fingerprint
+        from sglang_overlay.manifest import load_manifest
+
+        m = load_manifest(manifest or "manifest.yaml")
+    except Exception:  # noqa: BLE001 - a launcher with its own manifest: nothing to compare against
+        return None
+
+    def fp(patches, profile) -> str | None:
+        try:
+            return fingerprint(m, list(patches), m.env_profile(profile) if profile else None)
+        except Exception:  # noqa: BLE001 - a patch or profile this manifest no longer has
+            return None
+
+    return fp
+
+
+PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
+
+
+def plan_differences(prev_run: dict, plan: dict) -> list[str]:
+    """The plan fields of a stored run record that differ from `plan` (keys an older record lacks are skipped)."""
+    def norm(x):
+        return json.loads(json.dumps(x, sort_keys=True, default=str))
+
+    out = []
+    for k, v in plan.items():
+        if k == "config":
+            old = prev_run.get("config", {})
+            out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
+        elif k in prev_run and norm(prev_run[k]) != norm(v):
+            out.append(f"{k} differ" if k in ("arms", "comparisons") else f"{k} {prev_run[k]!r} -> {v!r}")
+    return out
+
+
 NCCL_ENV_MARK = "sglang-overlay nccl_env"
 
 
@@ -148,10 +187,25 @@ class Runner:
             if prev[0].get("signature") != self.sig:
                 raise RunAborted(f"{cfg.store_path} was measured under another configuration "
                                  f"(signature {prev[0].get('signature')} != {self.sig}); use a new --out")
+            differs = plan_differences(prev[0], self.plan(extra_run_fields))
+            if differs:
+                # One run dir, one plan: the report reads the first run record (arm names, alpha, min effect),
+                # so a second plan in it would print verdicts that contradict its own conclusion.
+                raise RunAborted(f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
+                                 f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
+                                 f"--reuse {cfg.store_path} --out NEW_DIR")
         else:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             (cfg.out_dir / "command.txt").write_text(
                 "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n")
+        self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
+        if resumed:
+            for u, now in self._stale(self.view()):
+                self.rec({"type": "stale", "start_id": u.start_id, "arm": u.arm, "arm_key": u.arm_key,
+                          "round": u.round, "fingerprint": u.fingerprint, "now": now})
+                progress(f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
+                         f"arm launches {now[:12]} now (a patch changed): left out, measured again")
+        else:
             self._import_reused()
         self.host = host_record()
         run_rec = {"type": "run", "run_id": cfg.run_id, "kind": cfg.kind, "resumed": resumed,
@@ -170,6 +224,15 @@ class Runner:
         run_rec.update(extra_run_fields or {})
         store.append(cfg.store_path, run_rec)
 
+    def plan(self, extra_run_fields: dict | None) -> dict:
+        """What the plan's decisions depend on, in the run record's shape (the signature covers the measurement)."""
+        c = self.cfg
+        return {"kind": c.kind, "arms": [self.arm_record(a) for a in self.arms],
+                "comparisons": [list(x) for x in self.comparisons],
+                "config": {"initial_starts": c.initial_starts, "max_starts": c.max_starts, "metric": c.metric,
+                           "follow": c.follow, "confidence": c.confidence, "min_effect": c.min_effect},
+                **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA}}
+
     @staticmethod
     def arm_record(a: ArmSpec) -> dict:
         return {"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
@@ -177,18 +240,50 @@ class Runner:
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
-        """Copy completed units measured under the same signature from other stores into this one."""
+        """Copy completed units measured under the same signature from other stores into this one.
+
+        Each imported unit gets the next free round of its arm: the view keeps one unit per (arm, round), so two
+        stores that both measured an arm would otherwise lose one store's starts. A start already here (a store
+        that itself reused another one given too) is imported once: counting it twice would fake replication.
+        """
+        have = store.view(store.read(self.cfg.store_path))
+        seen = {u.start_id for u in have.units.values()}
+        next_round: dict[str, int] = {}
+        for u in have.units.values():
+            next_round[u.arm_key] = max(next_round.get(u.arm_key, 0), u.round + 1)
         for path in self.cfg.reuse:
             recs = list(store.read(Path(path)))
             v = store.view(recs, signature=self.sig)
-            keep = {u.start_id for u in v.units.values()}
+            rounds: dict[str, int] = {}
+            stale = {u.start_id for u, _ in self._stale(v)}
+            if stale:
+                progress(f"not reusing {len(stale)} start(s) from {path}: their patches changed since (another "
+                         f"fingerprint than the arm launches now)")
+            for u in sorted(v.units.values(), key=lambda u: (u.arm_key, u.round)):
+                if u.start_id not in seen and u.start_id not in stale:
+                    seen.add(u.start_id)
+                    rounds[u.start_id] = next_round.get(u.arm_key, 0)
+                    next_round[u.arm_key] = rounds[u.start_id] + 1
             n = 0
             for r in recs:
-                if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in keep:
-                    store.append(self.cfg.store_path, {**r, "run_id": "reused", "signature": self.sig,
-                                                       "reused_from": str(path)})
+                if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in rounds:
+                    store.append(self.cfg.store_path, {**r, "round": rounds[r["start_id"]], "run_id": "reused",
+                                                       "signature": self.sig, "reused_from": str(path)})
                     n += r.get("type") == "unit_done"
             progress(f"reused {n} completed server start(s) from {path}")
+
+    def _stale(self, v: store.StoreView) -> list[tuple[store.Unit, str]]:
+        """Completed units of `v` whose recorded fingerprint differs from what their arm launches now."""
+        if self._fingerprint is None:
+            return []
+        arms = {a["key"]: a for a in v.arms} | {a.key: self.arm_record(a) for a in self.arms}
+        out = []
+        for u in v.units.values():
+            a = arms.get(u.arm_key)
+            now = self._fingerprint(a["patches"], a.get("env_profile")) if a and u.fingerprint else None
+            if now is not None and now != u.fingerprint:
+                out.append((u, now))
+        return out
 
     def view(self) -> store.StoreView:
         # plans read start medians many times per decision: parse the store once per change

@@ -8,6 +8,8 @@ Record types (field "type"):
   rep        one repetition's metrics (warmup: true ones are kept for transparency, never used in statistics)
   unit_done  a server start whose repetitions all completed (only these units count)
   identity_warning  the server's overlay identity disagrees with the arm (or is missing)
+  stale      a completed start whose fingerprint is not what its arm launches now (a patch was edited since):
+             left out of every statistic, its round measured again
   failure    what went wrong and the launcher's output tail
   conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
@@ -83,8 +85,11 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     records = list(records)
     sig_of_run = {r["run_id"]: r.get("signature") for r in records if r.get("type") == "run"}
     starts, reps, done = {}, defaultdict(list), {}
+    stale = {r.get("start_id") for r in records if r.get("type") == "stale"}
     for r in records:
         t = r.get("type")
+        if r.get("start_id") in stale:
+            continue
         if t == "start":
             starts[r["start_id"]] = r
         elif t == "rep" and not r.get("warmup"):

@@ -76,7 +76,11 @@ def main() -> int:
     if set(patches) & set(cfg.get("fail", [])):
         print("fake: crashing on purpose during start", flush=True)
         return 1
-    fp = hashlib.sha256((",".join(patches) + "|" + (profile or "")).encode()).hexdigest()[:16]
+    # what apply.py launch prints: the pin, the applied patches' content and the env profile, so an edited
+    # patch gives its arm a new fingerprint (tests of --reuse / --resume after an edit rely on it)
+    from sglang_overlay.fingerprint import fingerprint
+
+    fp = fingerprint(m, patches, m.env_profile(profile) if profile else None)
     tree_fp = hashlib.sha256(",".join(patches).encode()).hexdigest()[:16]
     lie = set(cfg.get("identity_lie", []))  # patches the "tree" silently lacks (for the warning test)
     overlay = {"fingerprint": tree_fp, "launch_fingerprint": fp, "patches": [p for p in patches if p not in lie],

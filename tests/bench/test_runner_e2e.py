@@ -180,7 +180,11 @@ def test_bisect_no_regression_names_nobody(tmp_path, manifest, launcher_arg, mon
     _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
                            ["--good", "base", "--bad", "full"], QUIET)
     b = _conclusion(recs)
-    assert b["culprit"] is None and b["outcome"] == "no regression" and not b["probes"]
+    assert b["culprit"] is None and not b["probes"]
+    # "no regression" needs every metric's regression ruled out; the fake's tok/s is HTTP-bound (+-15% between
+    # starts), so after max-starts the honest answer may be "cannot tell", naming what stayed open
+    assert b["outcome"] == "no regression" or (b["outcome"] == "cannot tell" and "not ruled out" in b["reason"]
+                                               and "step_ms" not in b["reason"].split("not ruled out")[1])
 
 
 def test_bimodal_starts_name_no_wrong_culprit(tmp_path, manifest, launcher_arg, monkeypatch):

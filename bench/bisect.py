@@ -79,15 +79,22 @@ def candidates_between(good: Sequence[str], bad: Sequence[str],
     return tuple(out)
 
 
+Confirm = Callable[[list[tuple[tuple[str, ...], str, str]]], list[Place]]
+
+
 def bisect_culprit(
     good: Sequence[str],
     bad: Sequence[str],
     place: Callable[[tuple[str, ...], str], Place],
     dependents: Callable[[str], set[str]] = lambda name: set(),
+    confirm: Confirm | None = None,
 ) -> BisectResult:
     """good/bad are ordered patch lists (bad contains good); `place` gets ordered tuples (bad's order) and a role.
 
     `dependents(c)`: the patches that require c (they leave with it: bad - c cannot keep them).
+    `confirm([(patches, role, expect), ...])`: the confirmations, measured together as one block (the caller
+    interleaves them with fresh starts of good and bad, so drift since the search cannot fake them); `expect`
+    is the reference the set must match, "good" or "bad". Without it, each is placed like a search probe.
     """
     cands = candidates_between(good, bad, dependents)
     res = BisectResult(candidates=cands)
@@ -100,6 +107,12 @@ def bisect_culprit(
         pl = place(patches, role)
         res.probes.append(Probe(patches, role, pl))
         return pl
+
+    def block(items: list[tuple[set[str], str, str]]) -> list[Place]:
+        sets = [(tuple(p for p in bad if p in chosen), role, expect) for chosen, role, expect in items]
+        places = confirm(sets) if confirm is not None else [place(p, r) for p, r, _ in sets]
+        res.probes += [Probe(p, r, pl) for (p, r, _), pl in zip(sets, places)]
+        return places
 
     base = set(good)
     lo, hi = 0, len(cands)  # prefix lo is good (the good set), prefix hi is bad (shown by the caller)
@@ -123,13 +136,13 @@ def bisect_culprit(
     c = cands[hi - 1]
     res.suspect = c
     gone = {c} | dependents(c)
-    without = probe(set(bad) - gone, f"confirm: bad - {', '.join(p for p in bad if p in gone)}")
-    alone = probe(base | {c}, f"confirm: good + {c}")
+    without, alone = block([(set(bad) - gone, f"confirm: bad - {', '.join(p for p in bad if p in gone)}", "good"),
+                            (base | {c}, f"confirm: good + {c}", "bad")])
     if without is Place.GOOD and alone is Place.BAD:
         res.outcome, res.culprit = CULPRIT, c
         res.reason = f"bad without {c} is good and good with {c} is bad"
     elif without is Place.GOOD and alone is Place.GOOD and hi > 1:
-        _partner(res, good, bad, cands[: hi - 1], c, probe)
+        _partner(res, good, cands[: hi - 1], c, probe, block)
     elif Place.OPEN in (without, alone):
         res.outcome = CANNOT_TELL
         res.reason = f"{c} is the search's candidate, but its confirmation stayed undecided at this budget"
@@ -148,7 +161,7 @@ def bisect_culprit(
     return res
 
 
-def _partner(res: BisectResult, good, bad, earlier: Sequence[str], c: str, probe) -> None:
+def _partner(res: BisectResult, good, earlier: Sequence[str], c: str, probe, block) -> None:
     """c is necessary but not sufficient: find the earlier candidate it needs (good + c + prefix turns bad)."""
     base = set(good) | {c}
     lo, hi = 0, len(earlier)  # good + c is good (just measured); good + c + all earlier = the bad prefix
@@ -165,8 +178,9 @@ def _partner(res: BisectResult, good, bad, earlier: Sequence[str], c: str, probe
                           f"what it needs stopped at good + {c} + {', '.join(earlier[:mid])} ({pl.value})")
             return
     partner = earlier[hi - 1]
-    pair = probe(set(good) | {partner, c}, f"confirm: good + {partner} + {c}") if hi > 1 else Place.BAD
-    single = probe(set(good) | {partner}, f"confirm: good + {partner}")
+    # the pair is confirmed in a block of its own: the search's probe of the same set is not evidence enough
+    pair, single = block([(set(good) | {partner, c}, f"confirm: good + {partner} + {c}", "bad"),
+                          (set(good) | {partner}, f"confirm: good + {partner}", "good")])
     if pair is Place.BAD and single is Place.GOOD:
         res.outcome, res.culprit, res.partner = INTERACTION, c, partner
         res.reason = (f"{partner} and {c} together: good + both is bad, good + either alone is good, bad "

@@ -46,12 +46,16 @@ class ArmSpec:
     pset: PatchSet
     env_profile: str | None = None
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this arm's server
+    # A measurement block: the same server as the arm without it, but its own starts (bisect's confirmations
+    # measure good and bad afresh, interleaved with the sets they confirm). Never passed to the server.
+    block: str = ""
 
     @property
     def key(self) -> str:
         """What makes two arms the same measurement (names differ between runs; sets, profile, env don't)."""
         env = ";".join(f"{k}={v}" for k, v in sorted(self.env))
-        return f"patches={','.join(self.pset.patches)}|profile={self.env_profile or ''}|env={env}"
+        key = f"patches={','.join(self.pset.patches)}|profile={self.env_profile or ''}|env={env}"
+        return key + (f"|block={self.block}" if self.block else "")
 
 
 def launch_command(cfg: LaunchConfig, arm: ArmSpec, log_path: Path | None) -> list[str]:

@@ -10,7 +10,7 @@ when only one mode was asked for.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from . import bisect as bis
@@ -18,7 +18,7 @@ from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
 from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, TOO_FEW
-from .verdicts import Place, Placement, place_probe
+from .verdicts import Place, Placement, place_confirmation, place_probe
 
 BUDGET_NOTE = "at this budget"
 
@@ -131,16 +131,17 @@ def run_ablate(lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec]
 def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[str, str]:
     """The metric to bisect on, and why: the primary one, or the other metric that clearly regressed.
 
-    The others are read at confidence 1 - (1 - c) / k for k other metrics (Bonferroni), since picking the
+    The others are read at confidence 1 - (1 - c) / k for k other metrics and c the per-look confidence
+    (Bonferroni over metrics and looks), since picking the
     one that moved out of k is a multiple comparison.
     """
     primary = compare(lab, good, bad, s.metric, s.policy)
-    if primary.verdict == REGRESSION or not s.follow:
+    if endpoint_regressed(lab, good, bad, s.metric, s.policy) or not s.follow:
         return s.metric, ""
     others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(good, m) and lab.medians(bad, m)]
     if not others:
         return s.metric, ""
-    conf = 1 - (1 - s.policy.confidence) / len(others)
+    conf = 1 - (1 - s.policy.look_confidence) / len(others)
     best = None
     for m in others:
         c = compare(lab, good, bad, m, s.policy, confidence=conf)
@@ -172,11 +173,29 @@ def not_ruled_out(lab: Lab, good: ArmSpec, bad: ArmSpec, pol: Policy) -> list[st
     return out
 
 
+def endpoint_regressed(lab: Lab, good: ArmSpec, bad: ArmSpec, metric: str, pol: Policy) -> bool:
+    """A regression at the endpoints is read at the plain confidence: it only starts the search, and no patch is
+    named before the confirmations, measured afresh, agree. Claims that end the search (same, improvement)
+    are read at the per-look confidence."""
+    return compare(lab, good, bad, metric, pol, confidence=pol.confidence).verdict == REGRESSION
+
+
+def _endpoint_primary_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Callable[[], list[ArmSpec]]:
+    def needs() -> list[ArmSpec]:
+        if endpoint_regressed(lab, good, bad, s.metric, s.policy):
+            return []
+        if compare(lab, good, bad, s.metric, s.policy).verdict in DECIDED:
+            return []
+        return smaller_sides(lab, [(good, bad)], s.policy)
+
+    return needs
+
+
 def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Callable[[], list[ArmSpec]]:
     """More endpoint starts while the primary metric did not regress, no other metric has (as follow_metric
     reads them) and some metric is not ruled out: a regression outside the primary needs starts to show."""
     def needs() -> list[ArmSpec]:
-        if compare(lab, good, bad, s.metric, s.policy).verdict == REGRESSION or follow_metric(lab, good, bad, s)[1]:
+        if endpoint_regressed(lab, good, bad, s.metric, s.policy) or follow_metric(lab, good, bad, s)[1]:
             return []
         return smaller_sides(lab, [(good, bad)], s.policy) if not_ruled_out(lab, good, bad, s.policy) else []
 
@@ -201,11 +220,14 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
                dependents: Callable[[str], set[str]], s: Settings) -> dict:
     pol = s.policy
     budget = _Budget()
-    budget.run(lambda: decide_pairs(lab, pol, [(good, bad)], s.metric))
+    budget.run(lambda: ensure(lab, [good, bad], pol.initial))
+    budget.run(lambda: replicate_until(lab, pol, _endpoint_primary_needs(lab, good, bad, s)))
     if s.follow:
         budget.run(lambda: replicate_until(lab, pol, _endpoint_needs(lab, good, bad, s)))
     metric, why = follow_metric(lab, good, bad, s)
     endpoint = compare(lab, good, bad, metric, pol)
+    if endpoint_regressed(lab, good, bad, metric, pol) and not why:
+        endpoint = compare(lab, good, bad, metric, pol, confidence=pol.confidence)
     out = {"type": "conclusion", "kind": "bisect", "good": good.name, "bad": bad.name, "metric": metric,
            "primary_metric": s.metric, "followed": why, "endpoint": endpoint.to_dict()}
     cands = bis.candidates_between(good.pset.patches, bad.pset.patches, dependents)
@@ -231,7 +253,44 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
                                "starts": lab.n_starts(arm), **pl.to_dict()})
             return pl.place
 
-        res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents)
+        blocks = [0]
+
+        def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
+            """The confirmations as one block of fresh starts: good, the first set, bad, the next set, ...
+            round by round, each set read against this block's good and bad only (drift since the endpoints,
+            or a new machine on --resume, cannot fake a confirmation)."""
+            blocks[0] += 1
+            tag = f"confirm{blocks[0]}"
+            g = replace(good, name=f"good@{tag}", block=tag)
+            b = replace(bad, name=f"bad@{tag}", block=tag)
+            arms = [replace(make_arm(p, role), block=tag) for p, role, _ in items]
+            arms = [replace(a, name=f"{a.name}@{tag}") for a in arms]
+            order = [x for i, a in enumerate(arms) for x in ((g if i % 2 == 0 else b), a)]
+            order += [b if len(arms) % 2 else g]
+
+            def placed(a: ArmSpec, expect: str) -> Placement:
+                return place_confirmation(lab.medians(g, metric), lab.medians(b, metric), lab.medians(a, metric),
+                                          expect, metric, pol)
+
+            def needs() -> list[ArmSpec]:
+                out: list[ArmSpec] = []
+                for a, (_, _, expect) in zip(arms, items):
+                    if placed(a, expect).place is Place.OPEN:
+                        out += smaller_sides(lab, [(g, a), (b, a)], pol)
+                return out
+
+            budget.run(lambda: ensure(lab, order, pol.initial))
+            budget.run(lambda: replicate_until(lab, pol, needs))
+            out = []
+            for a, (_, role, expect) in zip(arms, items):
+                pl = placed(a, expect)
+                placements.append({"arm": a.name, "key": a.key, "patches": list(a.pset.patches), "role": role,
+                                   "block": tag, "good": g.name, "bad": b.name, "starts": lab.n_starts(a),
+                                   **pl.to_dict()})
+                out.append(pl.place)
+            return out
+
+        res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents, confirm)
         if res.outcome == bis.CANNOT_TELL and budget.exhausted:
             res.reason += f" ({BUDGET_NOTE})"
     out.update({"outcome": res.outcome, "culprit": res.culprit, "partner": res.partner, "suspect": res.suspect,

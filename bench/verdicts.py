@@ -121,3 +121,34 @@ def place_probe(good: Sequence[float], bad: Sequence[float], probe: Sequence[flo
     else:
         place = Place.OPEN
     return Placement(place, vg, vb, toward, low, high)
+
+
+def _badness(c: Comparison) -> tuple[float, float, float]:
+    """(estimate, low, high) of how much worse the arm is than the reference (positive = worse)."""
+    if c.lower_is_better:
+        return c.change, c.low, c.high
+    return -c.change, -c.high, -c.low
+
+
+def place_confirmation(good: Sequence[float], bad: Sequence[float], probe: Sequence[float], expect: str,
+                       metric: str, policy: Policy) -> Placement:
+    """place_probe, made strict for the two sets a culprit rests on (bad - c must be good, good + c bad).
+
+    Nearer the expected reference is not enough: a patch that carries 70% of a 10% regression leaves `bad - c`
+    nearer good but 3% slower than it. So the distance to the expected reference must also be small: its
+    estimate at most half the minimum effect (then GOOD / BAD), or its interval beyond the minimum effect
+    (then BETWEEN: the set carries part, another patch the rest); in between, more starts (OPEN).
+    """
+    pl = place_probe(good, bad, probe, metric, policy)
+    if pl.place in (Place.OPEN, Place.BETWEEN) or pl.place.value != expect:
+        return pl
+    d = policy.min_effect
+    if expect == "good":
+        est, low, _ = _badness(pl.vs_good)  # how much worse than good the set still is
+    else:
+        bad_est, _, bad_high = _badness(pl.vs_bad)  # how much better than bad: the part it does not carry
+        est, low = -bad_est, -bad_high
+    if est <= d / 2:
+        return pl
+    place = Place.BETWEEN if low > d else Place.OPEN
+    return Placement(place, pl.vs_good, pl.vs_bad, pl.toward_bad, pl.contrast_low, pl.contrast_high)

@@ -217,7 +217,8 @@ def test_optional_stopping_keeps_the_boundary_errors_within_alpha():
     """A true change of exactly -d: 'improvement' claims a change beyond d and 'same' claims one inside it; each
     is wrong here and each must stay within alpha (the 95% interval promises 2.5% per side at one look).
 
-    # FINDING: adaptive replication looks up to 6 times (3..8 starts) at the same 95% interval and stops at the
+    # FINDING (fixed: replication.Policy.look_confidence spends alpha over the looks): adaptive replication
+    # looked up to 6 times (3..8 starts) at the same 95% interval and stopped at the
     # first decisive look; measured over 600 seeds (cv 1%): 'improvement' 9.0%, 'same' 3.7% at -2% and 'same'
     # 8.2%, 'regression' 5.5% at +2% -- against 1.3% / 5.0% for one look at a fixed 8 starts. Fix: spend alpha
     # over the looks (e.g. confidence 1 - alpha / (max_starts - initial + 1) at each look, 99.17% here: measured
@@ -252,7 +253,9 @@ def test_first_starts_slower_warm_up_drift_names_no_wrong_patch():
 def test_a_session_that_speeds_up_does_not_invent_an_interaction():
     """The machine gets 0.2% faster per start (thermal settling; about 6% over a 30-start bisect).
 
-    # FINDING: wrong interaction 'p0 + p1' in 19.5-22.7% of seeds (culprit p1 alone, 200 seeds); 8% right. The
+    # FINDING (fixed: the confirmations, and an interaction's pair, are measured as a block of fresh starts
+    # interleaved with fresh good and bad, and read against those only): wrong interaction 'p0 + p1' in
+    # 19.5-22.7% of seeds at b787d21 (culprit p1 alone, 200 seeds); 8% right. The
     # references are measured in the first 6 starts and every probe after them, never interleaved, so a later
     # probe reads faster. `good + p1` (truly bad) is measured late and placed GOOD; bisect._partner then takes
     # the pair (good + p0 + p1) from the search's prefix probe measured earlier (BAD) and good + p0 (GOOD) from
@@ -286,10 +289,11 @@ def test_a_patch_that_only_widens_the_start_spread_is_not_a_culprit():
 
 @pytest.mark.parametrize("improver,culprit", [("p0", "p2"), ("p2", "p0")])
 def test_an_improvement_among_the_candidates_does_not_hide_or_become_the_culprit(improver, culprit):
-    """-5% on one candidate, +8% on another (measured: 98% right, 0% wrong, either order)."""
+    """-5% on one candidate, +8% on another: bad is only 2.6% slower than good, so placing probes takes
+    precision (measured: 89-98% right, 0% wrong, either order; the rest 'cannot tell')."""
     w = AdvWorld(plants=[host_slowdown(improver, -0.05), host_slowdown(culprit, 0.08)], start_cv=0.01)
     r = _rates(_same(w), 100, {culprit})
-    assert r.wrong == 0 and r.right_rate >= 0.9, r
+    assert r.wrong == 0 and r.right_rate >= 0.85, r
 
 
 def test_a_split_below_the_minimum_effect_names_the_main_patch_or_nobody():
@@ -306,7 +310,9 @@ def test_a_split_regression_is_not_blamed_on_one_patch_when_the_rest_exceeds_the
     """p0 carries most, p2 the rest, and the rest is beyond the 2% minimum effect: naming p0 alone as the
     confirmed culprit claims 'bad without p0 is good' while it is 3% slower.
 
-    # FINDING: p0 named as the sole, confirmed culprit in 59-61% (10% split 70/30) and 60-70% (+8%/+3%) of
+    # FINDING (fixed: verdicts.place_confirmation also needs the set's distance to the reference it must match
+    # small -- estimate at most d/2 -- or decided beyond d, which makes the outcome 'partial'): p0 named as the
+    # sole, confirmed culprit at b787d21 in 59-61% (10% split 70/30) and 60-70% (+8%/+3%) of
     # seeds at start cv 0.5-1% (150 seeds); p2 never named. place_probe calls a probe GOOD as soon as it is
     # nearer good than bad (the midpoint contrast) and replication stops there, while BETWEEN needs both
     # pairwise comparisons decided beyond d: with 3 starts the 3% residual is never decided, so 'bad - p0' is
@@ -428,12 +434,13 @@ def test_outlier_starts_and_outlier_repetitions_name_no_wrong_patch():
 
 @pytest.mark.parametrize("culprit", ["p0", "p5", "p11"])
 def test_twelve_candidates_are_bisected_within_the_probe_bound(culprit):
-    """12 candidates, +5% at cv 1%: named in >= 95% with 4 search probes + 2 confirmations (measured: 97.5-100%,
-    median 22-31 starts)."""
+    """12 candidates, +5% at cv 1%: named in >= 90% with 4 search probes + a confirmation block (measured:
+    95-97.5%, median 37-38 starts: 6 endpoint starts, 4 probes x 3, a block of good, bad - c, bad, good + c x 3
+    and a few more where undecided; the block's fresh references are what drift and a new machine cost)."""
     cands = tuple(f"p{i}" for i in range(12))
     r = _rates(_same(AdvWorld(plants=[host_slowdown(culprit, 0.05)], start_cv=0.01)), 40, {culprit}, cands=cands)
-    assert r.wrong == 0 and r.right_rate >= 0.95, r
-    assert statistics.median(r.starts) <= 6 + 6 * 3 + 8, r
+    assert r.wrong == 0 and r.right_rate >= 0.9, r
+    assert statistics.median(r.starts) <= 6 + 4 * 3 + 4 * 3 + 12, r
 
 
 @pytest.mark.parametrize("culprit", ["p0", "p2"])

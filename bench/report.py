@@ -91,7 +91,7 @@ def _policy(cfg: dict) -> Policy:
 
 def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
     return compare_starts(ref.medians(metric), arm.medians(metric), metric=metric,
-                          lower_is_better=not metric.startswith("tok_s"), confidence=pol.confidence,
+                          lower_is_better=not metric.startswith("tok_s"), confidence=pol.look_confidence,
                           min_effect=pol.min_effect)
 
 
@@ -124,10 +124,12 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
         f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
         f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
-        f"- Verdicts: Welch's t interval ({pol.confidence:.0%}) for the ratio of the arms' geometric mean start "
-        f"medians; **regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when "
-        f"inside, **cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
-        f"`{metric}`; every metric is shown.",
+        f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
+        f"{pol.look_confidence:.2%} ({pol.confidence:.0%} spent over up to {pol.looks} looks); "
+        f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
+        f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
+        f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint of "
+        f"good and bad; a culprit only from a confirmation block of fresh starts.",
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "
@@ -245,7 +247,9 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
     pairs = [tuple(c) for c in (run.get("comparisons") or []) if c[1] in names and c[2] in names]
     for c in v.conclusions[-1:]:
         if c["kind"] == "bisect":
-            pairs += [("probe vs good", "good", p["arm"]) for p in c.get("probes", []) if p["arm"] not in ("good", "bad")]
+            pairs += [("probe vs good", p.get("good", "good"), p["arm"]) for p in c.get("probes", [])
+                      if p["arm"] not in ("good", "bad")]
+            pairs += [("confirmation refs", p["good"], p["bad"]) for p in c.get("probes", []) if p.get("block")]
     seen, out = set(), []
     for p in pairs:
         if (p[1], p[2]) not in seen:
@@ -261,7 +265,7 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         return []
     order = [metric] + [m for m, _, _ in METRICS if m != metric]
     lines = ["## Comparisons (every metric)", "",
-             f"Change of the arm against the reference, with its {pol.confidence:.0%} interval; n = starts.", "",
+             f"Change of the arm against the reference, with its {pol.look_confidence:.2%} interval; n = starts.", "",
              "| section | reference | arm | metric | n | change [interval] | verdict |", "|---|---|---|---|---|---|---|"]
     notes: list[str] = []
     for section, ref, arm in pairs:

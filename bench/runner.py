@@ -236,7 +236,7 @@ class Runner:
     @staticmethod
     def arm_record(a: ArmSpec) -> dict:
         return {"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
-                "env_profile": a.env_profile, "env": dict(a.env)}
+                "env_profile": a.env_profile, "env": dict(a.env), "block": a.block}
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:

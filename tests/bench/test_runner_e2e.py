@@ -171,9 +171,17 @@ def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launc
     b = _conclusion(recs2)
     assert b["culprit"] == "planted"
     new = starts2[n1:]
-    # base, full, good + planted and full - planted came from the ablate store: only the search probes ran
-    assert {",".join(s["patches"]) for s in new[1:]}.isdisjoint({"alpha", ",".join(FULL)})
-    assert b["server_starts_this_run"] == len(new)
+    # the endpoints came from the ablate store; what ran is the throwaway start, the search probes and the
+    # confirmation block, whose good and bad are fresh starts by design (drift since the ablate)
+    block = [p for p in b["probes"] if p.get("block")]
+    assert [p["role"] for p in block] == ["confirm: bad - planted", "confirm: good + planted"]
+    searched = [p for p in b["probes"] if not p.get("block")]
+    refs = sum(s["patches"] in (["alpha"], FULL) for s in new[1:])
+    assert refs == len(new) - 1 - sum(p["starts"] for p in searched + block)
+    recs_start = [r for r in recs2 if r["type"] == "start" and not r["warmup_start"]]
+    endpoint_keys = {r["arm_key"] for r in recs_start if r["arm"] in ("good", "bad")}
+    assert all(r.get("reused_from") for r in recs_start if r["arm_key"] in endpoint_keys)
+    assert b["endpoint"]["n_ref"] >= 3 and b["server_starts_this_run"] == len(new)
 
 
 def test_bisect_no_regression_names_nobody(tmp_path, manifest, launcher_arg, monkeypatch):

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 DUMMY_SEED = 1234  # initialize_dummy_weights' default, which DummyModelLoader passes on
+VOCAB_PAD = 64  # vocab_parallel_embedding.DEFAULT_VOCAB_PADDING_SIZE: embed_tokens and lm_head have padded rows
 RENORM_EPS = 1e-20  # topk.py _RENORMALIZE_SUM_EPSILON
 
 
@@ -83,13 +84,18 @@ class TargetArch:
                    eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
                    max_pos=int(cfg.get("max_position_embeddings", 4096)))
 
+    @property
+    def vocab_padded(self) -> int:
+        return -(-self.vocab // VOCAB_PAD) * VOCAB_PAD
+
     def is_moe(self, layer: int) -> bool:
         return layer >= self.first_dense and layer % self.moe_freq == 0
 
     def param_specs(self, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """name -> (shape, dtype), SGLang's state_dict order."""
         qk = self.nope_dim + self.rope_dim
-        out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {"model.embed_tokens.weight": ((self.vocab, self.hidden), dtype)}
+        out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {
+            "model.embed_tokens.weight": ((self.vocab_padded, self.hidden), dtype)}
         for i in range(self.layers):
             p = f"model.layers.{i}."
             out[p + "self_attn.fused_qkv_a_proj_with_mqa.weight"] = ((self.q_lora + self.kv_lora + self.rope_dim, self.hidden), dtype)
@@ -114,7 +120,7 @@ class TargetArch:
             out[p + "input_layernorm.weight"] = ((self.hidden,), dtype)
             out[p + "post_attention_layernorm.weight"] = ((self.hidden,), dtype)
         out["model.norm.weight"] = ((self.hidden,), dtype)
-        out["lm_head.weight"] = ((self.vocab, self.hidden), dtype)
+        out["lm_head.weight"] = ((self.vocab_padded, self.hidden), dtype)
         return out
 
 
@@ -296,7 +302,8 @@ class TargetRef:
             return None, aux_out
         if logits == "last":
             x = x[:, -1]
-        return F.linear(x, self.w["lm_head.weight"]).float(), aux_out
+        # the logits processor drops the padded rows' logits
+        return F.linear(x, self.w["lm_head.weight"][:a.vocab]).float(), aux_out
 
 
 @torch.no_grad()

@@ -16,6 +16,8 @@ written beside and renamed into place, so a kill leaves the old dir or the new o
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -138,8 +140,6 @@ def make_data(target, prompts: list[list[int]], new_tokens: int, capture: list[i
 
 
 def _autocast(device):
-    import contextlib
-
     import torch
 
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
@@ -241,49 +241,87 @@ def _reference_hashes(model_dir: Path, data: Data, b1: int = 2) -> dict[str, str
     return out
 
 
-def _replace_file(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+@contextlib.contextmanager
+def _locked(out: Path):
+    """One writer of `out` at a time (flock on a sibling lock file); inside, every other temporary dir of
+    `out` belongs to a dead run."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.parent / f".{out.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def recover(out: Path) -> str | None:
+    """Under the lock: a run killed between its two renames left the previous draft as .NAME.old-PID and no
+    NAME: put it back. Leftover temporary dirs of killed runs are removed. Returns what it did, if anything."""
+    done = None
+    olds = sorted(out.parent.glob(f".{out.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if olds and not out.exists():
+        restored = olds.pop()
+        os.replace(restored, out)
+        done = f"restored {out} from {restored.name}, left by an interrupted save"
+    for stale in olds + list(out.parent.glob(f".{out.name}.tmp-*")):
+        shutil.rmtree(stale, ignore_errors=True)
+    return done
 
 
 def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict) -> None:
-    """Everything into a sibling temporary dir, fsync'ed, then renamed over `out` (the old one is removed only
-    after the new one is in place)."""
+    """Everything into a sibling temporary dir, fsync'ed, then renamed over `out`: a kill leaves the old dir
+    or the new one (between the two renames: the old one as .NAME.old-PID, which recover() puts back)."""
     import torch
     from safetensors.torch import save_file
 
     out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     old = out.parent / f".{out.name}.old-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
-        save_file(draft.sglang_state(torch.bfloat16), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(dcfg, indent=2) + "\n")
-        for f in COPY_FILES:
-            src = model_dir / "draft" / f
-            if src.exists():
-                shutil.copyfile(src, tmp / f)
-        (tmp / "train.json").write_text(json.dumps(record, indent=2) + "\n")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        fd = os.open(out.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with _locked(out):
+            recover(out)
+            tmp.mkdir()
+            try:
+                save_file(draft.sglang_state(torch.bfloat16), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+                (tmp / "config.json").write_text(json.dumps(dcfg, indent=2) + "\n")
+                for f in COPY_FILES:
+                    src = model_dir / "draft" / f
+                    if src.exists():
+                        shutil.copyfile(src, tmp / f)
+                (tmp / "train.json").write_text(json.dumps(record, indent=2) + "\n")
+                for f in tmp.iterdir():
+                    with open(f, "rb") as fh:
+                        os.fsync(fh.fileno())
+                if out.exists():
+                    os.replace(out, old)
+                os.replace(tmp, out)
+                _fsync_dir(out.parent)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:
+        raise DraftInputError(f"cannot write {out}: {e.strerror or e}",
+                              hint="free space or choose another --out; the previous draft dir is unchanged") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
+        os.close(fd)
+
+
+def check_writable(out: Path) -> None:
+    """Before minutes of training: the draft dir's parent must take the lock file (and a leftover of a killed
+    save is put back now)."""
+    try:
+        with _locked(out.resolve()):
+            done = recover(out.resolve())
+    except OSError as e:
+        raise DraftInputError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    if done:
+        print(f"bench train-draft: {done}", file=sys.stderr)
 
 
 def run(opts: TrainOptions, log=print) -> dict:
@@ -299,6 +337,7 @@ def run(opts: TrainOptions, log=print) -> dict:
             raise DraftInputError(f"--{name.replace('_', '-')} must be >= 1")
     if opts.eval_prompts < 0 or opts.new_tokens <= opts.steps:
         raise DraftInputError("--eval-prompts must be >= 0 and --new-tokens greater than --steps")
+    check_writable(opts.out)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
     times, t = {}, time.monotonic()
@@ -346,9 +385,9 @@ def run(opts: TrainOptions, log=print) -> dict:
               "history": history, "metrics": metrics, "seconds": times}
     save_draft(opts.out, draft, dcfg, opts.model_dir, record)
     lap("save_s")
-    _replace_file(opts.out / "train.json", json.dumps(record, indent=2) + "\n")  # with the save's seconds
-    log(f"accept length (steps {opts.steps}, topk 1, {n_eval} new tokens): held-out {metrics['held_out']['accept_length']} "
-        f"(untrained {before.get('accept_length')}), bench prompts {metrics['bench_prompts']['accept_length']}")
+    log(f"accept length (steps {opts.steps}, topk 1, {n_eval} new tokens): held-out "
+        f"{metrics['held_out'].get('accept_length')} (untrained {before.get('accept_length')}), bench prompts "
+        f"{metrics['bench_prompts'].get('accept_length')}")
     log(f"seconds: {times}; draft: {opts.out}")
     return record
 

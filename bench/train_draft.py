@@ -44,11 +44,18 @@ class TrainOptions:
     epochs: int = 30
     train_seconds: float = 240.0
     batch: int = 16
-    lr: float = 1e-3
+    lr: float | None = None  # None: LR_WIDTH / the draft's hidden size
     seed: int = 0
     std: float = 0.02
     device: str = "auto"
     gen_batch: int = 64
+    draft: str = "draft"  # the draft config: MODEL_DIR/<draft>/config.json
+    command: tuple[str, ...] = ()
+
+
+# Adam's step moves every weight by about lr, so a matrix's output moves with its fan-in: lr ~ 1/width keeps
+# the small widths' dynamics (CPU runs: width 128 at 3e-3..5e-3 and 512 at 7.5e-4 both converged).
+LR_WIDTH = 0.5
 
 
 def _read_json(path: Path) -> dict:
@@ -60,12 +67,12 @@ def _read_json(path: Path) -> dict:
         raise DraftInputError(f"{path}: unreadable JSON ({e})", hint="rewrite it with `python -m bench tinymodel DIR`")
 
 
-def load_archs(model_dir: Path):
+def load_archs(model_dir: Path, draft: str = "draft"):
     """(target config, draft config, TargetArch, DraftArch), checked against each other."""
     from .draft_ref import DraftArch
     from .target_ref import ConfigProblem, TargetArch
 
-    tpath, dpath = model_dir / "target" / "config.json", model_dir / "draft" / "config.json"
+    tpath, dpath = model_dir / "target" / "config.json", model_dir / draft / "config.json"
     tcfg, dcfg = _read_json(tpath), _read_json(dpath)
     archs = []
     for path, cfg, cls in ((tpath, tcfg, TargetArch), (dpath, dcfg, DraftArch)):
@@ -162,7 +169,8 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
     import torch.nn.functional as F
 
     params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    lr = opts.lr if opts.lr is not None else LR_WIDTH / draft.arch.hidden
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     per_epoch = max(1, math.ceil(len(rows) / opts.batch))
     total, warm = opts.epochs * per_epoch, min(50, opts.epochs * per_epoch // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
@@ -268,7 +276,7 @@ def recover(out: Path) -> str | None:
     return done
 
 
-def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict) -> None:
+def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict, draft_name: str = "draft") -> None:
     """Everything into a sibling temporary dir, fsync'ed, then renamed over `out`: a kill leaves the old dir
     or the new one (between the two renames: the old one as .NAME.old-PID, which recover() puts back)."""
     import torch
@@ -285,7 +293,7 @@ def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict) -> N
                 save_file(draft.sglang_state(torch.bfloat16), str(tmp / "model.safetensors"), metadata={"format": "pt"})
                 (tmp / "config.json").write_text(json.dumps(dcfg, indent=2) + "\n")
                 for f in COPY_FILES:
-                    src = model_dir / "draft" / f
+                    src = model_dir / draft_name / f
                     if src.exists():
                         shutil.copyfile(src, tmp / f)
                 (tmp / "train.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -324,6 +332,35 @@ def check_writable(out: Path) -> None:
         print(f"bench train-draft: {done}", file=sys.stderr)
 
 
+def _checked(opts: TrainOptions):
+    _, dcfg, ta, da = load_archs(opts.model_dir, opts.draft)
+    for name in ("prompts", "new_tokens", "steps", "epochs", "batch", "gen_batch"):
+        if getattr(opts, name) < 1:
+            raise DraftInputError(f"--{name.replace('_', '-')} must be >= 1")
+    if opts.eval_prompts < 0 or opts.new_tokens <= opts.steps:
+        raise DraftInputError("--eval-prompts must be >= 0 and --new-tokens greater than --steps")
+    return dcfg, ta, da
+
+
+def plan(opts: TrainOptions) -> str:
+    """What a run would hold and do (no torch work, nothing written)."""
+    from .target_ref import param_count
+
+    _, ta, da = _checked(opts)
+    n = opts.prompts + opts.eval_prompts
+    width = 110 + opts.new_tokens  # the bench's prompts are 55-100 tokens
+    k = len(da.aux_ids)
+    trainable = (da.hidden * da.target_hidden * k + (da.heads + 2 * da.kv_heads) * da.head_dim * 2 * da.hidden
+                 + da.hidden * da.heads * da.head_dim + 3 * da.hidden * da.inter + (da.vocab * da.hidden if da.own_head else 0))
+    return (f"train-draft plan: target {opts.model_dir / 'target'} ({ta.layers} layers, hidden {ta.hidden}, "
+            f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 dummy_init_normal weights, std {opts.std})\n"
+            f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {opts.new_tokens} greedy tokens, "
+            f"aux ids {list(da.aux_ids)}: up to {n * width * k * ta.hidden * 2 / 2**30:.2f} GiB of aux hidden states\n"
+            f"  draft: {opts.model_dir / opts.draft} ({trainable / 1e6:.0f}M trainable, lr "
+            f"{opts.lr if opts.lr is not None else LR_WIDTH / da.hidden:.3g}); {opts.steps} steps of training-time test, "
+            f"{opts.epochs} epochs of batch {opts.batch} or {opts.train_seconds:g} s\n  out: {opts.out}")
+
+
 def run(opts: TrainOptions, log=print) -> dict:
     import torch
 
@@ -331,12 +368,7 @@ def run(opts: TrainOptions, log=print) -> dict:
     from .target_ref import TargetRef, capture_layers, dummy_weights
     from .workload import fixed_prompts
 
-    _, dcfg, ta, da = load_archs(opts.model_dir)
-    for name in ("prompts", "new_tokens", "steps", "epochs", "batch", "gen_batch"):
-        if getattr(opts, name) < 1:
-            raise DraftInputError(f"--{name.replace('_', '-')} must be >= 1")
-    if opts.eval_prompts < 0 or opts.new_tokens <= opts.steps:
-        raise DraftInputError("--eval-prompts must be >= 0 and --new-tokens greater than --steps")
+    dcfg, ta, da = _checked(opts)
     check_writable(opts.out)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
@@ -374,7 +406,7 @@ def run(opts: TrainOptions, log=print) -> dict:
                "held_out": evaluate(draft, data, eval_rows, opts.steps, n_eval, device),
                "bench_prompts": evaluate(draft, data, bench_rows, opts.steps, n_eval, device)}
     lap("eval_s")
-    record = {"command": [sys.executable, "-m", "bench", "train-draft", *sys.argv[2:]] if sys.argv[1:2] == ["train-draft"] else None,
+    record = {"command": list(opts.command) or None, "lr": opts.lr if opts.lr is not None else LR_WIDTH / da.hidden,
               "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "target_config_sha256": hashlib.sha256(
@@ -383,7 +415,7 @@ def run(opts: TrainOptions, log=print) -> dict:
               "sequences": {"train": len(train_rows), "held_out": len(eval_rows), "tokens": sum(data.lens)},
               "reference_hash_b1": _reference_hashes(opts.model_dir, data),
               "history": history, "metrics": metrics, "seconds": times}
-    save_draft(opts.out, draft, dcfg, opts.model_dir, record)
+    save_draft(opts.out, draft, dcfg, opts.model_dir, record, opts.draft)
     lap("save_s")
     log(f"accept length (steps {opts.steps}, topk 1, {n_eval} new tokens): held-out "
         f"{metrics['held_out'].get('accept_length')} (untrained {before.get('accept_length')}), bench prompts "
@@ -396,7 +428,9 @@ def add_cli(sub) -> None:
     d = TrainOptions(Path("."), Path("."))
     p = sub.add_parser("train-draft", help="train the EAGLE-3 draft of a tinymodel dir against its dummy_init_normal target")
     p.add_argument("model_dir", type=Path, help="a `bench tinymodel` output dir (target/ and draft/ inside)")
-    p.add_argument("--out", type=Path, default=None, help="draft dir to write (default MODEL_DIR/draft_trained)")
+    p.add_argument("--draft", default="draft",
+                   help="the draft config to train: MODEL_DIR/DRAFT/config.json (e.g. draft_edge: aux ids with the final layer)")
+    p.add_argument("--out", type=Path, default=None, help="draft dir to write (default MODEL_DIR/DRAFT_trained)")
     p.add_argument("--prompts", type=int, default=d.prompts, help="training prompts: fixed_prompts' first N (the bench sends the first 8)")
     p.add_argument("--eval-prompts", type=int, default=d.eval_prompts, help="held-out prompts after those")
     p.add_argument("--new-tokens", type=int, default=d.new_tokens, help="greedy continuation per prompt")
@@ -404,22 +438,28 @@ def add_cli(sub) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--train-seconds", type=float, default=d.train_seconds, help="stop training after the epoch that passes this")
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per optimizer step")
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--lr", type=float, default=None, help=f"AdamW peak lr (default {LR_WIDTH} / the draft's hidden size)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--std", type=float, default=float(os.environ.get("SGLANG_DUMMY_INIT_STD", d.std)),
                    help="the server's SGLANG_DUMMY_INIT_STD (default: that variable, else 0.02)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--gen-batch", type=int, default=d.gen_batch, help="sequences per target forward")
+    p.add_argument("--dry-run", action="store_true", help="check the dirs and print the plan; train nothing")
     p.set_defaults(func=_cli)
 
 
 def _cli(a) -> int:
-    opts = TrainOptions(model_dir=a.model_dir, out=a.out or a.model_dir / "draft_trained", prompts=a.prompts,
+    opts = TrainOptions(model_dir=a.model_dir, out=a.out or a.model_dir / f"{a.draft}_trained", prompts=a.prompts,
                         eval_prompts=a.eval_prompts, new_tokens=a.new_tokens, steps=a.steps, epochs=a.epochs,
                         train_seconds=a.train_seconds, batch=a.batch, lr=a.lr, seed=a.seed, std=a.std,
-                        device=a.device, gen_batch=a.gen_batch)
+                        device=a.device, gen_batch=a.gen_batch, draft=a.draft,
+                        # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
+                        command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else ())
     try:
-        run(opts)
+        if a.dry_run:
+            print(plan(opts))
+        else:
+            run(opts)
     except DraftInputError as e:
         print(f"bench train-draft: {e.render()}", file=sys.stderr)
         return e.exit_code

@@ -157,9 +157,9 @@ case "$step" in
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
   train)
-    # Both tiny drafts, one after the other (about a minute each on an H200, see bench/README.md).
-    train_draft "$TINY" draft --gen-batch 64 --train-seconds "${TRAIN_S:-150}"
-    train_draft "$TINY" draft_edge --gen-batch 64 --train-seconds "${TRAIN_S:-150}" ;;
+    # Both tiny drafts, one after the other (expected 1.5-2 min each on an H200: bench/README.md).
+    train_draft "$TINY" draft --gen-batch 128 --train-seconds "${TRAIN_S:-150}"
+    train_draft "$TINY" draft_edge --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
   kimi_train)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
     train_draft "$KIMI" draft --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;

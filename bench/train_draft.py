@@ -30,6 +30,7 @@ from pathlib import Path
 from .errors import DraftInputError
 
 BENCH_PROMPTS = 8  # the bench's requests: fixed_prompts(8) (--concurrency 8; b1 sends the first 2)
+BENCH_NEW_TOKENS = 128  # gpu_runs.sh's --max-new-tokens for issue 17's runs
 COPY_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -106,10 +107,18 @@ def _device(name: str):
 
 def tokenize(model_dir: Path, texts: list[str]) -> list[list[int]]:
     """As SGLang's tokenizer manager does: the target's tokenizer called on the text (its default specials)."""
+    tok = _tokenizer(model_dir)
+    return [list(tok(t)["input_ids"]) for t in texts]
+
+
+def _tokenizer(model_dir: Path):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir / "target")
-    return [list(tok(t)["input_ids"]) for t in texts]
+    try:
+        return AutoTokenizer.from_pretrained(model_dir / "target")
+    except (OSError, ValueError) as e:
+        raise DraftInputError(f"{model_dir / 'target'}: no usable tokenizer ({str(e).splitlines()[0]})",
+                              hint="rewrite the dir with `python -m bench tinymodel DIR`") from None
 
 
 @dataclass
@@ -232,20 +241,22 @@ def evaluate(draft, data: Data, rows: list[int], steps: int, new_tokens: int, de
             "accept_length_min": min(per_row), "accept_length_max": max(per_row)}
 
 
-def _reference_hashes(model_dir: Path, data: Data, b1: int = 2) -> dict[str, str]:
+def reference_hashes(model_dir: Path, data: Data, b1: int = 2) -> dict[str, str]:
     """The bench's batch-1 output hash (workload.PhaseResult.output_hash) of the reference's continuations,
-    for the max-new-tokens gpu_runs.sh uses: equal to the plain server's hash_b1 when the server's greedy
-    tokens (and its detokenized text) are the reference's."""
-    from transformers import AutoTokenizer
+    for the max-new-tokens gpu_runs.sh uses (where the continuations are that long): equal to the plain
+    server's hash_b1 when the server's greedy tokens (and its detokenized text) are the reference's."""
+    from .workload import PhaseResult
 
-    tok = AutoTokenizer.from_pretrained(model_dir / "target")
+    tok = _tokenizer(model_dir)
     out = {}
     for n in (64, 128):
+        if any(data.lens[r] - data.prompt_lens[r] < n for r in range(b1)):
+            continue
         outs = []
         for r in range(b1):
             ids = data.tokens[r, data.prompt_lens[r]:data.prompt_lens[r] + n].tolist()
             outs.append([tok.decode(ids, skip_special_tokens=True), ids])
-        out[str(n)] = hashlib.sha256(json.dumps(outs, separators=(",", ":")).encode()).hexdigest()[:16]
+        out[str(n)] = PhaseResult(tokens=0, wall_s=0.0, step_s=[], verify_ct=0, outputs=outs).output_hash()
     return out
 
 
@@ -379,15 +390,15 @@ def run(opts: TrainOptions, log=print) -> dict:
         times[name] = round(time.monotonic() - t, 1)
         t = time.monotonic()
 
+    texts = fixed_prompts(opts.prompts + opts.eval_prompts)
+    prompts = tokenize(opts.model_dir, texts)
     # bf16 as the server holds them; on a CPU the same values are computed in float32
     weights = dummy_weights(ta, torch.bfloat16, device, opts.std)
     if device.type == "cpu":
         weights = {k: v.float() for k, v in weights.items()}
     target = TargetRef(ta, weights)
     lap("target_weights_s")
-    texts = fixed_prompts(opts.prompts + opts.eval_prompts)
-    data = make_data(target, tokenize(opts.model_dir, texts), opts.new_tokens, capture_layers(list(da.aux_ids)),
-                     opts.gen_batch)
+    data = make_data(target, prompts, opts.new_tokens, capture_layers(list(da.aux_ids)), opts.gen_batch)
     lap("generate_and_features_s")
     log(f"target: {ta.layers} layers, hidden {ta.hidden}; {len(texts)} sequences of up to {max(data.lens)} tokens "
         f"({sum(data.lens)} in all), {times['generate_and_features_s']} s on {device}")
@@ -398,7 +409,8 @@ def run(opts: TrainOptions, log=print) -> dict:
     train_rows = list(range(opts.prompts))
     eval_rows = list(range(opts.prompts, opts.prompts + opts.eval_prompts))
     bench_rows = train_rows[:BENCH_PROMPTS]
-    n_eval = opts.new_tokens - opts.steps
+    # the bench's requests decode 128 tokens; the chains of the last positions need steps more labels
+    n_eval = min(BENCH_NEW_TOKENS, opts.new_tokens - opts.steps)
     before = evaluate(draft, data, eval_rows, opts.steps, n_eval, device)
     history = train(draft, data, train_rows, opts, device, log)
     lap("train_s")
@@ -413,7 +425,7 @@ def run(opts: TrainOptions, log=print) -> dict:
                   (opts.model_dir / "target" / "config.json").read_bytes()).hexdigest(),
               "dummy_init": {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": opts.std, "seed": 1234},
               "sequences": {"train": len(train_rows), "held_out": len(eval_rows), "tokens": sum(data.lens)},
-              "reference_hash_b1": _reference_hashes(opts.model_dir, data),
+              "reference_hash_b1": reference_hashes(opts.model_dir, data),
               "history": history, "metrics": metrics, "seconds": times}
     save_draft(opts.out, draft, dcfg, opts.model_dir, record, opts.draft)
     lap("save_s")

@@ -127,8 +127,32 @@ def test_train_json_records_the_run(trained, model_dir):
                                                             "seed": 1234}
     assert set(rec["seconds"]) >= {"target_weights_s", "generate_and_features_s", "train_s", "eval_s"}
     assert rec["sequences"] == {"train": 64, "held_out": 12, "tokens": rec["sequences"]["tokens"]}
-    assert set(rec["reference_hash_b1"]) == {"64", "128"}
+    assert rec["reference_hash_b1"] == {}  # 48-token continuations: shorter than the bench's 64 and 128
     print(f"CPU: {rec['seconds']} ({trained['_wall_s']:.0f} s wall)")
+
+
+def test_reference_hash_is_the_bench_workloads_output_hash(model_dir):
+    """What train.json records for the plain server's hash_b1 is workload.PhaseResult.output_hash over the
+    texts SGLang's detokenizer returns (the ids decoded with skip_special_tokens) and the ids."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from bench.train_draft import Data, reference_hashes
+    from bench.workload import PhaseResult
+
+    tok = AutoTokenizer.from_pretrained(model_dir / "target")
+    gen = [[5, 900, 4000 + i, 31, 9999] * 26 for i in range(2)]  # 130 tokens each, added tokens included
+    prompts = [[7, 8, 9], [10, 11]]
+    width = max(len(p) + len(g) for p, g in zip(prompts, gen))
+    tokens = torch.zeros(2, width, dtype=torch.long)
+    for r, (p, g) in enumerate(zip(prompts, gen)):
+        tokens[r, :len(p) + len(g)] = torch.tensor(p + g)
+    data = Data(tokens, None, None, [len(p) + len(g) for p, g in zip(prompts, gen)], [len(p) for p in prompts])
+    got = reference_hashes(model_dir, data)
+    for n in (64, 128):
+        want = PhaseResult(tokens=2 * n, wall_s=1.0, step_s=[], verify_ct=1,
+                           outputs=[[tok.decode(g[:n], skip_special_tokens=True), g[:n]] for g in gen]).output_hash()
+        assert got[str(n)] == want
 
 
 # ------------------------------------------------------------------ the saved draft in SGLang
@@ -162,13 +186,14 @@ def _copy_dirs(model_dir: Path, dst: Path) -> Path:
     return dst
 
 
+
 def _edit(path: Path, **changes):
     cfg = json.loads(path.read_text())
     cfg.update(changes)
     path.write_text(json.dumps(cfg))
 
 
-@pytest.mark.parametrize("case", ["missing", "malformed", "no_key", "vocab", "aux_ids", "moe_routing"])
+@pytest.mark.parametrize("case", ["missing", "malformed", "no_key", "vocab", "aux_ids", "moe_routing", "tokenizer"])
 def test_bad_model_dir_exits_2_naming_file_and_key(model_dir, tmp_path, case):
     from bench.cli import main
 
@@ -176,7 +201,8 @@ def test_bad_model_dir_exits_2_naming_file_and_key(model_dir, tmp_path, case):
     expect = {"missing": "target/config.json: not found", "malformed": "target/config.json: unreadable JSON",
               "no_key": "target/config.json: missing or null kv_lora_rank", "vocab": "draft/config.json: draft_vocab_size 4096",
               "aux_ids": "draft/config.json: eagle_config.eagle_aux_hidden_state_layer_ids [0, 1, 5]",
-              "moe_routing": "target/config.json: scoring_func must be sigmoid"}[case]
+              "moe_routing": "target/config.json: scoring_func must be sigmoid",
+              "tokenizer": "/target: no usable tokenizer"}[case]
     if case == "missing":
         shutil.rmtree(d / "target")
     elif case == "malformed":
@@ -188,8 +214,11 @@ def test_bad_model_dir_exits_2_naming_file_and_key(model_dir, tmp_path, case):
     elif case == "aux_ids":
         shutil.rmtree(d / "draft")
         (d / "draft_bad").rename(d / "draft")  # ids [0, mid, L + 1]
-    else:
+    elif case == "moe_routing":
         _edit(d / "target" / "config.json", scoring_func="softmax")
+    else:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            (d / "target" / f).unlink()
     import contextlib
     import io
 

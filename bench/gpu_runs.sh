@@ -14,7 +14,7 @@
 #   profiling    eagle_profiling on / applied but off / not applied
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
-#   train        the tiny model's drafts, draft (aux ids 0,1,2) and draft_edge (0,1,4: the final layer's output)
+#   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
 #   kimi_train   the Kimi-width proxy's draft
 #   trained      tiny, accepted runs: none / full / OEA K0=3 with the trained draft, then plain decoding, one start
 #                each; trained/summary.md: accept length, tok/s x plain, outputs = plain (bench.draft_compare)
@@ -28,7 +28,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|kimi_train|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|train_edge|kimi_train|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -80,8 +80,7 @@ TR=(--tree "$SGL_TREE" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --re
 # train-draft for one draft config of a model dir (bench/train_draft.py; its defaults are the GPU's)
 train_draft() {  # MODEL_DIR DRAFT EXTRA...
   local dir=$1 draft=$2; shift 2
-  run $PY -m bench train-draft "$dir" --draft "$draft" --prompts "${TRAIN_PROMPTS:-512}" --eval-prompts 32 \
-    --new-tokens 160 ${DRY:+--dry-run} "$@"
+  run $PY -m bench train-draft "$dir" --draft "$draft" --eval-prompts 32 --new-tokens 160 ${DRY:+--dry-run} "$@"
   [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$dir/${draft}_trained/train.json" "$OUT/train/$(basename "$dir")-$draft.json"; }
 }
 # ARGS = the array named ARRAY with the value after each FLAG replaced
@@ -98,7 +97,7 @@ replace_args() {  # ARRAY FLAG=VALUE...
 with_trained() {  # MODEL_DIR DRAFT
   local dir=$1/${2}_trained
   [ -n "${DRY:-}" ] || [ -f "$dir/model.safetensors" ] || {
-    echo "no trained draft in $dir: run gpu_runs.sh train (tiny) or kimi_train first" >&2; exit 2; }
+    echo "no trained draft in $dir: run gpu_runs.sh train, train_edge (tiny) or kimi_train first" >&2; exit 2; }
   replace_args SA --speculative-draft-model-path="$dir" --speculative-draft-load-format=safetensors
 }
 compare() {  # RUN_DIR_PLAIN TRAIN_JSON SUMMARY RUN_DIR_EAGLE...
@@ -156,13 +155,13 @@ case "$step" in
     spec_args "$KIMI" "${MEMF:-0.45}"
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
-  train)
-    # Both tiny drafts, one after the other (expected 1.5-2 min each on an H200: bench/README.md).
-    train_draft "$TINY" draft --gen-batch 128 --train-seconds "${TRAIN_S:-150}"
-    train_draft "$TINY" draft_edge --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
+  train|train_edge)
+    # Expected 3-4 min each on an H200 (bench/README.md): more prompts than Kimi's, the tiny target is cheap
+    train_draft "$TINY" "$( [ "$step" = train ] && echo draft || echo draft_edge )" --prompts "${TRAIN_PROMPTS:-1024}" \
+      --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
   kimi_train)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    train_draft "$KIMI" draft --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;
+    train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;
   trained)
     # Accepted runs on the tiny model: the pristine set, the full set and OEA at K0=3 with the trained draft, then
     # plain decoding (the lossless reference).

@@ -17,7 +17,7 @@ SCRIPT = ROOT / "bench" / "gpu_runs.sh"
 # oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
 NO_DRY_RUN = {"oea", "importtime"}
 # no server either: they train drafts (bench train-draft --dry-run plans them), tested below
-TRAINING = {"train", "kimi_train"}
+TRAINING = {"train", "train_edge", "kimi_train"}
 
 
 def _steps() -> list[str]:
@@ -148,18 +148,20 @@ def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subpr
 
 
 def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
-    p = _dry("train", tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stderr
-    plans = re.findall(r"train-draft plan: target (\S+) .*\n  data: .* aux ids (\[[0-9, ]+\]).*\n  draft: (\S+) .*\n  out: (\S+)",
-                       p.stdout)
-    assert plans == [(f"{tiny}/target", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
-                     (f"{tiny}/target", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained")], p.stdout
-    assert "--prompts 512 --eval-prompts 32 --new-tokens 160" in p.stderr
+    plans = []
+    for step in ("train", "train_edge"):
+        p = _dry(step, tiny, sglang_tree, tmp_path)
+        assert p.returncode == 0, p.stderr
+        plans += re.findall(r"train-draft plan: target (\S+) .*\n  data: (\d+) prompts .* aux ids (\[[0-9, ]+\]).*\n"
+                            r"  draft: (\S+) .*\n  out: (\S+)", p.stdout)
+    assert plans == [(f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
+                     (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained")]
+    assert "--eval-prompts 32 --new-tokens 160 --dry-run --prompts 1024" in p.stderr
     kimi = tmp_path / "kimi"
     p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
     assert p.returncode == 0, p.stderr
     assert f"train-draft plan: target {kimi}/target (7 layers, hidden 7168, 64 experts" in p.stdout
-    assert f"out: {kimi}/draft_trained" in p.stdout and "--gen-batch 128" in p.stderr
+    assert f"out: {kimi}/draft_trained" in p.stdout and "--prompts 512 --gen-batch 128" in p.stderr
 
 
 def _launches(stdout: str) -> list[str]:
@@ -205,5 +207,5 @@ def test_trained_step_without_a_trained_draft_stops_before_any_start(tiny, sglan
     for step in ("trained", "trained_speed", "trained_edge"):
         p = subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and f"no trained draft in {tiny}/draft" in p.stderr, p.stderr
-        assert "run gpu_runs.sh train (tiny) or kimi_train first" in p.stderr
+        assert "run gpu_runs.sh train, train_edge (tiny) or kimi_train first" in p.stderr
     assert not (tmp_path / "calls").exists()

@@ -16,6 +16,8 @@
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
 #   kimi_train   the Kimi-width proxy's draft
+#   draft_check  SGLang's own DummyModelLoader on this GPU (full + dummy_init_normal applied to the tree) against
+#                train-draft's reconstruction, parameter by parameter, for both targets
 #   trained      tiny, accepted runs: none / full / OEA K0=3 with the trained draft, then plain decoding, one start
 #                each; trained/summary.md: accept length, tok/s x plain, outputs = plain (bench.draft_compare)
 #   trained_speed  tiny, full with the trained draft vs plain decoding, three starts each
@@ -28,7 +30,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|train_edge|kimi_train|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -162,6 +164,23 @@ case "$step" in
   kimi_train)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
     train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;
+  draft_check)
+    # the CUDA generator's values: the CPU tests prove the same code on the CPU's (tests/bench/test_train_draft.py)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    SGL_PY=$SGL_TREE; [ -d "$SGL_TREE/python/sglang" ] && SGL_PY=$SGL_TREE/python
+    if [ -n "${DRY:-}" ]; then
+      echo "draft_check: apply --set full + dummy_init_normal to $SGL_TREE; compare the targets of $TINY and $KIMI on cuda"
+      exit 0
+    fi
+    run $PY apply.py --manifest $PLANTED --tree "$SGL_TREE" apply --set full
+    run $PY apply.py --manifest $PLANTED --tree "$SGL_TREE" apply dummy_init_normal
+    fails=0
+    mkdir -p "$OUT/draft_check"
+    for m in "$TINY" "$KIMI"; do
+      run $PY tests/bench/sglang_model_check.py --device cuda --checks target_weights --stds 0.02 --strict \
+        "$SGL_PY" "$m" "$OUT/draft_check/$(basename "$m").json" | tee -a "$OUT/draft_check/summary.txt" || fails=$((fails + 1))
+    done
+    exit $fails ;;
   trained)
     # Accepted runs on the tiny model: the pristine set, the full set and OEA at K0=3 with the trained draft, then
     # plain decoding (the lossless reference).

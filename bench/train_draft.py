@@ -179,7 +179,7 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
 
     params = [p for p in draft.parameters() if p.requires_grad]
     lr = opts.lr if opts.lr is not None else LR_WIDTH / draft.arch.hidden
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda")
     per_epoch = max(1, math.ceil(len(rows) / opts.batch))
     total, warm = opts.epochs * per_epoch, min(50, opts.epochs * per_epoch // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (

@@ -17,7 +17,7 @@ SCRIPT = ROOT / "bench" / "gpu_runs.sh"
 # oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
 NO_DRY_RUN = {"oea", "importtime"}
 # no server either: they train drafts (bench train-draft --dry-run plans them), tested below
-TRAINING = {"train", "train_edge", "kimi_train"}
+TRAINING = {"train", "train_edge", "kimi_train", "draft_check"}
 
 
 def _steps() -> list[str]:
@@ -162,6 +162,13 @@ def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"train-draft plan: target {kimi}/target (7 layers, hidden 7168, 64 experts" in p.stdout
     assert f"out: {kimi}/draft_trained" in p.stdout and "--prompts 512 --gen-batch 128" in p.stderr
+
+
+def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_path):
+    kimi = tmp_path / "kimi"
+    p = _dry_kimi("draft_check", tiny, kimi, sglang_tree, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    assert f"draft_check: apply --set full + dummy_init_normal to {sglang_tree}; compare the targets of {tiny} and {kimi} on cuda" in p.stdout
 
 
 def _launches(stdout: str) -> list[str]:

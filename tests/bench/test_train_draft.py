@@ -48,23 +48,37 @@ def trained(model_dir):
     return rec
 
 
+def _check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "bench" / "sglang_model_check.py"), *args,
+                           str(tree / "python"), *map(str, out)], capture_output=True, text=True, env=env, timeout=900)
+
+
+def _apply(tree: Path, *what: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree),
+                        "apply", *what], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 @pytest.fixture(scope="module")
 def sglang_checks(pinned_tree, model_dir, trained, tmp_path_factory) -> dict:
-    """SGLang's own code on the CPU (tests/bench/sglang_cpu_check.py, in a child process) from a tree carrying
-    the full set and the dummy_init_normal fixture, as the bench's servers run."""
+    """SGLang's own code on the CPU (tests/bench/sglang_model_check.py, in a child process) from a tree carrying
+    the full set and the dummy_init_normal fixture, as the bench's servers run; first without the fixture (the
+    weight check must fail there: the upstream loader draws uniform +-1e-3 with one seed)."""
     tree = tmp_path_factory.mktemp("sgl") / "sglang"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
-    for what in (["--set", "full"], ["dummy_init_normal"]):
-        p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree),
-                            "apply", *what], capture_output=True, text=True, env=env)
-        assert p.returncode == 0, p.stdout + p.stderr
-    out = tree.parent / "checks.json"
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "bench" / "sglang_cpu_check.py"), str(tree / "python"),
-                        str(model_dir), str(model_dir / "draft_trained"), str(out)],
-                       capture_output=True, text=True, env=env, timeout=900)
+    _apply(tree, "--set", "full")
+    without = _check(tree, (model_dir, tree.parent / "without.json"), "--strict", "--checks", "target_weights",
+                     "--stds", "0.02")
+    _apply(tree, "dummy_init_normal")
+    p = _check(tree, (model_dir, tree.parent / "checks.json"), "--strict", "--draft-dir", str(model_dir / "draft_trained"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
-    return json.loads(out.read_text())
+    assert "target weights at std 0.02 on cpu: 55 parameters, names equal, unequal: none" in p.stdout
+    res = json.loads((tree.parent / "checks.json").read_text())
+    res["_without_fixture"] = (without.returncode, without.stdout,
+                               json.loads((tree.parent / "without.json").read_text())["target_weights"]["0.02"])
+    return res
 
 
 # ------------------------------------------------------------------ the target the server runs
@@ -77,6 +91,14 @@ def test_target_weights_equal_the_patched_dummy_loader(sglang_checks, std):
     assert "model.layers.1.mlp.gate.e_score_correction_bias" in w["ref_names"]
     assert w["unequal"] == []
     assert abs(w["sglang_std"] - float(std)) < 0.1 * float(std)  # the variable reached the patched loader
+
+
+def test_the_weight_check_fails_against_upstreams_dummy_loader(sglang_checks):
+    rc, out, w = sglang_checks["_without_fixture"]
+    assert rc == 1 and "unequal: none" not in out
+    assert w["sglang_names"] == w["ref_names"] and w["sglang_std"] < 1e-3
+    # every drawn parameter differs; the norm gains (ones here, uniform +-1e-3 upstream) too
+    assert len(w["unequal"]) == len(w["ref_names"])
 
 
 def test_target_forward_equals_sglangs(sglang_checks):

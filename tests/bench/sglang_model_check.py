@@ -1,9 +1,13 @@
-"""SGLang 0.5.17's own model code on the CPU against bench/target_ref.py and bench/draft_ref.py (a child process:
-SGLang's distributed state and published server args are process-wide).
+"""SGLang 0.5.17's own model code against bench/target_ref.py and bench/draft_ref.py (a child process: SGLang's
+distributed state and published server args are process-wide).
 
-    python sglang_cpu_check.py SGLANG_PYTHON MODEL_DIR DRAFT_DIR OUT.json
+    python sglang_model_check.py [--device cpu|cuda] [--checks A,B] [--draft-dir DIR] [--stds 0.02,0.05]
+                                 [--strict] SGLANG_PYTHON MODEL_DIR OUT.json
 
-SGLANG_PYTHON: python/ of a tree carrying the full set and dummy_init_normal. Checks, each into OUT.json:
+SGLANG_PYTHON: the dir `import sglang` should find, of a tree carrying the full set and dummy_init_normal.
+tests/bench/test_train_draft.py runs every check on the CPU; bench/gpu_runs.sh `draft_check` runs
+target_weights on the GPU (the generator there is CUDA's, the one the server's loader uses), with --strict:
+exit 1 unless every parameter is equal. Checks, each into OUT.json:
   target_weights    DummyModelLoader with SGLANG_DUMMY_INIT=normal (bf16; and SGLANG_DUMMY_INIT_STD=0.05) vs
                     target_ref.dummy_weights, parameter by parameter
   target_forward    DeepseekV3ForCausalLM.forward (float32) on an extend then a decode batch, torch_native
@@ -11,7 +15,7 @@ SGLANG_PYTHON: python/ of a tree carrying the full set and dummy_init_normal. Ch
   draft_load        DefaultModelLoader on DRAFT_DIR (LlamaForCausalLMEagle3): every parameter vs the file
   draft_forward     its draft-extend then two draft-decode steps vs Eagle3Draft's training-time-test chain
 
-Test-time substitutions, each for a CUDA-only piece the CPU lacks and none in the arithmetic compared:
+Substitutions on the CPU, each for a CUDA-only piece the CPU lacks and none in the arithmetic compared:
 torchvision (tests/sglang_patches/_torchvision_standin.py); vllm._custom_ops (imported by RotaryEmbedding's
 constructor for a kernel the native forward never calls); get_rope_wrapper's CPU branch (it demands YaRN),
 replaced by the plain get_rope the GPU takes; attention dispatch pinned to absorbed MLA (the torch_native
@@ -31,8 +35,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
-def _setup(sglang_python: str) -> None:
+def _setup(sglang_python: str, device: str) -> None:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "sglang_patches"), sglang_python]
+    if device != "cpu":
+        return
     from _torchvision_standin import install
 
     install()
@@ -54,10 +60,10 @@ def _setup(sglang_python: str) -> None:
 class Runtime:
     """SGLang's process state for one TP1 CPU model at a time (what a scheduler process publishes)."""
 
-    def __init__(self):
+    def __init__(self, device: str):
         from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
 
-        self.started = False
+        self.device, self.started = device, False
         self._init, self._mp = init_distributed_environment, initialize_model_parallel
 
     def load(self, model_path: Path, dtype: str, load_format: str, draft: bool = False):
@@ -69,8 +75,9 @@ class Runtime:
         from sglang.srt.runtime_context import publish
         from sglang.srt.server_args import ServerArgs
 
-        sa = ServerArgs(model_path=str(model_path), load_format=load_format, device="cpu", dtype=dtype,
-                        attention_backend="torch_native", disable_cuda_graph=True, skip_tokenizer_init=True)
+        sa = ServerArgs(model_path=str(model_path), load_format=load_format, device=self.device, dtype=dtype,
+                        attention_backend="torch_native" if self.device == "cpu" else "flashinfer",
+                        disable_cuda_graph=True, skip_tokenizer_init=True)
         publish(sa, role="test")
         mc = ModelConfig(model_path=str(model_path), dtype=dtype, is_draft_model=draft)
         if not self.started:
@@ -80,12 +87,12 @@ class Runtime:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             self._init(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0,
-                       backend="gloo")
+                       backend="gloo" if self.device == "cpu" else "nccl")
             self._mp(tensor_model_parallel_size=1)
             self.started = True
         initialize_dp_attention(sa, mc)
         loader = get_model_loader(load_config=LoadConfig(load_format=load_format), model_config=mc)
-        return loader.load_model(model_config=mc, device_config=DeviceConfig("cpu", 0)), mc.hf_config
+        return loader.load_model(model_config=mc, device_config=DeviceConfig(self.device, 0)), mc.hf_config
 
 
 def _batch(mode: str, ids, start: int, spec=None):
@@ -120,23 +127,29 @@ def _maxdiff(a, b) -> float:
     return float((a.float() - b.float()).abs().max())
 
 
-def check_target_weights(rt: Runtime, model_dir: Path) -> dict:
+def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
     import torch
 
-    from bench.target_ref import TargetArch, dummy_weights
+    from bench.target_ref import TargetArch, dummy_normal
 
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
     out = {}
-    for std in (0.02, 0.05):
-        os.environ.update(SGLANG_DUMMY_INIT="normal", SGLANG_DUMMY_INIT_STD=str(std))
+    for std in stds:
+        os.environ.update(SGLANG_DUMMY_INIT="normal", SGLANG_DUMMY_INIT_STD=std)
         model, _ = rt.load(model_dir / "target", "bfloat16", "dummy")
         theirs = model.state_dict()
-        mine = dummy_weights(arch, torch.bfloat16, "cpu", std)
-        out[str(std)] = {
-            "sglang_names": list(theirs), "ref_names": list(mine),
-            "unequal": [n for n in mine if n in theirs and not (theirs[n].dtype == mine[n].dtype
-                                                                and torch.equal(theirs[n], mine[n]))],
-            "sglang_std": float(theirs["model.layers.0.self_attn.o_proj.weight"].float().std())}
+        specs = arch.param_specs(torch.bfloat16)
+        unequal = []
+        for n, (shape, dtype) in specs.items():  # one at a time: the Kimi-width target is 34 GiB
+            t = theirs.get(n)
+            if t is not None and not (t.dtype == dtype and torch.equal(t, dummy_normal(n, shape, dtype, t.device, float(std)))):
+                unequal.append(n)
+        out[std] = {"sglang_names": list(theirs), "ref_names": list(specs), "unequal": unequal,
+                    "sglang_std": float(theirs["model.layers.0.self_attn.o_proj.weight"].float().std()),
+                    "device": str(next(iter(theirs.values())).device)}
+        del model, theirs
+        if rt.device != "cpu":
+            torch.cuda.empty_cache()
     os.environ.pop("SGLANG_DUMMY_INIT_STD")
     return out
 
@@ -246,15 +259,42 @@ def check_draft(rt: Runtime, draft_dir: Path) -> tuple[dict, dict]:
     return load, fwd
 
 
+CHECKS = ("target_weights", "target_forward", "draft_load", "draft_forward")
+
+
 def main(argv: list[str]) -> int:
-    sglang_python, model_dir, draft_dir, out = argv
-    _setup(sglang_python)
-    rt = Runtime()
-    res = {"target_weights": check_target_weights(rt, Path(model_dir)),
-           "target_forward": check_target_forward(rt, Path(model_dir))}
-    res["draft_load"], res["draft_forward"] = check_draft(rt, Path(draft_dir))
-    Path(out).write_text(json.dumps(res, indent=1))
-    return 0
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="sglang_model_check.py")
+    ap.add_argument("sglang_python")
+    ap.add_argument("model_dir", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--draft-dir", type=Path, default=None)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--checks", default=",".join(CHECKS))
+    ap.add_argument("--stds", default="0.02,0.05")
+    ap.add_argument("--strict", action="store_true", help="exit 1 unless every target parameter is equal")
+    a = ap.parse_args(argv)
+    checks = a.checks.split(",")
+    if a.device != "cpu" and set(checks) - {"target_weights"}:
+        ap.error("on cuda only target_weights (the forwards are compared on the CPU's torch_native backend)")
+    _setup(a.sglang_python, a.device)
+    rt = Runtime(a.device)
+    res = {}
+    if "target_weights" in checks:
+        res["target_weights"] = check_target_weights(rt, a.model_dir, a.stds.split(","))
+    if "target_forward" in checks:
+        res["target_forward"] = check_target_forward(rt, a.model_dir)
+    if {"draft_load", "draft_forward"} & set(checks):
+        res["draft_load"], res["draft_forward"] = check_draft(rt, a.draft_dir)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1))
+    bad = [(std, w["unequal"] or "names differ") for std, w in res.get("target_weights", {}).items()
+           if w["unequal"] or w["sglang_names"] != w["ref_names"]]
+    for std, w in res.get("target_weights", {}).items():
+        print(f"target weights at std {std} on {w['device']}: {len(w['ref_names'])} parameters, "
+              f"{'names equal' if w['sglang_names'] == w['ref_names'] else 'NAMES DIFFER'}, unequal: {w['unequal'] or 'none'}")
+    return 1 if a.strict and bad else 0
 
 
 if __name__ == "__main__":

@@ -452,18 +452,34 @@ def add_cli(sub) -> None:
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per optimizer step")
     p.add_argument("--lr", type=float, default=None, help=f"AdamW peak lr (default {LR_WIDTH} / the draft's hidden size)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--std", type=float, default=float(os.environ.get("SGLANG_DUMMY_INIT_STD", d.std)),
-                   help="the server's SGLANG_DUMMY_INIT_STD (default: that variable, else 0.02)")
+    p.add_argument("--std", type=float, default=None,
+                   help=f"the server's SGLANG_DUMMY_INIT_STD (default: that variable, else {d.std})")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--gen-batch", type=int, default=d.gen_batch, help="sequences per target forward")
     p.add_argument("--dry-run", action="store_true", help="check the dirs and print the plan; train nothing")
     p.set_defaults(func=_cli)
 
 
+def _std(given: float | None) -> float:
+    if given is not None:
+        return given
+    env = os.environ.get("SGLANG_DUMMY_INIT_STD", "")
+    try:
+        return float(env) if env else TrainOptions.std
+    except ValueError:
+        raise DraftInputError(f"SGLANG_DUMMY_INIT_STD={env!r} is not a number",
+                              hint="set it to the server's value (e.g. 0.02) or pass --std") from None
+
+
 def _cli(a) -> int:
+    try:
+        std = _std(a.std)
+    except DraftInputError as e:
+        print(f"bench train-draft: {e.render()}", file=sys.stderr)
+        return e.exit_code
     opts = TrainOptions(model_dir=a.model_dir, out=a.out or a.model_dir / f"{a.draft}_trained", prompts=a.prompts,
                         eval_prompts=a.eval_prompts, new_tokens=a.new_tokens, steps=a.steps, epochs=a.epochs,
-                        train_seconds=a.train_seconds, batch=a.batch, lr=a.lr, seed=a.seed, std=a.std,
+                        train_seconds=a.train_seconds, batch=a.batch, lr=a.lr, seed=a.seed, std=std,
                         device=a.device, gen_batch=a.gen_batch, draft=a.draft,
                         # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
                         command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else ())

@@ -346,3 +346,19 @@ def test_ctrl_c_during_training_exits_130_and_keeps_the_previous_draft(model_dir
     assert "interrupted; the draft dir is as it was" in err and "Traceback" not in err
     assert (d / "draft_trained" / "model.safetensors").read_text() == "previous"
     assert sorted(x.name for x in d.iterdir()) == [".draft_trained.lock", "draft", "draft_bad", "draft_trained", "target"]
+
+
+def test_dry_run_plans_without_writing_and_a_bad_std_variable_is_exit_2(model_dir, tmp_path, monkeypatch, capsys):
+    from bench.cli import main
+
+    d = _copy_dirs(model_dir, tmp_path / "m")
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "0.05")
+    assert main(["train-draft", str(d), "--dry-run", "--prompts", "8", "--eval-prompts", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"train-draft plan: target {d}/target (4 layers, hidden 128, 8 experts;" in out and "std 0.05" in out
+    assert "data: 10 prompts (train 8, held out 2) x 192 greedy tokens, aux ids [0, 1, 2]" in out
+    assert f"out: {d}/draft_trained" in out
+    assert sorted(x.name for x in d.iterdir()) == ["draft", "draft_bad", "target"]
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "abc")
+    assert main(["train-draft", str(d), "--dry-run"]) == 2
+    assert "SGLANG_DUMMY_INIT_STD='abc' is not a number" in capsys.readouterr().err

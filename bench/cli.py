@@ -79,7 +79,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import engine_speed, oea_micro, simulate, tinymodel
+    from . import engine_speed, oea_micro, simulate, tinymodel, train_draft
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="(re)write report.md + plot.png of a run dir")
     p.add_argument("run_dir", type=Path)
     tinymodel.add_cli(sub)
+    train_draft.add_cli(sub)
     oea_micro.add_cli(sub)
     engine_speed.add_cli(sub)
     simulate.add_cli(sub)

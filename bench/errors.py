@@ -18,6 +18,12 @@ class SetError(BenchError, BadInput):
     exit_code = EXIT_BAD_INPUT
 
 
+class DraftInputError(BenchError, BadInput):
+    """train-draft cannot use a model dir: the message names the file and key and the fix."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 class RunAborted(BenchError):
     exit_code = EXIT_ABORTED
 

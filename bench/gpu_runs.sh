@@ -13,12 +13,24 @@
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
+# Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
+#   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
+#   kimi_train   the Kimi-width proxy's draft
+#   draft_check  SGLang's own DummyModelLoader on this GPU (full + dummy_init_normal applied to the tree) against
+#                train-draft's reconstruction, parameter by parameter, for both targets
+#   trained      tiny, accepted runs: none / full / OEA K0=3 with the trained draft, then plain decoding, one start
+#                each; trained/summary.md: accept length, tok/s x plain, outputs = plain (bench.draft_compare)
+#   trained_speed  tiny, full with the trained draft vs plain decoding, three starts each
+#   trained_edge tiny, the trained edge draft (deepseek_v2's final-layer capture) and fp8 KV (flashinfer_mla)
+#                over accepted runs, against trained's plain outputs
+#   kimi_trained Kimi-width, full and OEA K0=3 with the trained draft, two starts each
+#   kimi_plain   Kimi-width plain decoding, two starts, then kimi_trained/summary.md
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
 # before, fp8, fp8plain.
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -63,6 +75,40 @@ M=(--tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "$
 C=(--tree "$SGL_TREE" --restarts 1 --max-starts 1 --reps-per-start 2 --warmup-reps 1 --no-warmup-start
    --max-new-tokens 64 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run})
 run() { echo "+ $*" >&2; "$@"; }
+# Issue 17's runs: no throwaway start (the steps before warmed the machine; a start's time is not measured) and
+# 128 new tokens, the length train-draft's reference hash and its held-out accept length are computed for.
+TR=(--tree "$SGL_TREE" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --reps-per-start "${REPS:-3}"
+    --warmup-reps "${WREPS:-2}" --no-warmup-start --time-budget "$BUDGET" ${DRY:+--dry-run})
+# train-draft for one draft config of a model dir (bench/train_draft.py; its defaults are the GPU's)
+train_draft() {  # MODEL_DIR DRAFT EXTRA...
+  local dir=$1 draft=$2; shift 2
+  run $PY -m bench train-draft "$dir" --draft "$draft" --eval-prompts 32 --new-tokens 160 ${DRY:+--dry-run} "$@"
+  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$dir/${draft}_trained/train.json" "$OUT/train/$(basename "$dir")-$draft.json"; }
+}
+# ARGS = the array named ARRAY with the value after each FLAG replaced
+replace_args() {  # ARRAY FLAG=VALUE...
+  local -n src=$1; shift
+  local prev= a kv
+  ARGS=()
+  for a in "${src[@]}"; do
+    for kv in "$@"; do [ "$prev" = "${kv%%=*}" ] && a=${kv#*=}; done
+    ARGS+=("$a"); prev=$a
+  done
+}
+# SA with MODEL_DIR/DRAFT_trained served with its weights (not --speculative-draft-load-format dummy), into ARGS
+with_trained() {  # MODEL_DIR DRAFT
+  local dir=$1/${2}_trained
+  [ -n "${DRY:-}" ] || [ -f "$dir/model.safetensors" ] || {
+    echo "no trained draft in $dir: run gpu_runs.sh train, train_edge (tiny) or kimi_train first" >&2; exit 2; }
+  replace_args SA --speculative-draft-model-path="$dir" --speculative-draft-load-format=safetensors
+}
+compare() {  # RUN_DIR_PLAIN TRAIN_JSON SUMMARY RUN_DIR_EAGLE...
+  local plain=$1 tj=$2 summary=$3 d; shift 3
+  [ -n "${DRY:-}" ] && return 0
+  [ -f "$plain/results.jsonl" ] || { echo "no plain decoding run in $plain to compare with: run its step first" >&2; return 0; }
+  local e=(); for d in "$@"; do e+=(--eagle "$d"); done
+  run $PY -m bench.draft_compare --plain "$plain" "${e[@]}" --train-json "$tj" --out "$summary"
+}
 # SA with another of bench/tinymodel.py's drafts, into ARGS
 with_draft() { ARGS=(); for a in "${SA[@]}"; do [ "$a" = "$TINY/draft" ] && a=$TINY/$1; ARGS+=("$a"); done; }
 # one start of the default set, for its start-up record only (1 repetition)
@@ -111,6 +157,77 @@ case "$step" in
     spec_args "$KIMI" "${MEMF:-0.45}"
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
+  train|train_edge)
+    # Expected 3-4 min each on an H200 (bench/README.md): more prompts than Kimi's, the tiny target is cheap
+    train_draft "$TINY" "$( [ "$step" = train ] && echo draft || echo draft_edge )" --prompts "${TRAIN_PROMPTS:-1024}" \
+      --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
+  kimi_train)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;
+  draft_check)
+    # the CUDA generator's values: the CPU tests prove the same code on the CPU's (tests/bench/test_train_draft.py)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    SGL_PY=$SGL_TREE; [ -d "$SGL_TREE/python/sglang" ] && SGL_PY=$SGL_TREE/python
+    if [ -n "${DRY:-}" ]; then
+      echo "draft_check: apply --set full + dummy_init_normal to $SGL_TREE; compare the targets of $TINY and $KIMI on cuda"
+      exit 0
+    fi
+    run $PY apply.py --manifest $PLANTED --tree "$SGL_TREE" apply --set full
+    run $PY apply.py --manifest $PLANTED --tree "$SGL_TREE" apply dummy_init_normal
+    fails=0
+    mkdir -p "$OUT/draft_check"
+    for m in "$TINY" "$KIMI"; do
+      run $PY tests/bench/sglang_model_check.py --device cuda --checks target_weights --stds 0.02 --strict \
+        "$SGL_PY" "$m" "$OUT/draft_check/$(basename "$m").json" | tee -a "$OUT/draft_check/summary.txt" || fails=$((fails + 1))
+    done
+    exit $fails ;;
+  trained)
+    # Accepted runs on the tiny model: the pristine set, the full set and OEA at K0=3 with the trained draft, then
+    # plain decoding (the lossless reference).
+    with_trained "$TINY" draft
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
+      oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" "${TR[@]}" \
+      --restarts 1 --max-starts 1 --out "$OUT/trained/eagle" -- "${ARGS[@]}"
+    # OEA at K0=3 routes differently: its lossless reference is plain decoding at K0=3
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
+      --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 1 \
+      --max-starts 1 --out "$OUT/trained/plain" -- "${PLAIN[@]}"
+    compare "$OUT/trained/plain" "$TINY/draft_trained/train.json" "$OUT/trained/summary.md" "$OUT/trained/eagle" ;;
+  trained_speed)
+    with_trained "$TINY" draft
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal "${DI[@]}" "${TR[@]}" \
+      --restarts 3 --max-starts 3 --out "$OUT/trained_speed/eagle" -- "${ARGS[@]}"
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --no-phase-timing --metric tok_s_b1 \
+      "${DI[@]}" "${TR[@]}" --restarts 3 --max-starts 3 --out "$OUT/trained_speed/plain" -- "${PLAIN[@]}"
+    compare "$OUT/trained_speed/plain" "$TINY/draft_trained/train.json" "$OUT/trained_speed/summary.md" \
+      "$OUT/trained_speed/eagle" ;;
+  trained_edge)
+    # deepseek_v2's final-layer capture (draft_edge: aux id 4 = num_hidden_layers) over accepted runs, against
+    # trained's plain decoding; flashinfer_mla's fp8 rows under target-verify with accepts: pristine vs the
+    # fixes, whose greedy outputs must be equal (the run's report; fp8 KV is not bf16 plain decoding).
+    with_trained "$TINY" draft_edge
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal "${DI[@]}" "${TR[@]}" \
+      --restarts 1 --max-starts 1 --out "$OUT/trained_edge/edge" -- "${ARGS[@]}"
+    with_trained "$TINY" draft
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
+      "${TR[@]}" --restarts 1 --max-starts 1 --out "$OUT/trained_edge/fp8" -- "${ARGS[@]}" --kv-cache-dtype fp8_e4m3
+    compare "$OUT/trained/plain" "$TINY/draft_edge_trained/train.json" "$OUT/trained_edge/summary.md" \
+      "$OUT/trained_edge/edge" ;;
+  kimi_trained)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${MEMF:-0.45}"
+    with_trained "$KIMI" draft
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
+      --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" "${TR[@]}" --restarts 2 --max-starts 2 \
+      --out "$OUT/kimi_trained" -- "${ARGS[@]}" ;;
+  kimi_plain)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${MEMF:-0.45}"
+    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
+      --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 2 \
+      --max-starts 2 --out "$OUT/kimi_plain" -- "${ARGS[@]}"
+    [ -f "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
+    compare "$OUT/kimi_plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_trained/summary.md" "$OUT/kimi_trained" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;

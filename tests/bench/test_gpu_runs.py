@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_runs.sh"
 # oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
 NO_DRY_RUN = {"oea", "importtime"}
+# no server either: they train drafts (bench train-draft --dry-run plans them), tested below
+TRAINING = {"train", "train_edge", "kimi_train", "draft_check"}
 
 
 def _steps() -> list[str]:
@@ -38,7 +40,7 @@ def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedPr
                            timeout=300)
 
 
-@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN])
+@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN | TRAINING])
 def test_step_plans(step, tiny, sglang_tree, tmp_path):
     p = _dry(step, tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -137,3 +139,80 @@ def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
     assert p.returncode == 0, p.stderr
     assert f"--model-path {kimi}/target" in p.stdout and "--mem-fraction-static 0.45" in p.stdout
     assert '"hidden_size": 7168' in (kimi / "target" / "config.json").read_text()
+
+
+def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "KIMI": str(kimi), "SGL_TREE": str(tree),
+           "OUT": str(out)}
+    return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
+    plans = []
+    for step in ("train", "train_edge"):
+        p = _dry(step, tiny, sglang_tree, tmp_path)
+        assert p.returncode == 0, p.stderr
+        plans += re.findall(r"train-draft plan: target (\S+) .*\n  data: (\d+) prompts .* aux ids (\[[0-9, ]+\]).*\n"
+                            r"  draft: (\S+) .*\n  out: (\S+)", p.stdout)
+    assert plans == [(f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
+                     (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained")]
+    assert "--eval-prompts 32 --new-tokens 160 --dry-run --prompts 1024" in p.stderr
+    kimi = tmp_path / "kimi"
+    p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    assert f"train-draft plan: target {kimi}/target (7 layers, hidden 7168, 64 experts" in p.stdout
+    assert f"out: {kimi}/draft_trained" in p.stdout and "--prompts 512 --gen-batch 128" in p.stderr
+
+
+def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_path):
+    kimi = tmp_path / "kimi"
+    p = _dry_kimi("draft_check", tiny, kimi, sglang_tree, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    assert f"draft_check: apply --set full + dummy_init_normal to {sglang_tree}; compare the targets of {tiny} and {kimi} on cuda" in p.stdout
+
+
+def _launches(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
+
+
+def test_trained_steps_serve_the_trained_draft_with_its_weights(tiny, sglang_tree, tmp_path):
+    p = _dry("trained", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    spec = [x for x in _launches(p.stdout) if "--speculative-algorithm EAGLE3" in x]
+    plain = [x for x in _launches(p.stdout) if "--speculative-algorithm" not in x]
+    assert len(spec) == 3 and len(plain) == 2  # none, full, oea3 with the draft; full and oea3 plain
+    for x in spec:
+        assert f"--speculative-draft-model-path {tiny}/draft_trained --speculative-draft-load-format safetensors " in x
+        assert "load-format dummy --speculative-algorithm" in x  # the target keeps its dummy_init_normal weights
+    assert "server starts: 0 throwaway + 3 arm(s) x 1 to 1 starts" in p.stdout
+    assert p.stderr.count("--arm-env oea3:SGLANG_OEA_K0=3") == 2  # OEA's plain reference routes as it does
+    p = _dry("trained_edge", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    drafts = [re.search(r"--speculative-draft-model-path (\S+)", x).group(1) for x in _launches(p.stdout)]
+    assert drafts == [f"{tiny}/draft_edge_trained", f"{tiny}/draft_trained", f"{tiny}/draft_trained"]
+    assert all(x.endswith("--kv-cache-dtype fp8_e4m3") for x in _launches(p.stdout)[1:])
+    kimi = tmp_path / "kimi"
+    for step, n in (("kimi_trained", 2), ("kimi_plain", 2)):
+        p = _dry_kimi(step, tiny, kimi, sglang_tree, tmp_path / "o")
+        assert p.returncode == 0, p.stderr
+        assert all(f"--model-path {kimi}/target " in x and "--mem-fraction-static 0.45 " in x for x in _launches(p.stdout))
+        assert f"server starts: 0 throwaway + {n} arm(s) x 2 to 2 starts" in p.stdout
+
+
+_RECORDING_PYTHON = """#!/usr/bin/env bash
+echo "$@" >> "$CALLS"
+"""
+
+
+def test_trained_step_without_a_trained_draft_stops_before_any_start(tiny, sglang_tree, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text(_RECORDING_PYTHON)
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "TINY": str(tiny), "SGL_TREE": str(sglang_tree), "OUT": str(tmp_path / "o"),
+           "CALLS": str(tmp_path / "calls")}
+    env.pop("DRY", None)
+    for step in ("trained", "trained_speed", "trained_edge"):
+        p = subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and f"no trained draft in {tiny}/draft" in p.stderr, p.stderr
+        assert "run gpu_runs.sh train, train_edge (tiny) or kimi_train first" in p.stderr
+    assert not (tmp_path / "calls").exists()

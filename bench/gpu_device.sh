@@ -3,6 +3,7 @@
 #
 #   bash bench/gpu_device.sh setup                       # once, after the wheel bundles are installed
 #   CALL_S=540 bash bench/gpu_device.sh run 0:validate,plain 1:fp8,bisect ...
+#   RESUME_FROM=bench/results/2026-12-01-h200-run2 CALL_S=540 bash bench/gpu_device.sh run 0:moe  # go on with a record
 #
 # `run` takes streams GPU[SLOT]:STEP[,STEP...]; streams run in parallel, each stream's steps in order.
 # GPU 0 patches the installed sglang (/tmp/site, an "installed" tree); GPU 1 an embedded tree made from the
@@ -42,6 +43,13 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
   run)
     shift
     deadline=$(( $(date +%s) + ${CALL_S:-540} ))
+    # RESUME_FROM=bench/results/<record>: its run dirs (results.jsonl) go on where an earlier session left them
+    # (a bare machine has none); a run dir already here is kept
+    if [ -n "${RESUME_FROM:-}" ]; then
+      for d in "$RESUME_FROM"/*/; do
+        [ -f "$d/results.jsonl" ] && [ ! -e "$RES/$(basename "$d")" ] && cp -r "$d" "$RES/" && echo "resuming $(basename "$d") from $d"
+      done
+    fi
     pids=()
     for spec in "$@"; do
       stream=${spec%%:*}; steps=${spec#*:}; gpu=${stream:0:1}; slot=${stream:1:1}

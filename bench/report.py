@@ -252,6 +252,9 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
             pairs += [("confirmation refs", p["good"], p["bad"]) for p in c.get("probes", []) if p.get("block")]
     seen, out = set(), []
     for p in pairs:
+        # an arm the budget stopped before its first start has no row
+        if p[1] not in names or p[2] not in names:
+            continue
         if (p[1], p[2]) not in seen:
             seen.add((p[1], p[2]))
             out.append(p)

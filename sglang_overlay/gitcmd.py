@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OverlayError
+from .interrupts import SIGNALS, Interrupted
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = 
     except FileNotFoundError:
         raise OverlayError("git is not installed", hint="install git (apt-get install git)")
     res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    if proc.returncode < 0:  # git itself was stopped: a Ctrl-C reaches the whole process group
+        if -proc.returncode in SIGNALS:
+            raise Interrupted(-proc.returncode)
+        raise OverlayError(f"`git {' '.join(args)}` was killed by {signal.Signals(-proc.returncode).name}",
+                           hint="run the command again")
     if check and proc.returncode != 0:
         raise OverlayError(res.describe())
     return res

@@ -168,37 +168,6 @@ def test_stale_when_patch_file_changes_after_apply(sglang_tree, tmp_path):
     assert "CHANGED = 1" in (sglang_tree / "python/sglang/srt/fx_overlay_module.py").read_text()
 
 
-STEPS = ["journal:1", "write:1", "write:2", "write:3", "write:4", "state:1"]
-
-
-@pytest.mark.parametrize("step", STEPS)
-@pytest.mark.parametrize("command", [["apply", "fx_topk", "fx_args_a", "fx_overlay"], ["revert", "--all"]])
-def test_kill_at_each_step_is_recovered_by_the_next_command(sglang_tree, step, command):
-    if command[0] == "revert":
-        cli(sglang_tree, "apply", "fx_topk", "fx_args_a", "fx_overlay")
-    before = tree_snapshot(sglang_tree)
-    killed = cli(sglang_tree, *command, rc=None, env={"SGLANG_OVERLAY_KILL_AT": step})
-    assert killed.returncode == -9, f"the kill point {step} was not reached: {killed.stderr}"
-    st = json.loads(cli(sglang_tree, "status", "--json").stdout)
-    assert st["interrupted_transaction"] is True
-    # The next command that changes the tree rolls back first, then does its own work.
-    res = cli(sglang_tree, "apply", "--set", "default")
-    assert "recovered from an interrupted" in res.stderr
-    cli(sglang_tree, "revert", "--all")
-    assert git_status(sglang_tree) == ""
-    del before
-
-
-def test_kill_then_rollback_restores_exact_previous_tree(sglang_tree):
-    cli(sglang_tree, "apply", "fx_args_a")
-    before = tree_snapshot(sglang_tree)
-    cli(sglang_tree, "apply", "fx_args_b", "fx_overlay", "fx_topk", rc=None, env={"SGLANG_OVERLAY_KILL_AT": "write:3"})
-    assert tree_snapshot(sglang_tree) != before  # half-written
-    cli(sglang_tree, "toggle", "fx_args_a")  # recovers, then reverts fx_args_a
-    cli(sglang_tree, "apply", "fx_args_a")
-    assert tree_snapshot(sglang_tree) == before
-
-
 def test_status_json_shape(sglang_tree):
     cli(sglang_tree, "apply", "--set", "default")
     st = json.loads(cli(sglang_tree, "status", "--json").stdout)

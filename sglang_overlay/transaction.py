@@ -27,7 +27,7 @@ from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (atomic_write, fsync_dir, is_symlink, is_tmp_name, read_bytes, remove_empty_dirs, tmp_path,
                    unlink_if_present, unlink_quietly)
-from .journal import BACKUP_NAME, Entry, Journal, read_journal
+from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
 from .repopath import REPO_PACKAGE_PREFIX
 from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
 from .tree import Tree
@@ -105,11 +105,17 @@ def reading(tree: Tree) -> Iterator[View]:
     fd = _lock(tree, state_dir, exclusive=False)
     try:
         journal = read_journal(state_dir / JOURNAL_NAME)
+        store = ObjectStore(state_dir / OBJECTS)
         if journal is None:
             state = load_state(state_dir / STATE_NAME)
         else:
             state = parse_state(journal.state_before, state_dir / JOURNAL_NAME) if journal.state_before else State()
-        yield View(tree, state, journal is not None, ObjectStore(state_dir / OBJECTS))
+            for e in journal.entries:  # what is shown must be what a rollback can restore
+                if e.before is not None and not store.has(e.before):
+                    raise StateError(f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
+                                     f"{store.root / e.before}: a saved copy the state needs is missing",
+                                     hint=JOURNAL_FIX)
+        yield View(tree, state, journal is not None, store)
     finally:
         if fd is not None:
             os.close(fd)
@@ -158,6 +164,9 @@ class Transaction:
             return None
         try:
             self._roll_back(journal)
+        except StateError as e:
+            raise StateError(f"{self.journal_path}: cannot roll back the interrupted `{journal.op}`: {e}",
+                             hint=e.hint) from None
         except OSError as e:
             raise os_failure(e, "cannot roll back an interrupted command: cannot write",
                              f"the journal {self.journal_path} is kept, and the next command tries again") from None

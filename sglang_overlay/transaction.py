@@ -38,7 +38,7 @@ JOURNAL_NAME = "journal.json"
 OBJECTS = "objects"
 BACKUPS = "backups"
 GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/
-FREE_MARGIN = 1 << 20  # bytes beyond the change itself that must stay free (file system metadata, the journal)
+FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
 NEW_FILE_MODE = 0o644
 
 
@@ -296,7 +296,7 @@ class Transaction:
             targets.add(_existing_ancestor(self.dir / BACKUPS))
         for d in sorted(targets):
             if not os.access(d, os.W_OK):
-                code = errno.EROFS if _read_only(d) else errno.EACCES
+                code = errno.EROFS if _read_only(d) else errno.EPERM if _immutable(d) else errno.EACCES
                 raise os_failure(OSError(code, os.strerror(code), str(d)), "cannot write in",
                                  "nothing was changed (found before the first write)")
         need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
@@ -371,6 +371,21 @@ def _existing_ancestor(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def _immutable(path: Path) -> bool:
+    """chattr +i: even root may not write there (FS_IOC_GETFLAGS, FS_IMMUTABLE_FL)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = fcntl.ioctl(fd, 0x80086601, b"\0" * 8)
+        return bool(int.from_bytes(flags[:4], sys.byteorder) & 0x10)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _read_only(path: Path) -> bool:

@@ -288,3 +288,45 @@ def test_lasting_os_error_from_every_point(workers, name, action):
     """The error goes on from that call (a disk that stays full): rollback fails too, the journal is kept, and
     once the condition is gone the next command rolls back."""
     sweep(workers, name, action, persistent=True)
+
+
+def test_ctrl_c_at_start_up(workers):
+    """A SIGINT at every file the command opens from its first line of Python to taking the tree's lock (the
+    imports, the manifest, the patches): exit 130, one line, no traceback, nothing changed."""
+    w = workers[0]
+    case = w.prepare("apply --all")
+    opens = [p for p in _all_opens(w, case)]
+    # from the last time Python opens the script (to read it): before its first line runs, Python's own
+    # start-up answers a signal, and no code of this tool can be there to catch it
+    start = max(i for i, p in enumerate(opens) if p.call.split(",")[1].strip().strip('"').endswith("/apply.py"))
+    stop = next(i for i, p in enumerate(opens) if "/.sglang-overlay/lock" in p.call)
+    points = opens[start + 1: stop + 1]
+
+    def run(i: int) -> list[str]:
+        out = []
+        wk = workers[i]
+        c = wk.cases.setdefault("apply --all", wk.prepare("apply --all") if i else case)
+        for p in points[i::WORKERS]:
+            c.saved.restore(c.layout, c.before.listings)
+            r = inject(c.argv, wk.env, wk.dir, wk.log, p, "signal=INT")
+            snap = c.layout.snapshot()
+            if not r.hit or r.rc != 130 or "Traceback" in r.stderr or r.stderr.strip() != "interrupted" \
+                    or not snap.same_tree(c.before):
+                out.append(f"{p}: rc {r.rc}, hit {r.hit}, stderr {r.stderr[-600:]!r}")
+        return out
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
+    FAULT_COUNTS.append({"command": "apply --all", "fault": "INT at start-up", "points": len(points),
+                         "passed": len(points) - len(failed), "by_syscall": {"openat (any)": len(points)}})
+    assert len(points) > 100 and not failed, "\n".join(failed[:10])
+
+
+def _all_opens(w: Worker, case: Prepared) -> list[Point]:
+    """Every openat of the command's own process, reading or writing (start-up opens mostly read)."""
+    case.saved.restore(case.layout, case.before.listings)
+    proc = subprocess.run([STRACE, "-o", str(w.log), "-e", "trace=openat", *case.argv], cwd=w.dir, env=w.env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in w.log.read_text().splitlines() if l.startswith("openat(")]
+    return [Point("openat", n, l) for n, l in enumerate(lines, 1)]

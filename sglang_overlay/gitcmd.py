@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +31,17 @@ def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
+def _die_with_parent():
+    """In the child: a git outliving a killed tool would go on writing into what the next command cleans up."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> GitResult:
     try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=_clean_env(env))
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=_clean_env(env),
+                              preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     except FileNotFoundError:
         raise OverlayError("git is not installed", hint="install git (apt-get install git)")
     res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)

@@ -147,6 +147,7 @@ def test_a_waiting_command_takes_over_from_one_killed_mid_change(sglang_tree, re
     time.sleep(1.0)
     assert second.poll() is None, "the second command did not wait for the lock"
     os.kill(pid, signal.SIGKILL)
+    first.kill()  # strace itself would sit out the delay
     first.wait()
     out, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
@@ -168,6 +169,7 @@ def test_ctrl_c_while_waiting_for_the_lock(sglang_tree):
     assert second.returncode == 130 and "Traceback" not in err and "interrupted" in err, err
     assert (sglang_tree / ".sglang-overlay" / "journal.json").read_bytes() == before_state  # it changed nothing
     os.kill(pid, signal.SIGKILL)
+    first.kill()
     first.wait()
     cli(sglang_tree, "recover")
     assert applied(sglang_tree) == START

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -239,3 +241,26 @@ def test_refresh_captures_edits_of_an_overlay_file(sglang_tree, tmp_path):
     run("revert", "--all")
     assert git_status(sglang_tree) == ""
     assert "no hand edits" in (run("apply", "fx_overlay") and run("refresh", "fx_overlay")).stdout
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed by .ci/run)")
+def test_the_next_command_undoes_a_killed_one_then_decides_on_what_is_left(sglang_tree, tmp_path):
+    """Killed as the journal of `revert --all` is removed (all files and the state already written): the next
+    `revert fx_topk` rolls the whole revert back first, then reverts only fx_topk, as asked."""
+    from faultlib import inject, python_argv, trace_points
+    cli(sglang_tree, "apply", "fx_topk", "fx_args_a", "fx_overlay")
+    args = python_argv("--manifest", str(FIX), "--tree", str(sglang_tree), "revert", "--all")
+    env = dict(os.environ, SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", PYTHONHASHSEED="0")
+    files = {SERVER_ARGS: (sglang_tree / SERVER_ARGS).read_bytes()}
+    pts, _ = trace_points(args, env, tmp_path, tmp_path / "trace.log")
+    cli(sglang_tree, "apply", "fx_topk", "fx_args_a", "fx_overlay")  # the traced run reverted them
+    last = next(p for p in pts if p.syscall == "unlink" and "journal.json" in p.call)
+    killed = inject(args, env, tmp_path, tmp_path / "kill.log", last, "signal=KILL")
+    assert killed.hit and (sglang_tree / ".sglang-overlay/journal.json").exists()
+    assert "fixture" not in (sglang_tree / SERVER_ARGS).read_text()  # the revert had written everything
+    res = cli(sglang_tree, "revert", "fx_topk")
+    assert "rolled back an interrupted `revert`" in res.stderr and "reverted fx_topk" in res.stdout
+    assert "not applied" not in res.stdout
+    st = json.loads(cli(sglang_tree, "status", "--json").stdout)
+    assert st["applied"] == ["fx_args_a", "fx_overlay"] and st["drifted_files"] == []
+    assert (sglang_tree / SERVER_ARGS).read_bytes() == files[SERVER_ARGS]

@@ -32,7 +32,7 @@ def make(kind: str, parent: Path | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{_pid_namespace()}.{os.getpid()}-", dir=parent or root()))
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -52,5 +52,5 @@ def reap(parent: Path | None = None) -> None:
         return
     for name in names:
         m = _NAME_RE.match(name)
-        if m and m.group(1) == ns and int(m.group(2)) != os.getpid() and not _alive(int(m.group(2))):
+        if m and m.group(1) == ns and int(m.group(2)) != os.getpid() and not alive(int(m.group(2))):
             shutil.rmtree(parent / name, ignore_errors=True)

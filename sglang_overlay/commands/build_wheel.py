@@ -86,6 +86,10 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     scratch_dirs.reap()
     scratch = scratch_dirs.make("wheel")
     tmp_out = target.with_name(f".{target.name}.{os.getpid()}.part")
+    for old in out_dir.glob(f".{target.name}.*.part"):  # a killed build's half-written archive
+        pid = old.name[len(target.name) + 2:-len(".part")]
+        if pid.isdigit() and not scratch_dirs.alive(int(pid)):
+            unlink_quietly(old)
     try:
         with zipfile.ZipFile(src) as zin:
             infos = [i for i in zin.infolist() if not i.is_dir()]

@@ -28,6 +28,7 @@ class Entry:
     path: str  # repo path
     before: str | None  # sha256 of the bytes it held (kept in objects/); None: it did not exist
     mode: int | None  # its permission bits; None when it did not exist
+    after: str | None = None  # sha256 of what the transaction writes there; None: it removes the file
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Journal:
     def to_bytes(self) -> bytes:
         return json.dumps({
             "version": JOURNAL_VERSION, "op": self.op, "pid": self.pid,
-            "files": [{"path": e.path, "before": e.before, "mode": e.mode} for e in self.entries],
+            "files": [{"path": e.path, "before": e.before, "mode": e.mode, "after": e.after} for e in self.entries],
             "new_dirs": list(self.new_dirs), "state_before": self.state_before, "backup": self.backup,
         }).encode()
 
@@ -64,12 +65,13 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
         key = f"'files'[{i}]"
         if not isinstance(raw_entry, dict):
             raise sh.fail(key, f"expected an object, got {raw_entry!r:.80}")
-        sh.keys(raw_entry, ("path", "before", "mode"), key)
+        sh.keys(raw_entry, ("path", "before", "mode", "after"), key)
         mode = sh.get(raw_entry, "mode", int, optional=True)
         if mode is not None and not 0 <= mode <= 0o7777:
             raise sh.fail(f"{key} -> 'mode'", f"{mode!r} is not a permission mode")
         entries.append(Entry(sh.repo_path(raw_entry.get("path"), f"{key} -> 'path'"),
-                             sh.digest(raw_entry.get("before"), f"{key} -> 'before'"), mode))
+                             sh.digest(raw_entry.get("before"), f"{key} -> 'before'"), mode,
+                             sh.digest(raw_entry.get("after"), f"{key} -> 'after'")))
     new_dirs = tuple(sh.repo_path(d, f"'new_dirs'[{i}]") for i, d in enumerate(sh.get(data, "new_dirs", list)))
     state_before = sh.get(data, "state_before", str, optional=True)
     if state_before is not None:

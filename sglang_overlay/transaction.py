@@ -176,6 +176,7 @@ class Transaction:
 
     def _roll_back(self, journal: Journal) -> None:
         dirs = {self.dir}
+        self._keep_later_edits(journal)
         for entry in reversed(journal.entries):
             path = self.tree.path_of(entry.path)
             dirs.add(path.parent)
@@ -209,6 +210,23 @@ class Transaction:
             fsync_dir(d)
         os.unlink(self.journal_path)
         self._flush_final()
+
+    def _keep_later_edits(self, journal: Journal) -> None:
+        """A file that holds neither its old bytes nor the new ones was edited by hand after the kill: save it
+        before the rollback puts the old bytes back, so no edit is lost."""
+        edited = {}
+        for entry in journal.entries:
+            now = read_bytes(self.tree.path_of(entry.path)) if os.path.lexists(self.tree.path_of(entry.path)) else None
+            if now is not None and digest_of(now) not in (entry.before, entry.after):
+                edited[entry.path] = now
+        if not edited:
+            return
+        root = _real_dir(self.dir / BACKUPS) / f"{self._backup_name()}-rollback"
+        for f, data in sorted(edited.items()):
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(root / f, data)
+        print(f"sglang-overlay: {len(edited)} file(s) were edited after the interrupted `{journal.op}`; saved them "
+              f"under {root} before rolling back", file=sys.stderr)
 
     def _clean(self) -> None:
         """Remove what a killed command can leave outside its journal: temp files, unused copies, scratch."""
@@ -267,7 +285,7 @@ class Transaction:
         for f, path in paths.items():
             before = change.before[f]
             mode = stat.S_IMODE(os.lstat(path).st_mode) if before is not None and path.exists() else None
-            entries.append(Entry(f, digest_of(before), mode))
+            entries.append(Entry(f, digest_of(before), mode, digest_of(change.writes[f])))
             if change.writes[f] is not None:
                 parent = PurePosixPath(f).parent
                 while str(parent) + "/" != REPO_PACKAGE_PREFIX and not self.tree.path_of(str(parent)).exists():

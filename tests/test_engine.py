@@ -264,3 +264,24 @@ def test_the_next_command_undoes_a_killed_one_then_decides_on_what_is_left(sglan
     st = json.loads(cli(sglang_tree, "status", "--json").stdout)
     assert st["applied"] == ["fx_args_a", "fx_overlay"] and st["drifted_files"] == []
     assert (sglang_tree / SERVER_ARGS).read_bytes() == files[SERVER_ARGS]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed by .ci/run)")
+def test_an_edit_made_after_a_kill_survives_the_rollback(sglang_tree, tmp_path):
+    """Killed with every file written; the user then edits one of them before any command runs: the rollback
+    puts the old bytes back, but saves the edit first and says where."""
+    from faultlib import inject, python_argv, trace_points
+    args = python_argv("--manifest", str(FIX), "--tree", str(sglang_tree), "apply", "fx_args_a")
+    env = dict(os.environ, SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", PYTHONHASHSEED="0")
+    pristine = (sglang_tree / SERVER_ARGS).read_bytes()
+    pts, _ = trace_points(args, env, tmp_path, tmp_path / "trace.log")
+    cli(sglang_tree, "revert", "--all")
+    last = next(p for p in pts if p.syscall == "unlink" and "journal.json" in p.call)
+    assert inject(args, env, tmp_path, tmp_path / "kill.log", last, "signal=KILL").hit
+    f = sglang_tree / SERVER_ARGS
+    f.write_text(f.read_text() + "# my edit after the crash\n")
+    err = cli(sglang_tree, "recover").stderr
+    line = next(l for l in err.splitlines() if "were edited after the interrupted `apply`" in l)
+    saved = Path(line.rsplit(" under ", 1)[1].split(" before rolling back")[0]) / SERVER_ARGS
+    assert saved.read_text().endswith("# my edit after the crash\n")
+    assert f.read_bytes() == pristine

@@ -232,15 +232,17 @@ def _make_embedded(dest: Path, pin: Pin, local_wheel: Path | None) -> Tree:
 
 
 def _commit_pristine(root: Path, pin: Pin, wheel: Path) -> None:
-    # through gitcmd, like every git the tool runs: its children die with it if it is killed
-    git("init", "-q", *(["--initial-branch=main"] if _initial_branch_ok() else []), cwd=root)
+    # through gitcmd, like every git the tool runs; these die with it if it is killed (they write for seconds)
+    def run(*args: str) -> None:
+        git(*args, cwd=root, die_with_parent=True)
+
+    run("init", "-q", *(["--initial-branch=main"] if _initial_branch_ok() else []))
     for key, value in (("user.name", "sglang-overlay"), ("user.email", "sglang-overlay@localhost"),
                        ("core.autocrlf", "false")):
-        git("config", key, value, cwd=root)
-    git("add", "-A", "-f", cwd=root)
-    git("commit", "-q", "-m", f"{pin.package} {pin.version} (pristine, from {wheel.name}, sha256 {pin.sha256})",
-        cwd=root)
-    git("tag", "-a", pin.git_tag, "-m", f"{pin.package} {pin.version} pinned release", cwd=root)
+        run("config", key, value)
+    run("add", "-A", "-f")
+    run("commit", "-q", "-m", f"{pin.package} {pin.version} (pristine, from {wheel.name}, sha256 {pin.sha256})")
+    run("tag", "-a", pin.git_tag, "-m", f"{pin.package} {pin.version} pinned release")
 
 
 def _initial_branch_ok() -> bool:

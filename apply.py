@@ -1,6 +1,18 @@
 #!/usr/bin/env python3
 """sglang-overlay command line: `python apply.py --help`."""
-from sglang_overlay.cli import main
+import os
+import _signal  # built in, unlike `signal`: the handlers are in place before a single file is read
+
+
+def _interrupted_at_start(signum, frame):  # nothing is written before main() installs its own handlers
+    os.write(2, b"interrupted\n")
+    os._exit(130)
+
+
+for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+    _signal.signal(_sig, _interrupted_at_start)
+
+from sglang_overlay.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,3 +1,7 @@
-from .cli import main
+from .interrupts import exit_at_start
+
+exit_at_start()
+
+from .cli import main  # noqa: E402
 
 raise SystemExit(main())

@@ -4,17 +4,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 
-from . import __version__
+from . import __version__, interrupts
 from .commands import COMMANDS
 from .context import Context, default_manifest_path
-from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, OverlayError
+from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure)
 
-EPILOG = """exit codes: 0 ok; 1 conflict, drift or failed apply/check; 2 bad input or usage;
-3 internal error (a bug: please report it with the saved traceback); 130 interrupted"""
+EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
+2 bad input or usage (also a damaged state or journal file); 3 internal error (a bug: please report it with
+the saved log); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP; a change in progress is rolled back first)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="apply.py", description="Carry named patches on a pinned SGLang release.",
                      epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
-    parser.add_argument("--manifest", type=Path, default=None,
+    parser.add_argument("--manifest", default=None,
                         help="manifest.yaml to use (default: ./manifest.yaml, else the project's; env "
                              "SGLANG_OVERLAY_MANIFEST)")
     parser.add_argument("--tree", default=None,
@@ -44,27 +43,89 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _context(args) -> Context:
+    if args.manifest is not None and not args.manifest.strip():
+        raise BadInput("--manifest is empty (an unset shell variable?)",
+                       hint="pass the manifest's path, or leave --manifest out to use ./manifest.yaml")
+    return Context(manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(),
+                   tree_arg=args.tree)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    ctx = Context(manifest_path=args.manifest or default_manifest_path(), tree_arg=args.tree)
+    interrupts.install()
     try:
-        return int(args._run(ctx, args) or 0)
+        return _main(argv)
+    except KeyboardInterrupt:  # a second signal while the first error was being reported
+        return EXIT_INTERRUPTED
+    finally:
+        _drop_unwritable_output()
+
+
+def _drop_unwritable_output() -> None:
+    """Output that cannot be written (a full disk or a closed pipe behind stdout) must not turn the exit code
+    into Python's 120 at interpreter exit: what could not be said is dropped."""
+    for name in ("stdout", "stderr"):
+        try:
+            getattr(sys, name).flush()
+        except (OSError, ValueError):
+            setattr(sys, name, open(os.devnull, "w"))  # the interpreter's last flush then has nothing to fail on
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        code = int(args._run(_context(args), args) or 0)
+        sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
+        return code
     except OverlayError as e:
-        print(e.render(), file=sys.stderr)
+        _say(e.render())
         return e.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `apply.py status | head`: the reader left; nothing went wrong with the tree.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        err = os_failure(e, "cannot access", "no change to the tree is in progress")
+        _say(err.render())
+        return err.exit_code
     except Exception:
+        return _crash()
+
+
+def _crash() -> int:
+    import platform
+    import tempfile
+    import traceback
+
+    text = (f"sglang-overlay {__version__}, Python {platform.python_version()} ({sys.executable}), "
+            f"{_git_version()}, {platform.platform()}\nargv: {sys.argv}\n\n{traceback.format_exc()}")
+    try:
         fd, path = tempfile.mkstemp(prefix="sglang-overlay-crash-", suffix=".log")
         with os.fdopen(fd, "w") as f:
-            traceback.print_exc(file=f)
-        print(f"internal error (a bug in sglang-overlay): {sys.exc_info()[1]!r}\n"
-              f"  the traceback is in {path}; the tree is unchanged or rolled back by the next command",
-              file=sys.stderr)
-        return EXIT_INTERNAL
+            f.write(text)
+        where = f"the traceback is in {path}"
+    except OSError:
+        where = f"the traceback could not be saved:\n{text}"
+    _say(f"internal error (a bug in sglang-overlay): {sys.exc_info()[1]!r}\n  {where}\n"
+         f"  a change in progress was rolled back, or is rolled back by the next command")
+    return EXIT_INTERNAL
+
+
+def _say(text: str) -> None:
+    """The last word on stderr; if even that cannot be written (a full disk behind it), the exit code speaks."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _git_version() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "git: not found"

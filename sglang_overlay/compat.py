@@ -7,11 +7,10 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
+from . import scratch as scratch_dirs
 from .compose import compose, hunk_symbol
 from .errors import Conflict
 from .gitcmd import git
@@ -181,7 +180,7 @@ def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdi
 
 def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
     """`git apply --3way` in a scratch repo that holds the release's files and the pin's blobs."""
-    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-3way-"))
+    scratch = scratch_dirs.make("3way")
     try:
         env_repo = ["-c", "user.name=x", "-c", "user.email=x@localhost"]
         git("init", "-q", "--template=", cwd=scratch, env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
@@ -199,12 +198,9 @@ def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
                 dst.write_bytes(cur)
         git(*env_repo, "add", "-A", cwd=scratch)
         git(*env_repo, "commit", "-q", "-m", "release", "--allow-empty", cwd=scratch)
-        pf = scratch.parent / f"{scratch.name}.patch"
+        pf = scratch / ".git" / "change.patch"
         pf.write_bytes(p.diff.body)
-        try:
-            res = git("apply", "--3way", "--whitespace=nowarn", str(pf), cwd=scratch, check=False)
-        finally:
-            pf.unlink()
+        res = git("apply", "--3way", "--whitespace=nowarn", str(pf), cwd=scratch, check=False)
         if res.returncode == 0:
             return True, ""
         if "lacks the necessary blob" in res.stderr:

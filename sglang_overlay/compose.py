@@ -5,14 +5,16 @@ subset in any order gives the same bytes. A failure names the patch, file, hunk 
 """
 from __future__ import annotations
 
+import errno
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .errors import Conflict
+from . import scratch as scratch_dirs
+from .errors import Conflict, os_failure
+from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Patch
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
@@ -51,13 +53,14 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
     result = Composed(contents)
     if not patches:
         return result
-    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-"))
+    holder = scratch_dirs.make("compose")
+    scratch = holder / "tree"
     try:
-        for repo_path, data in base.items():
-            if data is not None:
-                dst = scratch / repo_path
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(data)
+        present = {f: data for f, data in base.items() if data is not None}
+        for d in sorted({scratch} | {p for f in present for p in (scratch / f).parents if scratch in p.parents}):
+            d.mkdir()
+        for repo_path, data in present.items():
+            write_plain(scratch / repo_path, data)
         shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
         for patch in patches:
             if patch.diff is not None and patch.diff.body:
@@ -77,22 +80,30 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
         for repo_path in {p for patch in patches for p in patch.files} | set(base):
             f = scratch / repo_path
             contents[repo_path] = f.read_bytes() if f.is_file() else None
+        _check_created(patches, contents, reverse)
         return result
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(holder, ignore_errors=True)
+
+
+def _check_created(patches: list[Patch], contents: dict[str, bytes | None], reverse: bool) -> None:
+    # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
+    for patch in patches:
+        for f in (patch.diff.created if patch.diff is not None and not reverse else ()):
+            if contents.get(f) is None:
+                raise Conflict(f"{patch.name}: {patch.diff.path} creates {f}, but git apply wrote it elsewhere",
+                               hint="regenerate the patch with `git diff` (paths a/python/sglang/... b/python/...)")
 
 
 def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset],
                shifts: dict[str, list[tuple[int, int]]]) -> None:
-    pfile = scratch.parent / f"{scratch.name}.patch"
-    pfile.write_bytes(patch.diff.body)
-    try:
-        args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
-        res = git_outside_repo(*args, cwd=scratch)
-    finally:
-        pfile.unlink()
+    pfile = scratch.parent / "change.patch"
+    write_plain(pfile, patch.diff.body)
+    args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
+    res = git_outside_repo(*args, cwd=scratch)
     out = res.stdout + res.stderr
     if res.returncode != 0:
+        _raise_if_io(out, scratch)
         raise Conflict(explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
                        hint=f"the tree no longer matches what {patch.name} expects: update the patch "
                             f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off")
@@ -109,6 +120,18 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset]
             off -= sum(d for start, d in shifts.get(current, ()) if start < hunk.source_start)
             if off:
                 offsets.append(Offset(patch.name, current, index, at, off))
+
+
+_IO_ERRORS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+              "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES}
+
+
+def _raise_if_io(git_output: str, scratch: Path) -> None:
+    """A git apply that failed to write its scratch copy is a full or read-only $TMPDIR, not a conflict."""
+    for text, code in _IO_ERRORS.items():
+        if text in git_output:
+            raise os_failure(OSError(code, text, str(scratch)), "git apply cannot write its scratch copy in",
+                             "nothing was changed (set TMPDIR to a directory with room to change where it works)")
 
 
 def _read(scratch: Path, repo_path: str) -> str | None:

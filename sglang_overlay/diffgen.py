@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 from typing import Mapping
 
+from . import scratch as scratch_dirs
 from .gitcmd import git_outside_repo
 
 
 def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | None], context: int = 3) -> str:
     """A diff with paths a/python/sglang/... b/python/sglang/..., what `git apply -p1` reads back."""
     out = []
-    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-diff-"))
+    scratch = scratch_dirs.make("diff")
     try:
         for repo_path in sorted(set(before) | set(after)):
             old, new = before.get(repo_path), after.get(repo_path)

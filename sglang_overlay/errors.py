@@ -1,9 +1,12 @@
 """One error hierarchy. Every user-facing failure is an OverlayError; the CLI maps its class to an exit code."""
 from __future__ import annotations
 
+import errno
+import os
+
 EXIT_OK = 0
-EXIT_CONFLICT = 1  # a patch does not apply, drift, a failed check
-EXIT_BAD_INPUT = 2  # malformed manifest, usage, wrong version, path escape
+EXIT_CONFLICT = 1  # a patch does not apply, drift, a failed check, the OS refused a write (rolled back)
+EXIT_BAD_INPUT = 2  # malformed manifest, patch, state or journal; usage; wrong version; path escape
 EXIT_INTERNAL = 3  # a bug in this tool
 EXIT_INTERRUPTED = 130
 
@@ -48,6 +51,10 @@ class TreeNotFound(BadInput):
     """No SGLang tree was given or found."""
 
 
+class StateError(BadInput):
+    """The tool's own files in a tree (state.json, the journal, saved copies) are damaged or not what it wrote."""
+
+
 class Conflict(OverlayError):
     """A patch does not apply to the tree (exactly, with zero fuzz)."""
 
@@ -62,3 +69,30 @@ class CheckFailed(OverlayError):
 
 class ChildFailed(OverlayError):
     """A process the tool started (the server) failed."""
+
+
+class OSFailure(OverlayError):
+    """The operating system refused a read or a write: a full disk, a read-only file system, permissions."""
+
+
+_FIXES = {
+    errno.ENOSPC: "free space on that file system (`df -h {where}`), then run the command again",
+    errno.EDQUOT: "your disk quota is used up: free space (`quota -s`), then run the command again",
+    errno.EROFS: "the file system is mounted read-only: remount it read-write, or work on a writable copy "
+                 "(`--tree DIR`)",
+    errno.EACCES: "you lack permission there: run as the owner of {where}, or fix its permissions (`ls -ld {where}`)",
+    errno.EPERM: "the system does not permit it: the file or directory may be immutable (`lsattr -d {where}`, then "
+                 "`chattr -i`) or owned by another user",
+    errno.EIO: "the disk reported an I/O error: check it (`dmesg`) before going on",
+    errno.EMFILE: "too many open files: raise the limit (`ulimit -n`) and run the command again",
+    errno.ENOENT: "a directory vanished while the command ran: run it again",
+}
+
+
+def os_failure(err: OSError, what: str, outcome: str) -> OSFailure:
+    """`what` the tool was doing (e.g. "cannot write"), `outcome` what state the tree is in now."""
+    path = err.filename or "?"
+    name = errno.errorcode.get(err.errno or 0, "error")
+    where = os.path.dirname(str(path)) or str(path) if path != "?" else "."
+    fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again").format(where=where)
+    return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix)

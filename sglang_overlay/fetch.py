@@ -5,6 +5,7 @@ wheel tags so every machine gets byte-identical sources whatever Python it runs.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import FetchError
@@ -22,6 +24,7 @@ from .manifest import Pin
 from .tree import Tree, embedded_path
 
 CACHE_ENV = "SGLANG_OVERLAY_CACHE"
+STALE = ".tmp-"  # what a fetch is still making: removed, under the fetch lock, if its maker was killed
 WHEEL_PREFIX = "sglang/"
 
 
@@ -68,9 +71,38 @@ def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -
     print(f"sglang-overlay: downloaded {package}=={version} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
 
+@contextmanager
+def _locked(directory: Path):
+    """One fetch at a time per directory; what a killed one left (its `.tmp-`/`.download-` entries) is then
+    known to be stale and removed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"sglang-overlay: waiting for another fetch in {directory} ...", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        for name in os.listdir(directory):
+            if name.startswith(STALE):
+                stale = directory / name
+                shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _checked(path: Path, pin: Pin, origin: str) -> None:
+    got = file_sha256(path)
+    if got != pin.sha256:
+        raise FetchError(f"{origin}: sha256 {got} does not match the pin {pin.sha256}",
+                         hint="the file is not the pinned release; do not trust it")
+
+
 def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
-    """The pin's wheel from the cache (downloaded once), its sha256 checked every time it is first used."""
-    target = cache_dir() / "wheels" / pin.wheel
+    """The pin's wheel from the cache (downloaded once), its sha256 checked every time it is used."""
+    cache = cache_dir()
+    target = cache / "wheels" / pin.wheel
     if local is not None:
         local = Path(local)
         if not local.is_file():
@@ -78,27 +110,31 @@ def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
         if local.name != pin.wheel:
             raise FetchError(f"{local}: the manifest pins {pin.wheel}, not {local.name}",
                              hint="pass the pinned wheel file")
-        got = file_sha256(local)
-        if got != pin.sha256:
-            raise FetchError(f"{local}: sha256 {got} does not match the pin {pin.sha256}",
-                             hint="the file is not the pinned release; download it again")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists():
-            shutil.copyfile(local, target)
-        return target
-    if not target.exists():
-        with tempfile.TemporaryDirectory(dir=_ensure(cache_dir())) as tmp:
-            _pip_download(pin.package, pin.version, pin.wheel, Path(tmp))
-            got_file = Path(tmp) / pin.wheel
+        _checked(local, pin, str(local))
+    with _locked(cache):
+        if target.exists() and file_sha256(target) != pin.sha256:
+            print(f"sglang-overlay: the cached {target} is damaged (sha256 mismatch): fetching it again",
+                  file=sys.stderr)
+            target.unlink()
+        if target.exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=STALE + "download-", dir=cache))
+        try:
+            got_file = tmp / pin.wheel
+            if local is not None:
+                shutil.copyfile(local, got_file)
+            else:
+                _pip_download(pin.package, pin.version, pin.wheel, tmp)
             if not got_file.exists():
-                found = ", ".join(p.name for p in Path(tmp).glob("*.whl")) or "nothing"
+                found = ", ".join(p.name for p in tmp.glob("*.whl")) or "nothing"
                 raise FetchError(f"pip fetched {found}, not the pinned {pin.wheel}")
-            got = file_sha256(got_file)
-            if got != pin.sha256:
-                raise FetchError(f"{pin.wheel}: sha256 {got} does not match the pin {pin.sha256}",
-                                 hint="the index serves different bytes under this name; do not trust it")
+            _checked(got_file, pin, f"{pin.wheel} as downloaded")
+            with open(got_file, "rb") as f:
+                os.fsync(f.fileno())
             target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(got_file, target)
+            os.replace(got_file, target)  # the cache holds a whole, checked wheel or none
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -109,14 +145,18 @@ def release_wheel(pin: Pin, version: str) -> Path:
     folder = cache_dir() / "releases" / version
     found = sorted(folder.glob(f"{pin.package}-{version}-*.whl")) if folder.is_dir() else []
     if not found:
-        with tempfile.TemporaryDirectory(dir=_ensure(cache_dir())) as tmp:
-            _pip_download(pin.package, version, pin.wheel, Path(tmp))
-            wheels = sorted(Path(tmp).glob(f"{pin.package}-{version}-*.whl"))
-            if not wheels:
-                raise FetchError(f"pip fetched no wheel of {pin.package} {version}")
-            folder.mkdir(parents=True, exist_ok=True)
-            os.replace(wheels[0], folder / wheels[0].name)
-            (folder / "SHA256").write_text(f"{file_sha256(folder / wheels[0].name)}  {wheels[0].name}\n")
+        with _locked(cache_dir()):
+            tmp = Path(tempfile.mkdtemp(prefix=STALE + "download-", dir=cache_dir()))
+            try:
+                _pip_download(pin.package, version, pin.wheel, tmp)
+                wheels = sorted(tmp.glob(f"{pin.package}-{version}-*.whl"))
+                if not wheels:
+                    raise FetchError(f"pip fetched no wheel of {pin.package} {version}")
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "SHA256").write_text(f"{file_sha256(wheels[0])}  {wheels[0].name}\n")
+                os.replace(wheels[0], folder / wheels[0].name)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         found = sorted(folder.glob(f"{pin.package}-{version}-*.whl"))
     return found[0]
 
@@ -131,17 +171,16 @@ def latest_release(package: str) -> str:
     return m.group(1)
 
 
-def _ensure(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 class WheelSource:
     """Read repository paths (python/sglang/...) straight out of a release wheel, without unpacking it."""
 
     def __init__(self, wheel: Path):
         self.wheel = wheel
-        self._zip = zipfile.ZipFile(wheel)
+        try:
+            self._zip = zipfile.ZipFile(wheel)
+        except (zipfile.BadZipFile, OSError) as e:
+            raise FetchError(f"{wheel}: not a readable wheel ({e})",
+                             hint=f"remove it (rm {wheel}); the next command fetches it again")
         self._names = set(self._zip.namelist())
 
     def read(self, repo_path: str) -> bytes | None:
@@ -156,15 +195,25 @@ class WheelSource:
 def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = None) -> tuple[Tree, bool]:
     """The embedded default tree (a git repo of the pinned release, tagged). Returns (tree, created)."""
     dest = embedded_path(project_root, pin.version)
-    if (dest / "python" / "sglang").is_dir() and (dest / ".git").exists():
-        if git("rev-parse", "-q", "--verify", f"refs/tags/{pin.git_tag}", cwd=dest, check=False).returncode == 0:
+    if _complete(dest, pin):
+        return Tree(dest.resolve(), "embedded"), False
+    with _locked(dest.parent):  # a second fetch waits, then finds the tree made
+        if _complete(dest, pin):
             return Tree(dest.resolve(), "embedded"), False
-    if dest.exists():
-        raise FetchError(f"{dest}: exists but is not a complete pinned tree (interrupted fetch?)",
-                         hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again")
+        if dest.exists():
+            raise FetchError(f"{dest}: exists but is not a complete pinned tree",
+                             hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again")
+        return _make_embedded(dest, pin, local_wheel), True
+
+
+def _complete(dest: Path, pin: Pin) -> bool:
+    return ((dest / "python" / "sglang").is_dir() and (dest / ".git").exists() and
+            git("rev-parse", "-q", "--verify", f"refs/tags/{pin.git_tag}", cwd=dest, check=False).returncode == 0)
+
+
+def _make_embedded(dest: Path, pin: Pin, local_wheel: Path | None) -> Tree:
     wheel = pinned_wheel(pin, local_wheel)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{STALE}{dest.name}-", dir=dest.parent))
     try:
         print(f"sglang-overlay: unpacking {wheel.name} into {dest} ...", file=sys.stderr, flush=True)
         with zipfile.ZipFile(wheel) as z:
@@ -172,24 +221,28 @@ def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = Non
                 if info.filename.startswith(WHEEL_PREFIX) and not info.is_dir():
                     z.extract(info, tmp / "python")
         _commit_pristine(tmp, pin, wheel)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make the tree private
         os.rename(tmp, dest)  # the tree appears whole or not at all
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Tree(dest.resolve(), "embedded"), True
+    return Tree(dest.resolve(), "embedded")
 
 
 def _commit_pristine(root: Path, pin: Pin, wheel: Path) -> None:
-    import git as gitpython  # GitPython: repository setup; only `fetch` needs it, so it loads only here
+    # through gitcmd, like every git the tool runs; these die with it if it is killed (they write for seconds)
+    def run(*args: str) -> None:
+        git(*args, cwd=root, die_with_parent=True)
 
-    repo = gitpython.Repo.init(root, initial_branch="main") if _initial_branch_ok() else gitpython.Repo.init(root)
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "sglang-overlay")
-        cw.set_value("user", "email", "sglang-overlay@localhost")
-        cw.set_value("core", "autocrlf", "false")
-    repo.git.add("-A", "-f")
-    repo.git.commit("-q", "-m", f"{pin.package} {pin.version} (pristine, from {wheel.name}, sha256 {pin.sha256})")
-    repo.create_tag(pin.git_tag, message=f"{pin.package} {pin.version} pinned release")
+    run("init", "-q", *(["--initial-branch=main"] if _initial_branch_ok() else []))
+    for key, value in (("user.name", "sglang-overlay"), ("user.email", "sglang-overlay@localhost"),
+                       ("core.autocrlf", "false")):
+        run("config", key, value)
+    run("add", "-A", "-f")
+    run("commit", "-q", "-m", f"{pin.package} {pin.version} (pristine, from {wheel.name}, sha256 {pin.sha256})")
+    run("tag", "-a", pin.git_tag, "-m", f"{pin.package} {pin.version} pinned release")
 
 
 def _initial_branch_ok() -> bool:

@@ -7,23 +7,26 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
 from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
+from .repopath import check_patchable, check_repo_path
 
 SCHEMA_VERSION = 1
 KINDS = ("diff", "overlay", "upstreamed")
 CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
 UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
-# Every path a patch may touch lives in the SGLang package: that is the part of the upstream repository that
-# exists in all three tree kinds (a checkout, an installed package, the embedded release tree).
-REPO_PACKAGE_PREFIX = "python/sglang/"
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+NAME_RE = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
+ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+# A manifest is a few hundred nodes. These bounds refuse "billion laughs" alias bombs and deep nesting before
+# anything walks the data (an expanded bomb would hang every command that reads the manifest).
+MAX_ALIASES = 100
+MAX_NODES = 100_000
+MAX_DEPTH = 64
 
 TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
@@ -237,38 +240,90 @@ class _Ctx:
         return tuple(value)
 
 
-def check_repo_path(path: str, where: str) -> str:
-    """A tree path must stay inside the SGLang package: relative, no '..', no backslashes."""
-    p = PurePosixPath(path)
-    if path.startswith("/") or p.is_absolute() or re.match(r"^[A-Za-z]:", path) or "\\" in path:
-        raise PathEscape(f"{where}: path {path!r} is absolute", hint="use a path relative to the SGLang repository root, e.g. python/sglang/srt/...")
-    if any(part in ("..", ".") for part in p.parts) or path != str(p):
-        raise PathEscape(f"{where}: path {path!r} escapes the tree or is not normalised",
-                         hint="paths may not contain '..' or '.' components")
-    if not path.startswith(REPO_PACKAGE_PREFIX):
-        raise PathEscape(f"{where}: path {path!r} is outside {REPO_PACKAGE_PREFIX}",
-                         hint="patches may only change the SGLang package; other paths do not exist in an installed tree")
-    return path
-
-
 def load_manifest(path: str | Path) -> Manifest:
     path = Path(path).resolve()
     return _load(path, seen=())
 
 
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: parsing is most of `status`
+    """The safe loader, refusing a key given twice in one mapping (YAML would silently keep the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = first.setdefault(key, key_node.start_mark)
+                except TypeError:
+                    continue  # an unhashable key: the base class says so
+                if seen is not key_node.start_mark:
+                    raise _DuplicateKey(key, seen, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, first, again):
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first, self.again = key, first, again
+
+
+def _check_size(path: Path, root) -> None:
+    """Walk the node graph as the data would expand, stopping at the first bound it crosses."""
+    seen: set[int] = set()
+    aliases = nodes = 0
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        line = node.start_mark.line + 1
+        if id(node) in seen:
+            aliases += 1
+        seen.add(id(node))
+        problem = (f"more than {MAX_ALIASES} alias uses" if aliases > MAX_ALIASES else
+                   f"nesting deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else
+                   f"more than {MAX_NODES} values once its aliases are expanded" if nodes > MAX_NODES else None)
+        if problem:
+            raise ManifestError(f"{path}: line {line}: the YAML holds {problem}; a manifest needs none of that",
+                                hint="write the entries out (aliases `*name` and anchors `&name` are rarely "
+                                     "needed in a manifest)")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in node.value for child in pair)
+
+
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ManifestError(f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root")
+    except IsADirectoryError:
+        raise ManifestError(f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it")
+    except OSError as e:
+        raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})",
+                            hint="save the manifest as UTF-8")
+    loader = _StrictLoader(text)
     try:
-        # libyaml when present: parsing is most of `status`'s own time.
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_size(path, node)
+        return loader.construct_document(node)
+    except _DuplicateKey as e:
+        raise ManifestError(f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line "
+                            f"{e.first.line + 1})", hint="keep one of them: YAML would silently use the last one")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         raise ManifestError(f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
                             hint="fix the YAML syntax (indentation, quoting) at that line")
+    finally:
+        loader.dispose()
 
 
 def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
@@ -278,7 +333,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         raise ctx.fail("top level", "expected a mapping with keys schema, pin, patches, ...")
     ctx.check_keys("top level", data, TOP_KEYS)
     schema = data.get("schema")
-    if schema != SCHEMA_VERSION:
+    if schema != SCHEMA_VERSION or type(schema) is not int:
         raise ctx.fail("schema", f"schema {schema!r} is not supported (this tool reads schema {SCHEMA_VERSION})",
                        "set `schema: 1`, or upgrade sglang-overlay")
 
@@ -355,7 +410,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     where = f"patches[{index}]"
     raw = ctx.mapping(where, raw)
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ctx.fail(f"{where}.name", f"{name!r} is not a valid name",
                        "use lower-case letters, digits and underscores, starting with a letter")
     where = f"patches[{index}] ({name})"
@@ -373,7 +428,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     if not isinstance(default, bool):
         raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
 
-    overlay = tuple(check_repo_path(p, f"{ctx.path}: {where}.overlay")
+    overlay = tuple(check_patchable(p, f"{ctx.path}: {where}.overlay")
                     for p in ctx.string_list(f"{where}.overlay", raw.get("overlay")))
     for p in overlay:
         src = ctx.path.parent / "overlay" / p
@@ -381,7 +436,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
 
     env = []
     for var, spec in ctx.mapping(f"{where}.env", raw.get("env") or {}).items():
-        if not ENV_NAME_RE.match(str(var)):
+        if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.env", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.env.{var}", spec)
         ctx.check_keys(f"{where}.env.{var}", spec, ENV_VAR_KEYS)
@@ -397,7 +452,11 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     if raw.get("hardware") is not None:
         hw = ctx.mapping(f"{where}.hardware", raw["hardware"])
         ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
-        caps = tuple(hw.get("cuda_capability") or ())
+        raw_caps = hw.get("cuda_capability") or []
+        if not isinstance(raw_caps, list):
+            raise ctx.fail(f"{where}.hardware.cuda_capability", f"expected a list, got {raw_caps!r}",
+                           "write it as a list of quoted strings: ['9.0', '10.0']")
+        caps = tuple(raw_caps)
         for c in caps:
             if not isinstance(c, str) or not re.fullmatch(r"\d+\.\d+", c):
                 raise ctx.fail(f"{where}.hardware.cuda_capability", f"{c!r} is not a compute capability like '9.0'",
@@ -435,7 +494,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
                            f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind")
         diff = parse_patch_file(patch_path)
         for f in diff.files:
-            check_repo_path(f, f"{patch_path}")
+            check_patchable(f, f"{patch_path}")
         for f in diff.created:
             if f in overlay:
                 raise ctx.fail(where, f"{f} is both created by the diff and listed in overlay")
@@ -535,7 +594,7 @@ def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:
     ctx.check_keys(where, raw, PROFILE_KEYS)
     out = []
     for var, spec in ctx.mapping(f"{where}.vars", raw.get("vars") or {}).items():
-        if not ENV_NAME_RE.match(str(var)):
+        if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.vars", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.vars.{var}", spec)
         ctx.check_keys(f"{where}.vars.{var}", spec, PROFILE_VAR_KEYS)

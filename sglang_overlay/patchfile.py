@@ -79,10 +79,14 @@ def parse_header(header_text: str) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in fields)
 
 
-def _strip_prefix(path: str | None) -> str | None:
+def _strip_prefix(path: str | None, side: str, where: Path) -> str | None:
     if path is None or path == "/dev/null":
         return None
-    return path[2:] if path.startswith(("a/", "b/")) else path
+    if not path.startswith(side):
+        # git apply strips one leading component: without a/ b/ the file would be written one level off.
+        raise ManifestError(f"{where}: the diff names {path!r} without git's {side!r} prefix",
+                            hint="regenerate it with `git diff` (not --no-prefix), or `python apply.py refresh NAME`")
+    return path[2:]
 
 
 def parse_patch_file(path: Path) -> PatchFile:
@@ -91,7 +95,13 @@ def parse_patch_file(path: Path) -> PatchFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs")
+    except OSError as e:
+        raise ManifestError(f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions")
     header_text, diff_text = split_header(text)
+    if re.search(r"^(diff --git |--- |\+\+\+ |@@ )[^\n]*\r$", diff_text, re.M):
+        raise ManifestError(f"{path}: the diff has Windows (CRLF) line endings, so git apply would not match a line",
+                            hint="convert it back (`dos2unix FILE`), and set `git config core.autocrlf false` "
+                                 "so a checkout does not convert it again")
     header = parse_header(header_text)
     if not any(k.lower() in ("description", "subject") for k, _ in header):
         raise ManifestError(f"{path}: the DEP-3 header has no Description",
@@ -101,7 +111,7 @@ def parse_patch_file(path: Path) -> PatchFile:
         return PatchFile(path, header, header_text, b"", (), (), (), ())
     try:
         ps = unidiff.PatchSet(diff_text)
-    except unidiff.UnidiffParseError as e:
+    except (unidiff.UnidiffParseError, ValueError, IndexError) as e:
         raise ManifestError(f"{path}: the diff is corrupt: {e}",
                             hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)")
     if not len(ps):
@@ -109,7 +119,10 @@ def parse_patch_file(path: Path) -> PatchFile:
                             hint="the diff must start with 'diff --git a/... b/...'")
     files, created, deleted, hunks = [], [], [], []
     for pf in ps:
-        src, tgt = _strip_prefix(pf.source_file), _strip_prefix(pf.target_file)
+        if pf.is_binary_file:
+            raise ManifestError(f"{path}: a binary diff ({pf.path}) is not supported",
+                                hint="carry a binary file as an overlay file instead")
+        src, tgt = _strip_prefix(pf.source_file, "a/", path), _strip_prefix(pf.target_file, "b/", path)
         name = tgt or src
         if src and tgt and src != tgt:
             raise ManifestError(f"{path}: renames are not supported ({src} -> {tgt})",

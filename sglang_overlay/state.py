@@ -3,22 +3,39 @@
 state.json records, for every file the tool manages, the hash of the file before any patch (its base, kept in
 objects/) and the hash the tool last wrote. A file whose current hash differs from the latter was edited by
 hand: that is drift, and no command overwrites it without --force.
+
+Nothing read back from disk is trusted: state.json is checked key by key (its paths like a manifest's), and a
+saved copy is checked against its hash before it is used.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .errors import OverlayError
+from .errors import StateError
+from .fsio import atomic_write, is_tmp_name, read_bytes, unlink_quietly
+from .repopath import IDENTITY_OWNER, check_repo_path
 
 STATE_VERSION = 1
+HEX64 = re.compile(r"[0-9a-f]{64}")
+PATCH_NAME = re.compile(r"[a-z][a-z0-9_]*")
+STATE_FIX = ("sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
+             "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
+             "reinstall for site-packages, `rm -rf .sglang && python apply.py fetch` for the embedded tree), then "
+             "apply again")
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def digest_of(data: bytes | None) -> str | None:
+    return sha256(data) if data is not None else None
 
 
 @dataclass(frozen=True)
@@ -47,63 +64,140 @@ class State:
                       for p, r in sorted(self.files.items())},
         }, indent=1) + "\n"
 
+    @property
+    def bases(self) -> set[str]:
+        return {r.base for r in self.files.values() if r.base}
+
+
+class Shape:
+    """Checks one JSON document written by this tool, naming the key that is wrong."""
+
+    def __init__(self, path: Path, what: str, fix: str):
+        self.path, self.what, self.fix = path, what, fix
+
+    def fail(self, key: str, problem: str) -> StateError:
+        return StateError(f"{self.path}: {self.what}: key {key}: {problem}", hint=self.fix)
+
+    def load(self, text: str) -> dict:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix)
+        if not isinstance(data, dict):
+            raise StateError(f"{self.path}: {self.what}: expected a JSON object, got {type(data).__name__}",
+                             hint=self.fix)
+        return data
+
+    def keys(self, data: dict, allowed: tuple[str, ...], key: str = "(top level)") -> None:
+        extra = sorted(set(data) - set(allowed))
+        if extra:
+            raise self.fail(key, f"unknown key(s) {', '.join(map(repr, extra))}")
+
+    def get(self, data: dict, key: str, kind, *, optional: bool = False) -> Any:
+        if key not in data:
+            if optional:
+                return None
+            raise self.fail(repr(key), "missing")
+        value = data[key]
+        if value is None and optional:
+            return None
+        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+            names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            raise self.fail(repr(key), f"expected {names}, got {value!r:.80}")
+        return value
+
+    def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not HEX64.fullmatch(value):
+            raise self.fail(key, f"expected a sha256 hex digest{' or null' if optional else ''}, got {value!r:.80}")
+        return value
+
+    def name(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not PATCH_NAME.fullmatch(value):
+            raise self.fail(key, f"{value!r:.80} is not a patch name")
+        return value
+
+    def repo_path(self, value: Any, key: str) -> str:
+        return check_repo_path(value, f"{self.path}: {self.what}: key {key}")
+
+
+def parse_state(text: str, path: Path) -> State:
+    sh = Shape(path, "state file", STATE_FIX)
+    data = sh.load(text)
+    sh.keys(data, ("version", "pin_version", "applied", "fingerprint", "digests", "files"))
+    version = data.get("version")
+    if version != STATE_VERSION or isinstance(version, bool):
+        raise StateError(f"{path}: state version {version!r}, this tool reads {STATE_VERSION}",
+                         hint="use the sglang-overlay version that wrote it to revert, then upgrade")
+    applied = tuple(sh.name(n, f"'applied'[{i}]") for i, n in enumerate(sh.get(data, "applied", list)))
+    pin_version = sh.get(data, "pin_version", str, optional=True)
+    fingerprint = sh.digest(data.get("fingerprint"), "'fingerprint'")
+    digests = {sh.name(k, "'digests'"): sh.digest(v, f"'digests' -> {k!r}", optional=False)
+               for k, v in sh.get(data, "digests", dict).items()}
+    files = {}
+    for p, r in sh.get(data, "files", dict).items():
+        key = f"'files' -> {p!r:.120}"
+        sh.repo_path(p, key)
+        if not isinstance(r, dict):
+            raise sh.fail(key, f"expected an object, got {r!r:.80}")
+        sh.keys(r, ("base", "applied", "patches"), key)
+        patches = tuple(n if n == IDENTITY_OWNER else sh.name(n, f"{key} -> 'patches'")
+                        for n in sh.get(r, "patches", list))
+        files[p] = FileRecord(sh.digest(r.get("base"), f"{key} -> 'base'"),
+                              sh.digest(r.get("applied"), f"{key} -> 'applied'"), patches)
+    return State(applied, files, fingerprint, pin_version, digests)
+
 
 def load_state(path: Path) -> State:
-    if not path.exists():
+    try:
+        raw = read_bytes(path)
+    except OSError as e:
+        raise StateError(f"{path}: the state file cannot be read ({e.strerror})", hint=STATE_FIX)
+    if raw is None:
         return State()
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise OverlayError(f"{path}: state file is unreadable ({e})",
-                           hint="restore it from the backup your last --force printed, or reset the tree by hand")
-    if data.get("version") != STATE_VERSION:
-        raise OverlayError(f"{path}: state version {data.get('version')!r}, this tool reads {STATE_VERSION}",
-                           hint="use the sglang-overlay version that wrote it to revert, then upgrade")
-    files = {p: FileRecord(r["base"], r["applied"], tuple(r["patches"])) for p, r in data.get("files", {}).items()}
-    return State(tuple(data.get("applied", ())), files, data.get("fingerprint"), data.get("pin_version"),
-                 dict(data.get("digests", {})))
-
-
-def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write so that a reader (or a crash) sees the old content or the new, never half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.sglang-overlay-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
-    os.replace(tmp, path)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=STATE_FIX)
+    return parse_state(text, path)
 
 
 class ObjectStore:
-    """Content-addressed copies of base files (like quilt's .pc/, but deduplicated and hash-checked)."""
+    """Content-addressed copies of base files (like quilt's .pc/, but deduplicated and hash-checked), and of the
+    previous bytes of the files a transaction in flight replaces."""
 
     def __init__(self, root: Path):
         self.root = root
 
+    def has(self, digest: str) -> bool:
+        return os.path.lexists(self.root / digest)
+
     def put(self, data: bytes) -> str:
         digest = sha256(data)
-        path = self.root / digest
-        if not path.exists():
-            atomic_write(path, data)
+        if not self.has(digest):
+            atomic_write(self.root / digest, data)
         return digest
 
     def get(self, digest: str) -> bytes:
         path = self.root / digest
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise OverlayError(f"{path}: the saved base copy is missing",
-                               hint="the state directory was damaged; restore the file from git or reinstall")
+            data = read_bytes(path)
+        except OSError as e:
+            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=STATE_FIX)
+        if data is None:
+            raise StateError(f"{path}: a saved copy the state needs is missing", hint=STATE_FIX)
         if sha256(data) != digest:
-            raise OverlayError(f"{path}: the saved base copy is corrupt (hash mismatch)")
+            raise StateError(f"{path}: a saved copy is corrupt (its hash does not match its name)", hint=STATE_FIX)
         return data
 
     def prune(self, keep: set[str]) -> None:
-        if not self.root.is_dir():
+        """Remove the copies nothing refers to any more, and temp files a killed write left."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
             return
-        for p in self.root.iterdir():
-            if p.name not in keep and not p.name.startswith("."):
-                p.unlink()
+        for name in names:
+            if (HEX64.fullmatch(name) and name not in keep) or is_tmp_name(name):
+                unlink_quietly(self.root / name)
+

@@ -1,27 +1,29 @@
 """Make a tree carry exactly a set of patches: the one path by which any command changes a tree.
 
 Target contents are a pure function of (each file's base, the enabled patches in manifest order), so order of
-commands never matters, re-applying is a no-op, and revert restores the base byte for byte.
+commands never matters, re-applying is a no-op, and revert restores the base byte for byte. `switch` works on a
+locked, recovered Transaction: it decides on the state as it is under the lock, one named step at a time, and
+hands the result to one commit.
 """
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from .compose import Offset, compose
 from .errors import BadInput, Drift
 from .fingerprint import fingerprint, patch_digest
+from .fsio import read_bytes
 from .hardware import gate_fails
 from .manifest import Manifest, Patch
-from .state import FileRecord, ObjectStore, State, atomic_write, sha256
-from .transaction import Transaction
+from .repopath import IDENTITY_OWNER, IDENTITY_PATH
+from .state import FileRecord, ObjectStore, State, digest_of
+from .transaction import Change, Transaction
 from .tree import Tree
 
-# Generated into the tree so the running server (and `pip show` of a built wheel) can say what it carries.
-IDENTITY_PATH = "python/sglang/_overlay_build.py"
-IDENTITY_OWNER = "(sglang-overlay identity)"
+Contents = dict[str, "bytes | None"]
 
 
 @dataclass
@@ -51,99 +53,136 @@ def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> 
 
 
 def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
+    return {f: rec for f, rec in state.files.items() if digest_of(read_file(tree, f)) != rec.applied}
+
+
+# -- the steps of a switch, in order ---------------------------------------------------------------------------
+def target_patches(manifest: Manifest, names) -> tuple[Patch, ...]:
+    """The named patches, what they require, in manifest order; upstreamed entries change nothing."""
+    return tuple(p for p in manifest.ordered(manifest.closure(names)) if p.applies_change)
+
+
+def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:
+    for p in target:
+        why = gate_fails(p.cuda_capability) if p.name in added else None
+        if why:
+            raise BadInput(f"{p.name}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
+
+
+def files_needed(target: tuple[Patch, ...], state: State) -> list[str]:
+    """Every file the target writes, plus every file the tree carries a patch in now (it may go back)."""
+    return sorted({f for p in target for f in p.files} | {IDENTITY_PATH} | set(state.files))
+
+
+def read_current(tree: Tree, needed: list[str]) -> Contents:
+    return {f: read_bytes(tree.managed_file(f)) for f in needed}
+
+
+def rebuild_bases(store: ObjectStore, state: State, current: Contents) -> Contents:
+    """Each file before any patch: the saved copy for a file the tool manages, else the file as it is."""
+    base: Contents = {}
+    for f, now in current.items():
+        rec = state.files.get(f)
+        base[f] = now if rec is None else (store.get(rec.base) if rec.base is not None else None)
+    return base
+
+
+def target_contents(manifest: Manifest, target: tuple[Patch, ...], base: Contents) -> tuple[Contents, list[Offset], str]:
+    """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
+    patch_files = sorted({f for p in target for f in p.files})
+    composed = compose({f: base[f] for f in patch_files}, target)
+    fp = fingerprint(manifest, [p.name for p in target])
+    contents = dict(base)
+    contents.update(composed.contents)
+    if target:
+        contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
+    return contents, composed.offsets, fp
+
+
+def file_records(target: tuple[Patch, ...], base: Contents, contents: Contents) -> dict[str, FileRecord]:
+    records = {}
+    for f in base:
+        owners = tuple(p.name for p in target if f in p.files)
+        if f == IDENTITY_PATH and target:
+            owners = (IDENTITY_OWNER,)
+        if owners:
+            records[f] = FileRecord(digest_of(base[f]), digest_of(contents[f]), owners)
+    return records
+
+
+def keep_hand_edits(state: State, current: Contents, contents: Contents,
+                    records: dict[str, FileRecord]) -> dict[str, FileRecord]:
+    """A hand-edited file is only a problem if this change would rewrite it; otherwise it stays as it is.
+    Updates `contents`/`records` for the files left alone; returns those this change would overwrite."""
+    edited = {}
+    for f, rec in state.files.items():
+        if digest_of(current[f]) == rec.applied:
+            continue  # not edited
+        new = contents[f]
+        if new == current[f]:
+            continue  # edited by hand into exactly what this set produces (`refresh` relies on this)
+        if digest_of(new) == rec.applied:
+            contents[f] = current[f]
+            records[f] = rec
+        else:
+            edited[f] = rec
+    return edited
+
+
+def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:
+    lines = [f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
+             for f, r in sorted(edited.items())]
+    return Drift(f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
+                 hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
+                      "pass --force (the edited files are saved to a backup first)")
+
+
+def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileRecord]) -> tuple[bytes, ...]:
     out = {}
-    for repo_path, rec in state.files.items():
-        cur = read_file(tree, repo_path)
-        if (sha256(cur) if cur is not None else None) != rec.applied:
-            out[repo_path] = rec
-    return out
+    for f, rec in records.items():
+        if rec.base is not None and rec.base not in out and not store.has(rec.base):
+            out[rec.base] = base[f]
+    return tuple(out.values())
 
 
-def switch(tree: Tree, manifest: Manifest, names, *, op: str, force: bool = False,
+def switch(txn: Transaction, manifest: Manifest, names, *, op: str, force: bool = False,
            ignore_hardware: bool = False) -> Outcome:
-    """Make `tree` carry exactly `names` (plus what they require). One transaction."""
-    tree.check_version(manifest.pin.version)
-    wanted = manifest.closure(names)
-    target = tuple(p for p in manifest.ordered(wanted) if p.applies_change)
-    txn = Transaction(tree)
-    with txn.locked():
-        state = txn.state()
-        added = tuple(p.name for p in target if p.name not in state.applied)
-        removed = tuple(n for n in state.applied if n not in {p.name for p in target})
-        if not ignore_hardware:
-            for p in target:
-                why = gate_fails(p.cuda_capability) if p.name in added else None
-                if why:
-                    raise BadInput(f"{p.name}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
-
-        store = ObjectStore(tree.state_dir / "objects")
-        drift = drifted_files(tree, state)
-        needed = sorted({f for p in target for f in p.files} | {IDENTITY_PATH} | set(state.files))
-        current = {f: read_file(tree, f) for f in needed}
-        base: dict[str, bytes | None] = {}
-        for f in needed:
-            rec = state.files.get(f)
-            if rec is None:
-                base[f] = current[f]
-            else:
-                base[f] = store.get(rec.base) if rec.base is not None else None
-
-        patch_files = sorted({f for p in target for f in p.files})
-        composed = compose({f: base[f] for f in patch_files}, target)
-        fp = fingerprint(manifest, [p.name for p in target])
-        contents: dict[str, bytes | None] = {f: base[f] for f in needed}
-        contents.update(composed.contents)
-        if target:
-            contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
-
-        files: dict[str, FileRecord] = {}
-        for f in needed:
-            owners = tuple(p.name for p in target if f in p.files)
-            if f == IDENTITY_PATH and target:
-                owners = (IDENTITY_OWNER,)
-            if owners:
-                base_digest = store.put(base[f]) if base[f] is not None else None
-                new = contents[f]
-                files[f] = FileRecord(base_digest, sha256(new) if new is not None else None, owners)
-
-        # A hand-edited file is only a problem if this change would rewrite it; otherwise it stays as it is.
-        affected = {}
-        for f, rec in drift.items():
-            new = contents[f]
-            if new == current[f]:
-                continue  # edited by hand into exactly what this set produces (`refresh` relies on this)
-            if (sha256(new) if new is not None else None) == rec.applied:
-                contents[f] = current[f]
-                files[f] = rec
-            else:
-                affected[f] = rec
-        backup_dir = None
-        if affected:
-            if not force:
-                lines = [f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
-                         for f, r in sorted(affected.items())]
-                raise Drift(f"refusing to {op}: {len(affected)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-                            hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
-                                 "pass --force (the edited files are saved to a backup first)")
-            backup_dir = tree.state_dir / "backups" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            for f in affected:
-                if current[f] is not None:
-                    atomic_write(backup_dir / f, current[f])
-            print(f"sglang-overlay: --force: saved {len(affected)} hand-edited file(s) under {backup_dir}",
+    """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
+    state, tree = txn.state, txn.tree
+    target = target_patches(manifest, names)
+    added = tuple(p.name for p in target if p.name not in state.applied)
+    removed = tuple(n for n in state.applied if n not in {p.name for p in target})
+    if not ignore_hardware:
+        check_gates(target, added)
+    needed = files_needed(target, state)
+    current = read_current(tree, needed)
+    base = rebuild_bases(txn.store, state, current)
+    contents, offsets, fp = target_contents(manifest, target, base)
+    records = file_records(target, base, contents)
+    edited = keep_hand_edits(state, current, contents, records)
+    if edited and not force:
+        raise refuse_drift(tree, op, edited)
+    writes = {f: contents[f] for f in needed if contents[f] != current[f]}
+    new_state = State(applied=tuple(p.name for p in target), files=records, fingerprint=fp if target else None,
+                      pin_version=manifest.pin.version, digests={p.name: patch_digest(p) for p in target})
+    backup_dir = None
+    if writes or new_state.to_json() != state.to_json():
+        saved = {f: current[f] for f in edited if current[f] is not None}
+        backup_dir = txn.commit(Change(op, writes, {f: current[f] for f in writes}, new_state,
+                                       new_bases(txn.store, base, records), saved))
+    if edited:
+        gone = sorted(f for f in edited if current[f] is None)
+        if backup_dir:
+            print(f"sglang-overlay: --force: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}",
                   file=sys.stderr)
-        writes = {f: contents[f] for f in needed if contents[f] != current[f]}
-        new_state = State(applied=tuple(p.name for p in target), files=files, fingerprint=fp if target else None,
-                          pin_version=manifest.pin.version, digests={p.name: patch_digest(p) for p in target})
-        if writes or new_state.to_json() != state.to_json():
-            txn.commit(op, writes, new_state)
-        store.prune({r.base for r in files.values() if r.base})
-        return Outcome(tuple(p.name for p in target), added, removed, tuple(sorted(writes)), composed.offsets,
-                       fp if target else None, backup_dir)
+        for f in gone:
+            print(f"sglang-overlay: --force: {f} was deleted by hand; nothing to save", file=sys.stderr)
+    return Outcome(tuple(p.name for p in target), added, removed, tuple(sorted(writes)), offsets,
+                   fp if target else None, backup_dir)
 
 
-def base_reader(tree: Tree, state: State):
+def base_reader(tree: Tree, state: State, store: ObjectStore):
     """Read a file as it was before any patch (from the saved base when the tool manages it)."""
-    store = ObjectStore(tree.state_dir / "objects")
 
     def read(repo_path: str) -> bytes | None:
         rec = state.files.get(repo_path)

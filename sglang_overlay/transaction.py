@@ -1,143 +1,413 @@
-"""Every change to a tree goes through one Transaction: all of it lands, or none of it, also across a kill -9.
+"""Every change to a tree goes through one Transaction: all of it lands, or none of it, across a kill -9 too.
 
-Protocol: (1) a journal with every touched file's pre-image and the old state is written beside the state and
-renamed into place (the commit point of the journal); (2) files are replaced atomically one by one; (3) the new
-state is written atomically; (4) the journal is removed. Any command first calls `recover`, which rolls an
-unfinished transaction back from its journal, so a kill at any step leaves the tree as it was before.
+A command that changes a tree takes the tree's lock, rolls back whatever a killed command left (its journal),
+reads the state, decides, and commits. Commit: (1) the bytes each replaced file holds now go to the object
+store; (2) the journal, one file naming them and holding the old state verbatim, is renamed into place; (3) the
+files are replaced one by one, each checked first to still hold what the decision was made on; (4) the new
+state is written; (5) the journal is removed, the one point where the change becomes final. Stopped anywhere
+before (5), by a kill, a signal or an OS error, the change is rolled back: at once while the process still
+runs, else by the next command. Rollback only makes files hold what the journal says, so it can itself be
+killed and run again. Commands that only read take the lock shared and write nothing (a read-only tree works).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
-import json
 import os
 import shutil
-import signal
+import stat
 import sys
+import time
 from contextlib import contextmanager
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterator, Mapping
 
-from .errors import OverlayError
-from .gitcmd import git
-from .state import State, atomic_write, load_state
-from .tree import STATE_DIR_NAME, Tree
+from . import interrupts, scratch
+from .errors import Conflict, OSFailure, StateError, os_failure
+from .fsio import (atomic_write, fsync_dir, is_symlink, is_tmp_name, read_bytes, remove_empty_dirs, tmp_path,
+                   unlink_if_present, unlink_quietly)
+from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
+from .repopath import REPO_PACKAGE_PREFIX
+from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
+from .tree import Tree
 
-KILL_ENV = "SGLANG_OVERLAY_KILL_AT"  # tests: "STEP:N" sends SIGKILL to this process at the N-th STEP
+LOCK_NAME = "lock"
+STATE_NAME = "state.json"
+JOURNAL_NAME = "journal.json"
+OBJECTS = "objects"
+BACKUPS = "backups"
+GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/
+FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
+NEW_FILE_MODE = 0o644
 
 
-def _maybe_die(step: str, count: int) -> None:
-    spec = os.environ.get(KILL_ENV)
-    if spec and spec == f"{step}:{count}":
-        os.kill(os.getpid(), signal.SIGKILL)
+@dataclass(frozen=True)
+class Change:
+    """What one command decided: the files to replace (None removes one) and the state that records them."""
+
+    op: str
+    writes: Mapping[str, bytes | None]
+    before: Mapping[str, bytes | None]  # what each written file held when the change was decided
+    state: State
+    bases: tuple[bytes, ...] = ()  # base copies the new state refers to that are not stored yet
+    backup: Mapping[str, bytes] | None = None  # hand-edited files to save before they are overwritten (--force)
+
+
+@dataclass(frozen=True)
+class View:
+    """A read-only look at a tree: the state it carries (as a rollback would leave it, if one is pending)."""
+
+    tree: Tree
+    state: State
+    pending: bool  # a killed command left a journal: the next changing command rolls it back
+    store: ObjectStore
+
+
+def _lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
+    path = state_dir / LOCK_NAME
+    if exclusive and not state_dir.is_dir():
+        try:
+            os.mkdir(state_dir)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise os_failure(e, "cannot create the state directory", "nothing was changed") from None
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(path, flags | os.O_RDONLY)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise StateError(f"{path} is a symbolic link", hint=f"remove it (rm {path}); it is only a lock") from None
+        if not exclusive:
+            return None  # no writer ever ran here, or the lock is not ours to read: read without it
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and os.path.isfile(path):
+            fd = os.open(path, flags | os.O_RDONLY)  # a command that ends up writing nothing still works here
+        else:
+            raise os_failure(e, "cannot create the lock", "nothing was changed") from None
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"sglang-overlay: waiting for another command on {tree.root} ...", file=sys.stderr, flush=True)
+            fcntl.flock(fd, mode)  # a signal here interrupts at once: nothing is written yet
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextmanager
+def reading(tree: Tree) -> Iterator[View]:
+    """The tree's state for a command that only reads; waits while a writer is in the middle of a change."""
+    state_dir = tree.checked_state_dir()
+    fd = _lock(tree, state_dir, exclusive=False)
+    try:
+        journal = read_journal(state_dir / JOURNAL_NAME)
+        store = ObjectStore(state_dir / OBJECTS)
+        if journal is None:
+            state = load_state(state_dir / STATE_NAME)
+        else:
+            state = parse_state(journal.state_before, state_dir / JOURNAL_NAME) if journal.state_before else State()
+            for e in journal.entries:  # what is shown must be what a rollback can restore
+                if e.before is not None and not store.has(e.before):
+                    raise StateError(f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
+                                     f"{store.root / e.before}: a saved copy the state needs is missing",
+                                     hint=JOURNAL_FIX)
+        yield View(tree, state, journal is not None, store)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _real_dir(path: Path) -> Path:
+    if is_symlink(path):
+        raise StateError(f"{path} is a symbolic link: sglang-overlay keeps a tree's state inside the tree",
+                         hint=f"remove the link (rm {path})")
+    if not path.is_dir():
+        path.mkdir(exist_ok=True)
+    return path
 
 
 class Transaction:
-    def __init__(self, tree: Tree):
+    def __init__(self, tree: Tree, state_dir: Path):
         self.tree = tree
-        self.dir = tree.state_dir
-        self.state_path = self.dir / "state.json"
-        self.journal = self.dir / "journal"
-        self.journal_tmp = self.dir / "journal.tmp"
+        self.dir = state_dir
+        self.state_path = state_dir / STATE_NAME
+        self.journal_path = state_dir / JOURNAL_NAME
+        self.store = ObjectStore(state_dir / OBJECTS)
+        self.state = State()
+        self.recovered: Journal | None = None  # what the opening rollback undid, if anything
 
+    @classmethod
     @contextmanager
-    def locked(self):
-        """One writer per tree: a second command waits rather than interleaving its writes."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._exclude_from_git()
-        with open(self.dir / "lock", "w") as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"sglang-overlay: waiting for another command on {self.tree.root} ...", file=sys.stderr)
-                fcntl.flock(fh, fcntl.LOCK_EX)
-            self.recover()
-            yield self
-
-    def _exclude_from_git(self) -> None:
-        if not self.tree.is_git:
-            return
-        res = git("rev-parse", "--git-path", "info/exclude", cwd=self.tree.root, check=False)
-        if res.returncode != 0:
-            return
-        exclude = (self.tree.root / res.stdout.strip()).resolve()
-        line = f"/{STATE_DIR_NAME}/"
-        text = exclude.read_text() if exclude.exists() else ""
-        if line not in text.splitlines():
-            exclude.parent.mkdir(parents=True, exist_ok=True)
-            with open(exclude, "a") as f:
-                f.write(("" if text.endswith("\n") or not text else "\n") + line + "\n")
-
-    def state(self) -> State:
-        return load_state(self.state_path)
-
-    def recover(self) -> bool:
-        """Roll back an interrupted transaction. Returns True if there was one."""
-        if self.journal_tmp.exists():
-            # The journal never reached its commit point, so no file of the tree was written yet.
-            shutil.rmtree(self.journal_tmp)
-        if not self.journal.exists():
-            return False
-        meta = json.loads((self.journal / "journal.json").read_text())
-        for i, entry in enumerate(meta["files"]):
-            path = self.tree.path_of(entry["path"])
-            if entry["existed"]:
-                atomic_write(path, (self.journal / "pre" / str(i)).read_bytes(), entry["mode"])
-            elif path.exists():
-                path.unlink()
-                _remove_empty_parents(path.parent, self.tree.package_dir)
-        old_state = self.journal / "state.json.old"
-        if old_state.exists():
-            atomic_write(self.state_path, old_state.read_bytes())
-        elif self.state_path.exists():
-            self.state_path.unlink()
-        shutil.rmtree(self.journal)
-        print(f"sglang-overlay: recovered from an interrupted `{meta['op']}` (pid {meta['pid']}): "
-              f"rolled back {len(meta['files'])} file(s) in {self.tree.root}", file=sys.stderr)
-        return True
-
-    def commit(self, op: str, writes: dict[str, bytes | None], new_state: State) -> None:
-        """Replace the given files (None removes one) and the state, atomically as a whole."""
-        if self.journal.exists():
-            raise OverlayError(f"{self.journal}: a journal is still there", hint="internal: recover() was not called")
-        self.journal_tmp.mkdir(parents=True)
-        (self.journal_tmp / "pre").mkdir()
-        entries = []
-        for i, (repo_path, _) in enumerate(sorted(writes.items())):
-            path = self.tree.path_of(repo_path)
-            existed = path.is_file()
-            mode = None
-            if existed:
-                shutil.copyfile(path, self.journal_tmp / "pre" / str(i))
-                mode = path.stat().st_mode & 0o7777
-            entries.append({"path": repo_path, "existed": existed, "mode": mode})
-        if self.state_path.exists():
-            shutil.copyfile(self.state_path, self.journal_tmp / "state.json.old")
-        atomic_write(self.journal_tmp / "journal.json",
-                     json.dumps({"op": op, "pid": os.getpid(), "files": entries}).encode())
-        os.rename(self.journal_tmp, self.journal)
-        _maybe_die("journal", 1)
-
-        for n, entry in enumerate(entries, 1):
-            path = self.tree.path_of(entry["path"])
-            data = writes[entry["path"]]
-            if data is None:
-                if path.exists():
-                    path.unlink()
-                    _remove_empty_parents(path.parent, self.tree.package_dir)
-            else:
-                atomic_write(path, data, entry["mode"] if entry["mode"] is not None else 0o644)
-            _maybe_die("write", n)
-
-        atomic_write(self.state_path, new_state.to_json().encode())
-        _maybe_die("state", 1)
-        shutil.rmtree(self.journal)
-
-
-def _remove_empty_parents(directory: Path, stop: Path) -> None:
-    # Upstream trees hold no empty directories; leaving one behind would make revert not byte-identical.
-    directory, stop = directory.resolve(), stop.resolve()
-    while directory != stop and stop in directory.parents:
+    def open(cls, tree: Tree) -> Iterator["Transaction"]:
+        """Lock the tree, roll back what a killed command left, clean up, read the state."""
+        state_dir = tree.checked_state_dir()
+        fd = _lock(tree, state_dir, exclusive=True)
         try:
-            directory.rmdir()
-        except OSError:
+            txn = cls(tree, state_dir)
+            with interrupts.held():
+                txn.recovered = txn.recover()
+                txn.state = load_state(txn.state_path)
+                txn._clean()
+            yield txn
+        finally:
+            os.close(fd)
+
+    # -- recovery ----------------------------------------------------------------------------------------------
+    def recover(self) -> Journal | None:
+        """Roll back an interrupted transaction, if there is one. Safe to interrupt and run again."""
+        journal = read_journal(self.journal_path)
+        if journal is None:
+            return None
+        try:
+            self._roll_back(journal)
+        except StateError as e:
+            raise StateError(f"{self.journal_path}: cannot roll back the interrupted `{journal.op}`: {e}",
+                             hint=e.hint) from None
+        except OSError as e:
+            raise os_failure(e, "cannot roll back an interrupted command: cannot write",
+                             f"the journal {self.journal_path} is kept, and the next command tries again") from None
+        print(f"sglang-overlay: rolled back an interrupted `{journal.op}` (pid {journal.pid}): "
+              f"{len(journal.entries)} file(s) restored in {self.tree.root}", file=sys.stderr)
+        return journal
+
+    def _roll_back(self, journal: Journal) -> None:
+        dirs = {self.dir}
+        self._keep_later_edits(journal)
+        for entry in reversed(journal.entries):
+            path = self.tree.path_of(entry.path)
+            dirs.add(path.parent)
+            unlink_if_present(tmp_path(path))
+            if entry.before is None:
+                if os.path.lexists(path):
+                    os.unlink(path)
+                continue
+            data = self.store.get(entry.before)
+            mode = entry.mode if entry.mode is not None else NEW_FILE_MODE
+            if not _holds(path, data, mode):
+                if not path.parent.is_dir():  # removed with the file by the step being undone
+                    path.parent.mkdir(parents=True)
+                atomic_write(path, data, mode)
+        for repo_dir in reversed(journal.new_dirs):
+            try:
+                os.rmdir(self.tree.path_of(repo_dir))
+            except OSError as e:
+                if e.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        if journal.backup:
+            try:
+                shutil.rmtree(self.dir / BACKUPS / journal.backup)  # the edits it saved are back in the tree
+            except FileNotFoundError:
+                pass
+        if journal.state_before is None:
+            unlink_if_present(self.state_path)
+        elif read_bytes(self.state_path) != journal.state_before.encode():
+            atomic_write(self.state_path, journal.state_before.encode())
+        for d in sorted(dirs):
+            fsync_dir(d)
+        os.unlink(self.journal_path)
+        self._flush_final()
+
+    def _keep_later_edits(self, journal: Journal) -> None:
+        """A file that holds neither its old bytes nor the new ones was edited by hand after the kill: save it
+        before the rollback puts the old bytes back, so no edit is lost."""
+        edited = {}
+        for entry in journal.entries:
+            now = read_bytes(self.tree.path_of(entry.path)) if os.path.lexists(self.tree.path_of(entry.path)) else None
+            if now is not None and digest_of(now) not in (entry.before, entry.after):
+                edited[entry.path] = now
+        if not edited:
             return
-        directory = directory.parent
+        root = _real_dir(self.dir / BACKUPS) / f"{self._backup_name()}-rollback"
+        for f, data in sorted(edited.items()):
+            (root / f).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(root / f, data)
+        print(f"sglang-overlay: {len(edited)} file(s) were edited after the interrupted `{journal.op}`; saved them "
+              f"under {root} before rolling back", file=sys.stderr)
+
+    def _clean(self) -> None:
+        """Remove what a killed command can leave outside its journal: temp files, unused copies, scratch."""
+        for name in os.listdir(self.dir):
+            if is_tmp_name(name):
+                unlink_quietly(self.dir / name)
+        _real_dir(self.dir / OBJECTS)
+        self.store.prune(self.state.bases)
+        if not os.path.lexists(self.dir / GITIGNORE):
+            try:
+                atomic_write(self.dir / GITIGNORE, b"# sglang-overlay's state: not part of the tree\n*\n")
+            except OSError:
+                pass  # only a convenience for `git status`; tried again next time
+        scratch.reap()
+
+    # -- commit ------------------------------------------------------------------------------------------------
+    def commit(self, change: Change) -> Path | None:
+        """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made."""
+        paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
+        journal = self._journal_for(change, paths)
+        self._preflight(change, paths, journal)
+        with interrupts.held():
+            try:
+                for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
+                    self.store.put(data)
+                interrupts.checkpoint()
+                atomic_write(self.journal_path, journal.to_bytes())
+                fsync_dir(self.dir)
+                backup_dir = self._write_backup(journal, change)
+                for f, path in paths.items():
+                    interrupts.checkpoint()
+                    self._replace(f, path, change, journal)
+                atomic_write(self.state_path, change.state.to_json().encode())
+                for d in sorted({p.parent for p in paths.values() if p.parent.exists()}):
+                    fsync_dir(d)
+                interrupts.checkpoint()  # the last point at which a signal still rolls the change back
+                os.unlink(self.journal_path)  # final from here on
+            except BaseException as e:
+                self._abandon(e)
+            self.state = change.state
+            self._flush_final()
+            self.store.prune(change.state.bases)
+        return backup_dir
+
+    def _flush_final(self) -> None:
+        """After the journal is gone the outcome is decided; a failing flush can only be reported."""
+        try:
+            fsync_dir(self.dir)
+        except OSError as e:
+            print(f"sglang-overlay: warning: done, but {self.dir} could not be flushed to disk ({e.strerror}): "
+                  f"a power loss now could bring the journal back, and the next command would roll back",
+                  file=sys.stderr)
+
+    def _journal_for(self, change: Change, paths: Mapping[str, Path]) -> Journal:
+        entries, new_dirs = [], []
+        for f, path in paths.items():
+            before = change.before[f]
+            mode = stat.S_IMODE(os.lstat(path).st_mode) if before is not None and path.exists() else None
+            entries.append(Entry(f, digest_of(before), mode, digest_of(change.writes[f])))
+            if change.writes[f] is not None:
+                parent = PurePosixPath(f).parent
+                while str(parent) + "/" != REPO_PACKAGE_PREFIX and not self.tree.path_of(str(parent)).exists():
+                    new_dirs.append(str(parent))
+                    parent = parent.parent
+        new_dirs = sorted(set(new_dirs), key=lambda d: (d.count("/"), d))
+        backup = self._backup_name() if change.backup else None
+        state_before = read_bytes(self.state_path)
+        return Journal(change.op, os.getpid(), tuple(entries), tuple(new_dirs),
+                       state_before.decode() if state_before is not None else None, backup)
+
+    def _backup_name(self) -> str:
+        stamp = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+        name, n = stamp, 1
+        while os.path.lexists(self.dir / BACKUPS / name):
+            n += 1
+            name = f"{stamp}-{n}"
+        assert BACKUP_NAME.fullmatch(name)
+        return name
+
+    def _preflight(self, change: Change, paths: Mapping[str, Path], journal: Journal) -> None:
+        """Refuse before the first write what would fail during it: a directory that cannot be written, too
+        little free space for the new bytes (and the copies that make the change undoable)."""
+        targets = {self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()}
+        if change.backup:
+            targets.add(_existing_ancestor(self.dir / BACKUPS))
+        for d in sorted(targets):
+            if not os.access(d, os.W_OK):
+                code = errno.EROFS if _read_only(d) else errno.EPERM if _immutable(d) else errno.EACCES
+                raise os_failure(OSError(code, os.strerror(code), str(d)), "cannot write in",
+                                 "nothing was changed (found before the first write)")
+        need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
+        need += sum(len(d) for d in change.writes.values() if d) + sum(len(b) for b in change.bases)
+        need += sum(len(b) for b in change.before.values() if b is not None and not self.store.has(sha256(b)))
+        need += sum(len(b) for b in (change.backup or {}).values())
+        st = os.statvfs(self.dir)
+        free = st.f_bavail * st.f_frsize
+        if free < need:
+            raise OSFailure(f"not enough free space in {self.dir}: the change needs about {need // 1024} KiB, "
+                            f"{free // 1024} KiB are free (ENOSPC); nothing was changed (found before the first "
+                            f"write)", hint=f"free space on that file system (`df -h {self.dir}`), then run the "
+                                            f"command again")
+
+    def _write_backup(self, journal: Journal, change: Change) -> Path | None:
+        if not journal.backup:
+            return None
+        root = _real_dir(self.dir / BACKUPS) / journal.backup
+        os.mkdir(root)
+        for f, data in sorted(change.backup.items()):
+            path = root / f
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
+        return root
+
+    def _replace(self, f: str, path: Path, change: Change, journal: Journal) -> None:
+        if read_bytes(path) != change.before[f]:
+            raise Conflict(f"{path} changed while this command ran (edited by hand, or another program wrote it)",
+                           hint="nothing was changed; run the command again")
+        data = change.writes[f]
+        if data is None:
+            os.unlink(path)
+            remove_empty_dirs(path.parent, self.tree.package_dir)
+            return
+        mode = next(e.mode for e in journal.entries if e.path == f)
+        for repo_dir in journal.new_dirs:
+            if f.startswith(repo_dir + "/") and not os.path.isdir(self.tree.path_of(repo_dir)):
+                os.mkdir(self.tree.path_of(repo_dir))
+        atomic_write(path, data, mode if mode is not None else NEW_FILE_MODE)
+
+    def _abandon(self, err: BaseException) -> None:
+        """Roll back a commit that did not finish, then report why it stopped."""
+        try:
+            journal = read_journal(self.journal_path)
+            if journal is not None:
+                self._roll_back(journal)
+            for name in os.listdir(self.dir):
+                if is_tmp_name(name):
+                    unlink_quietly(self.dir / name)
+            self.store.prune(self.state.bases)
+        except (OSError, StateError) as again:
+            what = f"{err.strerror} on {err.filename}" if isinstance(err, OSError) else str(err) or type(err).__name__
+            raise OSFailure(f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
+                            f"{self.journal_path} is kept", hint="once the cause is fixed, `python apply.py recover` "
+                                                                 "(or any command that changes the tree) rolls it back") from None
+        if isinstance(err, KeyboardInterrupt):
+            print(f"sglang-overlay: interrupted: rolled back, {self.tree.root} is as it was", file=sys.stderr)
+            raise err
+        if isinstance(err, OSError):
+            raise os_failure(err, "cannot write", "nothing was changed: what was written so far is rolled back") from None
+        raise err
+
+
+def _holds(path: Path, data: bytes, mode: int) -> bool:
+    try:
+        return read_bytes(path) == data and stat.S_IMODE(os.lstat(path).st_mode) == mode
+    except OSError:
+        return False
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _immutable(path: Path) -> bool:
+    """chattr +i: even root may not write there (FS_IOC_GETFLAGS, FS_IMMUTABLE_FL)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = fcntl.ioctl(fd, 0x80086601, b"\0" * 8)
+        return bool(int.from_bytes(flags[:4], sys.byteorder) & 0x10)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

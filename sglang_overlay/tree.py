@@ -11,11 +11,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PathEscape, TreeNotFound, VersionMismatch
+from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
+from .fsio import is_symlink
 from .gitcmd import git
+from .repopath import STATE_DIR_NAME
 
 TREE_ENV = "SGLANG_OVERLAY_TREE"
-STATE_DIR_NAME = ".sglang-overlay"
 EMBEDDED_DIR = ".sglang"
 
 
@@ -59,15 +60,38 @@ class Tree:
                                      hint="replace the link with a real directory or file before patching")
         return path
 
+    def managed_file(self, repo_path: str) -> Path:
+        """path_of for a file the tool replaces: it must be a regular file (or absent), never a link or a directory."""
+        path = self.path_of(repo_path)
+        if is_symlink(path):
+            raise BadInput(f"{path} is a symbolic link: sglang-overlay replaces the files it patches, which would turn "
+                           f"the link into a regular file", hint="replace the link with a copy of the file it points to")
+        if path.exists() and not path.is_file():
+            raise BadInput(f"{path} is not a regular file, but a patch writes a file there",
+                           hint="move it out of the way, or leave that patch off")
+        return path
+
+    def checked_state_dir(self) -> Path:
+        """The state directory, refusing one that is a symlink (it would put state, saved copies and the lock
+        anywhere on the machine) or not a directory."""
+        sd = self.state_dir
+        if is_symlink(sd):
+            raise StateError(f"{sd} is a symbolic link (to {os.path.realpath(sd)}): sglang-overlay keeps a tree's "
+                             f"state inside the tree", hint=f"remove the link (rm {sd}); the next command makes a "
+                                                            f"real directory")
+        if sd.exists() and not sd.is_dir():
+            raise StateError(f"{sd} is not a directory", hint=f"move it aside (mv {sd} {sd}.bad)")
+        return sd
+
     def version(self) -> str | None:
         gen = self.path_of("python/sglang/_version.py")
         if gen.is_file():
-            m = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", gen.read_text())
+            m = re.search(r"""__version__\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", _text(gen))
             if m:
                 return m.group(1)
         if self.kind == "installed":
             for meta in self.root.glob("sglang-*.dist-info/METADATA"):
-                m = re.search(r"^Version:\s*(\S+)", meta.read_text(errors="replace"), re.M)
+                m = re.search(r"^Version:\s*(\S+)", _text(meta), re.M)
                 if m:
                     return m.group(1)
         if self.is_git:
@@ -86,6 +110,14 @@ class Tree:
             raise VersionMismatch(f"{self.root}: this tree is SGLang {found}, the manifest pins {expected}",
                                   hint=f"use a {expected} tree (`python apply.py fetch` makes one), or run "
                                        f"`python apply.py check --against {found}` to see which patches survive")
+
+
+def _text(path: Path) -> str:
+    """A version file's text; undecodable bytes or an unreadable file are not a version, not a crash."""
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _is_within(path: Path, root: Path) -> bool:
@@ -115,6 +147,9 @@ def embedded_path(project_root: Path, version: str) -> Path:
 
 def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
     """--tree, then $SGLANG_OVERLAY_TREE, then the embedded default; never a guess at site-packages."""
+    if explicit is not None and not explicit.strip():
+        raise TreeNotFound("--tree is empty (an unset shell variable?)",
+                           hint="pass the tree's directory, or leave --tree out to use the embedded tree")
     chosen = explicit or os.environ.get(TREE_ENV)
     if chosen:
         p = Path(chosen).expanduser()

@@ -1,6 +1,7 @@
 """Shared fixtures: the real pinned SGLang tree (fetched once), resettable working copies, fixture projects."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,6 +15,21 @@ sys.path.insert(0, str(ROOT))
 
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
+
+
+FAULT_COUNTS: list[dict] = []  # filled by test_engine_faults: what each sweep tried and what passed
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FAULT_COUNTS:
+        return
+    terminalreporter.section("fault injection: points tried / passed")
+    for c in FAULT_COUNTS:
+        terminalreporter.write_line(f"{c['command']:<15} {c['fault']:<14} {c['passed']:>4} / {c['points']:<4} "
+                                    f"{' '.join(f'{k}={v}' for k, v in sorted(c['by_syscall'].items()))}")
+    out = os.environ.get("SGLANG_OVERLAY_FAULT_REPORT")
+    if out:
+        Path(out).write_text(json.dumps(FAULT_COUNTS, indent=1) + "\n")
 
 
 @pytest.fixture(scope="session")

@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from ..context import Context
 from ..errors import BadInput
 from ..fingerprint import short
 from ..hardware import gate_fails
-from ..switch import Outcome
+from ..fsio import tmp_path, unlink_quietly
+from ..state import State
+from ..switch import Outcome, switch
+from ..transaction import Transaction
 
 
 def add_selection(p: argparse.ArgumentParser, *, allow_all: bool = True, allow_set: bool = True) -> None:
@@ -37,7 +43,11 @@ def selected(ctx: Context, args, *, verb: str) -> tuple[str, ...]:
         return tuple(p.name for p in m.patches)
     names = []
     for raw in args.names:
-        names.extend(n for n in raw.split(",") if n)
+        parts = raw.split(",")
+        if not all(parts):
+            raise BadInput(f"{verb}: {raw!r} holds an empty patch name (an unset shell variable?)",
+                           hint=f"name the patches, e.g. `python apply.py {verb} deepseek_v2,oea_topk`")
+        names.extend(parts)
     for n in names:
         m.patch(n)
     return tuple(dict.fromkeys(names))
@@ -55,6 +65,26 @@ def without_unavailable(ctx: Context, names, ignore_hardware: bool) -> tuple[str
         else:
             keep.append(n)
     return tuple(keep)
+
+
+@contextmanager
+def open_tree(ctx: Context) -> Iterator[Transaction]:
+    """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
+    leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
+    with Transaction.open(ctx.tree) as txn:
+        for p in ctx.manifest.patches:
+            for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
+                if os.path.lexists(tmp_path(src)):
+                    unlink_quietly(tmp_path(src))
+        yield txn
+
+
+def change_tree(ctx: Context, decide: Callable[[State], tuple[str, ...]], *, op: str, force: bool = False,
+                ignore_hardware: bool = False) -> Outcome:
+    """Lock the tree, roll back what a killed command left, then decide on the state as it is now, and switch."""
+    ctx.tree.check_version(ctx.manifest.pin.version)
+    with open_tree(ctx) as txn:
+        return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
 
 
 def report(outcome: Outcome, verb_done: str) -> None:

@@ -2,9 +2,7 @@
 the tree carry exactly that preset. Patches a chosen one requires are added too. One transaction."""
 from __future__ import annotations
 
-from ..switch import switch
-from ..transaction import Transaction
-from ._common import add_force, add_selection, report, selected, without_unavailable
+from ._common import add_force, add_selection, change_tree, report, selected, without_unavailable
 
 NAME = "apply"
 HELP = "apply patches (NAME..., --all, or --set PRESET)"
@@ -15,23 +13,30 @@ def add_arguments(p) -> None:
     add_force(p)
 
 
-def run(ctx, args) -> int:
+def chosen(ctx, args) -> tuple[str, ...]:
+    """What was asked for (validated before the lock); `target` turns it into the set to carry."""
     names = selected(ctx, args, verb="apply")
-    m = ctx.manifest
     for n in names:
-        p = m.patch(n)
+        p = ctx.manifest.patch(n)
         if not p.applies_change:
             print(f"upstream {n}: {p.upstream.describe()}; nothing to apply")
-    if args.all:
+    if getattr(args, "all", False):
         names = without_unavailable(ctx, names, args.ignore_hardware)
-    if args.preset:
-        target = names
-    else:
-        current = Transaction(ctx.tree).state().applied
-        for n in names:
-            if n in current:
-                print(f"already applied: {n}")
-        target = tuple(current) + tuple(names)
-    outcome = switch(ctx.tree, m, target, op="apply", force=args.force, ignore_hardware=args.ignore_hardware)
+    return names
+
+
+def target(args, names: tuple[str, ...], state) -> tuple[str, ...]:
+    if getattr(args, "preset", None):
+        return names
+    for n in names:
+        if n in state.applied:
+            print(f"already applied: {n}")
+    return tuple(state.applied) + names
+
+
+def run(ctx, args) -> int:
+    names = chosen(ctx, args)
+    outcome = change_tree(ctx, lambda state: target(args, names, state), op="apply", force=args.force,
+                          ignore_hardware=args.ignore_hardware)
     report(outcome, "applied")
     return 0

@@ -19,15 +19,16 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
-
+from .. import scratch as scratch_dirs
 from ..errors import BadInput
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
+from ..fsio import unlink_quietly
 from ..switch import switch
+from ..transaction import Transaction
 from ..tree import STATE_DIR_NAME, Tree
 
 NAME = "build-wheel"
@@ -82,12 +83,19 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
-    scratch = Path(tempfile.mkdtemp(prefix="sglang-overlay-wheel-"))
+    scratch_dirs.reap()
+    scratch = scratch_dirs.make("wheel")
+    tmp_out = target.with_name(f".{target.name}.{os.getpid()}.part")
+    for old in out_dir.glob(f".{target.name}.*.part"):  # a killed build's half-written archive
+        pid = old.name[len(target.name) + 2:-len(".part")]
+        if pid.isdigit() and not scratch_dirs.alive(int(pid)):
+            unlink_quietly(old)
     try:
         with zipfile.ZipFile(src) as zin:
             infos = [i for i in zin.infolist() if not i.is_dir()]
             zin.extractall(scratch)
-        outcome = switch(Tree(scratch, "installed"), manifest, names, op="build-wheel", ignore_hardware=True)
+        with Transaction.open(Tree(scratch, "installed")) as txn:
+            outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
         # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
         # installed copy is then a managed tree (`apply.py --tree SITE-PACKAGES status` names the set, `revert`
         # gives back the pristine release).
@@ -131,7 +139,6 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         entries.sort(key=lambda e: e[0].filename.startswith(new_info + "/"))
         entries.append((rec_info, record.getvalue().encode()))
 
-        tmp_out = target.with_name(target.name + ".part")
         with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
             for info, data in entries:
                 info.compress_type = zipfile.ZIP_DEFLATED
@@ -139,6 +146,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         os.replace(tmp_out, target)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        unlink_quietly(tmp_out)
     return target
 
 

@@ -7,7 +7,7 @@ import sys
 from ..compose import compose
 from ..diffgen import make_diff
 from ..switch import base_reader
-from ..transaction import Transaction
+from ..transaction import reading
 
 NAME = "diff"
 HELP = "show what a patch changes in the tree now"
@@ -23,12 +23,17 @@ def run(ctx, args) -> int:
     if not patch.applies_change:
         print(f"{patch.name} is upstream ({patch.upstream.describe()}): it changes nothing", file=sys.stderr)
         return 0
-    state = Transaction(ctx.tree).state()
+    with reading(ctx.tree) as view:
+        return _show(m, ctx.tree, view, patch)
+
+
+def _show(m, tree, view, patch) -> int:
+    state = view.state
     applied = [n for n in state.applied if n != patch.name]
     files = sorted(set(patch.files))
     without = m.ordered(applied)
     with_it = m.ordered(applied + [patch.name])
-    read = base_reader(ctx.tree, state)
+    read = base_reader(tree, state, view.store)
     needed = sorted({f for p in with_it for f in p.files})
     base = {f: read(f) for f in needed}
     before = compose(base, without).contents

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..fingerprint import fingerprint, short
-from ..transaction import Transaction
+from ..transaction import reading
 
 NAME = "fingerprint"
 HELP = "print the fingerprint of a patch set"
@@ -26,7 +26,8 @@ def run(ctx, args) -> int:
     elif args.patches is not None:
         names = m.closure([n for n in args.patches.split(",") if n])
     else:
-        names = Transaction(ctx.tree).state().applied
+        with reading(ctx.tree) as view:
+            names = view.state.applied
     profile = m.env_profile(args.env_profile) if args.env_profile else None
     fp = fingerprint(m, names, profile)
     if args.json:

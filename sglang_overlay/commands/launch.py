@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 
 from ..env_overrides import warn_profile
-from ..errors import BadInput
+from ..errors import BadInput, os_failure
 from ..fingerprint import fingerprint
 from ..switch import switch
-from ..transaction import Transaction
+from ..transaction import reading
 from ..tree import Tree
+from ._common import open_tree
 
 NAME = "launch"
 HELP = "apply a set and launch the patched SGLang server (args after --)"
@@ -149,27 +150,33 @@ def default_log(tree: Tree) -> Path:
 
 
 # -- the command ---------------------------------------------------------------------------------------------
+def _wanted(m, args) -> tuple[str, ...] | None:
+    """The set asked for, or None: keep the set the tree carries."""
+    if args.preset:
+        return m.closure(m.preset(args.preset))
+    if args.patches is not None:
+        return m.closure([n for n in args.patches.split(",") if n])
+    return None
+
+
 def run(ctx, args) -> int:
     m = ctx.manifest
     server_args = with_host(passthrough(args.server_args))
     url = server_url(server_args)
     tree = ctx.tree
     tree.check_version(m.pin.version)
-    previous = Transaction(tree).state().applied
-    if args.preset:
-        names = m.closure(m.preset(args.preset))
-    elif args.patches is not None:
-        names = m.closure([n for n in args.patches.split(",") if n])
-    else:
-        names = m.closure(previous)
     profile = m.env_profile(args.env_profile) if args.env_profile else None
-    warn_profile(m, names, profile, server_args)
-    fp = fingerprint(m, names, profile)
     module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
     argv = [interpreter(tree, args.python), "-m", module, *server_args]
-    env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
+    wanted = _wanted(m, args)
 
     if args.dry_run:
+        with reading(tree) as view:
+            previous = view.state.applied
+        names = wanted if wanted is not None else m.closure(previous)
+        warn_profile(m, names, profile, server_args)
+        fp = fingerprint(m, names, profile)
+        env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
         if not args.ignore_hardware:  # refuse what the real run would refuse (switch checks the same gates)
             from ..hardware import gate_fails
             for n in names:
@@ -183,7 +190,13 @@ def run(ctx, args) -> int:
         print(shlex.join(argv))
         return 0
 
-    outcome = switch(tree, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
+    with open_tree(ctx) as txn:  # the set is decided on the state as it is under the lock
+        previous = txn.state.applied
+        names = wanted if wanted is not None else m.closure(previous)
+        outcome = switch(txn, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
+    warn_profile(m, names, profile, server_args)
+    fp = fingerprint(m, names, profile)
+    env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
     if outcome.added or outcome.removed:
         print(f"sglang-overlay: tree now carries {', '.join(outcome.target) or 'no patches'}", file=sys.stderr)
     log_path = (args.log or default_log(tree)).resolve()
@@ -196,7 +209,9 @@ def run(ctx, args) -> int:
     try:
         try:
             server.start()
-        except OSError as e:  # the interpreter is missing or not executable
+        except OSError as e:
+            if e.filename != argv[0]:  # the log could not be written
+                raise os_failure(e, "cannot write", "the tree carries the set; the server was not started") from None
             raise BadInput(f"cannot start {argv[0]}: {e.strerror}", hint="check --python") from None
         try:
             server.wait_healthy(url, args.health_timeout)
@@ -211,7 +226,8 @@ def run(ctx, args) -> int:
         server.ensure_stopped()
         server.restore_signals()
         if args.revert_on_exit:
-            back = switch(tree, m, previous, op="revert-on-exit", force=False, ignore_hardware=True)
+            with open_tree(ctx) as txn:
+                back = switch(txn, m, previous, op="revert-on-exit", force=False, ignore_hardware=True)
             print(f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} "
                   f"again", file=sys.stderr)
     return code

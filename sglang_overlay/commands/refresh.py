@@ -1,6 +1,10 @@
 """Capture hand edits of a patch's files back into patches/NAME.patch (or its overlay files), keeping the
 DEP-3 header (Last-Update is set to today). Edits that belong to other applied patches stay theirs: patches
-later in manifest order are stripped off the edited file before the new diff is taken."""
+later in manifest order are stripped off the edited file before the new diff is taken.
+
+All of it runs under the tree's lock: the patch files are replaced atomically first, then the tree's state is
+switched to record them. A kill between the two leaves the edits in the tree and the new patch on disk;
+running refresh again finishes the job (it then finds no new edits and records the patch as applied)."""
 from __future__ import annotations
 
 import datetime
@@ -9,12 +13,12 @@ import sys
 
 from ..compose import compose
 from ..diffgen import make_diff
-from ..errors import BadInput, Conflict
+from ..errors import BadInput, Conflict, os_failure
+from ..fsio import atomic_write
 from ..manifest import load_manifest
 from ..patchfile import parse_patch_file
-from ..state import atomic_write
 from ..switch import base_reader, read_file, switch
-from ..transaction import Transaction
+from ._common import open_tree
 
 NAME = "refresh"
 HELP = "write hand edits of a patch's files back into the patch"
@@ -27,16 +31,38 @@ def add_arguments(p) -> None:
 def run(ctx, args) -> int:
     m, tree = ctx.manifest, ctx.tree
     patch = m.patch(args.name)
-    txn = Transaction(tree)
-    with txn.locked():
-        state = txn.state()
-    if patch.name not in state.applied:
-        raise BadInput(f"{patch.name} is not applied, so there are no edits of it to capture",
-                       hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh")
+    tree.check_version(m.pin.version)
+    with open_tree(ctx) as txn:
+        state = txn.state
+        if patch.name not in state.applied:
+            raise BadInput(f"{patch.name} is not applied, so there are no edits of it to capture",
+                           hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh")
+        updates = _captured(m, tree, txn, patch)
+        for path, data in updates.items():
+            try:
+                atomic_write(path, data)
+            except OSError as e:
+                raise os_failure(e, "cannot write", "the tree is unchanged; patch files written before it are "
+                                                    "kept (run refresh again once it can write)") from None
+        if patch.diff is not None and patch.diff.path in updates:
+            parse_patch_file(patch.diff.path)  # what we wrote must read back
+        # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
+        outcome = switch(txn, load_manifest(ctx.manifest_path), state.applied, op="refresh")
+    if not updates and not outcome.written:
+        print(f"{patch.name}: no hand edits to capture")
+        return 0
+    print(f"refreshed {patch.name}: {len(updates)} file(s) updated; fingerprint now {outcome.fingerprint[:12]}")
+    print(f"  review it: git diff -- {patch.diff.path if patch.diff else 'overlay/'}", file=sys.stderr)
+    return 0
+
+
+def _captured(m, tree, txn, patch) -> dict:
+    """patch file or overlay source -> its new bytes, for those the hand edits change."""
+    state = txn.state
     order = [p.name for p in m.ordered(state.applied)]
     before = m.ordered(order[: order.index(patch.name)])
     after = m.ordered(order[order.index(patch.name) + 1:])
-    read = base_reader(tree, state)
+    read = base_reader(tree, state, txn.store)
     diff_files = list(patch.diff.files) if patch.diff else []
     base = {f: read(f) for f in {f for p in before for f in p.files} | set(diff_files)}
     old = compose(base, before).contents
@@ -47,9 +73,9 @@ def run(ctx, args) -> int:
     except Conflict as e:
         raise Conflict(f"cannot separate {patch.name}'s edits from later patches on the same lines:\n{e}",
                        hint="revert the later patches, refresh, then apply them again")
-    body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})
-    changed = 0
+    updates = {}
     if patch.diff is not None:
+        body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})
         if not body:
             raise BadInput(f"refreshing {patch.name} would leave an empty patch",
                            hint=f"revert it instead: `python apply.py revert {patch.name}`")
@@ -58,20 +84,10 @@ def run(ctx, args) -> int:
                             patch.diff.header_text, count=1, flags=re.M)
             if not header.rstrip("\n").endswith("---"):
                 header = header.rstrip("\n") + "\n---\n"
-            atomic_write(patch.diff.path, (header + body).encode())
-            parse_patch_file(patch.diff.path)  # what we wrote must read back
-            changed += 1
+            updates[patch.diff.path] = (header + body).encode()
     for f in patch.overlay:
         cur = read_file(tree, f)
         src = patch.overlay_source(f)
         if cur is not None and cur != src.read_bytes():
-            atomic_write(src, cur)
-            changed += 1
-    if not changed:
-        print(f"{patch.name}: no hand edits to capture")
-        return 0
-    # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
-    outcome = switch(tree, load_manifest(ctx.manifest_path), state.applied, op="refresh")
-    print(f"refreshed {patch.name}: {changed} file(s) updated; fingerprint now {outcome.fingerprint[:12]}")
-    print(f"  review it: git diff -- {patch.diff.path if patch.diff else 'overlay/'}", file=sys.stderr)
-    return 0
+            updates[src] = cur
+    return updates

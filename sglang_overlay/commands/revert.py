@@ -3,9 +3,7 @@ same files stay. Refuses files edited by hand since (drift) unless --force, whic
 from __future__ import annotations
 
 from ..errors import BadInput
-from ..switch import switch
-from ..transaction import Transaction
-from ._common import add_force, add_selection, report, selected
+from ._common import add_force, add_selection, change_tree, report, selected
 
 NAME = "revert"
 HELP = "revert patches (NAME... or --all)"
@@ -16,19 +14,22 @@ def add_arguments(p) -> None:
     add_force(p)
 
 
-def run(ctx, args) -> int:
-    names = selected(ctx, args, verb="revert")
-    m = ctx.manifest
-    current = Transaction(ctx.tree).state().applied
+def target(m, args, names: tuple[str, ...], state) -> tuple[str, ...]:
     for n in names:
-        if n not in current and m.patch(n).applies_change and not args.all:
+        if n not in state.applied and m.patch(n).applies_change and not getattr(args, "all", False):
             print(f"not applied: {n}")
-    remaining = [n for n in current if n not in names]
+    remaining = tuple(n for n in state.applied if n not in names)
     for n in remaining:
         needs = [r for r in m.patch(n).requires if r in names]
         if needs:
             raise BadInput(f"cannot revert {', '.join(needs)}: {n} requires it",
                            hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`")
-    outcome = switch(ctx.tree, m, remaining, op="revert", force=args.force, ignore_hardware=True)
+    return remaining
+
+
+def run(ctx, args) -> int:
+    names = selected(ctx, args, verb="revert")
+    outcome = change_tree(ctx, lambda state: target(ctx.manifest, args, names, state), op="revert",
+                          force=args.force, ignore_hardware=True)
     report(outcome, "reverted")
     return 0

@@ -6,8 +6,9 @@ import json
 
 from ..fingerprint import patch_digest, short
 from ..hardware import capabilities, gate_fails
-from ..switch import IDENTITY_PATH, base_reader, drifted_files
-from ..transaction import Transaction
+from ..repopath import IDENTITY_PATH
+from ..switch import base_reader, drifted_files
+from ..transaction import reading
 from ..upstream import prove
 
 NAME = "status"
@@ -22,11 +23,14 @@ def add_arguments(p) -> None:
 
 def collect(ctx) -> dict:
     m, tree = ctx.manifest, ctx.tree
-    txn = Transaction(tree)
-    state = txn.state()
-    pending = txn.journal.exists() or txn.journal_tmp.exists()
+    with reading(tree) as view:
+        return _collect(m, tree, view)
+
+
+def _collect(m, tree, view) -> dict:
+    state, pending = view.state, view.pending
     drift = drifted_files(tree, state)
-    read_base = base_reader(tree, state)
+    read_base = base_reader(tree, state, view.store)
     rows = []
     for p in m.patches:
         row = {"name": p.name, "kind": p.kind, "category": p.category, "default": p.default,
@@ -74,7 +78,8 @@ def run(ctx, args) -> int:
     print(f"fingerprint {short(info['fingerprint'])}   applied {len(info['applied'])} of "
           f"{sum(1 for r in info['patches'] if r['kind'] != 'upstreamed')} patches")
     if info["interrupted_transaction"]:
-        print("note: an interrupted command left a journal; the next command that changes the tree rolls it back")
+        print("note: an interrupted command left a journal; `python apply.py recover` (or the next command that "
+              "changes the tree) rolls it back; shown here as it will be then")
     width = max(len(r["name"]) for r in info["patches"]) if info["patches"] else 4
     for r in info["patches"]:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "

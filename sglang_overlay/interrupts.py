@@ -1,0 +1,66 @@
+"""Ctrl-C, SIGTERM and SIGHUP.
+
+Outside a transaction a signal interrupts at once: nothing has been written there, so stopping is safe. Inside
+one (`held()`), the signal is only noted, and `checkpoint()` raises it where the transaction can still roll
+back; the rollback itself runs held, so a second Ctrl-C cannot cut it short. Either way the command ends with
+`Interrupted`, which the CLI turns into exit 130.
+"""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_depth = 0
+_pending: int | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum, _frame) -> None:
+    global _pending
+    if _depth:
+        _pending = _pending or signum
+        return
+    raise Interrupted(signum)
+
+
+def install() -> None:
+    for sig in SIGNALS:
+        signal.signal(sig, _on_signal)
+
+
+def checkpoint() -> None:
+    """Raise the signal noted while held, if any."""
+    global _pending
+    if _pending is not None:
+        signum, _pending = _pending, None
+        raise Interrupted(signum)
+
+
+@contextmanager
+def held():
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+    if not _depth:
+        checkpoint()
+
+
+def exit_at_start() -> None:
+    """Until main() installs `install`'s handlers: exit 130 quietly (nothing is written before that)."""
+    def stop(signum, _frame):
+        import os
+        os.write(2, b"interrupted\n")
+        os._exit(130)
+
+    for sig in SIGNALS:
+        signal.signal(sig, stop)

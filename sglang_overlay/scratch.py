@@ -1,0 +1,56 @@
+"""Scratch directories under $TMPDIR, named so that the next command can remove those a killed one left.
+
+A name carries the pid (and pid namespace) of the process that made it; `reap` removes the ones whose process
+is gone. A live process's scratch is never touched, whoever runs `reap`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+PREFIX = "sglang-overlay-"
+_NAME_RE = re.compile(rf"^{re.escape(PREFIX)}[a-z0-9]+-(\d+)\.(\d+)-")
+
+
+def _pid_namespace() -> str:
+    try:
+        return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or "0"
+    except OSError:
+        return "0"
+
+
+def root() -> Path:
+    # tempfile.gettempdir() probes by writing a file: a kill there would leave it, so use $TMPDIR as given.
+    given = os.environ.get("TMPDIR")
+    return Path(given) if given and os.path.isdir(given) else Path(tempfile.gettempdir())
+
+
+def make(kind: str, parent: Path | None = None) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{_pid_namespace()}.{os.getpid()}-", dir=parent or root()))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap(parent: Path | None = None) -> None:
+    """Remove the scratch directories of processes that no longer run (a kill -9 leaves them behind)."""
+    parent = parent or root()
+    ns = _pid_namespace()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        m = _NAME_RE.match(name)
+        if m and m.group(1) == ns and int(m.group(2)) != os.getpid() and not alive(int(m.group(2))):
+            shutil.rmtree(parent / name, ignore_errors=True)

@@ -1,0 +1,252 @@
+"""Fault injection with strace: list every write-side system call a command makes, then stop or fail it there.
+
+`trace_points` runs the command once under strace and returns one Point per call of the syscalls in SYSCALLS
+made by the command's own process (openat only when it opens for writing); `inject` runs it again with
+strace's `-e inject=SYSCALL:...:when=N`, which acts on exactly the N-th call of that syscall. A signal is
+injected without `-f` (strace 6.1 does not deliver injected signals under --seccomp-bpf, and children are then
+not touched); an error with `-f --seccomp-bpf` (fast), except where a child process would reach its own N-th
+call first (strace counts per process), where `-f` is left out so the command's own call is the one hit.
+
+A Case is one command from one starting tree: `before` and `after` snapshots of every file the command may
+touch plus the listings of the directories where it could leave something, and `check` compares a tree with
+them: byte-equal to one of the two, nothing else anywhere (no temp file, no journal, no unreferenced saved
+copy, no scratch directory in $TMPDIR, no new directory).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STRACE = shutil.which("strace")
+SYSCALLS = ("openat", "write", "rename", "fsync", "unlink", "unlinkat", "rmdir", "mkdir", "fchmod")
+ERROR_SYSCALLS = {  # where each error is one the kernel really returns
+    "ENOSPC": ("openat", "write", "fsync", "mkdir", "rename"),
+    "EROFS": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
+    "EACCES": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
+}
+STATE_DIR = ".sglang-overlay"
+STATE_NAMES = {"lock", ".gitignore", "state.json", "objects", "logs", "backups"}
+_CALL = re.compile(r"^(\d+) +(\w+)\((.*)$")
+
+
+@dataclass(frozen=True)
+class Point:
+    syscall: str
+    n: int  # strace's when=N: the N-th call of `syscall` by the command's own process
+    call: str  # the traced line, to say where a failure happened
+    child_first: bool = False  # a child reaches its own N-th call of `syscall` before the command does
+
+    def __str__(self) -> str:
+        return f"{self.syscall}#{self.n} {self.call[:150]}"
+
+
+def trace_points(argv: list[str], env: dict, cwd: Path, log: Path) -> tuple[list[Point], subprocess.CompletedProcess]:
+    proc = subprocess.run([STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(SYSCALLS), *argv],
+                          cwd=cwd, env=env, capture_output=True, text=True)
+    lines = log.read_text().splitlines()
+    main = _main_pid(lines)
+    counts: dict[tuple[str, str], int] = {}
+    first_at: dict[tuple[str, int], str] = {}  # (syscall, n) -> pid that made its n-th call first
+    points = []
+    for line in lines:
+        m = _CALL.match(line)
+        if not m:  # "<... resumed>", signals, exits
+            continue
+        pid, name, args = m.groups()
+        if name not in SYSCALLS:
+            continue
+        n = counts[(pid, name)] = counts.get((pid, name), 0) + 1
+        first_at.setdefault((name, n), pid)
+        if pid != main or (name == "openat" and not re.search(r"O_WRONLY|O_RDWR|O_CREAT", args)):
+            continue
+        points.append(Point(name, n, f"{name}({args}", first_at[(name, n)] != main))
+    return points, proc
+
+
+@dataclass
+class Injected:
+    point: Point
+    action: str
+    rc: int
+    stdout: str
+    stderr: str
+    hit: bool  # strace reports the injection in the command's own process
+
+
+def inject(argv: list[str], env: dict, cwd: Path, log: Path, point: Point, action: str,
+           persistent: bool = False) -> Injected:
+    """`action`: "signal=KILL", "signal=INT", "error=ENOSPC", ... at exactly that call (or from it on)."""
+    signal_ = action.startswith("signal=")
+    follow = [] if signal_ or point.child_first else ["-f", "--seccomp-bpf"]
+    when = f"{point.n}+" if persistent else str(point.n)
+    cmd = [STRACE, *follow, "-o", str(log), "-e", f"trace={point.syscall}",
+           "-e", f"inject={point.syscall}:{action}:when={when}", *argv]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    text = log.read_text()
+    if signal_:
+        sig = action.split("=", 1)[1]
+        hit = (f"killed by SIG{sig}" in text) if sig == "KILL" else (f"--- SIG{sig} " in text)
+    else:
+        own = [l for l in text.splitlines() if "(INJECTED)" in l]
+        if follow:
+            main = _main_pid(text.splitlines())
+            own = [l for l in own if l.split(None, 1)[0] == main]
+        hit = bool(own)
+    return Injected(point, action, proc.returncode, proc.stdout, proc.stderr, hit)
+
+
+def _main_pid(lines: list[str]) -> str | None:
+    # The command waits for its children, so its own exit is the log's last line.
+    return lines[-1].split(None, 1)[0] if lines else None
+
+
+# -- snapshots --------------------------------------------------------------------------------------------------
+def sha(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+@dataclass
+class Snapshot:
+    files: dict[str, str | None]  # tree-relative path -> sha256 (None: absent)
+    listings: dict[str, tuple[str, ...]]  # watched directory -> sorted names (missing: ())
+    state: bytes | None
+    backups: tuple[str, ...]
+    project: dict[str, str | None]  # project files a command may rewrite (refresh)
+
+    def same_tree(self, other: "Snapshot") -> bool:
+        return self.files == other.files and self.state == other.state and self.project == other.project
+
+
+@dataclass
+class Layout:
+    """Where one command can write: the files it may change and the directories to look for leftovers in."""
+
+    tree: Path
+    tmpdir: Path
+    files: tuple[str, ...]  # tree-relative paths
+    project_files: tuple[Path, ...] = ()
+    dirs: tuple[Path, ...] = field(init=False)
+
+    def __post_init__(self):
+        dirs = set()
+        for f in self.files:
+            p = (self.tree / f).parent
+            while p != self.tree and self.tree in p.parents:
+                dirs.add(p)
+                p = p.parent
+        dirs |= {p.parent for p in self.project_files}
+        self.dirs = tuple(sorted(dirs))
+
+    def snapshot(self) -> Snapshot:
+        files = {f: sha(_read(self.tree / f)) for f in self.files}
+        listings = {str(d): tuple(sorted(os.listdir(d))) if d.is_dir() else () for d in self.dirs}
+        sd = self.tree / STATE_DIR
+        # a backup directory is named by time and pid: compare what each holds, not the names
+        backups = tuple(sorted(str(p.relative_to(sd / "backups")).split("/", 1)[1] + " " + sha(p.read_bytes())
+                               for p in (sd / "backups").rglob("*") if p.is_file())) \
+            if (sd / "backups").is_dir() else ()
+        return Snapshot(files, listings, _read(sd / "state.json"), backups,
+                        {str(p): sha(_read(p)) for p in self.project_files})
+
+
+def _read(p: Path) -> bytes | None:
+    try:
+        return p.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def leftovers(layout: Layout, now: Snapshot, like: Snapshot) -> list[str]:
+    """What is in the tree, its state directory or $TMPDIR that neither the start nor the end of the command has."""
+    out = []
+    for d, names in now.listings.items():
+        if names != like.listings[d]:
+            out.append(f"{d}: {sorted(set(names) ^ set(like.listings[d]))}")
+    sd = layout.tree / STATE_DIR
+    if sd.is_dir():
+        out += [f"{sd}/{n}" for n in os.listdir(sd) if n not in STATE_NAMES]
+        state = json.loads(now.state) if now.state else {"files": {}}
+        bases = {r["base"] for r in state["files"].values() if r["base"]}
+        objects = set(os.listdir(sd / "objects")) if (sd / "objects").is_dir() else set()
+        out += [f"objects/{n}" for n in sorted(objects - bases)]
+        out += [f"missing objects/{n}" for n in sorted(bases - objects)]
+    if now.backups != like.backups:
+        out.append(f"backups: {now.backups} (expected {like.backups})")
+    out += [f"$TMPDIR/{n}" for n in os.listdir(layout.tmpdir)]
+    return out
+
+
+def consistent(layout: Layout, snap: Snapshot) -> list[str]:
+    """The state describes the tree: every managed file holds what the state says was written."""
+    if not snap.state:
+        return []
+    state = json.loads(snap.state)
+    bad = []
+    for f, rec in state["files"].items():
+        rel = f[len("python/"):] if (layout.tree / "sglang").is_dir() else f
+        if snap.files.get(rel, sha(_read(layout.tree / rel))) != rec["applied"]:
+            bad.append(f"{f}: holds something else than state.json records")
+    return bad
+
+
+# -- restoring a starting tree ----------------------------------------------------------------------------------
+@dataclass
+class Saved:
+    """Everything a command may change, byte for byte, so the next injection starts from the same tree."""
+
+    files: dict[Path, bytes | None]
+    state_dir: dict[str, bytes | None] | None  # relative path -> bytes (None: a directory); None: no state dir
+
+    @classmethod
+    def take(cls, layout: Layout) -> "Saved":
+        files = {layout.tree / f: _read(layout.tree / f) for f in layout.files}
+        files.update({p: _read(p) for p in layout.project_files})
+        sd = layout.tree / STATE_DIR
+        tree = None
+        if sd.is_dir():
+            tree = {str(p.relative_to(sd)): None if p.is_dir() else p.read_bytes() for p in sorted(sd.rglob("*"))}
+        return cls(files, tree)
+
+    def restore(self, layout: Layout, listings: dict[str, tuple[str, ...]]) -> None:
+        sd = layout.tree / STATE_DIR
+        shutil.rmtree(sd, ignore_errors=True)
+        if self.state_dir is not None:
+            sd.mkdir()
+        for rel, data in (self.state_dir or {}).items():
+            p = sd / rel
+            if data is None:
+                p.mkdir(parents=True, exist_ok=True)
+            else:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+        for p, data in self.files.items():
+            if data is None:
+                if p.exists() or p.is_symlink():
+                    p.unlink()
+            else:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                if _read(p) != data:
+                    p.write_bytes(data)
+        for d, names in sorted(listings.items(), key=lambda kv: -len(kv[0])):
+            d = Path(d)
+            if not names and d.is_dir() and not os.listdir(d):
+                d.rmdir()
+            elif d.is_dir():
+                for n in set(os.listdir(d)) - set(names):
+                    q = d / n
+                    shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink()
+        for n in os.listdir(layout.tmpdir):
+            q = layout.tmpdir / n
+            shutil.rmtree(q) if q.is_dir() else q.unlink()
+
+
+def python_argv(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "apply.py"), *args]

@@ -1,0 +1,332 @@
+"""Fault injection at every write-side system call of every command that changes a tree, and of recovery.
+
+For each command (from a starting tree where it has real work to do) strace lists every rename, fsync, unlink,
+unlinkat, rmdir, mkdir, fchmod, write, and open-for-write its own process makes; the command is then run again
+once per call with a SIGKILL, a SIGINT (Ctrl-C) or an error (ENOSPC, EROFS, EACCES) injected at exactly that
+call. After each: SIGINT and errors have rolled back by themselves (exit 130 / exit 1 naming the OS error), a
+SIGKILL is rolled back by the next command (`recover`); then the tree is byte-equal to the state before or
+after the command, the state describes it, and nothing is left anywhere (temp files, journal, unused saved
+copies, new directories, scratch in $TMPDIR). Points run on two workers, each with its own copy of the tree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import FAULT_COUNTS, ROOT
+from faultlib import (ERROR_SYSCALLS, STATE_DIR, STRACE, Layout, Point, Saved, Snapshot, consistent, inject,
+                      leftovers, python_argv, trace_points)
+
+FIX = ROOT / "tests" / "fixtures" / "engine"
+WORKERS = 3
+NEWDIR_FILE = "python/sglang/srt/fx_newpkg/sub/fx_new.py"  # an overlay file in directories the tree lacks
+NEWDIR_ENTRY = """  - name: fx_newdir
+    description: adds a module in a new package
+    kind: overlay
+    category: experimental
+    overlay: [python/sglang/srt/fx_newpkg/sub/fx_new.py]
+presets:"""
+MANAGED = ("python/sglang/srt/layers/moe/topk.py", "python/sglang/srt/server_args.py",
+           "python/sglang/srt/utils/common.py", "python/sglang/srt/fx_overlay_module.py",
+           "python/sglang/srt/fx_hopper_only.py", "python/sglang/_overlay_build.py", NEWDIR_FILE)
+SERVER_ARGS = "python/sglang/srt/server_args.py"
+ERRNO_TEXT = {"ENOSPC": "No space left on device", "EROFS": "Read-only file system", "EACCES": "Permission denied"}
+
+
+def _edit_args_a(tree: Path) -> None:
+    f = tree / SERVER_ARGS
+    f.write_text(f.read_text().replace("    # fixture a: top of ServerArgs\n", "    # fixture a: edited by hand\n"))
+
+
+def _edit_topk(tree: Path) -> None:
+    f = tree / "python/sglang/srt/layers/moe/topk.py"
+    f.write_text(f.read_text() + "# a hand edit\n")
+
+
+@dataclass(frozen=True)
+class Command:
+    setup: tuple[tuple[str, ...], ...]  # run normally first: the starting tree
+    args: tuple[str, ...]
+    edit: object = None  # a hand edit made after the setup
+    pending: bool = False  # start from a journal a kill left (the command under test is the recovery)
+
+
+COMMANDS = {
+    "apply --all": Command((), ("apply", "--all")),
+    "apply --set": Command((("apply", "--set", "args"),), ("apply", "--set", "default")),
+    "revert --all": Command((("apply", "--all"),), ("revert", "--all")),
+    "revert --force": Command((("apply", "--all"),), ("revert", "--all", "--force"), edit=_edit_topk),
+    "toggle": Command((("apply", "--set", "default"),), ("toggle", "fx_overlay")),
+    "refresh": Command((("apply", "--set", "args"),), ("refresh", "fx_args_a"), edit=_edit_args_a),
+    "launch": Command((("apply", "--set", "default"),),
+                      ("launch", "--patches", "fx_topk,fx_newdir", "--python", "/nonexistent/python", "--",
+                       "--port", "1")),
+    "recover": Command((("apply", "--set", "default"),), ("recover",), pending=True),
+}
+
+
+@dataclass
+class Prepared:
+    layout: Layout
+    saved: Saved
+    before: Snapshot
+    after: Snapshot
+    argv: list[str]
+    rc: int  # of the command run without a fault
+
+
+class Worker:
+    def __init__(self, index: int, pinned_tree: Path, base: Path):
+        self.dir = base / f"w{index}"
+        self.tree = self.dir / "sglang-0.5.17"
+        self.tmpdir = self.dir / "tmp"
+        self.tmpdir.mkdir(parents=True)
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(self.tree)], check=True)
+        self.project = self.dir / "proj"
+        shutil.copytree(FIX, self.project)
+        man = self.project / "manifest.yaml"
+        # `--all` must be appliable here: the fixture's one conflict is left out
+        man.write_text(man.read_text().replace("presets:", NEWDIR_ENTRY, 1).replace("    conflicts: [fx_topk_gated]\n", ""))
+        new = self.project / "overlay" / NEWDIR_FILE
+        new.parent.mkdir(parents=True)
+        new.write_text("FX_NEW = True\n")
+        self.pristine_project = {p: p.read_bytes() for p in self.project.rglob("*") if p.is_file()}
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("SGLANG_OVERLAY", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"))}
+        self.env.update(TMPDIR=str(self.tmpdir), PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
+                        SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", LC_ALL="C")
+        self.log = self.dir / "strace.log"
+        self.cases: dict[str, Prepared] = {}
+
+    def argv(self, *args: str) -> list[str]:
+        return python_argv("--manifest", str(self.project / "manifest.yaml"), "--tree", str(self.tree), *args)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        p = subprocess.run(self.argv(*args), cwd=self.dir, env=self.env, capture_output=True, text=True)
+        assert not check or p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stdout}\n{p.stderr}"
+        return p
+
+    def prepare(self, name: str, kill_point: Point | None = None) -> Prepared:
+        c = COMMANDS[name]
+        subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=self.tree, check=True)
+        subprocess.run(["git", "clean", "-q", "-fdx"], cwd=self.tree, check=True)
+        for p, data in self.pristine_project.items():
+            p.write_bytes(data)
+        for step in c.setup:
+            self.cli(*step)
+        if c.edit:
+            c.edit(self.tree)
+        if c.pending:  # a kill just before the journal of `apply --all` is removed: all of it to roll back
+            r = inject(self.argv("apply", "--all"), self.env, self.dir, self.log, kill_point, "signal=KILL")
+            assert r.hit and (self.tree / STATE_DIR / "journal.json").exists(), r.stderr
+        # the patch refresh rewrites, for every case: each starts from the project as shipped
+        layout = Layout(self.tree, self.tmpdir, MANAGED, (self.project / "patches" / "fx_args_a.patch",))
+        saved, before = Saved.take(layout), layout.snapshot()
+        done = self.cli(*c.args, check=False)
+        assert done.returncode == (2 if name == "launch" else 0), f"{name}: {done.stderr}"  # 2: /nonexistent/python
+        after = layout.snapshot()
+        assert not leftovers(layout, after, after), leftovers(layout, after, after)
+        assert not after.same_tree(before), f"{name} changed nothing: not a useful case"
+        saved.restore(layout, before.listings)
+        assert layout.snapshot().same_tree(before)
+        prepared = Prepared(layout, saved, before, after, self.argv(*c.args), done.returncode)
+        self.cases[name] = prepared
+        return prepared
+
+    # -- one injection -----------------------------------------------------------------------------------------
+    def run_point(self, name: str, point: Point, action: str, persistent: bool) -> list[str]:
+        case = self.cases[name]
+        case.saved.restore(case.layout, case.before.listings)
+        r = inject(case.argv, self.env, self.dir, self.log, point, action, persistent)
+        where = f"{name} {action}{'+' if persistent else ''} at {point}"
+        if not r.hit:
+            return [f"{where}: the point was not reached (rc {r.rc}); the command's calls changed"]
+        problems = [] if "Traceback" not in r.stderr else [f"traceback:\n{r.stderr[-1500:]}"]
+        now = case.layout.snapshot()
+        journal = (self.tree / STATE_DIR / "journal.json").exists()
+        states = {"before": case.before, "after": case.after}
+        found = self.which(name, case, now)
+        output = point.syscall == "write" and point.call.startswith(("write(1,", "write(2,"))
+        if action == "signal=KILL":
+            if r.rc != -9:
+                problems.append(f"rc {r.rc}, expected a kill")
+        elif action == "signal=INT":
+            pending = name == "recover" and found == "before"  # stopped before the recovery began
+            # once launch has started the server, a signal is the server's (forwarded to it)
+            server = name == "launch" and found == "after" and r.rc == case.rc
+            if (r.rc != 130 and not server) or (journal and not pending) or found is None:
+                problems.append(f"rc {r.rc} (expected 130), journal left {journal}, tree is {found or 'neither'}")
+        else:
+            errno_name = action.split("=", 1)[1]
+            done_anyway = output or "the tree carries the set" in r.stderr  # failed after the change was final
+            if r.rc not in (case.rc, 1) or (r.rc == case.rc != 1 and found != "after"):
+                problems.append(f"rc {r.rc}, tree is {found or 'neither'}")
+            elif r.rc == 1:
+                # a lasting write error fails the writes to stderr too: then the exit code is all there is
+                mute = output or (persistent and point.syscall == "write")
+                if not mute and (ERRNO_TEXT[errno_name] not in r.stderr or "hint:" not in r.stderr):
+                    problems.append(f"the message does not name the error and a fix:\n{r.stderr[-800:]}")
+                kept = journal and ("is kept" in r.stderr or mute)
+                if not kept and found not in ("before", "patch written") and not (done_anyway and found == "after"):
+                    problems.append(f"exit 1 but the tree is {found or 'neither'} (journal {journal})")
+        final = now
+        if action == "signal=KILL" or journal or found not in ("before", "after") or \
+                leftovers(case.layout, now, states[found]):
+            # A SIGINT or an error rolls back by itself; whatever it could not is the next command's to finish.
+            rec = self.cli("recover", check=False)
+            if rec.returncode != 0 or "Traceback" in rec.stderr:
+                problems.append(f"the next command failed: rc {rec.returncode}\n{rec.stderr[-1500:]}")
+            final = case.layout.snapshot()
+        found = self.which(name, case, final)
+        if found == "patch written":  # the tree's change was rolled back after the patch file was replaced
+            again = self.cli("refresh", "fx_args_a", check=False)  # running refresh again finishes it
+            final = case.layout.snapshot()
+            found = "after" if again.returncode == 0 and final.same_tree(case.after) else None
+        if found is None or (name == "recover" and found != "after"):
+            problems.append(f"after `recover` the tree is {found or 'neither the state before nor after'}")
+        else:
+            problems += leftovers(case.layout, final, states[found])
+            if consistent(case.layout, final) != consistent(case.layout, states[found]):  # a hand edit is expected
+                problems += consistent(case.layout, final)
+        return [f"{where}: {p}" for p in problems]
+
+    @staticmethod
+    def which(name: str, case: Prepared, snap: Snapshot) -> str | None:
+        for label, s in (("before", case.before), ("after", case.after)):
+            if snap.same_tree(s):
+                return label
+        if (name == "refresh" and snap.files == case.before.files and snap.state == case.before.state
+                and snap.project == case.after.project):
+            return "patch written"
+        return None
+
+
+@pytest.fixture(scope="module")
+def workers(pinned_tree, tmp_path_factory):
+    if STRACE is None:
+        pytest.fail("strace is not installed: `apt-get install -y strace` (.ci/run does it)")
+    base = tmp_path_factory.mktemp("faults")
+    # The runs do not write bytecode (so every run makes the same calls): compile it once, here.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "sglang_overlay")], check=True,
+                   capture_output=True)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        ws = list(pool.map(lambda i: Worker(i, pinned_tree, base), range(WORKERS)))
+    return ws
+
+
+_points: dict[str, list[Point]] = {}
+
+
+def journal_removal(w: Worker, setup) -> Point:
+    """The call that removes the journal of `apply --all` from the tree `setup` makes: a kill there leaves the
+    most to roll back (every file and the state written)."""
+    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=w.tree, check=True)
+    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=w.tree, check=True)
+    for step in setup:
+        w.cli(*step)
+    pts, _ = trace_points(w.argv("apply", "--all"), w.env, w.dir, w.log)
+    return next(p for p in pts if p.syscall == "unlink" and "journal.json" in p.call)
+
+
+def points_of(name: str, workers) -> list[Point]:
+    if name not in _points:
+        w = workers[0]
+        kill = journal_removal(w, COMMANDS[name].setup) if COMMANDS[name].pending else None
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(lambda wk: wk.prepare(name, kill), workers))
+        w.cases[name].saved.restore(w.cases[name].layout, w.cases[name].before.listings)
+        pts, proc = trace_points(w.cases[name].argv, w.env, w.dir, w.log)
+        assert proc.returncode == w.cases[name].rc, proc.stderr
+        assert pts, f"{name}: strace saw no write-side calls"
+        _points[name] = pts
+    return _points[name]
+
+
+def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
+    pts = points_of(name, workers)
+    if action.startswith("error="):
+        pts = [p for p in pts if p.syscall in ERROR_SYSCALLS[action.split("=", 1)[1]]]
+
+    def run(i: int) -> list[list[str]]:
+        return [workers[i].run_point(name, p, action, persistent) for p in pts[i::WORKERS]]
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = [r for chunk in pool.map(run, range(WORKERS)) for r in chunk]
+    failed = [r for r in results if r]
+    by_call: dict[str, int] = {}
+    for p in pts:
+        by_call[p.syscall] = by_call.get(p.syscall, 0) + 1
+    FAULT_COUNTS.append({"command": name, "fault": action + ("+" if persistent else ""), "points": len(pts),
+                         "passed": len(pts) - len(failed), "by_syscall": by_call})
+    assert not failed, f"{len(failed)} of {len(pts)} points failed:\n" + "\n".join(f[0] for f in failed[:15]) + \
+        "\n\n" + "\n".join(failed[0])
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("action", ["signal=KILL", "signal=INT"])
+def test_signal_at_every_point(workers, name, action):
+    sweep(workers, name, action)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("action", ["error=ENOSPC", "error=EROFS", "error=EACCES"])
+def test_os_error_at_every_point(workers, name, action):
+    sweep(workers, name, action)
+
+
+@pytest.mark.parametrize("name", ["apply --all", "revert --all", "recover"])
+@pytest.mark.parametrize("action", ["error=ENOSPC", "error=EROFS"])
+def test_lasting_os_error_from_every_point(workers, name, action):
+    """The error goes on from that call (a disk that stays full): rollback fails too, the journal is kept, and
+    once the condition is gone the next command rolls back."""
+    sweep(workers, name, action, persistent=True)
+
+
+def test_ctrl_c_at_start_up(workers):
+    """A SIGINT at every file the command opens from its first line of Python to taking the tree's lock (the
+    imports, the manifest, the patches): exit 130, one line, no traceback, nothing changed."""
+    w = workers[0]
+    case = w.prepare("apply --all")
+    opens = [p for p in _all_opens(w, case)]
+    # from the last time Python opens the script (to read it): before its first line runs, Python's own
+    # start-up answers a signal, and no code of this tool can be there to catch it
+    start = max(i for i, p in enumerate(opens) if p.call.split(",")[1].strip().strip('"').endswith("/apply.py"))
+    stop = next(i for i, p in enumerate(opens) if "/.sglang-overlay/lock" in p.call)
+    points = opens[start + 1: stop + 1]
+
+    def run(i: int) -> list[str]:
+        out = []
+        wk = workers[i]
+        c = wk.cases.setdefault("apply --all", wk.prepare("apply --all") if i else case)
+        for p in points[i::WORKERS]:
+            c.saved.restore(c.layout, c.before.listings)
+            r = inject(c.argv, wk.env, wk.dir, wk.log, p, "signal=INT")
+            snap = c.layout.snapshot()
+            if not r.hit or r.rc != 130 or "Traceback" in r.stderr or r.stderr.strip() != "interrupted" \
+                    or not snap.same_tree(c.before):
+                out.append(f"{p}: rc {r.rc}, hit {r.hit}, stderr {r.stderr[-600:]!r}")
+        return out
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
+    FAULT_COUNTS.append({"command": "apply --all", "fault": "INT at start-up", "points": len(points),
+                         "passed": len(points) - len(failed), "by_syscall": {"openat (any)": len(points)}})
+    assert len(points) > 100 and not failed, "\n".join(failed[:10])
+
+
+def _all_opens(w: Worker, case: Prepared) -> list[Point]:
+    """Every openat of the command's own process, reading or writing (start-up opens mostly read)."""
+    case.saved.restore(case.layout, case.before.listings)
+    proc = subprocess.run([STRACE, "-o", str(w.log), "-e", "trace=openat", *case.argv], cwd=w.dir, env=w.env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = [l for l in w.log.read_text().splitlines() if l.startswith("openat(")]
+    return [Point("openat", n, l) for n, l in enumerate(lines, 1)]

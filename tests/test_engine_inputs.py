@@ -1,0 +1,313 @@
+"""Hostile or malformed input, one test per class: the exact exit code, a message naming the file (and key or
+line) and the fix, no traceback, and the tree, the files outside it and the state untouched."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+FIX = ROOT / "tests" / "fixtures" / "engine"
+TOPK = "python/sglang/srt/layers/moe/topk.py"
+STATE = ".sglang-overlay/state.json"
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    dst = tmp_path / "proj"
+    shutil.copytree(FIX, dst)
+    return dst
+
+
+def ov(project: Path, tree: Path | None, *args: str, manifest: Path | None = None):
+    glob = ["--manifest", str(manifest or project / "manifest.yaml")] + (["--tree", str(tree)] if tree else [])
+    return run_cli(*glob, *args, env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"})
+
+
+def fails(res, rc: int, *texts: str) -> str:
+    out = res.stdout + res.stderr
+    assert res.returncode == rc, f"rc {res.returncode}, expected {rc}:\n{out}"
+    assert "Traceback" not in out, out
+    for t in texts:
+        assert t in out, f"{t!r} not in:\n{out}"
+    return out
+
+
+def git_clean(tree: Path) -> bool:
+    out = subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout
+    return out == ""
+
+
+def replace_in_manifest(project: Path, old: str, new: str) -> Path:
+    m = project / "manifest.yaml"
+    text = m.read_text()
+    assert old in text
+    m.write_text(text.replace(old, new, 1))
+    return m
+
+
+# -- the manifest ------------------------------------------------------------------------------------------------
+def test_alias_bomb_is_refused_quickly(project):
+    lines = ["schema: 1", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    (project / "manifest.yaml").write_text("\n".join(lines) + "\n")
+    t0 = time.monotonic()
+    fails(ov(project, None, "status"), 2, "manifest.yaml: line", "more than 100 alias uses", "hint:")
+    assert time.monotonic() - t0 < 10
+
+
+def test_recursive_alias_is_refused(project):
+    (project / "manifest.yaml").write_text("schema: 1\nloop: &a [*a]\n")
+    fails(ov(project, None, "status"), 2, "manifest.yaml: line")
+
+
+def test_deep_nesting_is_refused(project):
+    (project / "manifest.yaml").write_text("schema: 1\nx: " + "[" * 200 + "]" * 200 + "\n")
+    fails(ov(project, None, "status"), 2, "nesting deeper than 64 levels")
+
+
+def test_duplicate_top_level_key(project):
+    m = project / "manifest.yaml"
+    m.write_text(m.read_text() + "patches: []\n")
+    fails(ov(project, None, "status"), 2, f"{m}: line", "duplicate key 'patches' (first at line 9)",
+          "keep one of them")
+
+
+def test_duplicate_key_in_an_entry(project):
+    replace_in_manifest(project, "  - name: fx_topk\n", "  - name: fx_topk\n    kind: upstreamed\n")
+    fails(ov(project, None, "status"), 2, "duplicate key 'kind'")
+
+
+def test_name_with_a_trailing_newline(project):
+    replace_in_manifest(project, "  - name: fx_topk\n", '  - name: "fx_topk\\n"\n')
+    fails(ov(project, None, "status"), 2, "patches[0].name", "'fx_topk\\n' is not a valid name")
+
+
+def test_manifest_that_is_a_directory(project):
+    fails(ov(project, None, "status", manifest=project), 2, f"{project}: is a directory", "hint:")
+
+
+def test_manifest_that_is_not_utf8(project):
+    m = project / "manifest.yaml"
+    m.write_bytes(m.read_bytes().replace(b"comment above", b"comment \xff above"))
+    fails(ov(project, None, "status"), 2, f"{m}: not UTF-8 text", "save the manifest as UTF-8")
+
+
+def test_cuda_capability_as_a_scalar(project):
+    replace_in_manifest(project, 'hardware: {cuda_capability: ["9.0"]}', "hardware: {cuda_capability: 9.0}")
+    fails(ov(project, None, "status"), 2, "fx_topk_gated).hardware.cuda_capability", "expected a list, got 9.0")
+
+
+def test_extends_a_directory(project, tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text(f"schema: 1\nextends: {project}\n")
+    fails(ov(project, None, "status", manifest=site), 2, f"{project}: is a directory")
+
+
+def test_schema_true_is_not_schema_1(project):
+    replace_in_manifest(project, "schema: 1", "schema: true")
+    fails(ov(project, None, "status"), 2, "schema True is not supported")
+
+
+def test_empty_manifest_option(project):
+    fails(run_cli("--manifest", "", "status"), 2, "--manifest is empty")
+
+
+# -- patch files -------------------------------------------------------------------------------------------------
+def test_crlf_patch(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_bytes(p.read_bytes().replace(b"\n", b"\r\n"))
+    fails(ov(project, None, "status"), 2, f"{p}: the diff has Windows (CRLF) line endings", "dos2unix")
+
+
+def test_diff_without_prefixes_creating_a_file(project, sglang_tree):
+    p = project / "patches" / "fx_new.patch"
+    p.write_text("Description: creates a file\n---\ndiff --git python/sglang/srt/fx_x.py python/sglang/srt/fx_x.py\n"
+                 "new file mode 100644\n--- /dev/null\n+++ python/sglang/srt/fx_x.py\n@@ -0,0 +1 @@\n+X = 1\n")
+    m = project / "manifest.yaml"
+    m.write_text(m.read_text().replace("presets:", "  - name: fx_new\n    description: d\n    kind: diff\n"
+                                                   "    category: experimental\npresets:", 1))
+    fails(ov(project, sglang_tree, "apply", "fx_new"), 2, f"{p}: the diff names 'python/sglang/srt/fx_x.py' without "
+                                                          "git's 'b/' prefix", "not --no-prefix")
+    assert git_clean(sglang_tree)
+
+
+def test_patch_creating_the_identity_module(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text(p.read_text() + "diff --git a/python/sglang/_overlay_build.py b/python/sglang/_overlay_build.py\n"
+                                 "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/_overlay_build.py\n"
+                                 "@@ -0,0 +1 @@\n+PIN = 'mine'\n")
+    fails(ov(project, None, "status"), 2, f"{p}: python/sglang/_overlay_build.py is reserved", "name the file")
+
+
+def test_overlay_in_the_state_directory(project):
+    replace_in_manifest(project, "overlay: [python/sglang/srt/fx_overlay_module.py]",
+                        "overlay: [python/sglang/.sglang-overlay/state.json]")
+    fails(ov(project, None, "status"), 2, "python/sglang/.sglang-overlay/state.json is reserved")
+
+
+def test_binary_diff(project):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text("Description: bin\n---\ndiff --git a/python/sglang/x.bin b/python/sglang/x.bin\n"
+                 "new file mode 100644\nindex 0000000..1111111\nBinary files /dev/null and b/python/sglang/x.bin differ\n")
+    fails(ov(project, None, "status"), 2, "a binary diff", "overlay file")
+
+
+# -- the tree and the command line ------------------------------------------------------------------------------
+def test_empty_tree_option(project):
+    fails(ov(project, None, "--tree", "", "status"), 2, "--tree is empty (an unset shell variable?)")
+
+
+@pytest.mark.parametrize("names", ["", "fx_topk,,fx_args_a", ","])
+def test_empty_patch_name(project, sglang_tree, names):
+    fails(ov(project, sglang_tree, "apply", names), 2, "holds an empty patch name")
+    assert git_clean(sglang_tree)
+
+
+def test_symlinked_managed_file(project, sglang_tree):
+    f = sglang_tree / TOPK
+    real = f.with_name("topk_real.py")
+    f.rename(real)
+    f.symlink_to(real.name)
+    fails(ov(project, sglang_tree, "apply", "fx_topk"), 2, f"{f} is a symbolic link", "replace the link with a copy")
+    assert f.is_symlink() and "fixture" not in real.read_text()
+
+
+def test_managed_path_is_a_directory(project, sglang_tree):
+    d = sglang_tree / "python/sglang/srt/fx_overlay_module.py"
+    d.mkdir()
+    fails(ov(project, sglang_tree, "apply", "fx_overlay"), 2, f"{d} is not a regular file")
+    assert d.is_dir()
+
+
+def test_version_file_that_is_not_utf8(project, sglang_tree, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(sglang_tree / "python" / "sglang", site / "sglang")
+    (site / "sglang" / "_version.py").write_bytes(b"__version__ = '\xff'\n")
+    fails(ov(project, site, "apply", "fx_topk"), 2, f"{site}: this tree is SGLang", "the manifest pins 0.5.17")
+
+
+# -- the tool's own files in the tree ---------------------------------------------------------------------------
+def _applied(project, tree) -> Path:
+    ov(project, tree, "apply", "fx_topk")
+    return tree / STATE
+
+
+def test_truncated_state_file(project, sglang_tree):
+    st = _applied(project, sglang_tree)
+    st.write_text(st.read_text()[:40])
+    for args in (["status"], ["apply", "fx_args_a"], ["recover"]):
+        fails(ov(project, sglang_tree, *args), 2, f"{st}: state file is not valid JSON", "truncated?", "move it aside")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(files=[]), "key 'files': expected dict"),
+    (lambda d: d.update(version=2), "state version 2, this tool reads 1"),
+    (lambda d: d.update(applied="fx_topk"), "key 'applied': expected list"),
+    (lambda d: d.update(extra=1), "unknown key(s) 'extra'"),
+    (lambda d: d["files"][TOPK].update(base="zz"), "expected a sha256 hex digest or null, got 'zz'"),
+    (lambda d: d["files"].update({"python/sglang/../../../../tmp/x.py": d["files"][TOPK]}), "escapes the tree"),
+    (lambda d: d["files"].update({"/tmp/evil.py": d["files"][TOPK]}), "'/tmp/evil.py' is absolute"),
+], ids=["files-list", "version", "applied-str", "unknown-key", "bad-digest", "dotdot", "absolute"])
+def test_state_file_of_the_wrong_shape(project, sglang_tree, change, message):
+    st = _applied(project, sglang_tree)
+    data = json.loads(st.read_text())
+    change(data)
+    st.write_text(json.dumps(data))
+    for args in (["status"], ["revert", "--all"]):
+        fails(ov(project, sglang_tree, *args), 2, f"{st}: ", message)
+    assert "fixture" in (sglang_tree / TOPK).read_text()  # nothing reverted on a state it does not trust
+
+
+def test_state_file_that_is_a_directory(project, sglang_tree):
+    st = _applied(project, sglang_tree)
+    st.unlink()
+    st.mkdir()
+    fails(ov(project, sglang_tree, "status"), 2, f"{st}: the state file cannot be read")
+
+
+def _journal(project, tree, mutate) -> Path:
+    st = _applied(project, tree)
+    j = st.with_name("journal.json")
+    entry = {"path": TOPK, "before": json.loads(st.read_text())["files"][TOPK]["base"], "mode": 0o644}
+    doc = {"version": 1, "op": "apply", "pid": 1, "files": [entry], "new_dirs": [], "state_before": None,
+           "backup": None}
+    mutate(doc)
+    j.write_text(json.dumps(doc) if isinstance(doc, dict) else doc)
+    return j
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["files"][0].update(path="python/sglang/../../../outside.py"), "escapes the tree"),
+    (lambda d: d["files"][0].update(path=str(Path("/tmp") / "evil.py")), "is absolute"),
+    (lambda d: d.update(new_dirs=["/etc"]), "is absolute"),
+    (lambda d: d.update(backup="../../x"), "is not a backup directory name"),
+    (lambda d: d["files"][0].update(before="0" * 64), "a saved copy the state needs is missing"),
+    (lambda d: d["files"][0].update(mode=0o777777), "is not a permission mode"),
+    (lambda d: d.update(state_before="{}"), "state version None"),
+    (lambda d: d.pop("files"), "key 'files': missing"),
+], ids=["dotdot", "absolute", "new-dir", "backup", "missing-copy", "mode", "old-state", "no-files"])
+def test_journal_that_cannot_be_trusted(project, sglang_tree, tmp_path, mutate, message):
+    j = _journal(project, sglang_tree, mutate)
+    before = (sglang_tree / TOPK).read_bytes()
+    for args in (["recover"], ["apply", "fx_args_a"], ["status"]):
+        fails(ov(project, sglang_tree, *args), 2, str(j), message)
+    assert (sglang_tree / TOPK).read_bytes() == before and j.exists()
+    assert not (tmp_path / "evil.py").exists() and not (sglang_tree.parent / "outside.py").exists()
+
+
+def test_journal_that_is_garbage(project, sglang_tree):
+    st = _applied(project, sglang_tree)
+    j = st.with_name("journal.json")
+    j.write_bytes(b"\x00\x01garbage")
+    fails(ov(project, sglang_tree, "recover"), 2, f"{j}: journal is not valid JSON", "move it aside")
+
+
+def test_symlinked_state_directory(project, sglang_tree, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (sglang_tree / ".sglang-overlay").symlink_to(elsewhere)
+    for args in (["status"], ["apply", "fx_topk"], ["recover"]):
+        fails(ov(project, sglang_tree, *args), 2, ".sglang-overlay is a symbolic link", "keeps a tree's state")
+    assert list(elsewhere.iterdir()) == [] and "fixture" not in (sglang_tree / TOPK).read_text()
+
+
+@pytest.mark.parametrize("name", ["objects", "lock", "backups"])
+def test_symlink_inside_the_state_directory(project, sglang_tree, tmp_path, name):
+    _applied(project, sglang_tree)
+    target = tmp_path / "target"
+    target.mkdir()
+    p = sglang_tree / ".sglang-overlay" / name
+    shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    p.symlink_to(target)
+    (sglang_tree / TOPK).write_text((sglang_tree / TOPK).read_text() + "# edited\n")  # --force makes a backup
+    fails(ov(project, sglang_tree, "revert", "--all", "--force"), 2, f"{p} is a symbolic link")
+    assert list(target.iterdir()) == []
+
+
+def test_corrupt_saved_copy(project, sglang_tree):
+    st = _applied(project, sglang_tree)
+    base = json.loads(st.read_text())["files"][TOPK]["base"]
+    (st.parent / "objects" / base).write_bytes(b"not the base")
+    fails(ov(project, sglang_tree, "revert", "--all"), 2, f"objects/{base}: a saved copy is corrupt")
+    assert "fixture" in (sglang_tree / TOPK).read_text()
+
+
+def test_stale_lock_file_of_a_dead_process(project, sglang_tree):
+    """A lock file is only a name for flock: a process that died holding it holds nothing."""
+    sd = sglang_tree / ".sglang-overlay"
+    sd.mkdir()
+    holder = subprocess.Popen(["python3", "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+                                                "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(sd / "lock")], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait()
+    res = ov(project, sglang_tree, "apply", "fx_topk")
+    assert res.returncode == 0 and "waiting" not in res.stderr, res.stderr

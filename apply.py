@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """sglang-overlay command line: `python apply.py --help`."""
+
 import os
 import _signal  # built in, unlike `signal`: the handlers are in place before a single file is read
 

@@ -58,8 +58,9 @@ class BisectResult:
         return math.ceil(math.log2(n)) if n > 1 else 0
 
 
-def candidates_between(good: Sequence[str], bad: Sequence[str],
-                       dependents: Callable[[str], set[str]] = lambda name: set()) -> tuple[str, ...]:
+def candidates_between(
+    good: Sequence[str], bad: Sequence[str], dependents: Callable[[str], set[str]] = lambda name: set()
+) -> tuple[str, ...]:
     """bad minus good, in bad's order except that a patch comes after every candidate it requires.
 
     A probe is closed over `requires` before it is launched, so with a patch listed before its requirement
@@ -125,9 +126,11 @@ def bisect_culprit(
             lo = mid
         elif pl is Place.BETWEEN:
             res.outcome = SEVERAL
-            res.reason = (f"good + {', '.join(cands[:mid])} lies between good and bad: part of the regression comes "
-                          f"with {', '.join(cands[lo:mid])}, the rest with {', '.join(cands[mid:hi])}; no single "
-                          f"culprit (run `bench ablate --patches {','.join(cands[lo:hi])}`)")
+            res.reason = (
+                f"good + {', '.join(cands[:mid])} lies between good and bad: part of the regression comes "
+                f"with {', '.join(cands[lo:mid])}, the rest with {', '.join(cands[mid:hi])}; no single "
+                f"culprit (run `bench ablate --patches {','.join(cands[lo:hi])}`)"
+            )
             return res
         else:
             res.outcome = CANNOT_TELL
@@ -136,8 +139,12 @@ def bisect_culprit(
     c = cands[hi - 1]
     res.suspect = c
     gone = {c} | dependents(c)
-    without, alone = block([(set(bad) - gone, f"confirm: bad - {', '.join(p for p in bad if p in gone)}", "good"),
-                            (base | {c}, f"confirm: good + {c}", "bad")])
+    without, alone = block(
+        [
+            (set(bad) - gone, f"confirm: bad - {', '.join(p for p in bad if p in gone)}", "good"),
+            (base | {c}, f"confirm: good + {c}", "bad"),
+        ]
+    )
     if without is Place.GOOD and alone is Place.BAD:
         res.outcome, res.culprit = CULPRIT, c
         res.reason = f"bad without {c} is good and good with {c} is bad"
@@ -148,16 +155,22 @@ def bisect_culprit(
         res.reason = f"{c} is the search's candidate, but its confirmation stayed undecided at this budget"
     elif Place.BETWEEN in (without, alone):
         res.outcome = PARTIAL
-        res.reason = (f"{c} carries part of the regression: bad - {c} is {without.value}, good + {c} is "
-                      f"{alone.value}; other candidates carry the rest")
+        res.reason = (
+            f"{c} carries part of the regression: bad - {c} is {without.value}, good + {c} is "
+            f"{alone.value}; other candidates carry the rest"
+        )
     elif without is Place.BAD and alone is Place.BAD:
         res.outcome = INCONSISTENT
-        res.reason = (f"good + {c} is bad, but bad without {c} is still bad: another candidate causes the same "
-                      f"regression (redundant culprits); no single culprit")
+        res.reason = (
+            f"good + {c} is bad, but bad without {c} is still bad: another candidate causes the same "
+            f"regression (redundant culprits); no single culprit"
+        )
     else:
         res.outcome = INCONSISTENT
-        res.reason = (f"the search pointed at {c}, but bad - {c} is {without.value} and good + {c} is "
-                      f"{alone.value}: the probes disagree (noise, or an effect that is not monotonic in the set)")
+        res.reason = (
+            f"the search pointed at {c}, but bad - {c} is {without.value} and good + {c} is "
+            f"{alone.value}: the probes disagree (noise, or an effect that is not monotonic in the set)"
+        )
     return res
 
 
@@ -174,18 +187,27 @@ def _partner(res: BisectResult, good, earlier: Sequence[str], c: str, probe, blo
             lo = mid
         else:
             res.outcome = CANNOT_TELL if pl is Place.OPEN else PARTIAL
-            res.reason = (f"{c} is needed but not enough alone (bad - {c} good, good + {c} good); the search for "
-                          f"what it needs stopped at good + {c} + {', '.join(earlier[:mid])} ({pl.value})")
+            res.reason = (
+                f"{c} is needed but not enough alone (bad - {c} good, good + {c} good); the search for "
+                f"what it needs stopped at good + {c} + {', '.join(earlier[:mid])} ({pl.value})"
+            )
             return
     partner = earlier[hi - 1]
     # the pair is confirmed in a block of its own: the search's probe of the same set is not evidence enough
-    pair, single = block([(set(good) | {partner, c}, f"confirm: good + {partner} + {c}", "bad"),
-                          (set(good) | {partner}, f"confirm: good + {partner}", "good")])
+    pair, single = block(
+        [
+            (set(good) | {partner, c}, f"confirm: good + {partner} + {c}", "bad"),
+            (set(good) | {partner}, f"confirm: good + {partner}", "good"),
+        ]
+    )
     if pair is Place.BAD and single is Place.GOOD:
         res.outcome, res.culprit, res.partner = INTERACTION, c, partner
-        res.reason = (f"{partner} and {c} together: good + both is bad, good + either alone is good, bad "
-                      f"without {c} is good")
+        res.reason = (
+            f"{partner} and {c} together: good + both is bad, good + either alone is good, bad without {c} is good"
+        )
     else:
         res.outcome = CANNOT_TELL if Place.OPEN in (pair, single) else INCONSISTENT
-        res.reason = (f"{c} is needed but not enough alone; {partner} looked like its partner, but good + "
-                      f"{partner} + {c} is {pair.value} and good + {partner} is {single.value}")
+        res.reason = (
+            f"{c} is needed but not enough alone; {partner} looked like its partner, but good + "
+            f"{partner} + {c} is {pair.value} and good + {partner} is {single.value}"
+        )

@@ -1,4 +1,5 @@
 """Argument parsing and the ab / ablate / bisect / report commands (`python -m bench ...`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 def _split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, []
 
 
@@ -32,49 +33,108 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tool and server")
     g.add_argument("--manifest", default="manifest.yaml", help="manifest for set names (and passed to apply.py)")
     g.add_argument("--tree", default=None, help="passed to apply.py --tree")
-    g.add_argument("--launcher", default=f"{shlex.quote(sys.executable)} apply.py",
-                   help="command that implements the `launch` contract (default: %(default)s)")
+    g.add_argument(
+        "--launcher",
+        default=f"{shlex.quote(sys.executable)} apply.py",
+        help="command that implements the `launch` contract (default: %(default)s)",
+    )
     g.add_argument("--health-timeout", type=float, default=900.0)
-    g.add_argument("--env", type=_kv, action="append", default=[], metavar="K=V",
-                   help="extra environment for every server")
+    g.add_argument(
+        "--env", type=_kv, action="append", default=[], metavar="K=V", help="extra environment for every server"
+    )
     g.add_argument("--arm-env", action="append", default=[], metavar="ARM:K=V", help="environment for one arm")
-    g.add_argument("--no-phase-timing", action="store_true",
-                   help="do not set SGLANG_EAGLE_PHASE_TIMING=1 (it is set by default; no effect without the "
-                        "eagle_profiling patch)")
-    g.add_argument("--cpu-placement", choices=MODES, default="spread",
-                   help="after each start, pin the scheduler's main thread to a core of its own and the other "
-                        "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)")
+    g.add_argument(
+        "--no-phase-timing",
+        action="store_true",
+        help="do not set SGLANG_EAGLE_PHASE_TIMING=1 (it is set by default; no effect without the "
+        "eagle_profiling patch)",
+    )
+    g.add_argument(
+        "--cpu-placement",
+        choices=MODES,
+        default="spread",
+        help="after each start, pin the scheduler's main thread to a core of its own and the other "
+        "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)",
+    )
     m = p.add_argument_group("method: the server start is the unit; verdicts read start medians")
-    m.add_argument("--restarts", type=int, default=3, metavar="N",
-                   help="server starts per arm before the first look (default %(default)s; fewer than 3 are "
-                        "never read: more are added)")
-    m.add_argument("--max-starts", type=int, default=8, metavar="N",
-                   help="starts per arm at most: undecided comparisons get one more start per round until "
-                        "decided or N (default %(default)s); then 'cannot tell'")
-    m.add_argument("--reps-per-start", type=int, default=5, help="measured repetitions per start (their median is the start's value)")
+    m.add_argument(
+        "--restarts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="server starts per arm before the first look (default %(default)s; fewer than 3 are "
+        "never read: more are added)",
+    )
+    m.add_argument(
+        "--max-starts",
+        type=int,
+        default=8,
+        metavar="N",
+        help="starts per arm at most: undecided comparisons get one more start per round until "
+        "decided or N (default %(default)s); then 'cannot tell'",
+    )
+    m.add_argument(
+        "--reps-per-start",
+        type=int,
+        default=5,
+        help="measured repetitions per start (their median is the start's value)",
+    )
     m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start")
-    m.add_argument("--no-warmup-start", action="store_true",
-                   help="skip the invocation's throwaway first start (it pays JIT and graph caches)")
+    m.add_argument(
+        "--no-warmup-start",
+        action="store_true",
+        help="skip the invocation's throwaway first start (it pays JIT and graph caches)",
+    )
     m.add_argument("--max-new-tokens", type=int, default=128)
     m.add_argument("--b1-requests", type=int, default=2)
     m.add_argument("--concurrency", type=int, default=8)
-    m.add_argument("--metric", default="step_ms_b1", choices=[x for x, _, _ in METRICS],
-                   help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)")
-    m.add_argument("--no-follow", action="store_true",
-                   help="bisect: do not switch to another metric when only that one regressed at the endpoints")
+    m.add_argument(
+        "--metric",
+        default="step_ms_b1",
+        choices=[x for x, _, _ in METRICS],
+        help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)",
+    )
+    m.add_argument(
+        "--no-follow",
+        action="store_true",
+        help="bisect: do not switch to another metric when only that one regressed at the endpoints",
+    )
     m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (default %(default)s)")
-    m.add_argument("--min-effect", type=float, default=0.02,
-                   help="relative; 0.02 = 2%%: a change is called when its interval lies beyond it, 'same' when inside")
-    m.add_argument("--time-budget", type=float, default=None, metavar="S",
-                   help="stop before a server start that would end past S seconds (keeps data; --resume later)")
+    m.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.02,
+        help="relative; 0.02 = 2%%: a change is called when its interval lies beyond it, 'same' when inside",
+    )
+    m.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop before a server start that would end past S seconds (keeps data; --resume later)",
+    )
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
-    o.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                   help="continue an interrupted run with its recorded command")
-    o.add_argument("--dry-run", action="store_true",
-                   help="print the arms, their sets and launch commands, and the number of server starts; run nothing")
-    o.add_argument("--reuse", type=Path, action="append", default=[], metavar="JSONL",
-                   help="pool completed starts of identical arms from another store (same workload/server args)")
+    o.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted run with its recorded command",
+    )
+    o.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the arms, their sets and launch commands, and the number of server starts; run nothing",
+    )
+    o.add_argument(
+        "--reuse",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="JSONL",
+        help="pool completed starts of identical arms from another store (same workload/server args)",
+    )
     p.epilog = "Server arguments for `python -m sglang.launch_server` go after `--`."
 
 
@@ -84,8 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("ab", help="compare named arms (first arm is the reference)")
-    p.add_argument("--arms", nargs="+", required=True, metavar="NAME=SET[@PROFILE]",
-                   help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: apply.py --env-profile")
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        required=True,
+        metavar="NAME=SET[@PROFILE]",
+        help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: apply.py --env-profile",
+    )
     _add_run_options(p)
     p = sub.add_parser("ablate", help="each patch alone on the base set, and each left out of the full set")
     p.add_argument("--base", default="none", help="set the single patches are added to (default: pristine)")
@@ -119,22 +184,40 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
     if out is None:
         now = datetime.now()
         out = RESULTS_ROOT / f"{now:%Y-%m-%d}-{gpu_slug(gpu_names())}" / f"{kind}-{now:%H%M%S}"
-    launch = LaunchConfig(launcher=tuple(shlex.split(a.launcher)), tree=a.tree, manifest=a.manifest,
-                          server_args=tuple(server_args), health_timeout_s=a.health_timeout,
-                          start_timeout_s=a.health_timeout + 60)
+    launch = LaunchConfig(
+        launcher=tuple(shlex.split(a.launcher)),
+        tree=a.tree,
+        manifest=a.manifest,
+        server_args=tuple(server_args),
+        health_timeout_s=a.health_timeout,
+        start_timeout_s=a.health_timeout + 60,
+    )
     for n, v in (("--restarts", a.restarts), ("--reps-per-start", a.reps_per_start), ("--max-starts", a.max_starts)):
         if v < 1:
             raise SystemExit(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
         raise SystemExit("--alpha must be in (0, 1)")
-    return RunConfig(kind=kind, out_dir=Path(out), argv=argv, launch=launch,
-                     workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency),
-                     initial_starts=a.restarts, max_starts=max(a.max_starts, a.restarts),
-                     reps_per_start=a.reps_per_start, warmup_reps=a.warmup_reps,
-                     warmup_start=not a.no_warmup_start, cpu_placement=a.cpu_placement,
-                     phase_timing=not a.no_phase_timing, env=dict(a.env), metric=a.metric,
-                     follow=not a.no_follow, confidence=1 - a.alpha, min_effect=a.min_effect,
-                     reuse=list(a.reuse), time_budget_s=a.time_budget)
+    return RunConfig(
+        kind=kind,
+        out_dir=Path(out),
+        argv=argv,
+        launch=launch,
+        workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency),
+        initial_starts=a.restarts,
+        max_starts=max(a.max_starts, a.restarts),
+        reps_per_start=a.reps_per_start,
+        warmup_reps=a.warmup_reps,
+        warmup_start=not a.no_warmup_start,
+        cpu_placement=a.cpu_placement,
+        phase_timing=not a.no_phase_timing,
+        env=dict(a.env),
+        metric=a.metric,
+        follow=not a.no_follow,
+        confidence=1 - a.alpha,
+        min_effect=a.min_effect,
+        reuse=list(a.reuse),
+        time_budget_s=a.time_budget,
+    )
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -168,8 +251,10 @@ def _arms_and_comparisons(kind: str, a, catalog):
             raise SystemExit("arm names must be unique")
         same = [x.name for x in arms[1:] if x.key == arms[0].key]
         if same:
-            raise SystemExit(f"arms {arms[0].name} and {', '.join(same)} are the same measurement (same set, profile "
-                             f"and env); for a null comparison give one of them a harmless --arm-env")
+            raise SystemExit(
+                f"arms {arms[0].name} and {', '.join(same)} are the same measurement (same set, profile "
+                f"and env); for a null comparison give one of them a harmless --arm-env"
+            )
         return arms, [("ab", arms[0].name, x.name) for x in arms[1:]], {}
     if kind == "ablate":
         base, full = arm("base", a.base, a.env_profile), arm("full", a.full, a.env_profile)
@@ -276,8 +361,10 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         return 2
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
-    progress(f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} starts each, "
-             f"{cfg.reps_per_start} rep(s) per start" + (", after one throwaway start)" if cfg.warmup_start else ")"))
+    progress(
+        f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} starts each, "
+        f"{cfg.reps_per_start} rep(s) per start" + (", after one throwaway start)" if cfg.warmup_start else ")")
+    )
     lab = StoreLab(runner)
     rc = 0
     try:
@@ -287,18 +374,26 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         runner.rec(conclusion)
         progress(_summary(conclusion))
         if conclusion.get("budget_exhausted"):
-            print(f"bench: time budget: {conclusion['budget_message']}; continue with "
-                  f"`python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+            print(
+                f"bench: time budget: {conclusion['budget_message']}; continue with "
+                f"`python -m bench {kind} --resume {cfg.out_dir}`",
+                file=sys.stderr,
+            )
             rc = EXIT_BUDGET
     except RunAborted as e:
         print(f"bench: aborted: {e}", file=sys.stderr)
         rc = EXIT_ABORTED
     except BudgetExhausted as e:  # a start refused outside a plan's own handling
-        print(f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+        print(
+            f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr
+        )
         rc = EXIT_BUDGET
     except KeyboardInterrupt:
-        print(f"bench: interrupted; what was measured is in {cfg.store_path}; continue with "
-              f"`python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+        print(
+            f"bench: interrupted; what was measured is in {cfg.store_path}; continue with "
+            f"`python -m bench {kind} --resume {cfg.out_dir}`",
+            file=sys.stderr,
+        )
         rc = 130
     report = write_report(cfg.out_dir)
     progress(f"report {report}")
@@ -313,7 +408,9 @@ def _summary(c: dict) -> str:
         return f"bisect on {c['metric']}: {c['outcome']}: {who or 'no culprit named'} ({c['reason']})"
     if c["kind"] == "ablate":
         return f"ablate on {c['metric']}: culprits {', '.join(c['culprits']) or 'none'}"
-    return "ab on {}: {}".format(c["metric"], "; ".join(f"{r['arm']} vs {r['ref']}: {r['verdict']}" for r in c["comparisons"]))
+    return "ab on {}: {}".format(
+        c["metric"], "; ".join(f"{r['arm']} vs {r['ref']}: {r['verdict']}" for r in c["comparisons"])
+    )
 
 
 def _dry_run(kind, cfg, arms, extra) -> int:
@@ -321,21 +418,28 @@ def _dry_run(kind, cfg, arms, extra) -> int:
     from .launcher import launch_command
 
     for a in arms:
-        print(f"arm {a.name}: {a.pset.label}" + (f" @{a.env_profile}" if a.env_profile else "")
-              + (f" env {dict(a.env)}" if a.env else ""))
+        print(
+            f"arm {a.name}: {a.pset.label}"
+            + (f" @{a.env_profile}" if a.env_profile else "")
+            + (f" env {dict(a.env)}" if a.env else "")
+        )
         print("   " + " ".join(shlex.quote(c) for c in launch_command(cfg.launch, a, Path("LOG"))))
     for s in extra.get("skipped", []):
         print(f"skipped {s}")
     first = len({a.key for a in arms})
     if kind == "ablate" and extra.get("mode") != "both":
         first = 1 + len(extra["ablated"])
-    lines = [f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
-             f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"]
+    lines = [
+        f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
+        f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"
+    ]
     if kind == "bisect":
         cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
         probes = (len(cands) - 1).bit_length() if len(cands) > 1 else 0
-        lines.append(f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
-                     f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts")
+        lines.append(
+            f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
+            f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts"
+        )
     print("\n".join(lines) + f"; {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each; out: {cfg.out_dir}")
     return 0
 

@@ -13,6 +13,7 @@ position i + k and sees the step-0 K/V of positions <= i plus its own chain's K/
 training forward over a whole sequence evaluates every chain at once: step-0 keys causal, later steps'
 keys on the diagonal.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ class DraftArch:
     @classmethod
     def from_config(cls, cfg: dict) -> "DraftArch":
         if cfg.get("architectures") != ["LlamaForCausalLMEagle3"]:
-            raise ConfigProblem("architectures must be [\"LlamaForCausalLMEagle3\"]")
+            raise ConfigProblem('architectures must be ["LlamaForCausalLMEagle3"]')
         if cfg.get("num_hidden_layers") != 1:
             raise ConfigProblem("num_hidden_layers must be 1 (one EAGLE-3 decoder layer)")
         bad = [k for k in _UNSUPPORTED if cfg.get(k) or (cfg.get("eagle_config") or {}).get(k)]
@@ -55,17 +56,27 @@ class DraftArch:
         vocab = cfg["vocab_size"]
         dvs = cfg.get("draft_vocab_size")
         if dvs is not None and dvs != vocab:
-            raise ConfigProblem(f"draft_vocab_size {dvs} != vocab_size {vocab}: a reduced draft vocabulary (d2t) "
-                                f"is not supported; set it to {vocab} or remove it")
+            raise ConfigProblem(
+                f"draft_vocab_size {dvs} != vocab_size {vocab}: a reduced draft vocabulary (d2t) "
+                f"is not supported; set it to {vocab} or remove it"
+            )
         heads = cfg["num_attention_heads"]
         theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
         if cfg.get("rope_scaling"):
             raise ConfigProblem("rope_scaling must be null")
-        return cls(vocab=vocab, hidden=cfg["hidden_size"], target_hidden=cfg.get("target_hidden_size", cfg["hidden_size"]),
-                   heads=heads, kv_heads=cfg.get("num_key_value_heads", heads),
-                   head_dim=cfg.get("head_dim", cfg["hidden_size"] // heads), inter=cfg["intermediate_size"],
-                   eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta), aux_ids=tuple(ids),
-                   own_head=dvs is not None)
+        return cls(
+            vocab=vocab,
+            hidden=cfg["hidden_size"],
+            target_hidden=cfg.get("target_hidden_size", cfg["hidden_size"]),
+            heads=heads,
+            kv_heads=cfg.get("num_key_value_heads", heads),
+            head_dim=cfg.get("head_dim", cfg["hidden_size"] // heads),
+            inter=cfg["intermediate_size"],
+            eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            aux_ids=tuple(ids),
+            own_head=dvs is not None,
+        )
 
 
 class Eagle3Draft(nn.Module):
@@ -87,7 +98,8 @@ class Eagle3Draft(nn.Module):
         self.gate_up = normal(2 * a.inter, a.hidden)
         self.down = normal(a.hidden, a.inter)
         self.input_norm, self.hidden_norm, self.post_norm, self.norm = (
-            nn.Parameter(torch.ones(a.hidden)) for _ in range(4))
+            nn.Parameter(torch.ones(a.hidden)) for _ in range(4)
+        )
         self.register_buffer("embed", embed.detach().float().clone(), persistent=False)
         # the target's head is where the draft's last hidden state should land: start from it
         self.lm_head = nn.Parameter(head.detach().float().clone(), requires_grad=a.own_head)
@@ -99,13 +111,21 @@ class Eagle3Draft(nn.Module):
         q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
         wq, wk, wv = self.qkv.detach().split([q, kv, kv])
         gate, up = self.gate_up.detach().chunk(2)
-        out = {"embed_tokens.weight": self.embed, "fc.weight": self.fc,
-               "layers.0.self_attn.q_proj.weight": wq, "layers.0.self_attn.k_proj.weight": wk,
-               "layers.0.self_attn.v_proj.weight": wv, "layers.0.self_attn.o_proj.weight": self.o,
-               "layers.0.mlp.gate_proj.weight": gate, "layers.0.mlp.up_proj.weight": up,
-               "layers.0.mlp.down_proj.weight": self.down,
-               "layers.0.input_layernorm.weight": self.input_norm, "layers.0.hidden_norm.weight": self.hidden_norm,
-               "layers.0.post_attention_layernorm.weight": self.post_norm, "norm.weight": self.norm}
+        out = {
+            "embed_tokens.weight": self.embed,
+            "fc.weight": self.fc,
+            "layers.0.self_attn.q_proj.weight": wq,
+            "layers.0.self_attn.k_proj.weight": wk,
+            "layers.0.self_attn.v_proj.weight": wv,
+            "layers.0.self_attn.o_proj.weight": self.o,
+            "layers.0.mlp.gate_proj.weight": gate,
+            "layers.0.mlp.up_proj.weight": up,
+            "layers.0.mlp.down_proj.weight": self.down,
+            "layers.0.input_layernorm.weight": self.input_norm,
+            "layers.0.hidden_norm.weight": self.hidden_norm,
+            "layers.0.post_attention_layernorm.weight": self.post_norm,
+            "norm.weight": self.norm,
+        }
         if a.own_head:
             out["lm_head.weight"] = self.lm_head
         return {k: v.detach().to(dtype).contiguous().cpu() for k, v in out.items()}
@@ -114,14 +134,25 @@ class Eagle3Draft(nn.Module):
     def load_sglang_state(self, state: dict[str, torch.Tensor]) -> None:
         """The inverse of sglang_state (a saved draft back into this module, for evaluation)."""
         s = {k: v.float() for k, v in state.items()}
-        self.qkv.copy_(torch.cat([s["layers.0.self_attn.q_proj.weight"], s["layers.0.self_attn.k_proj.weight"],
-                                  s["layers.0.self_attn.v_proj.weight"]]))
+        self.qkv.copy_(
+            torch.cat(
+                [
+                    s["layers.0.self_attn.q_proj.weight"],
+                    s["layers.0.self_attn.k_proj.weight"],
+                    s["layers.0.self_attn.v_proj.weight"],
+                ]
+            )
+        )
         self.gate_up.copy_(torch.cat([s["layers.0.mlp.gate_proj.weight"], s["layers.0.mlp.up_proj.weight"]]))
-        for mine, name in ((self.fc, "fc.weight"), (self.o, "layers.0.self_attn.o_proj.weight"),
-                           (self.down, "layers.0.mlp.down_proj.weight"),
-                           (self.input_norm, "layers.0.input_layernorm.weight"),
-                           (self.hidden_norm, "layers.0.hidden_norm.weight"),
-                           (self.post_norm, "layers.0.post_attention_layernorm.weight"), (self.norm, "norm.weight")):
+        for mine, name in (
+            (self.fc, "fc.weight"),
+            (self.o, "layers.0.self_attn.o_proj.weight"),
+            (self.down, "layers.0.mlp.down_proj.weight"),
+            (self.input_norm, "layers.0.input_layernorm.weight"),
+            (self.hidden_norm, "layers.0.hidden_norm.weight"),
+            (self.post_norm, "layers.0.post_attention_layernorm.weight"),
+            (self.norm, "norm.weight"),
+        ):
             mine.copy_(s[name])
         if self.arch.own_head:
             self.lm_head.copy_(s["lm_head.weight"])
@@ -141,8 +172,13 @@ class Eagle3Draft(nn.Module):
         for k, tok in enumerate(tokens):
             pos = (base + start + k).expand(b, t)
             residual = hidden
-            x = torch.cat([rms_norm(F.embedding(tok, self.embed).to(hidden.dtype), self.input_norm, a.eps),
-                           rms_norm(hidden, self.hidden_norm, a.eps)], dim=-1)
+            x = torch.cat(
+                [
+                    rms_norm(F.embedding(tok, self.embed).to(hidden.dtype), self.input_norm, a.eps),
+                    rms_norm(hidden, self.hidden_norm, a.eps),
+                ],
+                dim=-1,
+            )
             q, key, val = F.linear(x, self.qkv).split([q_size, kv_size, kv_size], dim=-1)
             cos, sin = rope_cos_sin(a.head_dim, a.rope_theta, pos)
             q = apply_rope(q.view(b, t, a.heads, a.head_dim), cos, sin, neox=True).transpose(1, 2)
@@ -153,9 +189,10 @@ class Eagle3Draft(nn.Module):
             keys = torch.cat(ks, dim=2).repeat_interleave(rep, dim=1)
             values = torch.cat(vs, dim=2).repeat_interleave(rep, dim=1)
             mask = torch.cat([causal] + [diag] * k, dim=1)
-            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=a.head_dim ** -0.5)
-            h, residual = rms_norm(F.linear(att.transpose(1, 2).reshape(b, t, q_size), self.o), self.post_norm,
-                                   a.eps, residual)
+            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=a.head_dim**-0.5)
+            h, residual = rms_norm(
+                F.linear(att.transpose(1, 2).reshape(b, t, q_size), self.o), self.post_norm, a.eps, residual
+            )
             g, u = F.linear(h, self.gate_up).chunk(2, dim=-1)
             normed, hidden = rms_norm(F.linear(F.silu(g) * u, self.down), self.norm, a.eps, residual)
             out.append(F.linear(normed, self.lm_head.to(normed.dtype)).float())
@@ -174,8 +211,8 @@ def chain_inputs(seqs_tokens: torch.Tensor, nxt: torch.Tensor, steps: int):
     ext_nxt = torch.cat([nxt, pad], dim=1)
     ext_tok = torch.cat([seqs_tokens, pad.clamp(min=0)], dim=1)
     for k in range(steps):
-        tokens.append((ext_tok[:, 1:t + 1] if k == 0 else ext_nxt[:, k:t + k]).clamp(min=0))
-        labels.append(ext_nxt[:, k + 1:t + k + 1])
+        tokens.append((ext_tok[:, 1 : t + 1] if k == 0 else ext_nxt[:, k : t + k]).clamp(min=0))
+        labels.append(ext_nxt[:, k + 1 : t + k + 1])
     return tokens, labels  # label -1: no target token there (past the row's end)
 
 

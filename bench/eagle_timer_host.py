@@ -13,6 +13,7 @@ say how many there are (event objects created, records, queries, elapsed_time re
   after    this tree's file;
   every4   this tree's file with SGLANG_EAGLE_PHASE_TIMING_EVERY=4.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -126,22 +127,35 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "eagle_phase_timer_before.py"
-        old.write_text(subprocess.run(["git", "show", f"{a.before}:{MODULE}"], cwd=ROOT, capture_output=True,
-                                      text=True, check=True).stdout)
-        arms = {"off": (None, 1), "before": (_load(old, "timer_before"), 1),
-                "after": (_load(ROOT / MODULE, "timer_after"), 1)}
+        old.write_text(
+            subprocess.run(
+                ["git", "show", f"{a.before}:{MODULE}"], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )
+        arms = {
+            "off": (None, 1),
+            "before": (_load(old, "timer_before"), 1),
+            "after": (_load(ROOT / MODULE, "timer_after"), 1),
+        }
         arms["every4"] = (arms["after"][0], 4)
         results = {name: measure(mod, every, a.steps, a.trials) for name, (mod, every) in arms.items()}
-    print(f"eagle_profiling host cost per step, CPU, fake events, {a.steps} steps x {a.trials} trials "
-          f"(median; before = {a.before})")
-    print(f"{'arm':>7} | {'us/step':>8} {'min':>6} | {'events made':>11} {'records':>7} {'queries':>7} "
-          f"{'elapsed':>7} {'torch ops':>9}")
+    print(
+        f"eagle_profiling host cost per step, CPU, fake events, {a.steps} steps x {a.trials} trials "
+        f"(median; before = {a.before})"
+    )
+    print(
+        f"{'arm':>7} | {'us/step':>8} {'min':>6} | {'events made':>11} {'records':>7} {'queries':>7} "
+        f"{'elapsed':>7} {'torch ops':>9}"
+    )
     for name, r in results.items():
-        print(f"{name:>7} | {r['us_per_step']:>8.2f} {r['us_min']:>6.2f} | {r['created']:>11.2f} {r['records']:>7.2f} "
-              f"{r['queries']:>7.2f} {r['elapsed']:>7.2f} {r['torch_ops_per_step']:>9.2f}")
+        print(
+            f"{name:>7} | {r['us_per_step']:>8.2f} {r['us_min']:>6.2f} | {r['created']:>11.2f} {r['records']:>7.2f} "
+            f"{r['queries']:>7.2f} {r['elapsed']:>7.2f} {r['torch_ops_per_step']:>9.2f}"
+        )
     if a.json:
-        a.json.write_text(json.dumps({"before": a.before, "steps": a.steps, "trials": a.trials,
-                                      "results": results}, indent=1) + "\n")
+        a.json.write_text(
+            json.dumps({"before": a.before, "steps": a.steps, "trials": a.trials, "results": results}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -5,6 +5,7 @@ the figure): `apply --all` + `revert --all` (one round trip), `status`, optional
 operation under `python -X importtime` lists every module imported; torch/sglang (or anything under them)
 appearing there is a failure, because those imports cost seconds and need a GPU stack the tool must not need.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,13 +69,20 @@ def _run(cmd: list[str], cwd: str | None, extra_env: dict | None = None) -> subp
     env = dict(os.environ, **(extra_env or {}))
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        raise EngineSpeedError(f"`{' '.join(shlex.quote(c) for c in cmd)}` exited {p.returncode}:\n"
-                               f"{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+        raise EngineSpeedError(
+            f"`{' '.join(shlex.quote(c) for c in cmd)}` exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        )
     return p
 
 
-def measure(tool: list[str], global_opts: list[str], ops: list[str], runs: int, cwd: str | None = None,
-            python: str = sys.executable) -> list[OpResult]:
+def measure(
+    tool: list[str],
+    global_opts: list[str],
+    ops: list[str],
+    runs: int,
+    cwd: str | None = None,
+    python: str = sys.executable,
+) -> list[OpResult]:
     """`tool` is the command prefix after the interpreter (e.g. ["apply.py"])."""
     results = []
     for op in ops:
@@ -99,8 +107,9 @@ def measure(tool: list[str], global_opts: list[str], ops: list[str], runs: int, 
     return results
 
 
-def applied_count(tool: list[str], global_opts: list[str], cwd: str | None = None,
-                  python: str = sys.executable) -> int | None:
+def applied_count(
+    tool: list[str], global_opts: list[str], cwd: str | None = None, python: str = sys.executable
+) -> int | None:
     """How many patches the tree carries now (from `status`), None if the output is not understood."""
     out = _run([python, *tool, *global_opts, "status"], cwd).stdout
     m = re.search(r"applied (\d+) of \d+", out)
@@ -135,8 +144,10 @@ def _cli(a) -> int:
             # `revert --all` would silently drop a set someone applied on purpose: refuse instead.
             n = applied_count(shlex.split(a.tool), glob)
             if n:
-                raise EngineSpeedError(f"the tree carries {n} patch(es); apply --all + revert --all would leave it "
-                                       f"with none. Revert them first or pass --tree to a scratch copy.")
+                raise EngineSpeedError(
+                    f"the tree carries {n} patch(es); apply --all + revert --all would leave it "
+                    f"with none. Revert them first or pass --tree to a scratch copy."
+                )
         res = measure(shlex.split(a.tool), glob, [o for o in a.ops.split(",") if o], a.runs)
     except EngineSpeedError as e:
         print(f"bench engine: {e}", file=sys.stderr)
@@ -146,10 +157,17 @@ def _cli(a) -> int:
     for r in res:
         flag = f"  FORBIDDEN IMPORTS: {', '.join(r.forbidden_imports)}" if r.forbidden_imports else ""
         bad |= bool(r.forbidden_imports)
-        print(f"{r.op:13s} median {r.median_s * 1e3:7.1f} ms  min {r.min_s * 1e3:7.1f} ms  over {len(r.runs_s)} runs;"
-              f" imports {r.import_total_ms:.0f} ms{flag}")
-    payload = {"interpreter_s": base, "ops": [dict(asdict(r), median_s=r.median_s, min_s=r.min_s) for r in res],
-               "tool": a.tool, "global_opts": glob, "python": sys.version}
+        print(
+            f"{r.op:13s} median {r.median_s * 1e3:7.1f} ms  min {r.min_s * 1e3:7.1f} ms  over {len(r.runs_s)} runs;"
+            f" imports {r.import_total_ms:.0f} ms{flag}"
+        )
+    payload = {
+        "interpreter_s": base,
+        "ops": [dict(asdict(r), median_s=r.median_s, min_s=r.min_s) for r in res],
+        "tool": a.tool,
+        "global_opts": glob,
+        "python": sys.version,
+    }
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(payload, indent=2) + "\n")

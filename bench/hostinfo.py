@@ -1,4 +1,5 @@
 """GPU name and package versions for the record, without importing torch or sglang (metadata only)."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,12 @@ def gpu_names() -> list[str]:
     if not shutil.which("nvidia-smi"):
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [ln.strip() for ln in out.splitlines() if ln.strip()]

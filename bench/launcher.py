@@ -7,6 +7,7 @@ exactly that set, starts the server, waits for /health, prints `sglang-overlay: 
 SIGINT/SIGTERM to the server's process group. `launch_command` is the one place that builds this command, so
 tests substitute a stand-in (tests/bench/fake_apply.py) through `LaunchConfig.launcher`.
 """
+
 from __future__ import annotations
 
 import os
@@ -94,8 +95,17 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
     cmd = launch_command(cfg, arm, console_log.with_suffix(".server.log"))
     t0 = time.monotonic()
     # New session: the launcher and everything it starts form one group we can signal as a last resort.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=cfg.cwd, start_new_session=True, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cfg.cwd,
+        start_new_session=True,
+        text=True,
+        bufsize=1,
+    )
     srv = Server(proc=proc, cmd=cmd)
     ready = threading.Event()
     fh = console_log.open("a")
@@ -108,7 +118,7 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
             fh.flush()
             srv.tail.append(line)
             if line.startswith(PREFIX):
-                key, _, val = line[len(PREFIX):].strip().partition(" ")
+                key, _, val = line[len(PREFIX) :].strip().partition(" ")
                 if key == "url":
                     srv.url = val.rstrip("/")
                 elif key == "fingerprint":
@@ -126,12 +136,16 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
     while not ready.wait(timeout=1.0):
         if time.monotonic() > deadline:
             stop(srv, cfg)
-            raise LaunchError(f"no url/fingerprint line within {cfg.start_timeout_s:.0f}s from: {' '.join(cmd)}\n"
-                              f"--- last output ---\n{srv.tail_text()}")
+            raise LaunchError(
+                f"no url/fingerprint line within {cfg.start_timeout_s:.0f}s from: {' '.join(cmd)}\n"
+                f"--- last output ---\n{srv.tail_text()}"
+            )
     if not (srv.url and srv.fingerprint):
         rc = proc.wait(timeout=30)
-        raise LaunchError(f"launcher exited with {rc} before printing url and fingerprint: {' '.join(cmd)}\n"
-                          f"--- last output ---\n{srv.tail_text()}")
+        raise LaunchError(
+            f"launcher exited with {rc} before printing url and fingerprint: {' '.join(cmd)}\n"
+            f"--- last output ---\n{srv.tail_text()}"
+        )
     srv.startup_s = time.monotonic() - t0
     return srv
 

@@ -12,6 +12,7 @@ allocated first, so this is what one layer call adds). Under CUDA graphs the ind
 whole cuda_graph_kv_indices (max_bs x max_context_len entries), so the first case is the review's: a 2M-entry
 buffer, 5000 rows in use, a 200k-row pool of DeepSeek MLA rows (576 fp8 values).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,9 @@ MODULE = "overlay/python/sglang/srt/layers/attention/mla_kv_step.py"
 ROW = 576  # kv_lora_rank 512 + qk_rope_head_dim 64
 # (pool rows, index-buffer entries, rows in use): the review's case, then the index buffer at
 # 1/8 .. 2x the pool around the fallback's switch to a full cast (half the pool's rows)
-CASES = [(200_000, 2_000_000, 5_000)] + [(100_000, n, 5_000) for n in (12_500, 25_000, 45_000, 55_000,
-                                                                        100_000, 200_000)]
+CASES = [(200_000, 2_000_000, 5_000)] + [
+    (100_000, n, 5_000) for n in (12_500, 25_000, 45_000, 55_000, 100_000, 200_000)
+]
 
 _CHILD = r"""
 import importlib.util, json, statistics, sys, time, torch
@@ -72,15 +74,19 @@ print(json.dumps({"s": statistics.median(times), "peak_bytes": max(peaks)}))
 
 def _module_at(rev: str, tmp: Path) -> Path:
     out = tmp / f"mla_kv_step_{rev}.py"
-    out.write_text(subprocess.run(["git", "show", f"{rev}:{MODULE}"], cwd=ROOT, capture_output=True, text=True,
-                                  check=True).stdout)
+    out.write_text(
+        subprocess.run(["git", "show", f"{rev}:{MODULE}"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    )
     return out
 
 
 def measure(impl: str, module: Path, case: tuple[int, int, int], repeats: int) -> dict:
     rows, entries, used = case
-    p = subprocess.run([sys.executable, "-c", _CHILD, impl, str(module), str(rows), str(entries), str(used),
-                        str(repeats)], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD, impl, str(module), str(rows), str(entries), str(used), str(repeats)],
+        capture_output=True,
+        text=True,
+    )
     if p.returncode != 0:
         raise SystemExit(f"{impl} {case}: child failed:\n{p.stderr}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -96,19 +102,25 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         before = _module_at(a.before, Path(tmp))
         after = ROOT / MODULE
-        print(f"torch fallback of flashinfer_mla, CPU, 1 thread, {ROW} fp8 values per row -> bf16; "
-              f"median of {a.repeats} calls; peak = extra resident memory of one call")
-        print(f"{'pool rows':>10} {'index buf':>10} {'in use':>7} | {'pristine s':>10} {'MB':>6} | "
-              f"{'before s':>9} {'MB':>6} | {'after s':>8} {'MB':>6}")
+        print(
+            f"torch fallback of flashinfer_mla, CPU, 1 thread, {ROW} fp8 values per row -> bf16; "
+            f"median of {a.repeats} calls; peak = extra resident memory of one call"
+        )
+        print(
+            f"{'pool rows':>10} {'index buf':>10} {'in use':>7} | {'pristine s':>10} {'MB':>6} | "
+            f"{'before s':>9} {'MB':>6} | {'after s':>8} {'MB':>6}"
+        )
         for case in CASES:
             row = {"pool_rows": case[0], "index_entries": case[1], "rows_in_use": case[2]}
             for impl, module in (("pristine", after), ("before", before), ("after", after)):
                 row[impl] = measure(impl, module, case, a.repeats)
             results.append(row)
             mb = {k: row[k]["peak_bytes"] / 1e6 for k in ("pristine", "before", "after")}
-            print(f"{case[0]:>10} {case[1]:>10} {case[2]:>7} | {row['pristine']['s']:>10.3f} {mb['pristine']:>6.0f} | "
-                  f"{row['before']['s']:>9.3f} {mb['before']:>6.0f} | {row['after']['s']:>8.3f} {mb['after']:>6.0f}",
-                  flush=True)
+            print(
+                f"{case[0]:>10} {case[1]:>10} {case[2]:>7} | {row['pristine']['s']:>10.3f} {mb['pristine']:>6.0f} | "
+                f"{row['before']['s']:>9.3f} {mb['before']:>6.0f} | {row['after']['s']:>8.3f} {mb['after']:>6.0f}",
+                flush=True,
+            )
     if a.json:
         a.json.write_text(json.dumps({"before": a.before, "repeats": a.repeats, "results": results}, indent=1) + "\n")
     return 0

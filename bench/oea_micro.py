@@ -25,6 +25,7 @@ overstate the union of experts and so overstate OEA's gain):
                EAGLE verify pass of 4 draft tokens) share the request term and are strongly correlated.
   The correction bias (noaux_tc) is N(0, bias_sd) per expert, added to sigmoid(logit) for ranking only.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -38,8 +39,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DEFAULT_OEA_FILE = Path(__file__).resolve().parents[1] / "overlay/python/sglang/srt/layers/moe/oea.py"
-PAPER = "OEA paper (arXiv 2511.02237): MoE-layer decode latency -39% (Qwen3-30B-A3B, k0=3, batch 16), " \
-        "-15% (Qwen3-235B, k0=5)"
+PAPER = (
+    "OEA paper (arXiv 2511.02237): MoE-layer decode latency -39% (Qwen3-30B-A3B, k0=3, batch 16), "
+    "-15% (Qwen3-235B, k0=5)"
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,7 @@ def uniform_expected_distinct(experts: int, k: int, batch: int) -> float:
 # ---------------------------------------------------------------------------------------------- GPU side
 def load_oea(path: Path):
     if not path.is_file():
-        raise FileNotFoundError(f"OEA module not found at {path} (the oea_topk patch's overlay file); "
-                                f"pass --oea-file")
+        raise FileNotFoundError(f"OEA module not found at {path} (the oea_topk patch's overlay file); pass --oea-file")
     spec = importlib.util.spec_from_file_location("overlay_oea", path)
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
@@ -166,15 +168,19 @@ def run_sweep(a) -> dict:
         # The import can succeed while the kernel still needs parts of a running server: probe it once.
         try:
             probe_ids = torch.arange(K, device=dev, dtype=torch.int32).unsqueeze(0)
-            experts_fn(torch.zeros(1, H, device=dev, dtype=dtype), w1, w2,
-                       torch.full((1, K), 1.0 / K, device=dev), probe_ids)
+            experts_fn(
+                torch.zeros(1, H, device=dev, dtype=dtype), w1, w2, torch.full((1, K), 1.0 / K, device=dev), probe_ids
+            )
         except Exception as e:  # noqa: BLE001
             impl_name, experts_fn, _ = _experts_impl("torch")
             impl_why = f"sglang fused MoE failed on a probe call ({type(e).__name__}: {e})"
             use_graph = False
     gb = (w1.numel() + w2.numel()) * w1.element_size() / 1e9
-    print(f"[oea] expert weights {gb:.1f} GB allocated in {time.time() - t0:.1f}s; experts impl: {impl_name} "
-          f"({impl_why}); cuda graph: {use_graph}", flush=True)
+    print(
+        f"[oea] expert weights {gb:.1f} GB allocated in {time.time() - t0:.1f}s; experts impl: {impl_name} "
+        f"({impl_why}); cuda graph: {use_graph}",
+        flush=True,
+    )
     rm = RoutingModel(experts=E, tokens_per_request=a.tokens_per_request)
     cells: list[Cell] = []
     scale = a.routed_scaling_factor
@@ -223,24 +229,52 @@ def run_sweep(a) -> dict:
                 experts_only()
             if dev.type == "cuda":
                 torch.cuda.synchronize()
-            lay = _time(layer, a.iters, use_graph, dev,
-                        before=lambda it: static_logits.copy_(logits_all[it % a.routing_steps]))
+            lay = _time(
+                layer, a.iters, use_graph, dev, before=lambda it: static_logits.copy_(logits_all[it % a.routing_steps])
+            )
             exp = _time(experts_only, a.iters, use_graph, dev, before=next_route)
-            c = Cell(B, k0, statistics.median(lay), _percentile(lay, 0.1), _percentile(lay, 0.9),
-                     statistics.median(exp), statistics.fmean(distinct),
-                     uniform_expected_distinct(E, K, B), use_graph)
+            c = Cell(
+                B,
+                k0,
+                statistics.median(lay),
+                _percentile(lay, 0.1),
+                _percentile(lay, 0.9),
+                statistics.median(exp),
+                statistics.fmean(distinct),
+                uniform_expected_distinct(E, K, B),
+                use_graph,
+            )
             cells.append(c)
-            print(f"[oea] B={B:3d} K0={'off' if not k0 else k0:>3}: layer {c.layer_us:8.1f} us "
-                  f"(p10 {c.layer_p10_us:.1f}, p90 {c.layer_p90_us:.1f}), experts {c.experts_us:8.1f} us, "
-                  f"distinct experts {c.distinct_mean:6.1f} (uniform routing would give "
-                  f"{c.distinct_uniform_expect:.1f})", flush=True)
-    return {"cells": [asdict(c) for c in cells], "impl": impl_name, "impl_why": impl_why, "graph": use_graph,
-            "config": {"experts": E, "topk": K, "hidden": H, "moe_intermediate": N, "dtype": a.dtype,
-                       "batches": a.batches, "k0": a.k0, "iters": a.iters, "routing_steps": a.routing_steps,
-                       "routed_scaling_factor": scale, "routing_model": asdict(rm), "seed": a.seed,
-                       "oea_file": str(a.oea_file)},
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "versions": {"torch": torch.__version__, "numpy": np.__version__}}
+            print(
+                f"[oea] B={B:3d} K0={'off' if not k0 else k0:>3}: layer {c.layer_us:8.1f} us "
+                f"(p10 {c.layer_p10_us:.1f}, p90 {c.layer_p90_us:.1f}), experts {c.experts_us:8.1f} us, "
+                f"distinct experts {c.distinct_mean:6.1f} (uniform routing would give "
+                f"{c.distinct_uniform_expect:.1f})",
+                flush=True,
+            )
+    return {
+        "cells": [asdict(c) for c in cells],
+        "impl": impl_name,
+        "impl_why": impl_why,
+        "graph": use_graph,
+        "config": {
+            "experts": E,
+            "topk": K,
+            "hidden": H,
+            "moe_intermediate": N,
+            "dtype": a.dtype,
+            "batches": a.batches,
+            "k0": a.k0,
+            "iters": a.iters,
+            "routing_steps": a.routing_steps,
+            "routed_scaling_factor": scale,
+            "routing_model": asdict(rm),
+            "seed": a.seed,
+            "oea_file": str(a.oea_file),
+        },
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "versions": {"torch": torch.__version__, "numpy": np.__version__},
+    }
 
 
 def _check_oea(logits, bias_t, ids, w, K, k0, scale) -> None:
@@ -303,27 +337,37 @@ def _time(fn, iters: int, use_graph: bool, dev, before) -> list[float]:
 def markdown(res: dict) -> str:
     cfg = res["config"]
     base = {c["batch"]: c for c in res["cells"] if c["k0"] == 0}
-    lines = [f"# OEA micro-benchmark — {res['device']}", "",
-             f"MoE layer: {cfg['experts']} experts, top-{cfg['topk']}, hidden {cfg['hidden']}, moe_intermediate "
-             f"{cfg['moe_intermediate']}, {cfg['dtype']}; routing sigmoid + correction bias (noaux_tc), routed "
-             f"scaling {cfg['routed_scaling_factor']}; experts: **{res['impl']}** ({res['impl_why']}); CUDA graph: "
-             f"{res['graph']}; {cfg['iters']} timed calls per cell over {cfg['routing_steps']} routing steps "
-             f"(correlated router logits, see bench/oea_micro.py).", "",
-             "| batch | K0 | layer us (median) | p10-p90 | vs K0 off | experts-only us | vs K0 off | distinct experts | "
-             "uniform-routing union |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# OEA micro-benchmark — {res['device']}",
+        "",
+        f"MoE layer: {cfg['experts']} experts, top-{cfg['topk']}, hidden {cfg['hidden']}, moe_intermediate "
+        f"{cfg['moe_intermediate']}, {cfg['dtype']}; routing sigmoid + correction bias (noaux_tc), routed "
+        f"scaling {cfg['routed_scaling_factor']}; experts: **{res['impl']}** ({res['impl_why']}); CUDA graph: "
+        f"{res['graph']}; {cfg['iters']} timed calls per cell over {cfg['routing_steps']} routing steps "
+        f"(correlated router logits, see bench/oea_micro.py).",
+        "",
+        "| batch | K0 | layer us (median) | p10-p90 | vs K0 off | experts-only us | vs K0 off | distinct experts | "
+        "uniform-routing union |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in res["cells"]:
         b = base.get(c["batch"])
         dl = f"{(c['layer_us'] / b['layer_us'] - 1) * 100:+.1f}%" if b and c["k0"] else "-"
         de = f"{(c['experts_us'] / b['experts_us'] - 1) * 100:+.1f}%" if b and c["k0"] else "-"
-        lines.append(f"| {c['batch']} | {c['k0'] or 'off'} | {c['layer_us']:.1f} | {c['layer_p10_us']:.1f}-"
-                     f"{c['layer_p90_us']:.1f} | {dl} | {c['experts_us']:.1f} | {de} | {c['distinct_mean']:.1f} | "
-                     f"{c['distinct_uniform_expect']:.1f} |")
+        lines.append(
+            f"| {c['batch']} | {c['k0'] or 'off'} | {c['layer_us']:.1f} | {c['layer_p10_us']:.1f}-"
+            f"{c['layer_p90_us']:.1f} | {dl} | {c['experts_us']:.1f} | {de} | {c['distinct_mean']:.1f} | "
+            f"{c['distinct_uniform_expect']:.1f} |"
+        )
     tgt = next((c for c in res["cells"] if c["batch"] == 16 and c["k0"] == 3), None)
     if tgt and 16 in base:
         red = (1 - tgt["layer_us"] / base[16]["layer_us"]) * 100
-        lines += ["", f"Batch 16, K0=3: MoE-layer latency {red:.1f}% lower than K0 off "
-                      f"(target: at least 30%; {'met' if red >= 30 else 'NOT met'}).",
-                  f"Paper: {PAPER}."]
+        lines += [
+            "",
+            f"Batch 16, K0=3: MoE-layer latency {red:.1f}% lower than K0 off "
+            f"(target: at least 30%; {'met' if red >= 30 else 'NOT met'}).",
+            f"Paper: {PAPER}.",
+        ]
     else:
         lines += ["", f"Paper: {PAPER}."]
     return "\n".join(lines) + "\n"
@@ -337,12 +381,20 @@ def add_cli(sub) -> None:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--moe-intermediate", type=int, default=2048)
     p.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16, 64])
-    p.add_argument("--k0", type=lambda s: [0 if x in ("off", "0") else int(x) for x in s.split(",")],
-                   default=[0, 3, 4, 5, 6], help="comma list; off or 0 = no OEA")
+    p.add_argument(
+        "--k0",
+        type=lambda s: [0 if x in ("off", "0") else int(x) for x in s.split(",")],
+        default=[0, 3, 4, 5, 6],
+        help="comma list; off or 0 = no OEA",
+    )
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--routing-steps", type=int, default=32)
-    p.add_argument("--tokens-per-request", type=int, default=1,
-                   help="tokens per request in a batch (4 = EAGLE verify of 4 draft tokens)")
+    p.add_argument(
+        "--tokens-per-request",
+        type=int,
+        default=1,
+        help="tokens per request in a batch (4 = EAGLE verify of 4 draft tokens)",
+    )
     p.add_argument("--routed-scaling-factor", type=float, default=2.827)
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     p.add_argument("--device", default="cuda")

@@ -60,9 +60,17 @@ def run_ab(lab: Lab, arms: Sequence[ArmSpec], pairs: Sequence[tuple[str, ArmSpec
     rows = []
     for section, ref, arm in pairs:
         c = compare(lab, ref, arm, s.metric, s.policy)
-        rows.append({"section": section, "ref": ref.name, "arm": arm.name, "verdict": c.verdict, "comparison": c.to_dict()})
-    return {"type": "conclusion", "kind": "ab", "metric": s.metric, "comparisons": rows,
-            "budget_exhausted": budget.exhausted, "budget_message": budget.message}
+        rows.append(
+            {"section": section, "ref": ref.name, "arm": arm.name, "verdict": c.verdict, "comparison": c.to_dict()}
+        )
+    return {
+        "type": "conclusion",
+        "kind": "ab",
+        "metric": s.metric,
+        "comparisons": rows,
+        "budget_exhausted": budget.exhausted,
+        "budget_message": budget.message,
+    }
 
 
 # -- ablate -----------------------------------------------------------------------------------------------------
@@ -75,9 +83,15 @@ def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
     if alone == IMPROVEMENT and leave == REGRESSION:
         return "helps", "improves the base and the full set regresses without it (confirmed both ways)"
     if alone == REGRESSION and leave == SAME:
-        return "masked", "regresses alone, but the full set is the same without it: another patch does the same or hides it"
+        return (
+            "masked",
+            "regresses alone, but the full set is the same without it: another patch does the same or hides it",
+        )
     if alone == SAME and leave == IMPROVEMENT:
-        return "interaction", "alone it changes nothing, but the full set improves without it: it regresses together with another patch"
+        return (
+            "interaction",
+            "alone it changes nothing, but the full set improves without it: it regresses together with another patch",
+        )
     if alone == SAME and leave == SAME:
         return "no effect", "no change either way (both intervals inside the minimum effect)"
     if alone in DECIDED and leave in DECIDED:
@@ -91,8 +105,9 @@ def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
     return "cannot tell", f"alone: {alone or 'not measured'}, left out: {leave or 'not measured'}"
 
 
-def run_ablate(lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec], leave: dict[str, ArmSpec],
-               mode: str, s: Settings) -> dict:
+def run_ablate(
+    lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec], leave: dict[str, ArmSpec], mode: str, s: Settings
+) -> dict:
     """alone/leave map each candidate to its arm (base + p / full - p; None where the set cannot exist)."""
     pol, m = s.policy, s.metric
     budget = _Budget()
@@ -118,11 +133,26 @@ def run_ablate(lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec]
         finding, sentence = ablate_finding(va, vl)
         if finding == "cannot tell" and budget.exhausted:
             sentence += f" ({BUDGET_NOTE})"
-        rows.append({"patch": p, "alone": va, "left_out": vl, "finding": finding, "sentence": sentence,
-                     "confirmation_measured": any(a is alone.get(p) or a is leave.get(p) for _, a in second)})
+        rows.append(
+            {
+                "patch": p,
+                "alone": va,
+                "left_out": vl,
+                "finding": finding,
+                "sentence": sentence,
+                "confirmation_measured": any(a is alone.get(p) or a is leave.get(p) for _, a in second),
+            }
+        )
     culprits = [r["patch"] for r in rows if r["finding"] == "culprit"]
-    return {"type": "conclusion", "kind": "ablate", "metric": m, "patches": rows, "culprits": culprits,
-            "budget_exhausted": budget.exhausted, "budget_message": budget.message}
+    return {
+        "type": "conclusion",
+        "kind": "ablate",
+        "metric": m,
+        "patches": rows,
+        "culprits": culprits,
+        "budget_exhausted": budget.exhausted,
+        "budget_message": budget.message,
+    }
 
 
 # -- bisect -----------------------------------------------------------------------------------------------------
@@ -152,9 +182,11 @@ def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[s
     if best is None:
         return s.metric, ""
     _, m, c = best
-    why = (f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {m} did "
-           f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {conf:.4f} confidence, "
-           f"adjusted for {len(others)} metrics): bisecting on {m}")
+    why = (
+        f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {m} did "
+        f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {conf:.4f} confidence, "
+        f"adjusted for {len(others)} metrics): bisecting on {m}"
+    )
     return m, why
 
 
@@ -194,6 +226,7 @@ def _endpoint_primary_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) 
 def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Callable[[], list[ArmSpec]]:
     """More endpoint starts while the primary metric did not regress, no other metric has (as follow_metric
     reads them) and some metric is not ruled out: a regression outside the primary needs starts to show."""
+
     def needs() -> list[ArmSpec]:
         if endpoint_regressed(lab, good, bad, s.metric, s.policy) or follow_metric(lab, good, bad, s)[1]:
             return []
@@ -202,7 +235,9 @@ def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Calla
     return needs
 
 
-def _placement_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy) -> Callable[[], list[ArmSpec]]:
+def _placement_needs(
+    lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy
+) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
         pl = place_probe(lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol)
         if pl.place is not Place.OPEN:
@@ -216,8 +251,14 @@ def _placement_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metr
     return needs
 
 
-def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[str, ...], str], ArmSpec],
-               dependents: Callable[[str], set[str]], s: Settings) -> dict:
+def run_bisect(
+    lab: Lab,
+    good: ArmSpec,
+    bad: ArmSpec,
+    make_arm: Callable[[tuple[str, ...], str], ArmSpec],
+    dependents: Callable[[str], set[str]],
+    s: Settings,
+) -> dict:
     pol = s.policy
     budget = _Budget()
     budget.run(lambda: ensure(lab, [good, bad], pol.initial))
@@ -228,29 +269,48 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
     endpoint = compare(lab, good, bad, metric, pol)
     if endpoint_regressed(lab, good, bad, metric, pol) and not why:
         endpoint = compare(lab, good, bad, metric, pol, confidence=pol.confidence)
-    out = {"type": "conclusion", "kind": "bisect", "good": good.name, "bad": bad.name, "metric": metric,
-           "primary_metric": s.metric, "followed": why, "endpoint": endpoint.to_dict()}
+    out = {
+        "type": "conclusion",
+        "kind": "bisect",
+        "good": good.name,
+        "bad": bad.name,
+        "metric": metric,
+        "primary_metric": s.metric,
+        "followed": why,
+        "endpoint": endpoint.to_dict(),
+    }
     cands = bis.candidates_between(good.pset.patches, bad.pset.patches, dependents)
     placements: list[dict] = []
     if endpoint.verdict != REGRESSION:
         open_ = not_ruled_out(lab, good, bad, pol) if s.follow else []
         outcome = bis.CANNOT_TELL if endpoint.verdict not in DECIDED or open_ else "no regression"
         measured = "" if math.isnan(endpoint.change) else f" ({endpoint.change * 100:+.1f}%)"
-        reason = (f"bad vs good on {metric}: {endpoint.verdict}{measured} after {endpoint.n_ref} and "
-                  f"{endpoint.n_arm} starts"
-                  + (f"; not ruled out: a regression beyond {pol.min_effect:.0%} on {', '.join(open_)}" if open_
-                     else "")
-                  + (f" {BUDGET_NOTE}" if budget.exhausted or outcome == bis.CANNOT_TELL else ""))
+        reason = (
+            f"bad vs good on {metric}: {endpoint.verdict}{measured} after {endpoint.n_ref} and "
+            f"{endpoint.n_arm} starts"
+            + (f"; not ruled out: a regression beyond {pol.min_effect:.0%} on {', '.join(open_)}" if open_ else "")
+            + (f" {BUDGET_NOTE}" if budget.exhausted or outcome == bis.CANNOT_TELL else "")
+        )
         res = bis.BisectResult(candidates=cands, outcome=outcome, reason=reason)
     else:
+
         def place(patches: tuple[str, ...], role: str) -> Place:
             arm = make_arm(patches, role)
             budget.run(lambda: ensure(lab, [arm], pol.initial))
             budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
-            pl: Placement = place_probe(lab.medians(good, metric), lab.medians(bad, metric),
-                                        lab.medians(arm, metric), metric, pol)
-            placements.append({"arm": arm.name, "key": arm.key, "patches": list(arm.pset.patches), "role": role,
-                               "starts": lab.n_starts(arm), **pl.to_dict()})
+            pl: Placement = place_probe(
+                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol
+            )
+            placements.append(
+                {
+                    "arm": arm.name,
+                    "key": arm.key,
+                    "patches": list(arm.pset.patches),
+                    "role": role,
+                    "starts": lab.n_starts(arm),
+                    **pl.to_dict(),
+                }
+            )
             return pl.place
 
         blocks = [0]
@@ -269,8 +329,9 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
             order += [b if len(arms) % 2 else g]
 
             def placed(a: ArmSpec, expect: str) -> Placement:
-                return place_confirmation(lab.medians(g, metric), lab.medians(b, metric), lab.medians(a, metric),
-                                          expect, metric, pol)
+                return place_confirmation(
+                    lab.medians(g, metric), lab.medians(b, metric), lab.medians(a, metric), expect, metric, pol
+                )
 
             def needs() -> list[ArmSpec]:
                 out: list[ArmSpec] = []
@@ -284,17 +345,37 @@ def run_bisect(lab: Lab, good: ArmSpec, bad: ArmSpec, make_arm: Callable[[tuple[
             out = []
             for a, (_, role, expect) in zip(arms, items):
                 pl = placed(a, expect)
-                placements.append({"arm": a.name, "key": a.key, "patches": list(a.pset.patches), "role": role,
-                                   "block": tag, "good": g.name, "bad": b.name, "starts": lab.n_starts(a),
-                                   **pl.to_dict()})
+                placements.append(
+                    {
+                        "arm": a.name,
+                        "key": a.key,
+                        "patches": list(a.pset.patches),
+                        "role": role,
+                        "block": tag,
+                        "good": g.name,
+                        "bad": b.name,
+                        "starts": lab.n_starts(a),
+                        **pl.to_dict(),
+                    }
+                )
                 out.append(pl.place)
             return out
 
         res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents, confirm)
         if res.outcome == bis.CANNOT_TELL and budget.exhausted:
             res.reason += f" ({BUDGET_NOTE})"
-    out.update({"outcome": res.outcome, "culprit": res.culprit, "partner": res.partner, "suspect": res.suspect,
-                "reason": res.reason, "candidates": list(cands), "probes": placements,
-                "max_search_probes": res.max_search_probes(), "budget_exhausted": budget.exhausted,
-                "budget_message": budget.message})
+    out.update(
+        {
+            "outcome": res.outcome,
+            "culprit": res.culprit,
+            "partner": res.partner,
+            "suspect": res.suspect,
+            "reason": res.reason,
+            "candidates": list(cands),
+            "probes": placements,
+            "max_search_probes": res.max_search_probes(),
+            "budget_exhausted": budget.exhausted,
+            "budget_message": budget.message,
+        }
+    )
     return out

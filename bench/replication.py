@@ -77,7 +77,9 @@ class Policy:
         return 1 - (1 - self.confidence) / self.looks
 
 
-def compare(lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None) -> Comparison:
+def compare(
+    lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
+) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
     return compare_starts(
         lab.medians(ref, metric),

@@ -35,8 +35,12 @@ class ArmRow:
         return out
 
     def values(self, metric: str) -> list[float]:
-        return [float(r[metric]) for u in self.units for r in u.reps
-                if r.get(metric) is not None and not (isinstance(r[metric], float) and math.isnan(r[metric]))]
+        return [
+            float(r[metric])
+            for u in self.units
+            for r in u.reps
+            if r.get(metric) is not None and not (isinstance(r[metric], float) and math.isnan(r[metric]))
+        ]
 
     def phase_p50(self, phase: str, which: str = "eagle_b1") -> list[float]:
         out = []
@@ -85,14 +89,23 @@ def load_rows(run_dir: Path) -> tuple[dict, list[ArmRow], store.StoreView]:
 
 def _policy(cfg: dict) -> Policy:
     conf = cfg.get("confidence", 1 - cfg.get("alpha", 0.05))
-    return Policy(cfg.get("initial_starts", cfg.get("restarts", MIN_STARTS)), cfg.get("max_starts", 8), conf,
-                  cfg.get("min_effect", 0.02))
+    return Policy(
+        cfg.get("initial_starts", cfg.get("restarts", MIN_STARTS)),
+        cfg.get("max_starts", 8),
+        conf,
+        cfg.get("min_effect", 0.02),
+    )
 
 
 def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
-    return compare_starts(ref.medians(metric), arm.medians(metric), metric=metric,
-                          lower_is_better=not metric.startswith("tok_s"), confidence=pol.look_confidence,
-                          min_effect=pol.min_effect)
+    return compare_starts(
+        ref.medians(metric),
+        arm.medians(metric),
+        metric=metric,
+        lower_is_better=not metric.startswith("tok_s"),
+        confidence=pol.look_confidence,
+        min_effect=pol.min_effect,
+    )
 
 
 # -- sections -----------------------------------------------------------------------------------------------------
@@ -100,10 +113,20 @@ def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
 
 def _header(run_dir: Path, run: dict) -> list[str]:
     host = run.get("host", {})
-    return [f"# bench {run.get('kind')} — {run.get('time', '')[:10]} — {', '.join(host.get('gpus', [])) or 'no GPU'}",
-            "", f"run `{run.get('run_id')}` · signature `{run.get('signature')}` · host `{host.get('hostname')}`",
-            "", "Command:", "", "```", _command(run_dir, run), "```", "",
-            "Versions: " + ", ".join(f"{k} {val}" for k, val in sorted(host.get("versions", {}).items())), ""]
+    return [
+        f"# bench {run.get('kind')} — {run.get('time', '')[:10]} — {', '.join(host.get('gpus', [])) or 'no GPU'}",
+        "",
+        f"run `{run.get('run_id')}` · signature `{run.get('signature')}` · host `{host.get('hostname')}`",
+        "",
+        "Command:",
+        "",
+        "```",
+        _command(run_dir, run),
+        "```",
+        "",
+        "Versions: " + ", ".join(f"{k} {val}" for k, val in sorted(host.get("versions", {}).items())),
+        "",
+    ]
 
 
 def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
@@ -113,13 +136,21 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     old = "initial_starts" not in cfg
     lines = ["## Method", ""]
     if old:
-        lines.append(f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
-                     f"with start medians: comparisons need {MIN_STARTS} starts per arm.")
+        lines.append(
+            f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
+            f"with start medians: comparisons need {MIN_STARTS} starts per arm."
+        )
     else:
-        lines.append(f"- The server start is the replication unit: {pol.initial} start(s) per arm first, then one "
-                     f"more per round to the arms of each undecided comparison, up to {pol.max_starts}; arms "
-                     f"interleaved. " + ("One throwaway start before the first measured one." if cfg.get("warmup_start")
-                                         else "No throwaway start (--no-warmup-start)."))
+        lines.append(
+            f"- The server start is the replication unit: {pol.initial} start(s) per arm first, then one "
+            f"more per round to the arms of each undecided comparison, up to {pol.max_starts}; arms "
+            f"interleaved. "
+            + (
+                "One throwaway start before the first measured one."
+                if cfg.get("warmup_start")
+                else "No throwaway start (--no-warmup-start)."
+            )
+        )
     lines += [
         f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
         f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
@@ -134,8 +165,11 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "
         f"{sum(u.wall_s for u in units + v.warmup_units) / 60:.1f} min of server wall time"
-        + (f" (incl. {len(v.warmup_units)} throwaway start(s))" if v.warmup_units else "") + "."
-        + (f" {v.partial_reps} repetition(s) from interrupted starts ignored." if v.partial_reps else ""), ""]
+        + (f" (incl. {len(v.warmup_units)} throwaway start(s))" if v.warmup_units else "")
+        + "."
+        + (f" {v.partial_reps} repetition(s) from interrupted starts ignored." if v.partial_reps else ""),
+        "",
+    ]
     return lines
 
 
@@ -149,15 +183,22 @@ def _conclusion(v: store.StoreView) -> list[str]:
     if c["kind"] == "ab":
         for r in c["comparisons"]:
             cmp_ = r["comparison"]
-            lines.append(f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** "
-                         f"({_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)")
+            lines.append(
+                f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** "
+                f"({_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
+            )
     elif c["kind"] == "ablate":
-        lines += [f"On `{c['metric']}`: " + (f"**culprit(s): {', '.join(c['culprits'])}**" if c["culprits"]
-                                              else "no culprit named"), "",
-                  "| patch | alone on base | left out of full | finding |", "|---|---|---|---|"]
+        lines += [
+            f"On `{c['metric']}`: "
+            + (f"**culprit(s): {', '.join(c['culprits'])}**" if c["culprits"] else "no culprit named"),
+            "",
+            "| patch | alone on base | left out of full | finding |",
+            "|---|---|---|---|",
+        ]
         for r in c["patches"]:
-            lines.append(f"| {r['patch']} | {r['alone'] or '-'} | {r['left_out'] or '-'} | "
-                         f"{r['finding']}: {r['sentence']} |")
+            lines.append(
+                f"| {r['patch']} | {r['alone'] or '-'} | {r['left_out'] or '-'} | {r['finding']}: {r['sentence']} |"
+            )
     else:
         lines += _bisect_lines(c)
     lines.append("")
@@ -182,26 +223,37 @@ def _bisect_lines(c: dict) -> list[str]:
     if c.get("followed"):
         lines += [f"Metric: {c['followed']}.", ""]
     ep = c["endpoint"]
-    lines += [f"Endpoints on `{c['metric']}`: bad vs good {_change(ep)} ({ep['n_ref']} vs {ep['n_arm']} starts) -> "
-              f"{ep['verdict']}", ""]
+    lines += [
+        f"Endpoints on `{c['metric']}`: bad vs good {_change(ep)} ({ep['n_ref']} vs {ep['n_arm']} starts) -> "
+        f"{ep['verdict']}",
+        "",
+    ]
     if c.get("probes"):
-        lines += ["| probe | role | patches | starts | place | toward bad | vs good | vs bad |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| probe | role | patches | starts | place | toward bad | vs good | vs bad |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for p in c["probes"]:
-            lines.append(f"| {p['arm']} | {p['role']} | `{','.join(p['patches'])}` | {p['starts']} | {p['place']} | "
-                         f"{_fmt(p.get('toward_bad'), 2)} | {_change(p['vs_good'])} | {_change(p['vs_bad'])} |")
+            lines.append(
+                f"| {p['arm']} | {p['role']} | `{','.join(p['patches'])}` | {p['starts']} | {p['place']} | "
+                f"{_fmt(p.get('toward_bad'), 2)} | {_change(p['vs_good'])} | {_change(p['vs_bad'])} |"
+            )
         lines.append("")
-    lines += [f"{head} — {c['reason']}. {len(c.get('probes', []))} probe set(s) (search bound "
-              f"{c.get('max_search_probes')} + 2 confirmations), {c.get('server_starts_this_run', '?')} server "
-              f"start(s) in this invocation, {c.get('elapsed_s', 0) / 60:.1f} min wall."]
+    lines += [
+        f"{head} — {c['reason']}. {len(c.get('probes', []))} probe set(s) (search bound "
+        f"{c.get('max_search_probes')} + 2 confirmations), {c.get('server_starts_this_run', '?')} server "
+        f"start(s) in this invocation, {c.get('elapsed_s', 0) / 60:.1f} min wall."
+    ]
     return lines
 
 
 def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     has_eagle = any(r.phase_p50("verify") for r in rows)
     has_oea = any(r.medians("oea_distinct_experts_b1") or r.medians("oea_distinct_experts_bc") for r in rows)
-    head = (f"| arm | patches | starts | reps | {metric}: start medians | geo. mean | start-to-start CV | "
-            f"step ms conc. | tok/s b1 | tok/s conc. | accept len |")
+    head = (
+        f"| arm | patches | starts | reps | {metric}: start medians | geo. mean | start-to-start CV | "
+        f"step ms conc. | tok/s b1 | tok/s conc. | accept len |"
+    )
     sep = "|---|---|---|---|---|---|---|---|---|---|---|"
     if has_eagle:
         head += " draft / verify / draft-extend p50 ms |"
@@ -209,26 +261,47 @@ def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     if has_oea:
         head += " distinct experts / routing call b1 / conc. |"
         sep += "---|"
-    lines = ["## Arms", "", "Each start's value is the median of its repetitions; the columns after the start "
-             "medians are medians over starts.", "", head, sep]
+    lines = [
+        "## Arms",
+        "",
+        "Each start's value is the median of its repetitions; the columns after the start "
+        "medians are medians over starts.",
+        "",
+        head,
+        sep,
+    ]
     for r in rows:
         meds = r.medians(metric)
-        cells = [r.name, f"`{r.label}`", str(len(r.units)), str(r.n_reps),
-                 ", ".join(f"{x:.4g}" for x in meds) or "-", _fmt(geometric_mean(meds) if meds else None, 4),
-                 f"{_fmt(cv(meds) * 100, 2)}%", _fmt(_med(r.medians("step_ms_bc")), 4),
-                 _fmt(_med(r.medians("tok_s_b1")), 1), _fmt(_med(r.medians("tok_s_bc")), 1),
-                 _fmt(_med(r.medians("accept_len_b1")), 2)]
+        cells = [
+            r.name,
+            f"`{r.label}`",
+            str(len(r.units)),
+            str(r.n_reps),
+            ", ".join(f"{x:.4g}" for x in meds) or "-",
+            _fmt(geometric_mean(meds) if meds else None, 4),
+            f"{_fmt(cv(meds) * 100, 2)}%",
+            _fmt(_med(r.medians("step_ms_bc")), 4),
+            _fmt(_med(r.medians("tok_s_b1")), 1),
+            _fmt(_med(r.medians("tok_s_bc")), 1),
+            _fmt(_med(r.medians("accept_len_b1")), 2),
+        ]
         if has_eagle:
             cells.append(" / ".join(_fmt(_med(r.phase_p50(p)), 3) for p in ("draft", "verify", "draft_extend")))
         if has_oea:
-            cells.append(" / ".join(_fmt(_med(r.medians(m_)), 2)
-                                    for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")))
+            cells.append(
+                " / ".join(
+                    _fmt(_med(r.medians(m_)), 2) for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")
+                )
+            )
         lines.append("| " + " | ".join(cells) + " |")
     fps = {r.name: sorted({u.fingerprint for u in r.units}) for r in rows}
     lines += ["", "Fingerprints: " + "; ".join(f"{n} `{','.join(f) or '-'}`" for n, f in fps.items()), ""]
     if has_oea:
-        lines += ["Distinct experts: per phase, the oea_stats totals (SGLANG_OEA_STATS=1) after minus before it, "
-                  "divided by the routing calls (padding rows excluded).", ""]
+        lines += [
+            "Distinct experts: per phase, the oea_stats totals (SGLANG_OEA_STATS=1) after minus before it, "
+            "divided by the routing calls (padding rows excluded).",
+            "",
+        ]
     return lines
 
 
@@ -238,8 +311,21 @@ def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:
     for r in rows:
         by_set.setdefault(r.label, []).extend(r.medians(metric))
     out = [f"- `{s}`: {len(xs)} starts, CV {cv(xs) * 100:.2f}%" for s, xs in by_set.items() if len(xs) >= 2]
-    return (["## Start-to-start variation by patch set", "", f"`{metric}` start medians, pooled over arms of the "
-             f"same set (arms may differ in env or CPU placement: see Arms):", ""] + out + [""]) if out else []
+    return (
+        (
+            [
+                "## Start-to-start variation by patch set",
+                "",
+                f"`{metric}` start medians, pooled over arms of the "
+                f"same set (arms may differ in env or CPU placement: see Arms):",
+                "",
+            ]
+            + out
+            + [""]
+        )
+        if out
+        else []
+    )
 
 
 def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str, str, str]]:
@@ -247,8 +333,11 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
     pairs = [tuple(c) for c in (run.get("comparisons") or []) if c[1] in names and c[2] in names]
     for c in v.conclusions[-1:]:
         if c["kind"] == "bisect":
-            pairs += [("probe vs good", p.get("good", "good"), p["arm"]) for p in c.get("probes", [])
-                      if p["arm"] not in ("good", "bad")]
+            pairs += [
+                ("probe vs good", p.get("good", "good"), p["arm"])
+                for p in c.get("probes", [])
+                if p["arm"] not in ("good", "bad")
+            ]
             pairs += [("confirmation refs", p["good"], p["bad"]) for p in c.get("probes", []) if p.get("block")]
     seen, out = set(), []
     for p in pairs:
@@ -267,9 +356,14 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     if not pairs:
         return []
     order = [metric] + [m for m, _, _ in METRICS if m != metric]
-    lines = ["## Comparisons (every metric)", "",
-             f"Change of the arm against the reference, with its {pol.look_confidence:.2%} interval; n = starts.", "",
-             "| section | reference | arm | metric | n | change [interval] | verdict |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Comparisons (every metric)",
+        "",
+        f"Change of the arm against the reference, with its {pol.look_confidence:.2%} interval; n = starts.",
+        "",
+        "| section | reference | arm | metric | n | change [interval] | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     notes: list[str] = []
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
@@ -294,9 +388,11 @@ def _startup(v: store.StoreView) -> list[str]:
         lines.append(f"- throwaway start ({u.arm}): {u.startup_s:.0f} s to serve, {u.wall_s:.0f} s in all")
     if units:
         st = [u.startup_s for u in units]
-        lines.append(f"- measured starts: to serve median {statistics.median(st):.1f} s (min {min(st):.1f}, max "
-                     f"{max(st):.1f}); a whole unit (start, repetitions, stop) median "
-                     f"{statistics.median(u.wall_s for u in units):.1f} s")
+        lines.append(
+            f"- measured starts: to serve median {statistics.median(st):.1f} s (min {min(st):.1f}, max "
+            f"{max(st):.1f}); a whole unit (start, repetitions, stop) median "
+            f"{statistics.median(u.wall_s for u in units):.1f} s"
+        )
     phases: dict[str, list[float]] = {}
     first: list[float] = []
     for u in units:
@@ -305,18 +401,31 @@ def _startup(v: store.StoreView) -> list[str]:
         if "first_line_s" in u.startup:
             first.append(u.startup["first_line_s"])
     if phases or first:
-        lines += ["", "Where a measured start's seconds go (medians over starts, from the server log):", "",
-                  "| phase | s |", "|---|---|"]
+        lines += [
+            "",
+            "Where a measured start's seconds go (medians over starts, from the server log):",
+            "",
+            "| phase | s |",
+            "|---|---|",
+        ]
         if first:
-            lines.append(f"| launch to the server's first log line (imports, tree switch) | {statistics.median(first):.1f} |")
+            lines.append(
+                f"| launch to the server's first log line (imports, tree switch) | {statistics.median(first):.1f} |"
+            )
         for name, xs in phases.items():
             lines.append(f"| {name} | {statistics.median(xs):.1f} |")
     first_measured = next((u for u in units if u.startup.get("gaps")), None)
     if first_measured is not None:
-        lines += ["", f"Longest silences in the server log of {first_measured.arm} start {first_measured.round + 1} "
-                  "(what SGLang does not bracket, e.g. a spawned process importing):", ""]
-        lines += [f"- {g['s']:.0f} s after `{g['after'][:90]}` until `{g['before'][:90]}`"
-                  for g in first_measured.startup["gaps"]]
+        lines += [
+            "",
+            f"Longest silences in the server log of {first_measured.arm} start {first_measured.round + 1} "
+            "(what SGLang does not bracket, e.g. a spawned process importing):",
+            "",
+        ]
+        lines += [
+            f"- {g['s']:.0f} s after `{g['after'][:90]}` until `{g['before'][:90]}`"
+            for g in first_measured.startup["gaps"]
+        ]
     return lines + [""]
 
 
@@ -326,22 +435,34 @@ def _outputs(rows: list[ArmRow]) -> list[str]:
     for r in rows:
         hs = r.hashes()
         if len(hs) > 1:
-            out.append(f"- **{r.name}: batch-1 outputs differ between its own repetitions** "
-                       f"({len(hs)} distinct hashes): non-deterministic decoding; step times still reported.")
+            out.append(
+                f"- **{r.name}: batch-1 outputs differ between its own repetitions** "
+                f"({len(hs)} distinct hashes): non-deterministic decoding; step times still reported."
+            )
         if ref is not None and r is not ref and ref.hashes() and hs and hs != ref.hashes():
-            out.append(f"- **{r.name}: OUTPUT CHANGED vs {ref.name}** (batch-1 greedy hash {sorted(hs)} vs "
-                       f"{sorted(ref.hashes())}). Not averaged away: this arm changes what the model generates.")
+            out.append(
+                f"- **{r.name}: OUTPUT CHANGED vs {ref.name}** (batch-1 greedy hash {sorted(hs)} vs "
+                f"{sorted(ref.hashes())}). Not averaged away: this arm changes what the model generates."
+            )
         hc = r.hashes("hash_bc")
         if len(hc) > 1:
-            out.append(f"- {r.name}: concurrent-batch outputs vary between repetitions ({len(hc)} hashes); batch "
-                       f"composition depends on arrival timing, so this is informational only.")
+            out.append(
+                f"- {r.name}: concurrent-batch outputs vary between repetitions ({len(hc)} hashes); batch "
+                f"composition depends on arrival timing, so this is informational only."
+            )
     if not out:
         # "identical" needs outputs: a run whose starts all failed has none to compare
         measured = [r.name for r in rows if r.n_reps]
-        out = ["No repetition completed: no outputs to compare."] if not measured else [
-            "All arms produced identical batch-1 greedy outputs in every repetition." if len(measured) == len(rows)
-            else f"Identical batch-1 greedy outputs in every repetition of {', '.join(measured)}; "
-                 f"no repetition completed in {', '.join(r.name for r in rows if not r.n_reps)}."]
+        out = (
+            ["No repetition completed: no outputs to compare."]
+            if not measured
+            else [
+                "All arms produced identical batch-1 greedy outputs in every repetition."
+                if len(measured) == len(rows)
+                else f"Identical batch-1 greedy outputs in every repetition of {', '.join(measured)}; "
+                f"no repetition completed in {', '.join(r.name for r in rows if not r.n_reps)}."
+            ]
+        )
     return ["## Greedy outputs", ""] + out + [""]
 
 
@@ -355,8 +476,11 @@ def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
             lines += [f"    - `{ln}`" for ln in u.nccl_env_lines]
         lines.append("")
     if v.identity_warnings:
-        lines += ["## Identity warnings", ""] + [f"- {w.get('arm')}: {'; '.join(w.get('warnings', []))}"
-                                               for w in v.identity_warnings] + [""]
+        lines += (
+            ["## Identity warnings", ""]
+            + [f"- {w.get('arm')}: {'; '.join(w.get('warnings', []))}" for w in v.identity_warnings]
+            + [""]
+        )
     if v.failures:
         lines += ["## Failures", ""]
         for f in v.failures:
@@ -434,7 +558,9 @@ def plot(run_dir: Path) -> Path:
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
         ax.set_title("EAGLE phase p50 (ms, median over starts)")
         ax.legend()
-    fig.suptitle(f"bench {run.get('kind')} {run.get('run_id')} ({', '.join(run.get('host', {}).get('gpus', [])) or 'no GPU'})")
+    fig.suptitle(
+        f"bench {run.get('kind')} {run.get('run_id')} ({', '.join(run.get('host', {}).get('gpus', [])) or 'no GPU'})"
+    )
     fig.tight_layout()
     out = run_dir / "plot.png"
     fig.savefig(out, dpi=110)

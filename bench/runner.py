@@ -74,10 +74,16 @@ class RunConfig:
 
     def signature(self) -> str:
         """What must match for two measurements of the same arm to be pooled (across runs via --reuse)."""
-        sig = {"workload": self.workload.to_dict(), "server_args": list(self.launch.server_args),
-               "tree": self.launch.tree, "phase_timing": self.phase_timing, "env": sorted(self.env.items()),
-               "warmup_reps": self.warmup_reps, "reps_per_start": self.reps_per_start,
-               "cpu_placement": self.cpu_placement}
+        sig = {
+            "workload": self.workload.to_dict(),
+            "server_args": list(self.launch.server_args),
+            "tree": self.launch.tree,
+            "phase_timing": self.phase_timing,
+            "env": sorted(self.env.items()),
+            "warmup_reps": self.warmup_reps,
+            "reps_per_start": self.reps_per_start,
+            "cpu_placement": self.cpu_placement,
+        }
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -107,6 +113,7 @@ PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is meas
 
 def plan_differences(prev_run: dict, plan: dict) -> list[str]:
     """The plan fields of a stored run record that differ from `plan` (keys an older record lacks are skipped)."""
+
     def norm(x):
         return json.loads(json.dumps(x, sort_keys=True, default=str))
 
@@ -132,7 +139,7 @@ def nccl_env_lines(logs: list[Path], console: Path, limit: int = 64) -> list[str
             with open(path, errors="replace") as f:
                 for line in f:
                     if NCCL_ENV_MARK in line:
-                        out.append(line[line.index(NCCL_ENV_MARK):].strip())
+                        out.append(line[line.index(NCCL_ENV_MARK) :].strip())
         except OSError:
             continue
         if out:
@@ -165,8 +172,13 @@ def progress(msg: str) -> None:
 
 
 class Runner:
-    def __init__(self, cfg: RunConfig, arms: list[ArmSpec], comparisons: list[tuple[str, str, str]],
-                 extra_run_fields: dict | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        arms: list[ArmSpec],
+        comparisons: list[tuple[str, str, str]],
+        extra_run_fields: dict | None = None,
+    ):
         self.cfg = cfg
         self.arms = arms
         self.comparisons = comparisons  # (section, reference arm name, arm name)
@@ -185,58 +197,108 @@ class Runner:
         if resumed:
             cfg.run_id = prev[0]["run_id"]
             if prev[0].get("signature") != self.sig:
-                raise RunAborted(f"{cfg.store_path} was measured under another configuration "
-                                 f"(signature {prev[0].get('signature')} != {self.sig}); use a new --out")
+                raise RunAborted(
+                    f"{cfg.store_path} was measured under another configuration "
+                    f"(signature {prev[0].get('signature')} != {self.sig}); use a new --out"
+                )
             differs = plan_differences(prev[0], self.plan(extra_run_fields))
             if differs:
                 # One run dir, one plan: the report reads the first run record (arm names, alpha, min effect),
                 # so a second plan in it would print verdicts that contradict its own conclusion.
-                raise RunAborted(f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
-                                 f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
-                                 f"--reuse {cfg.store_path} --out NEW_DIR")
+                raise RunAborted(
+                    f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
+                    f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
+                    f"--reuse {cfg.store_path} --out NEW_DIR"
+                )
         else:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             (cfg.out_dir / "command.txt").write_text(
-                "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n")
+                "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n"
+            )
         self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
         if resumed:
             for u, now in self._stale(self.view()):
-                self.rec({"type": "stale", "start_id": u.start_id, "arm": u.arm, "arm_key": u.arm_key,
-                          "round": u.round, "fingerprint": u.fingerprint, "now": now})
-                progress(f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
-                         f"arm launches {now[:12]} now (a patch changed): left out, measured again")
+                self.rec(
+                    {
+                        "type": "stale",
+                        "start_id": u.start_id,
+                        "arm": u.arm,
+                        "arm_key": u.arm_key,
+                        "round": u.round,
+                        "fingerprint": u.fingerprint,
+                        "now": now,
+                    }
+                )
+                progress(
+                    f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
+                    f"arm launches {now[:12]} now (a patch changed): left out, measured again"
+                )
         else:
             self._import_reused()
         self.host = host_record()
-        run_rec = {"type": "run", "run_id": cfg.run_id, "kind": cfg.kind, "resumed": resumed,
-                   "time": datetime.now(timezone.utc).isoformat(timespec="seconds"), "argv": cfg.argv,
-                   "signature": self.sig, "host": self.host,
-                   "config": {"initial_starts": cfg.initial_starts, "max_starts": cfg.max_starts,
-                              "reps_per_start": cfg.reps_per_start, "warmup_reps": cfg.warmup_reps,
-                              "warmup_start": cfg.warmup_start, "cpu_placement": cfg.cpu_placement,
-                              "phase_timing": cfg.phase_timing, "metric": cfg.metric, "follow": cfg.follow,
-                              "confidence": cfg.confidence, "min_effect": cfg.min_effect,
-                              "workload": cfg.workload.to_dict(), "server_args": list(cfg.launch.server_args),
-                              "env": cfg.env, "tree": cfg.launch.tree, "manifest": cfg.launch.manifest,
-                              "time_budget_s": cfg.time_budget_s},
-                   "arms": [self.arm_record(a) for a in arms],
-                   "comparisons": [list(c) for c in comparisons]}
+        run_rec = {
+            "type": "run",
+            "run_id": cfg.run_id,
+            "kind": cfg.kind,
+            "resumed": resumed,
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "argv": cfg.argv,
+            "signature": self.sig,
+            "host": self.host,
+            "config": {
+                "initial_starts": cfg.initial_starts,
+                "max_starts": cfg.max_starts,
+                "reps_per_start": cfg.reps_per_start,
+                "warmup_reps": cfg.warmup_reps,
+                "warmup_start": cfg.warmup_start,
+                "cpu_placement": cfg.cpu_placement,
+                "phase_timing": cfg.phase_timing,
+                "metric": cfg.metric,
+                "follow": cfg.follow,
+                "confidence": cfg.confidence,
+                "min_effect": cfg.min_effect,
+                "workload": cfg.workload.to_dict(),
+                "server_args": list(cfg.launch.server_args),
+                "env": cfg.env,
+                "tree": cfg.launch.tree,
+                "manifest": cfg.launch.manifest,
+                "time_budget_s": cfg.time_budget_s,
+            },
+            "arms": [self.arm_record(a) for a in arms],
+            "comparisons": [list(c) for c in comparisons],
+        }
         run_rec.update(extra_run_fields or {})
         store.append(cfg.store_path, run_rec)
 
     def plan(self, extra_run_fields: dict | None) -> dict:
         """What the plan's decisions depend on, in the run record's shape (the signature covers the measurement)."""
         c = self.cfg
-        return {"kind": c.kind, "arms": [self.arm_record(a) for a in self.arms],
-                "comparisons": [list(x) for x in self.comparisons],
-                "config": {"initial_starts": c.initial_starts, "max_starts": c.max_starts, "metric": c.metric,
-                           "follow": c.follow, "confidence": c.confidence, "min_effect": c.min_effect},
-                **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA}}
+        return {
+            "kind": c.kind,
+            "arms": [self.arm_record(a) for a in self.arms],
+            "comparisons": [list(x) for x in self.comparisons],
+            "config": {
+                "initial_starts": c.initial_starts,
+                "max_starts": c.max_starts,
+                "metric": c.metric,
+                "follow": c.follow,
+                "confidence": c.confidence,
+                "min_effect": c.min_effect,
+            },
+            **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
+        }
 
     @staticmethod
     def arm_record(a: ArmSpec) -> dict:
-        return {"name": a.name, "key": a.key, "expr": a.pset.expr, "patches": list(a.pset.patches),
-                "env_profile": a.env_profile, "env": dict(a.env), "block": a.block}
+        return {
+            "name": a.name,
+            "key": a.key,
+            "expr": a.pset.expr,
+            "patches": list(a.pset.patches),
+            "env_profile": a.env_profile,
+            "env": dict(a.env),
+            "block": a.block,
+        }
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
@@ -257,8 +319,10 @@ class Runner:
             rounds: dict[str, int] = {}
             stale = {u.start_id for u, _ in self._stale(v)}
             if stale:
-                progress(f"not reusing {len(stale)} start(s) from {path}: their patches changed since (another "
-                         f"fingerprint than the arm launches now)")
+                progress(
+                    f"not reusing {len(stale)} start(s) from {path}: their patches changed since (another "
+                    f"fingerprint than the arm launches now)"
+                )
             for u in sorted(v.units.values(), key=lambda u: (u.arm_key, u.round)):
                 if u.start_id not in seen and u.start_id not in stale:
                     seen.add(u.start_id)
@@ -267,8 +331,16 @@ class Runner:
             n = 0
             for r in recs:
                 if r.get("type") in ("start", "rep", "unit_done") and r.get("start_id") in rounds:
-                    store.append(self.cfg.store_path, {**r, "round": rounds[r["start_id"]], "run_id": "reused",
-                                                       "signature": self.sig, "reused_from": str(path)})
+                    store.append(
+                        self.cfg.store_path,
+                        {
+                            **r,
+                            "round": rounds[r["start_id"]],
+                            "run_id": "reused",
+                            "signature": self.sig,
+                            "reused_from": str(path),
+                        },
+                    )
                     n += r.get("type") == "unit_done"
             progress(f"reused {n} completed server start(s) from {path}")
 
@@ -323,8 +395,10 @@ class Runner:
         walls = here or [u.wall_s for u in units.values() if u.wall_s]
         need = max(walls) if walls else 0.0
         if self.elapsed() + need > self.cfg.time_budget_s:
-            raise BudgetExhausted(f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
-                                  f"the next start ({arm.name}) needs ~{need:.0f}s")
+            raise BudgetExhausted(
+                f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
+                f"the next start ({arm.name}) needs ~{need:.0f}s"
+            )
 
     def warmup(self, arm: ArmSpec) -> None:
         """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured."""
@@ -347,8 +421,18 @@ class Runner:
         try:
             srv = launcher.start(self.cfg.launch, arm, self.server_env(arm), console)
         except launcher.LaunchError as e:
-            self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "launch",
-                      "warmup_start": warmup, "error": str(e).splitlines()[0], "log_tail": str(e)[-4000:]})
+            self.rec(
+                {
+                    "type": "failure",
+                    "arm": arm.name,
+                    "arm_key": arm.key,
+                    "round": rnd,
+                    "stage": "launch",
+                    "warmup_start": warmup,
+                    "error": str(e).splitlines()[0],
+                    "log_tail": str(e)[-4000:],
+                }
+            )
             raise RunAborted(f"arm {arm.name}: {e}") from e
         ready_at = time.time()
         reps: list[RepMetrics] = []
@@ -360,12 +444,27 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - recorded, and the first rep will fail loudly if it persists
                 info_version, overlay = None, {"error": repr(e)}
             placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid())
-            self.rec({"type": "start", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
-                      "warmup_start": warmup, "patches": list(arm.pset.patches), "fingerprint": srv.fingerprint,
-                      "url": srv.url, "server_log": srv.log, "console_log": str(console),
-                      "startup_s": round(srv.startup_s, 2), "server_version": info_version, "overlay": overlay,
-                      "cmd": srv.cmd, "placement": placed,
-                      "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {}})
+            self.rec(
+                {
+                    "type": "start",
+                    "start_id": sid,
+                    "arm": arm.name,
+                    "arm_key": arm.key,
+                    "round": rnd,
+                    "warmup_start": warmup,
+                    "patches": list(arm.pset.patches),
+                    "fingerprint": srv.fingerprint,
+                    "url": srv.url,
+                    "server_log": srv.log,
+                    "console_log": str(console),
+                    "startup_s": round(srv.startup_s, 2),
+                    "server_version": info_version,
+                    "overlay": overlay,
+                    "cmd": srv.cmd,
+                    "placement": placed,
+                    "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {},
+                }
+            )
             warnings = identity_warnings(overlay, srv.fingerprint, arm.pset.patches)
             if warnings and not warmup:
                 self.rec({"type": "identity_warning", "start_id": sid, "arm": arm.name, "warnings": warnings})
@@ -375,14 +474,35 @@ class Runner:
             for i in range(max(total, 1)):
                 warm = warmup or i < self.cfg.warmup_reps
                 m = run_rep(srv.url, self.cfg.workload)
-                self.rec({"type": "rep", "start_id": sid, "arm": arm.name, "arm_key": arm.key, "round": rnd,
-                          "rep": i - self.cfg.warmup_reps, "warmup": warm, "metrics": m.to_dict()})
+                self.rec(
+                    {
+                        "type": "rep",
+                        "start_id": sid,
+                        "arm": arm.name,
+                        "arm_key": arm.key,
+                        "round": rnd,
+                        "rep": i - self.cfg.warmup_reps,
+                        "warmup": warm,
+                        "metrics": m.to_dict(),
+                    }
+                )
                 if not warm:
                     self._check_rep(arm, m)
                     reps.append(m)
         except (WorkloadError, OSError) as e:
-            self.rec({"type": "failure", "arm": arm.name, "arm_key": arm.key, "round": rnd, "stage": "workload",
-                      "warmup_start": warmup, "start_id": sid, "error": str(e), "log_tail": srv.tail_text()[-4000:]})
+            self.rec(
+                {
+                    "type": "failure",
+                    "arm": arm.name,
+                    "arm_key": arm.key,
+                    "round": rnd,
+                    "stage": "workload",
+                    "warmup_start": warmup,
+                    "start_id": sid,
+                    "error": str(e),
+                    "log_tail": srv.tail_text()[-4000:],
+                }
+            )
             self._stop(srv)
             raise RunAborted(f"arm {arm.name} start {rnd + 1}: {e}") from e
         except BaseException:
@@ -390,9 +510,19 @@ class Runner:
             raise
         rc = self._stop(srv)
         wall = time.monotonic() - t0
-        self.rec({"type": "unit_done", "start_id": sid, "arm_key": arm.key, "round": rnd, "n_reps": len(reps),
-                  "wall_s": round(wall, 2), "launcher_rc": rc, "warmup_start": warmup,
-                  "nccl_env_lines": nccl_env_lines([Path(srv.log)] if srv.log else [], console)})
+        self.rec(
+            {
+                "type": "unit_done",
+                "start_id": sid,
+                "arm_key": arm.key,
+                "round": rnd,
+                "n_reps": len(reps),
+                "wall_s": round(wall, 2),
+                "launcher_rc": rc,
+                "warmup_start": warmup,
+                "nccl_env_lines": nccl_env_lines([Path(srv.log)] if srv.log else [], console),
+            }
+        )
         self._progress_line(arm, rnd, srv.startup_s, wall, label, warmup)
         return reps
 
@@ -405,23 +535,28 @@ class Runner:
     def _check_rep(self, arm: ArmSpec, m: RepMetrics) -> None:
         value = getattr(m, self.cfg.metric, None)
         if self.cfg.metric.startswith("eagle_") and value is None:
-            raise WorkloadError(f"metric {self.cfg.metric} missing for arm {arm.name}: the set needs "
-                                f"eagle_profiling, the server SGLANG_EAGLE_PHASE_TIMING=1 (not --no-phase-timing) "
-                                f"and an EAGLE speculative algorithm")
+            raise WorkloadError(
+                f"metric {self.cfg.metric} missing for arm {arm.name}: the set needs "
+                f"eagle_profiling, the server SGLANG_EAGLE_PHASE_TIMING=1 (not --no-phase-timing) "
+                f"and an EAGLE speculative algorithm"
+            )
         if m.n_steps_b1 == 0 and self.cfg.metric.endswith("_b1"):
             raise WorkloadError(
                 f"no step-time entry for batch 1 in the b1 phase: {self.cfg.workload.b1_requests} requests x "
                 f"{self.cfg.workload.max_new_tokens} tokens are fewer steps than the server's "
-                f"--decode-log-interval (default 40); raise --max-new-tokens or pass --decode-log-interval 8")
+                f"--decode-log-interval (default 40); raise --max-new-tokens or pass --decode-log-interval 8"
+            )
 
     def _progress_line(self, arm: ArmSpec, rnd: int, startup_s: float, wall: float, label: str, warmup: bool) -> None:
         if warmup:
             progress(f"{label} done: start {startup_s:.0f}s, unit {wall:.0f}s (not measured)")
             return
         meds = StoreLab.start_medians(self.view().units_of(arm.key), self.cfg.metric)
-        progress(f"{label} arm {arm.name} start {rnd + 1} done: start {startup_s:.0f}s, unit {wall:.0f}s | "
-                 f"{self.cfg.metric} start medians {', '.join(f'{x:.4g}' for x in meds)} "
-                 f"(start-to-start cv {cv(meds) * 100:.1f}%) | elapsed {self.elapsed():.0f}s")
+        progress(
+            f"{label} arm {arm.name} start {rnd + 1} done: start {startup_s:.0f}s, unit {wall:.0f}s | "
+            f"{self.cfg.metric} start medians {', '.join(f'{x:.4g}' for x in meds)} "
+            f"(start-to-start cv {cv(meds) * 100:.1f}%) | elapsed {self.elapsed():.0f}s"
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t_start
@@ -472,4 +607,3 @@ class StoreLab:
 
     def note(self, record: dict) -> None:
         self.runner.rec(record)
-

@@ -9,6 +9,7 @@ Syntax (patch names are [a-z][a-z0-9_]*, so '+', '-' and ',' cannot occur in the
 A term after '+'/'-' may itself be a preset (its members are added/removed). The result is closed over
 `requires` and put in manifest order (Manifest.closure), which is what `apply.py launch --patches` applies.
 """
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,12 @@ class Catalog:
         except Exception as e:  # ManifestError and friends: one clear line, not a traceback
             hint = getattr(e, "hint", None)
             raise SetError(f"{e}" + (f" ({hint})" if hint else "")) from e
-        return cls(names=m.names, presets=dict(m.presets),
-                   applies_change={p.name: p.applies_change for p in m.patches}, manifest=m)
+        return cls(
+            names=m.names,
+            presets=dict(m.presets),
+            applies_change={p.name: p.applies_change for p in m.patches},
+            manifest=m,
+        )
 
     def closure(self, names) -> tuple[str, ...]:
         """`names` plus what they require, in manifest order: the manifest's own closure (conflicts refused)."""
@@ -77,8 +82,10 @@ class Catalog:
 
             close = difflib.get_close_matches(name, list(self.names) + list(self.presets), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SetError(f"unknown patch {name!r}{hint}; patches: {', '.join(self.names) or '(none)'}; "
-                           f"presets: {', '.join(sorted(self.presets)) or '(none)'}")
+            raise SetError(
+                f"unknown patch {name!r}{hint}; patches: {', '.join(self.names) or '(none)'}; "
+                f"presets: {', '.join(sorted(self.presets)) or '(none)'}"
+            )
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,5 @@ def resolve(catalog: Catalog, expr: str) -> PatchSet:
     removed_back = [p for p in patches if p in removed]
     if removed_back:
         # A removed patch that another member requires comes back through the closure: say so, don't hide it.
-        raise SetError(f"{expr!r}: {', '.join(removed_back)} is required by a member of the set "
-                       f"and cannot be left out")
+        raise SetError(f"{expr!r}: {', '.join(removed_back)} is required by a member of the set and cannot be left out")
     return PatchSet(expr, patches)

@@ -45,8 +45,17 @@ class Plant:
 
 def host_slowdown(patch: str, rel: float, phase: str = "eagle_verify_ms_b1") -> Plant:
     """A host-side delay in one phase: the step, that phase and tok/s all move."""
-    return Plant(frozenset({patch}), {"step_ms_b1": 1 + rel, "step_ms_bc": 1 + rel * 0.8, "eagle_step_ms_b1": 1 + rel,
-                                      phase: 1 + rel * 3, "tok_s_b1": 1 / (1 + rel), "tok_s_bc": 1 / (1 + rel * 0.8)})
+    return Plant(
+        frozenset({patch}),
+        {
+            "step_ms_b1": 1 + rel,
+            "step_ms_bc": 1 + rel * 0.8,
+            "eagle_step_ms_b1": 1 + rel,
+            phase: 1 + rel * 3,
+            "tok_s_b1": 1 / (1 + rel),
+            "tok_s_bc": 1 / (1 + rel * 0.8),
+        },
+    )
 
 
 def gpu_hidden(patch: str, rel: float) -> Plant:
@@ -141,8 +150,14 @@ def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, setti
     out = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "starts": []}
     for t in range(trials):
         lab = SimLab(world_of(t), seed=t)
-        res = run_bisect(lab, sim_arm("good", good_p), sim_arm("bad", good_p + tuple(cands)),
-                         lambda patches, role: sim_arm(role, patches), lambda name: set(), settings)
+        res = run_bisect(
+            lab,
+            sim_arm("good", good_p),
+            sim_arm("bad", good_p + tuple(cands)),
+            lambda patches, role: sim_arm(role, patches),
+            lambda name: set(),
+            settings,
+        )
         named = res["culprit"]
         if named is None:
             out["none"] += 1
@@ -167,10 +182,14 @@ def _cli(a) -> int:
         return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift)
 
     r = bisect_rates(world, a.candidates, culprit, a.trials, settings)
-    print(f"bisect over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% "
-          f"(start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
-          f"shift {a.bimodal_shift * 100:+.0f}%), {a.trials} trials:")
-    print(f"  right culprit {r['right']} ({r['right'] / a.trials:.1%}), wrong culprit {r['wrong']} "
-          f"({r['wrong'] / a.trials:.1%}), none named {r['none']} ({r['none'] / a.trials:.1%}); "
-          f"median server starts {r['median_starts']:.0f} (max {max(r['starts'])})")
+    print(
+        f"bisect over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% "
+        f"(start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
+        f"shift {a.bimodal_shift * 100:+.0f}%), {a.trials} trials:"
+    )
+    print(
+        f"  right culprit {r['right']} ({r['right'] / a.trials:.1%}), wrong culprit {r['wrong']} "
+        f"({r['wrong'] / a.trials:.1%}), none named {r['none']} ({r['none'] / a.trials:.1%}); "
+        f"median server starts {r['median_starts']:.0f} (max {max(r['starts'])})"
+    )
     return 0

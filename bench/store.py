@@ -15,6 +15,7 @@ Record types (field "type"):
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
 statistics; --resume re-runs that unit.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,11 +105,19 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             continue
         if signature is not None and sig_of_run.get(s.get("run_id"), s.get("signature")) != signature:
             continue
-        u = Unit(arm_key=s["arm_key"], round=s["round"], start_id=sid, arm=s["arm"],
-                 fingerprint=s.get("fingerprint", ""), reps=[x["metrics"] for x in reps[sid]],
-                 wall_s=d.get("wall_s", 0.0), startup_s=s.get("startup_s", 0.0),
-                 nccl_env_lines=d.get("nccl_env_lines") or [], startup=s.get("startup") or {},
-                 placement=s.get("placement") or {})
+        u = Unit(
+            arm_key=s["arm_key"],
+            round=s["round"],
+            start_id=sid,
+            arm=s["arm"],
+            fingerprint=s.get("fingerprint", ""),
+            reps=[x["metrics"] for x in reps[sid]],
+            wall_s=d.get("wall_s", 0.0),
+            startup_s=s.get("startup_s", 0.0),
+            nccl_env_lines=d.get("nccl_env_lines") or [],
+            startup=s.get("startup") or {},
+            placement=s.get("placement") or {},
+        )
         if s.get("warmup_start"):
             warm.append(u)
         else:
@@ -119,8 +128,13 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     for r in runs[:1] + [r for r in records if r.get("type") == "arm"]:
         for a in r.get("arms", [r] if r.get("type") == "arm" else []):
             arms.setdefault(a["key"], a)
-    return StoreView(runs=runs, units=units,
-                     failures=[r for r in records if r.get("type") == "failure"],
-                     conclusions=[r for r in records if r.get("type") == "conclusion"], partial_reps=partial,
-                     identity_warnings=[r for r in records if r.get("type") == "identity_warning"],
-                     warmup_units=warm, arms=list(arms.values()))
+    return StoreView(
+        runs=runs,
+        units=units,
+        failures=[r for r in records if r.get("type") == "failure"],
+        conclusions=[r for r in records if r.get("type") == "conclusion"],
+        partial_reps=partial,
+        identity_warnings=[r for r in records if r.get("type") == "identity_warning"],
+        warmup_units=warm,
+        arms=list(arms.values()),
+    )

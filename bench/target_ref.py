@@ -11,6 +11,7 @@ prefill; decode's absorbed form is the same arithmetic. Aux hidden states are ca
 them for EAGLE-3: the residual stream at a layer's input, in layer order, and with the deepseek_v2 patch id
 num_hidden_layers = the last layer's output before the final norm.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,10 +30,24 @@ class ConfigProblem(ValueError):
     """A model config this reference cannot mirror: the message names the key and the fix."""
 
 
-_REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "q_lora_rank",
-             "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "intermediate_size",
-             "moe_intermediate_size", "n_routed_experts", "num_experts_per_tok", "n_shared_experts",
-             "first_k_dense_replace", "routed_scaling_factor")
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "n_shared_experts",
+    "first_k_dense_replace",
+    "routed_scaling_factor",
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,9 @@ class TargetArch:
     def from_config(cls, cfg: dict) -> "TargetArch":
         missing = [k for k in _REQUIRED if cfg.get(k) is None]
         if missing:
-            raise ConfigProblem(f"missing or null {', '.join(missing)} (write the dir with `python -m bench tinymodel`)")
+            raise ConfigProblem(
+                f"missing or null {', '.join(missing)} (write the dir with `python -m bench tinymodel`)"
+            )
         if cfg.get("scoring_func", "softmax") != "sigmoid" or cfg.get("topk_method") != "noaux_tc":
             raise ConfigProblem("scoring_func must be sigmoid and topk_method noaux_tc (Kimi-K2/DeepSeek-V3 routing)")
         if cfg.get("rope_scaling"):
@@ -73,16 +90,31 @@ class TargetArch:
         if cfg.get("hidden_act", "silu") != "silu" or cfg.get("tie_word_embeddings"):
             raise ConfigProblem("hidden_act must be silu and tie_word_embeddings false")
         theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
-        return cls(vocab=cfg["vocab_size"], hidden=cfg["hidden_size"], layers=cfg["num_hidden_layers"],
-                   heads=cfg["num_attention_heads"], q_lora=cfg["q_lora_rank"], kv_lora=cfg["kv_lora_rank"],
-                   rope_dim=cfg["qk_rope_head_dim"], nope_dim=cfg["qk_nope_head_dim"], v_dim=cfg["v_head_dim"],
-                   inter=cfg["intermediate_size"], moe_inter=cfg["moe_intermediate_size"],
-                   experts=cfg["n_routed_experts"], topk=cfg["num_experts_per_tok"], shared=cfg["n_shared_experts"],
-                   first_dense=cfg["first_k_dense_replace"], moe_freq=cfg.get("moe_layer_freq", 1),
-                   n_group=cfg.get("n_group", 1), topk_group=cfg.get("topk_group", 1),
-                   scaling=float(cfg["routed_scaling_factor"]), norm_topk=bool(cfg.get("norm_topk_prob", True)),
-                   eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
-                   max_pos=int(cfg.get("max_position_embeddings", 4096)))
+        return cls(
+            vocab=cfg["vocab_size"],
+            hidden=cfg["hidden_size"],
+            layers=cfg["num_hidden_layers"],
+            heads=cfg["num_attention_heads"],
+            q_lora=cfg["q_lora_rank"],
+            kv_lora=cfg["kv_lora_rank"],
+            rope_dim=cfg["qk_rope_head_dim"],
+            nope_dim=cfg["qk_nope_head_dim"],
+            v_dim=cfg["v_head_dim"],
+            inter=cfg["intermediate_size"],
+            moe_inter=cfg["moe_intermediate_size"],
+            experts=cfg["n_routed_experts"],
+            topk=cfg["num_experts_per_tok"],
+            shared=cfg["n_shared_experts"],
+            first_dense=cfg["first_k_dense_replace"],
+            moe_freq=cfg.get("moe_layer_freq", 1),
+            n_group=cfg.get("n_group", 1),
+            topk_group=cfg.get("topk_group", 1),
+            scaling=float(cfg["routed_scaling_factor"]),
+            norm_topk=bool(cfg.get("norm_topk_prob", True)),
+            eps=float(cfg.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            max_pos=int(cfg.get("max_position_embeddings", 4096)),
+        )
 
     @property
     def vocab_padded(self) -> int:
@@ -95,10 +127,14 @@ class TargetArch:
         """name -> (shape, dtype), SGLang's state_dict order."""
         qk = self.nope_dim + self.rope_dim
         out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {
-            "model.embed_tokens.weight": ((self.vocab_padded, self.hidden), dtype)}
+            "model.embed_tokens.weight": ((self.vocab_padded, self.hidden), dtype)
+        }
         for i in range(self.layers):
             p = f"model.layers.{i}."
-            out[p + "self_attn.fused_qkv_a_proj_with_mqa.weight"] = ((self.q_lora + self.kv_lora + self.rope_dim, self.hidden), dtype)
+            out[p + "self_attn.fused_qkv_a_proj_with_mqa.weight"] = (
+                (self.q_lora + self.kv_lora + self.rope_dim, self.hidden),
+                dtype,
+            )
             out[p + "self_attn.q_a_layernorm.weight"] = ((self.q_lora,), dtype)
             out[p + "self_attn.q_b_proj.weight"] = ((self.heads * qk, self.q_lora), dtype)
             out[p + "self_attn.kv_b_proj.weight"] = ((self.heads * (self.nope_dim + self.v_dim), self.kv_lora), dtype)
@@ -210,7 +246,8 @@ class TargetRef:
         a, p = self.arch, f"model.layers.{i}.self_attn."
         b, t, _ = x.shape
         q_a, kv_a, k_pe = F.linear(x, self.w[p + "fused_qkv_a_proj_with_mqa.weight"]).split(
-            [a.q_lora, a.kv_lora, a.rope_dim], dim=-1)
+            [a.q_lora, a.kv_lora, a.rope_dim], dim=-1
+        )
         q = F.linear(rms_norm(q_a, self.w[p + "q_a_layernorm.weight"], a.eps), self.w[p + "q_b_proj.weight"])
         q = q.view(b, t, a.heads, a.nope_dim + a.rope_dim)
         q_nope, q_pe = q.split([a.nope_dim, a.rope_dim], dim=-1)
@@ -224,8 +261,9 @@ class TargetRef:
         k = torch.cat([k_nope, k_pe], dim=-1)
         cache.write(i, positions, k, v)
         mask = torch.arange(cache.length, device=x.device)[None, None, :] <= positions[:, :, None]
-        out = F.scaled_dot_product_attention(q, cache.k[i], cache.v[i], attn_mask=mask[:, None],
-                                             scale=(a.nope_dim + a.rope_dim) ** -0.5)
+        out = F.scaled_dot_product_attention(
+            q, cache.k[i], cache.v[i], attn_mask=mask[:, None], scale=(a.nope_dim + a.rope_dim) ** -0.5
+        )
         return F.linear(out.transpose(1, 2).reshape(b, t, a.heads * a.v_dim), self.w[p + "o_proj.weight"])
 
     @staticmethod
@@ -262,18 +300,20 @@ class TargetRef:
         w13, w2, start = self.w[p + "experts.w13_weight"], self.w[p + "experts.w2_weight"], 0
         for e, c in enumerate(counts):
             if c:
-                sel = order[start:start + c]
-                y = self._swiglu(x[tokens[start:start + c]], w13[e], w2[e])
-                out.index_add_(0, tokens[start:start + c], y.float() * weights.reshape(-1)[sel, None])
+                sel = order[start : start + c]
+                y = self._swiglu(x[tokens[start : start + c]], w13[e], w2[e])
+                out.index_add_(0, tokens[start : start + c], y.float() * weights.reshape(-1)[sel, None])
                 start += c
         out = out.to(x.dtype)
         if a.shared:
-            out = out + self._swiglu(x, self.w[p + "shared_experts.gate_up_proj.weight"],
-                                     self.w[p + "shared_experts.down_proj.weight"])
+            out = out + self._swiglu(
+                x, self.w[p + "shared_experts.gate_up_proj.weight"], self.w[p + "shared_experts.down_proj.weight"]
+            )
         return out.reshape(shape)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, capture: list[int] = (),
-                logits: str = "last"):
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, capture: list[int] = (), logits: str = "last"
+    ):
         """ids, positions [B, T]. Returns (logits or None, aux [B, T, len(capture) * hidden] or None).
 
         logits: "last" (the last position of each row), "all", or "none"."""
@@ -288,8 +328,9 @@ class TargetRef:
                 x, residual = rms_norm(h, self.w[pre + "input_layernorm.weight"], a.eps, residual)
             if i in capture:
                 aux.append(residual)
-            x, residual = rms_norm(self._attn(i, x, positions, cache), self.w[pre + "post_attention_layernorm.weight"],
-                                   a.eps, residual)
+            x, residual = rms_norm(
+                self._attn(i, x, positions, cache), self.w[pre + "post_attention_layernorm.weight"], a.eps, residual
+            )
             if a.is_moe(i):
                 h = self._moe(i, x)
             else:
@@ -303,7 +344,7 @@ class TargetRef:
         if logits == "last":
             x = x[:, -1]
         # the logits processor drops the padded rows' logits
-        return F.linear(x, self.w["lm_head.weight"][:a.vocab]).float(), aux_out
+        return F.linear(x, self.w["lm_head.weight"][: a.vocab]).float(), aux_out
 
 
 @torch.no_grad()
@@ -316,7 +357,7 @@ def greedy(target: TargetRef, prompts: list[list[int]], new_tokens: int) -> list
     dev = target.device
     ids = torch.zeros(b, width, dtype=torch.long, device=dev)
     for r, p in enumerate(prompts):
-        ids[r, :len(p)] = torch.tensor(p, device=dev)
+        ids[r, : len(p)] = torch.tensor(p, device=dev)
     cache = target.new_cache(b, width + new_tokens)
     pos = torch.arange(width, device=dev).expand(b, width)
     logits, _ = target.forward(ids, pos, cache, logits="all")
@@ -340,12 +381,12 @@ def features(target: TargetRef, seqs: list[list[int]], capture: list[int]) -> tu
     ids = torch.zeros(b, width, dtype=torch.long, device=dev)
     nxt = torch.full((b, width), -1, dtype=torch.long, device=dev)
     for r, s in enumerate(seqs):
-        ids[r, :len(s)] = torch.tensor(s, device=dev)
+        ids[r, : len(s)] = torch.tensor(s, device=dev)
     pos = torch.arange(width, device=dev).expand(b, width)
     logits, aux = target.forward(ids, pos, target.new_cache(b, width), capture, logits="all")
     pred = logits.argmax(-1)
     for r, s in enumerate(seqs):
-        nxt[r, :len(s)] = pred[r, :len(s)]
+        nxt[r, : len(s)] = pred[r, : len(s)]
     return aux, nxt
 
 

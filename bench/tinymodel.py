@@ -18,6 +18,7 @@ Layout written:
   OUT/draft_edge/, draft_final/, draft_bad/  the draft at the edges deepseek_v2 and llama_eagle3 open (see
                         draft_variants(); bench/gpu_runs.sh steps `edge` and `before`)
 """
+
 from __future__ import annotations
 
 import json
@@ -145,8 +146,14 @@ DRAFT_HEAD_DIM = 128
 
 PROFILES: dict[str, dict] = {
     "tiny": {},
-    "kimi-width": {"layers": 7, "hidden": 7168, "heads": 64, "routed_experts": 64, "experts_per_tok": 8,
-                   "moe_intermediate": 2048},
+    "kimi-width": {
+        "layers": 7,
+        "hidden": 7168,
+        "heads": 64,
+        "routed_experts": 64,
+        "experts_per_tok": 8,
+        "moe_intermediate": 2048,
+    },
 }
 
 
@@ -184,8 +191,11 @@ def draft_variants(s: TinyModelSpec) -> dict[str, dict]:
       draft_bad    ids [0, mid, L + 1]: the patched set refuses it at load (out of range)
     """
     mid, last = (s.layers - 1) // 2, s.layers
-    table = {"draft_edge": ([0, mid, last], False), "draft_final": ([0, mid, last], True),
-             "draft_bad": ([0, mid, last + 1], True)}
+    table = {
+        "draft_edge": ([0, mid, last], False),
+        "draft_final": ([0, mid, last], True),
+        "draft_bad": ([0, mid, last + 1], True),
+    }
     out = {}
     for name, (ids, keep_vocab) in table.items():
         cfg = draft_config(s)
@@ -229,9 +239,13 @@ def build_tokenizer(vocab: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=min(vocab, 4096), min_frequency=2,
-                                  special_tokens=[BOS, EOS, PAD],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=min(vocab, 4096),
+        min_frequency=2,
+        special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     missing = vocab - tok.get_vocab_size()
     if missing < 0:
@@ -244,15 +258,26 @@ def build_tokenizer(vocab: int):
 
 def _tokenizer_files(d: Path, tok) -> None:
     tok.save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": BOS, "eos_token": EOS, "pad_token": PAD, "unk_token": None,
-        "add_bos_token": False, "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": 4096,
-    }, indent=2) + "\n")
-    (d / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n")
+    (d / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": BOS,
+                "eos_token": EOS,
+                "pad_token": PAD,
+                "unk_token": None,
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": 4096,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (d / "special_tokens_map.json").write_text(
+        json.dumps({"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2) + "\n"
+    )
 
 
 def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
@@ -268,17 +293,24 @@ def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         (d / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
         _tokenizer_files(d, tok)
-    (out / "tinymodel.json").write_text(json.dumps(
-        {"spec": asdict(spec), "aux_ids": spec.aux_ids(), "paths": {k: str(v) for k, v in paths.items()}},
-        indent=2) + "\n")
+    (out / "tinymodel.json").write_text(
+        json.dumps(
+            {"spec": asdict(spec), "aux_ids": spec.aux_ids(), "paths": {k: str(v) for k, v in paths.items()}}, indent=2
+        )
+        + "\n"
+    )
     return paths
 
 
 def add_cli(sub) -> None:
     p = sub.add_parser("tinymodel", help="write a tiny DeepSeek-V3/Kimi target + EAGLE-3 draft model dir")
     p.add_argument("out", type=Path, help="output dir (target/ and draft/ are created inside)")
-    p.add_argument("--profile", choices=sorted(PROFILES), default="tiny",
-                   help="tiny (host-bound) or kimi-width (Kimi-K2's width, 7 layers, GPU-bound)")
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="tiny",
+        help="tiny (host-bound) or kimi-width (Kimi-K2's width, 7 layers, GPU-bound)",
+    )
     p.add_argument("--layers", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -297,12 +329,22 @@ def spec_for(profile: str, **overrides) -> TinyModelSpec:
 
 
 def _cli(a) -> int:
-    spec = spec_for(a.profile, layers=a.layers, hidden=a.hidden, heads=a.heads, routed_experts=a.experts,
-                    experts_per_tok=a.topk, moe_intermediate=a.moe_intermediate, vocab=a.vocab,
-                    draft_aux_layer_ids=tuple(int(x) for x in a.aux_ids.split(",")) if a.aux_ids else None)
+    spec = spec_for(
+        a.profile,
+        layers=a.layers,
+        hidden=a.hidden,
+        heads=a.heads,
+        routed_experts=a.experts,
+        experts_per_tok=a.topk,
+        moe_intermediate=a.moe_intermediate,
+        vocab=a.vocab,
+        draft_aux_layer_ids=tuple(int(x) for x in a.aux_ids.split(",")) if a.aux_ids else None,
+    )
     paths = write_model_dirs(a.out, spec)
     print(f"target: {paths['target']}\ndraft:  {paths['draft']}\naux ids: {spec.aux_ids()}")
-    print("launch args: --model-path {t} --load-format dummy --speculative-algorithm EAGLE3 "
-          "--speculative-draft-model-path {d} --speculative-draft-load-format dummy --speculative-num-steps 3 "
-          "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4".format(t=paths["target"], d=paths["draft"]))
+    print(
+        "launch args: --model-path {t} --load-format dummy --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path {d} --speculative-draft-load-format dummy --speculative-num-steps 3 "
+        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4".format(t=paths["target"], d=paths["draft"])
+    )
     return 0

@@ -14,6 +14,7 @@ draft's), model.safetensors (SGLang's LlamaForCausalLMEagle3 names, bf16), token
 written beside and renamed into place, so a kill leaves the old dir or the new one. Serve it with
 `--speculative-draft-model-path DIR --speculative-draft-load-format safetensors`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -90,8 +91,10 @@ def load_archs(model_dir: Path, draft: str = "draft"):
 
     layers = capture_layers(list(da.aux_ids))
     if len(set(layers)) != len(layers) or any(not 0 <= i <= ta.layers for i in layers):
-        raise DraftInputError(f"{dpath}: eagle_config.eagle_aux_hidden_state_layer_ids {list(da.aux_ids)} must be "
-                              f"distinct ids in 0..{ta.layers} (num_hidden_layers of the target)")
+        raise DraftInputError(
+            f"{dpath}: eagle_config.eagle_aux_hidden_state_layer_ids {list(da.aux_ids)} must be "
+            f"distinct ids in 0..{ta.layers} (num_hidden_layers of the target)"
+        )
     return tcfg, dcfg, ta, da
 
 
@@ -117,8 +120,10 @@ def _tokenizer(model_dir: Path):
     try:
         return AutoTokenizer.from_pretrained(model_dir / "target")
     except (OSError, ValueError) as e:
-        raise DraftInputError(f"{model_dir / 'target'}: no usable tokenizer ({str(e).splitlines()[0]})",
-                              hint="rewrite the dir with `python -m bench tinymodel DIR`") from None
+        raise DraftInputError(
+            f"{model_dir / 'target'}: no usable tokenizer ({str(e).splitlines()[0]})",
+            hint="rewrite the dir with `python -m bench tinymodel DIR`",
+        ) from None
 
 
 @dataclass
@@ -137,21 +142,21 @@ def make_data(target, prompts: list[list[int]], new_tokens: int, capture: list[i
 
     seqs: list[list[int]] = []
     for s in range(0, len(prompts), gen_batch):
-        seqs += greedy(target, prompts[s:s + gen_batch], new_tokens)
+        seqs += greedy(target, prompts[s : s + gen_batch], new_tokens)
     width = max(len(x) for x in seqs)
     dev = target.device
     tokens = torch.zeros(len(seqs), width, dtype=torch.long, device=dev)
     nxt = torch.full((len(seqs), width), -1, dtype=torch.long, device=dev)
     aux = None
     for s in range(0, len(seqs), gen_batch):
-        chunk = seqs[s:s + gen_batch]
+        chunk = seqs[s : s + gen_batch]
         a, n = features(target, chunk, capture)
         if aux is None:
             aux = torch.zeros(len(seqs), width, a.shape[-1], dtype=a.dtype, device=dev)
-        aux[s:s + len(chunk), :a.shape[1]] = a
-        nxt[s:s + len(chunk), :n.shape[1]] = n
+        aux[s : s + len(chunk), : a.shape[1]] = a
+        nxt[s : s + len(chunk), : n.shape[1]] = n
         for r, x in enumerate(chunk):
-            tokens[s + r, :len(x)] = torch.tensor(x, device=dev)
+            tokens[s + r, : len(x)] = torch.tensor(x, device=dev)
     return Data(tokens, nxt, aux, [len(x) for x in seqs], [len(p) for p in prompts])
 
 
@@ -182,21 +187,22 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda")
     per_epoch = max(1, math.ceil(len(rows) / opts.batch))
     total, warm = opts.epochs * per_epoch, min(50, opts.epochs * per_epoch // 10 + 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
-        0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / total)))))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / total))))
+    )
     g = torch.Generator().manual_seed(opts.seed)
     t0, history = time.monotonic(), []
     for epoch in range(opts.epochs):
         order = [rows[i] for i in torch.randperm(len(rows), generator=g).tolist()]
         losses, correct, counted = [], [0] * opts.steps, [0] * opts.steps
         for s in range(0, len(order), opts.batch):
-            aux, tokens, labels = _batch(data, order[s:s + opts.batch], opts.steps)
+            aux, tokens, labels = _batch(data, order[s : s + opts.batch], opts.steps)
             with _autocast(device):
                 logits = draft(aux, tokens)
             loss = 0.0
             for k, (lg, lab) in enumerate(zip(logits, labels)):
                 valid = lab >= 0
-                loss = loss + 0.8 ** k * F.cross_entropy(lg[valid], lab[valid])
+                loss = loss + 0.8**k * F.cross_entropy(lg[valid], lab[valid])
                 correct[k] += int((lg[valid].argmax(-1) == lab[valid]).sum())
                 counted[k] += int(valid.sum())
             opt.zero_grad(set_to_none=True)
@@ -205,8 +211,12 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
             opt.step()
             sched.step()
             losses.append(float(loss.detach()))
-        rec = {"epoch": epoch + 1, "loss": sum(losses) / len(losses), "seconds": round(time.monotonic() - t0, 1),
-               "step_accuracy": [round(c / max(1, n), 4) for c, n in zip(correct, counted)]}
+        rec = {
+            "epoch": epoch + 1,
+            "loss": sum(losses) / len(losses),
+            "seconds": round(time.monotonic() - t0, 1),
+            "step_accuracy": [round(c / max(1, n), 4) for c, n in zip(correct, counted)],
+        }
         history.append(rec)
         log(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, step accuracy {rec['step_accuracy']}, {rec['seconds']} s")
         if time.monotonic() - t0 > opts.train_seconds:
@@ -228,7 +238,7 @@ def evaluate(draft, data: Data, rows: list[int], steps: int, new_tokens: int, de
     per_row = []
     with torch.no_grad():
         for s in range(0, len(rows), 16):
-            chunk = rows[s:s + 16]
+            chunk = rows[s : s + 16]
             aux, tokens, labels = _batch(data, chunk, steps)
             with _autocast(device):
                 logits = draft(aux, tokens)
@@ -237,8 +247,13 @@ def evaluate(draft, data: Data, rows: list[int], steps: int, new_tokens: int, de
                 n, v = simulated_accept(chains[r], data.prompt_lens[row] - 1, new_tokens)
                 tokens_sum, verify_sum = tokens_sum + n, verify_sum + v
                 per_row.append(round(n / v, 3))
-    return {"rows": len(rows), "new_tokens": new_tokens, "accept_length": round(tokens_sum / verify_sum, 3),
-            "accept_length_min": min(per_row), "accept_length_max": max(per_row)}
+    return {
+        "rows": len(rows),
+        "new_tokens": new_tokens,
+        "accept_length": round(tokens_sum / verify_sum, 3),
+        "accept_length_min": min(per_row),
+        "accept_length_max": max(per_row),
+    }
 
 
 def reference_hashes(model_dir: Path, data: Data, b1: int = 2) -> dict[str, str]:
@@ -254,7 +269,7 @@ def reference_hashes(model_dir: Path, data: Data, b1: int = 2) -> dict[str, str]
             continue
         outs = []
         for r in range(b1):
-            ids = data.tokens[r, data.prompt_lens[r]:data.prompt_lens[r] + n].tolist()
+            ids = data.tokens[r, data.prompt_lens[r] : data.prompt_lens[r] + n].tolist()
             outs.append([tok.decode(ids, skip_special_tokens=True), ids])
         out[str(n)] = PhaseResult(tokens=0, wall_s=0.0, step_s=[], verify_ct=0, outputs=outs).output_hash()
     return out
@@ -319,8 +334,10 @@ def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict, draf
                 shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
-        raise DraftInputError(f"cannot write {out}: {e.strerror or e}",
-                              hint="free space or choose another --out; the previous draft dir is unchanged") from None
+        raise DraftInputError(
+            f"cannot write {out}: {e.strerror or e}",
+            hint="free space or choose another --out; the previous draft dir is unchanged",
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -361,15 +378,22 @@ def plan(opts: TrainOptions) -> str:
     n = opts.prompts + opts.eval_prompts
     width = 110 + opts.new_tokens  # the bench's prompts are 55-100 tokens
     k = len(da.aux_ids)
-    trainable = (da.hidden * da.target_hidden * k + (da.heads + 2 * da.kv_heads) * da.head_dim * 2 * da.hidden
-                 + da.hidden * da.heads * da.head_dim + 3 * da.hidden * da.inter + (da.vocab * da.hidden if da.own_head else 0))
-    return (f"train-draft plan: target {opts.model_dir / 'target'} ({ta.layers} layers, hidden {ta.hidden}, "
-            f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 dummy_init_normal weights, std {opts.std})\n"
-            f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {opts.new_tokens} greedy tokens, "
-            f"aux ids {list(da.aux_ids)}: up to {n * width * k * ta.hidden * 2 / 2**30:.2f} GiB of aux hidden states\n"
-            f"  draft: {opts.model_dir / opts.draft} ({trainable / 1e6:.0f}M trainable, lr "
-            f"{opts.lr if opts.lr is not None else LR_WIDTH / da.hidden:.3g}); {opts.steps} steps of training-time test, "
-            f"{opts.epochs} epochs of batch {opts.batch} or {opts.train_seconds:g} s\n  out: {opts.out}")
+    trainable = (
+        da.hidden * da.target_hidden * k
+        + (da.heads + 2 * da.kv_heads) * da.head_dim * 2 * da.hidden
+        + da.hidden * da.heads * da.head_dim
+        + 3 * da.hidden * da.inter
+        + (da.vocab * da.hidden if da.own_head else 0)
+    )
+    return (
+        f"train-draft plan: target {opts.model_dir / 'target'} ({ta.layers} layers, hidden {ta.hidden}, "
+        f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 dummy_init_normal weights, std {opts.std})\n"
+        f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {opts.new_tokens} greedy tokens, "
+        f"aux ids {list(da.aux_ids)}: up to {n * width * k * ta.hidden * 2 / 2**30:.2f} GiB of aux hidden states\n"
+        f"  draft: {opts.model_dir / opts.draft} ({trainable / 1e6:.0f}M trainable, lr "
+        f"{opts.lr if opts.lr is not None else LR_WIDTH / da.hidden:.3g}); {opts.steps} steps of training-time test, "
+        f"{opts.epochs} epochs of batch {opts.batch} or {opts.train_seconds:g} s\n  out: {opts.out}"
+    )
 
 
 def run(opts: TrainOptions, log=print) -> dict:
@@ -400,11 +424,14 @@ def run(opts: TrainOptions, log=print) -> dict:
     lap("target_weights_s")
     data = make_data(target, prompts, opts.new_tokens, capture_layers(list(da.aux_ids)), opts.gen_batch)
     lap("generate_and_features_s")
-    log(f"target: {ta.layers} layers, hidden {ta.hidden}; {len(texts)} sequences of up to {max(data.lens)} tokens "
-        f"({sum(data.lens)} in all), {times['generate_and_features_s']} s on {device}")
+    log(
+        f"target: {ta.layers} layers, hidden {ta.hidden}; {len(texts)} sequences of up to {max(data.lens)} tokens "
+        f"({sum(data.lens)} in all), {times['generate_and_features_s']} s on {device}"
+    )
     # the checkpoint holds the real rows only (SGLang's loader pads them again)
-    draft = Eagle3Draft(da, weights["model.embed_tokens.weight"][:ta.vocab], weights["lm_head.weight"][:ta.vocab],
-                        seed=opts.seed).to(device)
+    draft = Eagle3Draft(
+        da, weights["model.embed_tokens.weight"][: ta.vocab], weights["lm_head.weight"][: ta.vocab], seed=opts.seed
+    ).to(device)
     del target, weights
     train_rows = list(range(opts.prompts))
     eval_rows = list(range(opts.prompts, opts.prompts + opts.eval_prompts))
@@ -414,46 +441,78 @@ def run(opts: TrainOptions, log=print) -> dict:
     before = evaluate(draft, data, eval_rows, opts.steps, n_eval, device)
     history = train(draft, data, train_rows, opts, device, log)
     lap("train_s")
-    metrics = {"held_out_before": before,
-               "held_out": evaluate(draft, data, eval_rows, opts.steps, n_eval, device),
-               "bench_prompts": evaluate(draft, data, bench_rows, opts.steps, n_eval, device)}
+    metrics = {
+        "held_out_before": before,
+        "held_out": evaluate(draft, data, eval_rows, opts.steps, n_eval, device),
+        "bench_prompts": evaluate(draft, data, bench_rows, opts.steps, n_eval, device),
+    }
     lap("eval_s")
-    record = {"command": list(opts.command) or None, "lr": opts.lr if opts.lr is not None else LR_WIDTH / da.hidden,
-              "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "target_config_sha256": hashlib.sha256(
-                  (opts.model_dir / "target" / "config.json").read_bytes()).hexdigest(),
-              "dummy_init": {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": opts.std, "seed": 1234},
-              "sequences": {"train": len(train_rows), "held_out": len(eval_rows), "tokens": sum(data.lens)},
-              "reference_hash_b1": reference_hashes(opts.model_dir, data),
-              "history": history, "metrics": metrics, "seconds": times}
+    record = {
+        "command": list(opts.command) or None,
+        "lr": opts.lr if opts.lr is not None else LR_WIDTH / da.hidden,
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(opts).items()},
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "target_config_sha256": hashlib.sha256((opts.model_dir / "target" / "config.json").read_bytes()).hexdigest(),
+        "dummy_init": {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": opts.std, "seed": 1234},
+        "sequences": {"train": len(train_rows), "held_out": len(eval_rows), "tokens": sum(data.lens)},
+        "reference_hash_b1": reference_hashes(opts.model_dir, data),
+        "history": history,
+        "metrics": metrics,
+        "seconds": times,
+    }
     save_draft(opts.out, draft, dcfg, opts.model_dir, record, opts.draft)
     lap("save_s")
-    log(f"accept length (steps {opts.steps}, topk 1, {n_eval} new tokens): held-out "
+    log(
+        f"accept length (steps {opts.steps}, topk 1, {n_eval} new tokens): held-out "
         f"{metrics['held_out'].get('accept_length')} (untrained {before.get('accept_length')}), bench prompts "
-        f"{metrics['bench_prompts'].get('accept_length')}")
+        f"{metrics['bench_prompts'].get('accept_length')}"
+    )
     log(f"seconds: {times}; draft: {opts.out}")
     return record
 
 
 def add_cli(sub) -> None:
     d = TrainOptions(Path("."), Path("."))
-    p = sub.add_parser("train-draft", help="train the EAGLE-3 draft of a tinymodel dir against its dummy_init_normal target")
+    p = sub.add_parser(
+        "train-draft", help="train the EAGLE-3 draft of a tinymodel dir against its dummy_init_normal target"
+    )
     p.add_argument("model_dir", type=Path, help="a `bench tinymodel` output dir (target/ and draft/ inside)")
-    p.add_argument("--draft", default="draft",
-                   help="the draft config to train: MODEL_DIR/DRAFT/config.json (e.g. draft_edge: aux ids with the final layer)")
+    p.add_argument(
+        "--draft",
+        default="draft",
+        help="the draft config to train: MODEL_DIR/DRAFT/config.json (e.g. draft_edge: aux ids with the final layer)",
+    )
     p.add_argument("--out", type=Path, default=None, help="draft dir to write (default MODEL_DIR/DRAFT_trained)")
-    p.add_argument("--prompts", type=int, default=d.prompts, help="training prompts: fixed_prompts' first N (the bench sends the first 8)")
+    p.add_argument(
+        "--prompts",
+        type=int,
+        default=d.prompts,
+        help="training prompts: fixed_prompts' first N (the bench sends the first 8)",
+    )
     p.add_argument("--eval-prompts", type=int, default=d.eval_prompts, help="held-out prompts after those")
     p.add_argument("--new-tokens", type=int, default=d.new_tokens, help="greedy continuation per prompt")
-    p.add_argument("--steps", type=int, default=d.steps, help="draft steps of the training-time test (server: --speculative-num-steps)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=d.steps,
+        help="draft steps of the training-time test (server: --speculative-num-steps)",
+    )
     p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--train-seconds", type=float, default=d.train_seconds, help="stop training after the epoch that passes this")
+    p.add_argument(
+        "--train-seconds", type=float, default=d.train_seconds, help="stop training after the epoch that passes this"
+    )
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per optimizer step")
-    p.add_argument("--lr", type=float, default=None, help=f"AdamW peak lr (default {LR_WIDTH} / the draft's hidden size)")
+    p.add_argument(
+        "--lr", type=float, default=None, help=f"AdamW peak lr (default {LR_WIDTH} / the draft's hidden size)"
+    )
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--std", type=float, default=None,
-                   help=f"the server's SGLANG_DUMMY_INIT_STD (default: that variable, else {d.std})")
+    p.add_argument(
+        "--std",
+        type=float,
+        default=None,
+        help=f"the server's SGLANG_DUMMY_INIT_STD (default: that variable, else {d.std})",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--gen-batch", type=int, default=d.gen_batch, help="sequences per target forward")
     p.add_argument("--dry-run", action="store_true", help="check the dirs and print the plan; train nothing")
@@ -467,8 +526,10 @@ def _std(given: float | None) -> float:
     try:
         return float(env) if env else TrainOptions.std
     except ValueError:
-        raise DraftInputError(f"SGLANG_DUMMY_INIT_STD={env!r} is not a number",
-                              hint="set it to the server's value (e.g. 0.02) or pass --std") from None
+        raise DraftInputError(
+            f"SGLANG_DUMMY_INIT_STD={env!r} is not a number",
+            hint="set it to the server's value (e.g. 0.02) or pass --std",
+        ) from None
 
 
 def _cli(a) -> int:
@@ -477,12 +538,25 @@ def _cli(a) -> int:
     except DraftInputError as e:
         print(f"bench train-draft: {e.render()}", file=sys.stderr)
         return e.exit_code
-    opts = TrainOptions(model_dir=a.model_dir, out=a.out or a.model_dir / f"{a.draft}_trained", prompts=a.prompts,
-                        eval_prompts=a.eval_prompts, new_tokens=a.new_tokens, steps=a.steps, epochs=a.epochs,
-                        train_seconds=a.train_seconds, batch=a.batch, lr=a.lr, seed=a.seed, std=std,
-                        device=a.device, gen_batch=a.gen_batch, draft=a.draft,
-                        # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
-                        command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else ())
+    opts = TrainOptions(
+        model_dir=a.model_dir,
+        out=a.out or a.model_dir / f"{a.draft}_trained",
+        prompts=a.prompts,
+        eval_prompts=a.eval_prompts,
+        new_tokens=a.new_tokens,
+        steps=a.steps,
+        epochs=a.epochs,
+        train_seconds=a.train_seconds,
+        batch=a.batch,
+        lr=a.lr,
+        seed=a.seed,
+        std=std,
+        device=a.device,
+        gen_batch=a.gen_batch,
+        draft=a.draft,
+        # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
+        command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else (),
+    )
     try:
         if a.dry_run:
             print(plan(opts))

@@ -22,7 +22,9 @@ from .replication import LABELS, METRICS, PHASES, Lab, Policy, compare
 from .stats import IMPROVEMENT, MIN_STARTS, REGRESSION, Comparison, clean, compare_starts, log_contrast
 
 
-def all_metrics(lab: Lab, ref: ArmSpec, arm: ArmSpec, policy: Policy, confidence: float | None = None) -> list[Comparison]:
+def all_metrics(
+    lab: Lab, ref: ArmSpec, arm: ArmSpec, policy: Policy, confidence: float | None = None
+) -> list[Comparison]:
     """One comparison per metric that both arms have."""
     out = []
     for m, _, _ in METRICS:
@@ -90,7 +92,9 @@ class Placement:
         }
 
 
-def place_probe(good: Sequence[float], bad: Sequence[float], probe: Sequence[float], metric: str, policy: Policy) -> Placement:
+def place_probe(
+    good: Sequence[float], bad: Sequence[float], probe: Sequence[float], metric: str, policy: Policy
+) -> Placement:
     """Where a probe's start medians lie between the good and the bad references.
 
     BAD / GOOD: the interval of log P - (log G + log B)/2 (Welch-Satterthwaite) lies wholly on bad's / good's
@@ -130,8 +134,9 @@ def _badness(c: Comparison) -> tuple[float, float, float]:
     return -c.change, -c.high, -c.low
 
 
-def place_confirmation(good: Sequence[float], bad: Sequence[float], probe: Sequence[float], expect: str,
-                       metric: str, policy: Policy) -> Placement:
+def place_confirmation(
+    good: Sequence[float], bad: Sequence[float], probe: Sequence[float], expect: str, metric: str, policy: Policy
+) -> Placement:
     """place_probe, made strict for the two sets a culprit rests on (bad - c must be good, good + c bad).
 
     Nearer the expected reference is not enough: a patch that carries 70% of a 10% regression leaves `bad - c`

@@ -13,6 +13,7 @@ With the oea_topk patch and SGLANG_OEA_STATS=1, `internal_states[0].oea_stats` h
 start (calls, distinct routed experts, non-padded rows); a phase's figure is the difference of the snapshots
 around it, so the mean distinct experts per routing call describes that phase alone.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,9 +25,24 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-_TOPICS = ("a cache", "the router", "speculative decoding", "a river", "prime numbers", "a compiler",
-           "the moon", "an old library", "distributed training", "a chess opening", "bread", "a lighthouse",
-           "mixture of experts", "a violin", "the ocean floor", "a train timetable")
+_TOPICS = (
+    "a cache",
+    "the router",
+    "speculative decoding",
+    "a river",
+    "prime numbers",
+    "a compiler",
+    "the moon",
+    "an old library",
+    "distributed training",
+    "a chess opening",
+    "bread",
+    "a lighthouse",
+    "mixture of experts",
+    "a violin",
+    "the ocean floor",
+    "a train timetable",
+)
 
 
 def fixed_prompts(n: int) -> list[str]:
@@ -55,8 +71,7 @@ class WorkloadError(RuntimeError):
 
 
 def _post(url: str, payload: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
@@ -73,11 +88,18 @@ def oea_phase_delta(before: dict | None, after: dict | None) -> dict | None:
     rows = int(after["rows_sum"]) - int(before["rows_sum"])
     if calls < 0 or distinct < 0 or rows < 0:
         # the totals only grow within one server process
-        raise WorkloadError(f"oea_stats went backwards between two snapshots ({before} -> {after}): "
-                            f"did the server restart during the repetition?")
-    return {"calls": calls, "distinct_experts_sum": distinct, "rows_sum": rows,
-            "mean_distinct_experts": distinct / calls if calls else None,
-            "mean_rows": rows / calls if calls else None, "k0": after.get("k0")}
+        raise WorkloadError(
+            f"oea_stats went backwards between two snapshots ({before} -> {after}): "
+            f"did the server restart during the repetition?"
+        )
+    return {
+        "calls": calls,
+        "distinct_experts_sum": distinct,
+        "rows_sum": rows,
+        "mean_distinct_experts": distinct / calls if calls else None,
+        "mean_rows": rows / calls if calls else None,
+        "k0": after.get("k0"),
+    }
 
 
 def _get(url: str, timeout: float = 60.0) -> dict:
@@ -105,8 +127,10 @@ def internal_state(info: dict) -> dict:
 def step_counts(state: dict) -> dict[str, int]:
     d = state.get("step_time_dict")
     if d is None:
-        raise WorkloadError("server_info.internal_states[0] has no step_time_dict: the server must run with "
-                            "SGLANG_RECORD_STEP_TIME=1 (the runner sets it; check it reaches the server)")
+        raise WorkloadError(
+            "server_info.internal_states[0] has no step_time_dict: the server must run with "
+            "SGLANG_RECORD_STEP_TIME=1 (the runner sets it; check it reaches the server)"
+        )
     return {str(k): len(v) for k, v in d.items()}
 
 
@@ -114,7 +138,7 @@ def new_steps(before: dict[str, int], state: dict, batch_size: int) -> list[floa
     entries = (state.get("step_time_dict") or {}).get(str(batch_size))
     if entries is None:
         entries = (state.get("step_time_dict") or {}).get(batch_size, [])
-    return [float(x) for x in entries[before.get(str(batch_size), 0):]]
+    return [float(x) for x in entries[before.get(str(batch_size), 0) :]]
 
 
 @dataclass
@@ -177,8 +201,10 @@ class RepMetrics:
 
 
 def _one(base: str, prompt: str, wl: Workload) -> dict:
-    payload = {"text": prompt, "sampling_params": {"temperature": 0.0, "max_new_tokens": wl.max_new_tokens,
-                                                   "ignore_eos": True}}
+    payload = {
+        "text": prompt,
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": wl.max_new_tokens, "ignore_eos": True},
+    }
     out = _post(base + "/generate", payload, wl.request_timeout_s)
     meta = out.get("meta_info") or {}
     n = int(meta.get("completion_tokens", 0))
@@ -189,8 +215,9 @@ def _one(base: str, prompt: str, wl: Workload) -> dict:
     return out
 
 
-def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, state0: dict,
-           batch_size: int) -> tuple[PhaseResult, dict]:
+def _phase(
+    base: str, prompts: list[str], wl: Workload, concurrent: bool, state0: dict, batch_size: int
+) -> tuple[PhaseResult, dict]:
     before = step_counts(state0)
     t0 = time.perf_counter()
     if concurrent:
@@ -202,35 +229,46 @@ def _phase(base: str, prompts: list[str], wl: Workload, concurrent: bool, state0
     state = internal_state(server_info(base))
     meta = [o.get("meta_info") or {} for o in outs]
     return PhaseResult(
-        tokens=sum(int(m.get("completion_tokens", 0)) for m in meta), wall_s=wall,
+        tokens=sum(int(m.get("completion_tokens", 0)) for m in meta),
+        wall_s=wall,
         step_s=new_steps(before, state, batch_size),
         verify_ct=sum(int(m.get("spec_verify_ct", 0) or 0) for m in meta),
         outputs=[[o.get("text", ""), o.get("output_ids")] for o in outs],
         eagle_phase_timing=state.get("eagle_phase_timing"),
-        oea_stats=oea_phase_delta(state0.get("oea_stats"), state.get("oea_stats"))), state
+        oea_stats=oea_phase_delta(state0.get("oea_stats"), state.get("oea_stats")),
+    ), state
 
 
 def _p50(timing: dict | None, phase: str) -> float | None:
-    v = ((timing or {}).get(phase) or {})
+    v = (timing or {}).get(phase) or {}
     return float(v["p50_ms"]) if v.get("count") and v.get("p50_ms") is not None else None
 
 
 def run_rep(base: str, wl: Workload) -> RepMetrics:
     prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency))
     state0 = internal_state(server_info(base))
-    b1, state1 = _phase(base, prompts[:wl.b1_requests], wl, False, state0, 1)
-    bc, state2 = _phase(base, prompts[:wl.concurrency], wl, True, state1, wl.concurrency)
+    b1, state1 = _phase(base, prompts[: wl.b1_requests], wl, False, state0, 1)
+    bc, state2 = _phase(base, prompts[: wl.concurrency], wl, True, state1, wl.concurrency)
     return RepMetrics(
-        step_ms_b1=b1.step_ms, step_ms_bc=bc.step_ms, tok_s_b1=b1.tok_s, tok_s_bc=bc.tok_s,
-        accept_len_b1=b1.accept_len, accept_len_bc=bc.accept_len,
-        n_steps_b1=len(b1.step_s), n_steps_bc=len(bc.step_s),
-        hash_b1=b1.output_hash(), hash_bc=bc.output_hash(),
+        step_ms_b1=b1.step_ms,
+        step_ms_bc=bc.step_ms,
+        tok_s_b1=b1.tok_s,
+        tok_s_bc=bc.tok_s,
+        accept_len_b1=b1.accept_len,
+        accept_len_bc=bc.accept_len,
+        n_steps_b1=len(b1.step_s),
+        n_steps_bc=len(bc.step_s),
+        hash_b1=b1.output_hash(),
+        hash_bc=bc.output_hash(),
         server_accept_len=state2.get("avg_spec_accept_length"),
-        eagle_b1=b1.eagle_phase_timing, eagle_bc=bc.eagle_phase_timing,
+        eagle_b1=b1.eagle_phase_timing,
+        eagle_bc=bc.eagle_phase_timing,
         eagle_draft_ms_b1=_p50(b1.eagle_phase_timing, "draft"),
         eagle_verify_ms_b1=_p50(b1.eagle_phase_timing, "verify"),
         eagle_draft_extend_ms_b1=_p50(b1.eagle_phase_timing, "draft_extend"),
         eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"),
-        oea_b1=b1.oea_stats, oea_bc=bc.oea_stats,
+        oea_b1=b1.oea_stats,
+        oea_bc=bc.oea_stats,
         oea_distinct_experts_b1=(b1.oea_stats or {}).get("mean_distinct_experts"),
-        oea_distinct_experts_bc=(bc.oea_stats or {}).get("mean_distinct_experts"))
+        oea_distinct_experts_bc=(bc.oea_stats or {}).get("mean_distinct_experts"),
+    )

@@ -3,4 +3,5 @@
 The commands in `sglang_overlay.commands` double as the Python API; `switch.switch` is the one path that
 changes a tree.
 """
+
 __version__ = "0.1.0"

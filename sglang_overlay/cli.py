@@ -1,4 +1,5 @@
 """argparse front end: one subcommand per module in `commands/`, one place that maps errors to exit codes."""
+
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from pathlib import Path
 from . import __version__, interrupts
 from .commands import COMMANDS
 from .context import Context, default_manifest_path
-from .errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure)
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
 2 bad input or usage (also a damaged state or journal file); 3 internal error (a bug: please report it with
@@ -24,20 +25,33 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="apply.py", description="Carry named patches on a pinned SGLang release.",
-                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="apply.py",
+        description="Carry named patches on a pinned SGLang release.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
-    parser.add_argument("--manifest", default=None,
-                        help="manifest.yaml to use (default: ./manifest.yaml, else the project's; env "
-                             "SGLANG_OVERLAY_MANIFEST)")
-    parser.add_argument("--tree", default=None,
-                        help="SGLang tree: a git checkout, site-packages, or the embedded default (env "
-                             "SGLANG_OVERLAY_TREE); default: the embedded tree made by `fetch`")
+    parser.add_argument(
+        "--manifest",
+        default=None,
+        help="manifest.yaml to use (default: ./manifest.yaml, else the project's; env SGLANG_OVERLAY_MANIFEST)",
+    )
+    parser.add_argument(
+        "--tree",
+        default=None,
+        help="SGLang tree: a git checkout, site-packages, or the embedded default (env "
+        "SGLANG_OVERLAY_TREE); default: the embedded tree made by `fetch`",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for module in COMMANDS:
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
@@ -45,10 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _context(args) -> Context:
     if args.manifest is not None and not args.manifest.strip():
-        raise BadInput("--manifest is empty (an unset shell variable?)",
-                       hint="pass the manifest's path, or leave --manifest out to use ./manifest.yaml")
-    return Context(manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(),
-                   tree_arg=args.tree)
+        raise BadInput(
+            "--manifest is empty (an unset shell variable?)",
+            hint="pass the manifest's path, or leave --manifest out to use ./manifest.yaml",
+        )
+    return Context(manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(), tree_arg=args.tree)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,8 +115,10 @@ def _crash() -> int:
     import tempfile
     import traceback
 
-    text = (f"sglang-overlay {__version__}, Python {platform.python_version()} ({sys.executable}), "
-            f"{_git_version()}, {platform.platform()}\nargv: {sys.argv}\n\n{traceback.format_exc()}")
+    text = (
+        f"sglang-overlay {__version__}, Python {platform.python_version()} ({sys.executable}), "
+        f"{_git_version()}, {platform.platform()}\nargv: {sys.argv}\n\n{traceback.format_exc()}"
+    )
     try:
         fd, path = tempfile.mkstemp(prefix="sglang-overlay-crash-", suffix=".log")
         with os.fdopen(fd, "w") as f:
@@ -109,8 +126,10 @@ def _crash() -> int:
         where = f"the traceback is in {path}"
     except OSError:
         where = f"the traceback could not be saved:\n{text}"
-    _say(f"internal error (a bug in sglang-overlay): {sys.exc_info()[1]!r}\n  {where}\n"
-         f"  a change in progress was rolled back, or is rolled back by the next command")
+    _say(
+        f"internal error (a bug in sglang-overlay): {sys.exc_info()[1]!r}\n  {where}\n"
+        f"  a change in progress was rolled back, or is rolled back by the next command"
+    )
     return EXIT_INTERNAL
 
 

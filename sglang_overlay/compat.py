@@ -2,6 +2,7 @@
 
 Both read pristine files straight from release wheels and reuse `compose` — the same path `apply` takes.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,8 +42,13 @@ class CheckReport:
         return all(i.ok for i in self.items)
 
     def to_json(self) -> dict:
-        return {"version": self.version, "ok": self.ok, "items": [asdict(i) for i in self.items],
-                "offsets": self.offsets, "failures": sum(not i.ok for i in self.items)}
+        return {
+            "version": self.version,
+            "ok": self.ok,
+            "items": [asdict(i) for i in self.items],
+            "offsets": self.offsets,
+            "failures": sum(not i.ok for i in self.items),
+        }
 
 
 def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
@@ -92,7 +98,9 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
             rep.items.append(CheckItem("upstreamed", p.name, res.holds, res.detail))
         for f in p.overlay:
             if read(f) is not None:
-                rep.items.append(CheckItem("overlay", p.name, False, f"{f} exists upstream: the overlay would replace it"))
+                rep.items.append(
+                    CheckItem("overlay", p.name, False, f"{f} exists upstream: the overlay would replace it")
+                )
     for label, names in subsets_that_matter(m):
         patches = list(m.ordered(names))
         try:
@@ -107,9 +115,17 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
             try:
                 rev = compose({f: read(f) for f in composed.contents}, list(reversed(patches))).contents
                 same = rev == composed.contents
-                rep.items.append(CheckItem("order", label, same, "reverse order gives identical bytes" if same else
-                                           "reverse order gives different bytes: "
-                                           + ", ".join(f for f in rev if rev[f] != composed.contents[f])))
+                rep.items.append(
+                    CheckItem(
+                        "order",
+                        label,
+                        same,
+                        "reverse order gives identical bytes"
+                        if same
+                        else "reverse order gives different bytes: "
+                        + ", ".join(f for f in rev if rev[f] != composed.contents[f]),
+                    )
+                )
             except Conflict as e:
                 rep.items.append(CheckItem("order", label, False, f"does not apply in reverse order: {e}"))
         for f, data in composed.contents.items():
@@ -119,8 +135,14 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
                     compile(data, f, "exec", dont_inherit=True)
                 except SyntaxError as e:
                     rep.items.append(CheckItem("compile", f"{label}: {f}", False, f"line {e.lineno}: {e.msg}"))
-    rep.items.append(CheckItem("compile", "all composed Python files", all(i.ok for i in rep.items if i.what == "compile"),
-                               f"{len(compiled)} distinct file version(s) byte-compile"))
+    rep.items.append(
+        CheckItem(
+            "compile",
+            "all composed Python files",
+            all(i.ok for i in rep.items if i.what == "compile"),
+            f"{len(compiled)} distinct file version(s) byte-compile",
+        )
+    )
     return rep
 
 
@@ -153,16 +175,21 @@ def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdi
         data = release(f)
         if data is not None:
             same = data == p.overlay_source(f).read_bytes()
-            return Verdict(p.name, version, "upstreamed" if same else "conflict",
-                           f"{f} now ships upstream" + ("" if same else " with other content"))
+            return Verdict(
+                p.name,
+                version,
+                "upstreamed" if same else "conflict",
+                f"{f} now ships upstream" + ("" if same else " with other content"),
+            )
     base = {f: release(f) for f in p.files}
     try:
         composed = compose(base, [p])
         offs = [o.offset for o in composed.offsets]
         if offs:
             worst = max(offs, key=abs)
-            return Verdict(p.name, version, "offset", f"{len(offs)} hunk(s) moved, up to {worst:+d} lines",
-                           max_offset=worst)
+            return Verdict(
+                p.name, version, "offset", f"{len(offs)} hunk(s) moved, up to {worst:+d} lines", max_offset=worst
+            )
         return Verdict(p.name, version, "clean")
     except Conflict as forward_error:
         forward = str(forward_error)

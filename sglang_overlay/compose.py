@@ -3,6 +3,7 @@
 This is the only place patches are applied, always by `git apply` with zero fuzz on scratch copies, so that any
 subset in any order gives the same bytes. A failure names the patch, file, hunk and enclosing Python symbol.
 """
+
 from __future__ import annotations
 
 import errno
@@ -72,9 +73,11 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
                 for repo_path in patch.overlay:
                     dst = scratch / repo_path
                     if dst.exists():
-                        raise Conflict(f"{patch.name}: overlay file {repo_path} already exists in the tree",
-                                       hint="upstream now ships a file of that name: rename the overlay file, "
-                                            "or turn it into a diff against the upstream file")
+                        raise Conflict(
+                            f"{patch.name}: overlay file {repo_path} already exists in the tree",
+                            hint="upstream now ships a file of that name: rename the overlay file, "
+                            "or turn it into a diff against the upstream file",
+                        )
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(patch.overlay_source(repo_path), dst)
         for repo_path in {p for patch in patches for p in patch.files} | set(base):
@@ -89,14 +92,17 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
 def _check_created(patches: list[Patch], contents: dict[str, bytes | None], reverse: bool) -> None:
     # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
     for patch in patches:
-        for f in (patch.diff.created if patch.diff is not None and not reverse else ()):
+        for f in patch.diff.created if patch.diff is not None and not reverse else ():
             if contents.get(f) is None:
-                raise Conflict(f"{patch.name}: {patch.diff.path} creates {f}, but git apply wrote it elsewhere",
-                               hint="regenerate the patch with `git diff` (paths a/python/sglang/... b/python/...)")
+                raise Conflict(
+                    f"{patch.name}: {patch.diff.path} creates {f}, but git apply wrote it elsewhere",
+                    hint="regenerate the patch with `git diff` (paths a/python/sglang/... b/python/...)",
+                )
 
 
-def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset],
-               shifts: dict[str, list[tuple[int, int]]]) -> None:
+def _git_apply(
+    scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
+) -> None:
     pfile = scratch.parent / "change.patch"
     write_plain(pfile, patch.diff.body)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
@@ -104,9 +110,11 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset]
     out = res.stdout + res.stderr
     if res.returncode != 0:
         _raise_if_io(out, scratch)
-        raise Conflict(explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
-                       hint=f"the tree no longer matches what {patch.name} expects: update the patch "
-                            f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off")
+        raise Conflict(
+            explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
+            hint=f"the tree no longer matches what {patch.name} expects: update the patch "
+            f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off",
+        )
     current = None
     for line in out.splitlines():
         m = _CHECKING_RE.match(line)
@@ -122,16 +130,23 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset]
                 offsets.append(Offset(patch.name, current, index, at, off))
 
 
-_IO_ERRORS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
-              "Read-only file system": errno.EROFS, "Permission denied": errno.EACCES}
+_IO_ERRORS = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "Read-only file system": errno.EROFS,
+    "Permission denied": errno.EACCES,
+}
 
 
 def _raise_if_io(git_output: str, scratch: Path) -> None:
     """A git apply that failed to write its scratch copy is a full or read-only $TMPDIR, not a conflict."""
     for text, code in _IO_ERRORS.items():
         if text in git_output:
-            raise os_failure(OSError(code, text, str(scratch)), "git apply cannot write its scratch copy in",
-                             "nothing was changed (set TMPDIR to a directory with room to change where it works)")
+            raise os_failure(
+                OSError(code, text, str(scratch)),
+                "git apply cannot write its scratch copy in",
+                "nothing was changed (set TMPDIR to a directory with room to change where it works)",
+            )
 
 
 def _read(scratch: Path, repo_path: str) -> str | None:
@@ -157,8 +172,13 @@ def hunk_symbol(hunk, original: str | None) -> str | None:
     return symbol_from_section(hunk.section)
 
 
-def explain_failure(patch: Patch, git_output: str, read: Callable[[str], str | None], reverse: bool = False,
-                    original: Callable[[str], str | None] | None = None) -> str:
+def explain_failure(
+    patch: Patch,
+    git_output: str,
+    read: Callable[[str], str | None],
+    reverse: bool = False,
+    original: Callable[[str], str | None] | None = None,
+) -> str:
     """Turn git's 'patch failed: file:812' into which hunk, and which Python function it was meant for.
 
     `read` gives the file as found in the tree; `original`, where known, the file the patch was made against.

@@ -1,4 +1,5 @@
 """What every command is handed: where the manifest is, which tree was asked for, loaded once on demand."""
+
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,5 @@
 """Unified git-style diffs between two versions of some repository files, made by `git diff --no-index`."""
+
 from __future__ import annotations
 
 import shutil
@@ -26,14 +27,27 @@ def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | No
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_bytes(data)
                 sides.append(f"{side}/{repo_path}")
-            res = git_outside_repo("diff", "--no-index", "--no-prefix", "--no-color", "--no-ext-diff",
-                                   f"-U{context}", sides[0], sides[1], cwd=scratch)
+            res = git_outside_repo(
+                "diff",
+                "--no-index",
+                "--no-prefix",
+                "--no-color",
+                "--no-ext-diff",
+                f"-U{context}",
+                sides[0],
+                sides[1],
+                cwd=scratch,
+            )
             text = res.stdout
             if old is None or new is None:
                 # git names a created/removed file by its scratch side; rewrite to the a/ b/ convention.
                 text = text.replace(f"a/{repo_path} b/{repo_path}", f"a/{repo_path} b/{repo_path}")
-                text = text.replace(f"diff --git b/{repo_path} b/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}")
-                text = text.replace(f"diff --git a/{repo_path} a/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}")
+                text = text.replace(
+                    f"diff --git b/{repo_path} b/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}"
+                )
+                text = text.replace(
+                    f"diff --git a/{repo_path} a/{repo_path}", f"diff --git a/{repo_path} b/{repo_path}"
+                )
             out.append(text)
         return "".join(out)
     finally:

@@ -5,6 +5,7 @@ Where the declaration says `sglang_forces`, it is worse than nothing: unpatched 
 (always, or when one of the listed server flags is given), so the server runs with SGLang's value while the
 profile, the fingerprint and the launch command say otherwise.
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,12 +28,16 @@ def profile_warnings(manifest, names, profile, server_args: list[str]) -> list[s
         forces = sorted({f for _, e in readers for f in e.sglang_forces})
         when = "always" if "always" in forces else " or ".join(f for f in forces if _given(f, server_args))
         if forces and when:
-            out.append(f"env profile {profile.name} sets {var.name}={var.value}, but SGLang overwrites it "
-                       f"({when}) unless {patches} is applied: add it to the set (--patches ...,{readers[0][0].name}) "
-                       f"or drop {var.name} from the profile")
+            out.append(
+                f"env profile {profile.name} sets {var.name}={var.value}, but SGLang overwrites it "
+                f"({when}) unless {patches} is applied: add it to the set (--patches ...,{readers[0][0].name}) "
+                f"or drop {var.name} from the profile"
+            )
         elif not forces:
-            out.append(f"env profile {profile.name} sets {var.name}={var.value}, which only {patches} reads, and "
-                       f"the set does not carry it: the variable has no effect")
+            out.append(
+                f"env profile {profile.name} sets {var.name}={var.value}, which only {patches} reads, and "
+                f"the set does not carry it: the variable has no effect"
+            )
     return out
 
 

@@ -1,4 +1,5 @@
 """One error hierarchy. Every user-facing failure is an OverlayError; the CLI maps its class to an exit code."""
+
 from __future__ import annotations
 
 import errno
@@ -79,10 +80,10 @@ _FIXES = {
     errno.ENOSPC: "free space on that file system (`df -h {where}`), then run the command again",
     errno.EDQUOT: "your disk quota is used up: free space (`quota -s`), then run the command again",
     errno.EROFS: "the file system is mounted read-only: remount it read-write, or work on a writable copy "
-                 "(`--tree DIR`)",
+    "(`--tree DIR`)",
     errno.EACCES: "you lack permission there: run as the owner of {where}, or fix its permissions (`ls -ld {where}`)",
     errno.EPERM: "the system does not permit it: the file or directory may be immutable (`lsattr -d {where}`, then "
-                 "`chattr -i`) or owned by another user",
+    "`chattr -i`) or owned by another user",
     errno.EIO: "the disk reported an I/O error: check it (`dmesg`) before going on",
     errno.EMFILE: "too many open files: raise the limit (`ulimit -n`) and run the command again",
     errno.ENOENT: "a directory vanished while the command ran: run it again",

@@ -3,6 +3,7 @@
 Releases come through pip by package name (the one registry client every user has), with the pin's exact
 wheel tags so every machine gets byte-identical sources whatever Python it runs.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -46,8 +47,7 @@ def _pip_tags(wheel_name: str) -> list[str]:
     if not m:
         return []
     py, abi, plats = m.groups()
-    flags = ["--only-binary=:all:", "--implementation", "cp", "--python-version", f"{py[2]}.{py[3:]}",
-             "--abi", abi]
+    flags = ["--only-binary=:all:", "--implementation", "cp", "--python-version", f"{py[2]}.{py[3:]}", "--abi", abi]
     for plat in plats.split("."):
         flags += ["--platform", plat]
     # Other releases may be built against another glibc baseline; let pip pick among the usual ones.
@@ -59,15 +59,27 @@ def _pip_tags(wheel_name: str) -> list[str]:
 
 def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           *_pip_tags(template_wheel), "-d", str(dest), f"{package}=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        *_pip_tags(template_wheel),
+        "-d",
+        str(dest),
+        f"{package}=={version}",
+    ]
     print(f"sglang-overlay: downloading {package}=={version} with pip into {dest} ...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
-        raise FetchError(f"could not download {package}=={version}: {tail}",
-                         hint="check network access to the package index, or pass --wheel FILE with a local copy")
+        raise FetchError(
+            f"could not download {package}=={version}: {tail}",
+            hint="check network access to the package index, or pass --wheel FILE with a local copy",
+        )
     print(f"sglang-overlay: downloaded {package}=={version} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
 
@@ -95,8 +107,10 @@ def _locked(directory: Path):
 def _checked(path: Path, pin: Pin, origin: str) -> None:
     got = file_sha256(path)
     if got != pin.sha256:
-        raise FetchError(f"{origin}: sha256 {got} does not match the pin {pin.sha256}",
-                         hint="the file is not the pinned release; do not trust it")
+        raise FetchError(
+            f"{origin}: sha256 {got} does not match the pin {pin.sha256}",
+            hint="the file is not the pinned release; do not trust it",
+        )
 
 
 def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
@@ -108,13 +122,15 @@ def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
         if not local.is_file():
             raise FetchError(f"{local}: no such wheel file")
         if local.name != pin.wheel:
-            raise FetchError(f"{local}: the manifest pins {pin.wheel}, not {local.name}",
-                             hint="pass the pinned wheel file")
+            raise FetchError(
+                f"{local}: the manifest pins {pin.wheel}, not {local.name}", hint="pass the pinned wheel file"
+            )
         _checked(local, pin, str(local))
     with _locked(cache):
         if target.exists() and file_sha256(target) != pin.sha256:
-            print(f"sglang-overlay: the cached {target} is damaged (sha256 mismatch): fetching it again",
-                  file=sys.stderr)
+            print(
+                f"sglang-overlay: the cached {target} is damaged (sha256 mismatch): fetching it again", file=sys.stderr
+            )
             target.unlink()
         if target.exists():
             return target
@@ -163,8 +179,11 @@ def release_wheel(pin: Pin, version: str) -> Path:
 
 def latest_release(package: str) -> str:
     """The newest release on the index, asked through pip (what the nightly radar checks against)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+    )
     m = re.search(rf"^{re.escape(package)} \(([^)]+)\)", proc.stdout, re.M)
     if proc.returncode != 0 or not m:
         raise FetchError(f"could not ask the index for the newest {package}: {proc.stderr.strip()[-200:]}")
@@ -179,12 +198,14 @@ class WheelSource:
         try:
             self._zip = zipfile.ZipFile(wheel)
         except (zipfile.BadZipFile, OSError) as e:
-            raise FetchError(f"{wheel}: not a readable wheel ({e})",
-                             hint=f"remove it (rm {wheel}); the next command fetches it again")
+            raise FetchError(
+                f"{wheel}: not a readable wheel ({e})",
+                hint=f"remove it (rm {wheel}); the next command fetches it again",
+            )
         self._names = set(self._zip.namelist())
 
     def read(self, repo_path: str) -> bytes | None:
-        member = repo_path[len("python/"):]
+        member = repo_path[len("python/") :]
         return self._zip.read(member) if member in self._names else None
 
     def version(self) -> str:
@@ -201,14 +222,19 @@ def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = Non
         if _complete(dest, pin):
             return Tree(dest.resolve(), "embedded"), False
         if dest.exists():
-            raise FetchError(f"{dest}: exists but is not a complete pinned tree",
-                             hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again")
+            raise FetchError(
+                f"{dest}: exists but is not a complete pinned tree",
+                hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again",
+            )
         return _make_embedded(dest, pin, local_wheel), True
 
 
 def _complete(dest: Path, pin: Pin) -> bool:
-    return ((dest / "python" / "sglang").is_dir() and (dest / ".git").exists() and
-            git("rev-parse", "-q", "--verify", f"refs/tags/{pin.git_tag}", cwd=dest, check=False).returncode == 0)
+    return (
+        (dest / "python" / "sglang").is_dir()
+        and (dest / ".git").exists()
+        and git("rev-parse", "-q", "--verify", f"refs/tags/{pin.git_tag}", cwd=dest, check=False).returncode == 0
+    )
 
 
 def _make_embedded(dest: Path, pin: Pin, local_wheel: Path | None) -> Tree:
@@ -237,8 +263,11 @@ def _commit_pristine(root: Path, pin: Pin, wheel: Path) -> None:
         git(*args, cwd=root, die_with_parent=True)
 
     run("init", "-q", *(["--initial-branch=main"] if _initial_branch_ok() else []))
-    for key, value in (("user.name", "sglang-overlay"), ("user.email", "sglang-overlay@localhost"),
-                       ("core.autocrlf", "false")):
+    for key, value in (
+        ("user.name", "sglang-overlay"),
+        ("user.email", "sglang-overlay@localhost"),
+        ("core.autocrlf", "false"),
+    ):
         run("config", key, value)
     run("add", "-A", "-f")
     run("commit", "-q", "-m", f"{pin.package} {pin.version} (pristine, from {wheel.name}, sha256 {pin.sha256})")

@@ -2,6 +2,7 @@
 
 Headers (Description, Last-Update) are left out on purpose: editing metadata does not change the build.
 """
+
 from __future__ import annotations
 
 import hashlib

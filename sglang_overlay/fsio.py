@@ -4,6 +4,7 @@ A file is written to a temp file beside it, flushed to disk, then renamed over i
 the old bytes or the new, never half. The temp file has a fixed name (`tmp_path`): whoever rolls back an
 interrupted write knows where the kill may have left one.
 """
+
 from __future__ import annotations
 
 import errno
@@ -46,7 +47,7 @@ def _write_replace(path: Path, data: bytes, mode: int | None) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if mode is not None:
             os.fchmod(fd, mode)
         os.fsync(fd)

@@ -1,4 +1,5 @@
 """The one way this tool runs git: a clean environment, and failures that show command, code and stderr."""
+
 from __future__ import annotations
 
 import os
@@ -39,19 +40,28 @@ def _die_with_parent():
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def git(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None,
-        die_with_parent: bool = False) -> GitResult:
+def git(
+    *args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None, die_with_parent: bool = False
+) -> GitResult:
     try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=_clean_env(env),
-                              preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env=_clean_env(env),
+            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+        )
     except FileNotFoundError:
         raise OverlayError("git is not installed", hint="install git (apt-get install git)")
     res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
     if proc.returncode < 0:  # git itself was stopped: a Ctrl-C reaches the whole process group
         if -proc.returncode in SIGNALS:
             raise Interrupted(-proc.returncode)
-        raise OverlayError(f"`git {' '.join(args)}` was killed by {signal.Signals(-proc.returncode).name}",
-                           hint="run the command again")
+        raise OverlayError(
+            f"`git {' '.join(args)}` was killed by {signal.Signals(-proc.returncode).name}",
+            hint="run the command again",
+        )
     if check and proc.returncode != 0:
         raise OverlayError(res.describe())
     return res

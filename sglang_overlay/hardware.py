@@ -1,4 +1,5 @@
 """CUDA compute capabilities of this machine, for patches gated on hardware. Never imports torch."""
+
 from __future__ import annotations
 
 import functools
@@ -19,8 +20,9 @@ def capabilities() -> tuple[str, ...] | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            [exe, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     caps = tuple(line.strip() for line in out.stdout.splitlines() if line.strip())

@@ -5,6 +5,7 @@ one (`held()`), the signal is only noted, and `checkpoint()` raises it where the
 back; the rollback itself runs held, so a second Ctrl-C cannot cut it short. Either way the command ends with
 `Interrupted`, which the CLI turns into exit 130.
 """
+
 from __future__ import annotations
 
 import signal
@@ -57,8 +58,10 @@ def held():
 
 def exit_at_start() -> None:
     """Until main() installs `install`'s handlers: exit 130 quietly (nothing is written before that)."""
+
     def stop(signum, _frame):
         import os
+
         os.write(2, b"interrupted\n")
         os._exit(130)
 

@@ -5,6 +5,7 @@ nothing is in flight. Everything a rollback needs is on disk before it appears (
 bytes in the object store, by hash; the previous state.json verbatim), and a rollback only ever makes files
 hold what the journal says, so it can be cut short and run again any number of times.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,11 @@ from .state import Shape, parse_state
 
 JOURNAL_VERSION = 1
 BACKUP_NAME = re.compile(r"\d{8}T\d{6}Z-\d+(-\d+)?")
-JOURNAL_FIX = ("sglang-overlay writes its journal whole and atomically, so something else changed it: move it "
-               "aside (it names the files an interrupted command was changing), check those files against "
-               "upstream (`git status` in a checkout), then run the command again")
+JOURNAL_FIX = (
+    "sglang-overlay writes its journal whole and atomically, so something else changed it: move it "
+    "aside (it names the files an interrupted command was changing), check those files against "
+    "upstream (`git status` in a checkout), then run the command again"
+)
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,17 @@ class Journal:
     backup: str | None  # the backup directory (under backups/) the transaction creates
 
     def to_bytes(self) -> bytes:
-        return json.dumps({
-            "version": JOURNAL_VERSION, "op": self.op, "pid": self.pid,
-            "files": [{"path": e.path, "before": e.before, "mode": e.mode, "after": e.after} for e in self.entries],
-            "new_dirs": list(self.new_dirs), "state_before": self.state_before, "backup": self.backup,
-        }).encode()
+        return json.dumps(
+            {
+                "version": JOURNAL_VERSION,
+                "op": self.op,
+                "pid": self.pid,
+                "files": [{"path": e.path, "before": e.before, "mode": e.mode, "after": e.after} for e in self.entries],
+                "new_dirs": list(self.new_dirs),
+                "state_before": self.state_before,
+                "backup": self.backup,
+            }
+        ).encode()
 
 
 def parse_journal(raw: bytes, path: Path) -> Journal:
@@ -69,9 +78,14 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
         mode = sh.get(raw_entry, "mode", int, optional=True)
         if mode is not None and not 0 <= mode <= 0o7777:
             raise sh.fail(f"{key} -> 'mode'", f"{mode!r} is not a permission mode")
-        entries.append(Entry(sh.repo_path(raw_entry.get("path"), f"{key} -> 'path'"),
-                             sh.digest(raw_entry.get("before"), f"{key} -> 'before'"), mode,
-                             sh.digest(raw_entry.get("after"), f"{key} -> 'after'")))
+        entries.append(
+            Entry(
+                sh.repo_path(raw_entry.get("path"), f"{key} -> 'path'"),
+                sh.digest(raw_entry.get("before"), f"{key} -> 'before'"),
+                mode,
+                sh.digest(raw_entry.get("after"), f"{key} -> 'after'"),
+            )
+        )
     new_dirs = tuple(sh.repo_path(d, f"'new_dirs'[{i}]") for i, d in enumerate(sh.get(data, "new_dirs", list)))
     state_before = sh.get(data, "state_before", str, optional=True)
     if state_before is not None:
@@ -88,4 +102,3 @@ def read_journal(path: Path) -> Journal | None:
     except OSError as e:
         raise StateError(f"{path}: the journal cannot be read ({e.strerror})", hint=JOURNAL_FIX)
     return None if raw is None else parse_journal(raw, path)
-

@@ -2,6 +2,7 @@
 
 Every error names the manifest file, the entry and the key, and says the fix (complaint #2 of every patch tool).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -30,8 +31,21 @@ MAX_DEPTH = 64
 
 TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
-PATCH_KEYS = ("name", "description", "kind", "category", "default", "requires", "conflicts", "overlay", "env",
-              "hardware", "upstream", "proof", "file")
+PATCH_KEYS = (
+    "name",
+    "description",
+    "kind",
+    "category",
+    "default",
+    "requires",
+    "conflicts",
+    "overlay",
+    "env",
+    "hardware",
+    "upstream",
+    "proof",
+    "file",
+)
 ENV_VAR_KEYS = ("default", "help", "sglang_forces")
 HARDWARE_KEYS = ("cuda_capability",)
 UPSTREAM_KEYS = ("status", "release", "pr", "url")
@@ -155,8 +169,10 @@ class Manifest:
         for p in self.patches:
             if p.name == name:
                 return p
-        raise ManifestError(f"{self.path}: no patch named {name!r}{_did_you_mean(name, self.names)}",
-                            hint="`python apply.py status` lists the patches")
+        raise ManifestError(
+            f"{self.path}: no patch named {name!r}{_did_you_mean(name, self.names)}",
+            hint="`python apply.py status` lists the patches",
+        )
 
     def ordered(self, names) -> tuple[Patch, ...]:
         """The named patches in manifest order: the one order in which files are composed."""
@@ -167,15 +183,18 @@ class Manifest:
 
     def preset(self, name: str) -> tuple[str, ...]:
         if name not in self.presets:
-            raise ManifestError(f"{self.path}: no preset named {name!r}{_did_you_mean(name, self.presets)}",
-                                hint=f"presets: {', '.join(sorted(self.presets)) or '(none)'}")
+            raise ManifestError(
+                f"{self.path}: no preset named {name!r}{_did_you_mean(name, self.presets)}",
+                hint=f"presets: {', '.join(sorted(self.presets)) or '(none)'}",
+            )
         return self.presets[name]
 
     def env_profile(self, name: str) -> EnvProfile:
         if name not in self.env_profiles:
             raise ManifestError(
                 f"{self.path}: no env profile named {name!r}{_did_you_mean(name, self.env_profiles)}",
-                hint=f"env profiles: {', '.join(sorted(self.env_profiles)) or '(none)'}")
+                hint=f"env profiles: {', '.join(sorted(self.env_profiles)) or '(none)'}",
+            )
         return self.env_profiles[name]
 
     def closure(self, names) -> tuple[str, ...]:
@@ -192,8 +211,10 @@ class Manifest:
         for p in self.ordered(ordered):
             for c in p.conflicts:
                 if c in ordered:
-                    raise ManifestError(f"{p.name} conflicts with {c}: they cannot be applied together",
-                                        hint="revert one of them first, or choose another set")
+                    raise ManifestError(
+                        f"{p.name} conflicts with {c}: they cannot be applied together",
+                        hint="revert one of them first, or choose another set",
+                    )
         return ordered
 
 
@@ -214,8 +235,11 @@ class _Ctx:
     def check_keys(self, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
         for key in data:
             if key not in allowed:
-                raise self.fail(where, f"key {key!r} is not known{_did_you_mean(str(key), allowed)}",
-                                f"allowed keys here: {', '.join(allowed)}")
+                raise self.fail(
+                    where,
+                    f"key {key!r} is not known{_did_you_mean(str(key), allowed)}",
+                    f"allowed keys here: {', '.join(allowed)}",
+                )
 
     def mapping(self, where: str, value: Any) -> Mapping:
         if not isinstance(value, Mapping):
@@ -282,13 +306,20 @@ def _check_size(path: Path, root) -> None:
         if id(node) in seen:
             aliases += 1
         seen.add(id(node))
-        problem = (f"more than {MAX_ALIASES} alias uses" if aliases > MAX_ALIASES else
-                   f"nesting deeper than {MAX_DEPTH} levels" if depth > MAX_DEPTH else
-                   f"more than {MAX_NODES} values once its aliases are expanded" if nodes > MAX_NODES else None)
+        problem = (
+            f"more than {MAX_ALIASES} alias uses"
+            if aliases > MAX_ALIASES
+            else f"nesting deeper than {MAX_DEPTH} levels"
+            if depth > MAX_DEPTH
+            else f"more than {MAX_NODES} values once its aliases are expanded"
+            if nodes > MAX_NODES
+            else None
+        )
         if problem:
-            raise ManifestError(f"{path}: line {line}: the YAML holds {problem}; a manifest needs none of that",
-                                hint="write the entries out (aliases `*name` and anchors `&name` are rarely "
-                                     "needed in a manifest)")
+            raise ManifestError(
+                f"{path}: line {line}: the YAML holds {problem}; a manifest needs none of that",
+                hint="write the entries out (aliases `*name` and anchors `&name` are rarely needed in a manifest)",
+            )
         if isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
@@ -305,8 +336,7 @@ def _read_yaml(path: Path) -> Any:
     except OSError as e:
         raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions")
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})",
-                            hint="save the manifest as UTF-8")
+        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8")
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
@@ -315,13 +345,17 @@ def _read_yaml(path: Path) -> Any:
         _check_size(path, node)
         return loader.construct_document(node)
     except _DuplicateKey as e:
-        raise ManifestError(f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line "
-                            f"{e.first.line + 1})", hint="keep one of them: YAML would silently use the last one")
+        raise ManifestError(
+            f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line {e.first.line + 1})",
+            hint="keep one of them: YAML would silently use the last one",
+        )
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise ManifestError(f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
-                            hint="fix the YAML syntax (indentation, quoting) at that line")
+        raise ManifestError(
+            f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
+            hint="fix the YAML syntax (indentation, quoting) at that line",
+        )
     finally:
         loader.dispose()
 
@@ -334,8 +368,11 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
     ctx.check_keys("top level", data, TOP_KEYS)
     schema = data.get("schema")
     if schema != SCHEMA_VERSION or type(schema) is not int:
-        raise ctx.fail("schema", f"schema {schema!r} is not supported (this tool reads schema {SCHEMA_VERSION})",
-                       "set `schema: 1`, or upgrade sglang-overlay")
+        raise ctx.fail(
+            "schema",
+            f"schema {schema!r} is not supported (this tool reads schema {SCHEMA_VERSION})",
+            "set `schema: 1`, or upgrade sglang-overlay",
+        )
 
     parent: Manifest | None = None
     if "extends" in data:
@@ -364,8 +401,9 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
     names = [p.name for p in patches]
     for n in names:
         if names.count(n) > 1:
-            raise ctx.fail(f"patches ({n})", f"the name {n!r} is used by {names.count(n)} entries",
-                           "give each entry a unique name")
+            raise ctx.fail(
+                f"patches ({n})", f"the name {n!r} is used by {names.count(n)} entries", "give each entry a unique name"
+            )
     _validate_relations(ctx, patches)
     _validate_overlay_claims(ctx, patches)
 
@@ -381,8 +419,15 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
     for name, raw in ctx.mapping("env_profiles", data.get("env_profiles") or {}).items():
         profiles[str(name)] = _parse_profile(ctx, str(name), raw)
 
-    manifest = Manifest(path=path, schema=schema, pin=pin, patches=tuple(patches), presets=presets,
-                        env_profiles=profiles, pin_source=pin_source)
+    manifest = Manifest(
+        path=path,
+        schema=schema,
+        pin=pin,
+        patches=tuple(patches),
+        presets=presets,
+        env_profiles=profiles,
+        pin_source=pin_source,
+    )
     for name, members in presets.items():
         try:
             manifest.closure(members)
@@ -399,8 +444,9 @@ def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
             raise ctx.fail("pin", f"key {key!r} is missing", f"the pin needs: {', '.join(PIN_KEYS)}")
     pin = Pin(**{k: ctx.string(f"pin.{k}", raw[k]) for k in PIN_KEYS})
     if not re.fullmatch(r"[0-9a-f]{64}", pin.sha256):
-        raise ctx.fail("pin.sha256", f"{pin.sha256!r} is not a sha256 hex digest",
-                       "copy the sha256 of the wheel (sha256sum FILE)")
+        raise ctx.fail(
+            "pin.sha256", f"{pin.sha256!r} is not a sha256 hex digest", "copy the sha256 of the wheel (sha256sum FILE)"
+        )
     if not pin.wheel.endswith(".whl") or not pin.wheel.startswith(f"{pin.package}-{pin.version}-"):
         raise ctx.fail("pin.wheel", f"{pin.wheel!r} is not a wheel of {pin.package} {pin.version}")
     return pin
@@ -411,8 +457,11 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     raw = ctx.mapping(where, raw)
     name = raw.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise ctx.fail(f"{where}.name", f"{name!r} is not a valid name",
-                       "use lower-case letters, digits and underscores, starting with a letter")
+        raise ctx.fail(
+            f"{where}.name",
+            f"{name!r} is not a valid name",
+            "use lower-case letters, digits and underscores, starting with a letter",
+        )
     where = f"patches[{index}] ({name})"
     ctx.check_keys(where, raw, PATCH_KEYS)
     for key in ("description", "kind", "category"):
@@ -428,8 +477,10 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     if not isinstance(default, bool):
         raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
 
-    overlay = tuple(check_patchable(p, f"{ctx.path}: {where}.overlay")
-                    for p in ctx.string_list(f"{where}.overlay", raw.get("overlay")))
+    overlay = tuple(
+        check_patchable(p, f"{ctx.path}: {where}.overlay")
+        for p in ctx.string_list(f"{where}.overlay", raw.get("overlay"))
+    )
     for p in overlay:
         src = ctx.path.parent / "overlay" / p
         _check_overlay_source(ctx, where, ctx.path.parent / "overlay", src)
@@ -443,10 +494,19 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
         forces = spec.get("sglang_forces")
         forces = ctx.string_list(f"{where}.env.{var}.sglang_forces", [forces] if isinstance(forces, str) else forces)
         if any(f != "always" and not f.startswith("--") for f in forces):
-            raise ctx.fail(f"{where}.env.{var}.sglang_forces", f"expected `always` or server flags, got {list(forces)!r}",
-                           "e.g. `sglang_forces: always` or `sglang_forces: [--enable-symm-mem]`")
-        env.append(EnvVar(str(var), ctx.string(f"{where}.env.{var}.default", spec.get("default", ""), required=False) or "",
-                          ctx.string(f"{where}.env.{var}.help", spec.get("help")), forces))
+            raise ctx.fail(
+                f"{where}.env.{var}.sglang_forces",
+                f"expected `always` or server flags, got {list(forces)!r}",
+                "e.g. `sglang_forces: always` or `sglang_forces: [--enable-symm-mem]`",
+            )
+        env.append(
+            EnvVar(
+                str(var),
+                ctx.string(f"{where}.env.{var}.default", spec.get("default", ""), required=False) or "",
+                ctx.string(f"{where}.env.{var}.help", spec.get("help")),
+                forces,
+            )
+        )
 
     caps: tuple[str, ...] = ()
     if raw.get("hardware") is not None:
@@ -454,13 +514,19 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
         ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
         raw_caps = hw.get("cuda_capability") or []
         if not isinstance(raw_caps, list):
-            raise ctx.fail(f"{where}.hardware.cuda_capability", f"expected a list, got {raw_caps!r}",
-                           "write it as a list of quoted strings: ['9.0', '10.0']")
+            raise ctx.fail(
+                f"{where}.hardware.cuda_capability",
+                f"expected a list, got {raw_caps!r}",
+                "write it as a list of quoted strings: ['9.0', '10.0']",
+            )
         caps = tuple(raw_caps)
         for c in caps:
             if not isinstance(c, str) or not re.fullmatch(r"\d+\.\d+", c):
-                raise ctx.fail(f"{where}.hardware.cuda_capability", f"{c!r} is not a compute capability like '9.0'",
-                               "quote capabilities as strings: ['9.0', '10.0']")
+                raise ctx.fail(
+                    f"{where}.hardware.cuda_capability",
+                    f"{c!r} is not a compute capability like '9.0'",
+                    "quote capabilities as strings: ['9.0', '10.0']",
+                )
 
     up_raw = ctx.mapping(f"{where}.upstream", raw.get("upstream") or {"status": "not-forwarded"})
     ctx.check_keys(f"{where}.upstream", up_raw, UPSTREAM_KEYS)
@@ -470,28 +536,43 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     pr = up_raw.get("pr")
     if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool)):
         raise ctx.fail(f"{where}.upstream.pr", f"expected a pull-request number, got {pr!r}")
-    upstream = Upstream(status, ctx.string(f"{where}.upstream.release", up_raw.get("release"), required=False),
-                        pr, ctx.string(f"{where}.upstream.url", up_raw.get("url"), required=False))
+    upstream = Upstream(
+        status,
+        ctx.string(f"{where}.upstream.release", up_raw.get("release"), required=False),
+        pr,
+        ctx.string(f"{where}.upstream.url", up_raw.get("url"), required=False),
+    )
 
     proof = None
     if raw.get("proof") is not None:
         pr_raw = ctx.mapping(f"{where}.proof", raw["proof"])
         ctx.check_keys(f"{where}.proof", pr_raw, PROOF_KEYS)
-        pfile = check_repo_path(ctx.string(f"{where}.proof.file", pr_raw.get("file")), f"{ctx.path}: {where}.proof.file")
-        proof = Proof(pfile, ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
-                      ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")))
+        pfile = check_repo_path(
+            ctx.string(f"{where}.proof.file", pr_raw.get("file")), f"{ctx.path}: {where}.proof.file"
+        )
+        proof = Proof(
+            pfile,
+            ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
+            ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")),
+        )
         if not proof.symbols and not proof.contains:
-            raise ctx.fail(f"{where}.proof", "names no symbols and no contains: it would prove nothing",
-                           "list the qualified names (symbols) or exact lines (contains) upstream must have")
+            raise ctx.fail(
+                f"{where}.proof",
+                "names no symbols and no contains: it would prove nothing",
+                "list the qualified names (symbols) or exact lines (contains) upstream must have",
+            )
 
     rel = raw.get("file", f"patches/{name}.patch")
     rel = ctx.string(f"{where}.file", rel)
-    patch_path = (ctx.path.parent / rel)
+    patch_path = ctx.path.parent / rel
     diff = None
     if kind == "diff" or patch_path.exists():
         if not patch_path.is_file():
-            raise ctx.fail(f"{where}.file", f"patch file {patch_path} does not exist",
-                           f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind")
+            raise ctx.fail(
+                f"{where}.file",
+                f"patch file {patch_path} does not exist",
+                f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind",
+            )
         diff = parse_patch_file(patch_path)
         for f in diff.files:
             check_patchable(f, f"{patch_path}")
@@ -507,18 +588,30 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
         if overlay:
             raise ctx.fail(f"{where}.overlay", "an upstreamed entry adds no files", "remove `overlay`, or change kind")
         if proof is None and diff is None:
-            raise ctx.fail(f"{where}.proof", "an upstreamed entry needs a proof",
-                           f"add `proof:` (file + symbols/contains), or keep the original change in {rel} so it can be shown to reverse-apply")
+            raise ctx.fail(
+                f"{where}.proof",
+                "an upstreamed entry needs a proof",
+                f"add `proof:` (file + symbols/contains), or keep the original change in {rel} so it can be shown to reverse-apply",
+            )
     elif proof is not None:
         raise ctx.fail(f"{where}.proof", f"only upstreamed entries carry a proof (this one is {kind})")
 
     return Patch(
-        name=name, description=ctx.string(f"{where}.description", raw["description"]), kind=kind,
-        category=category, default=default,
+        name=name,
+        description=ctx.string(f"{where}.description", raw["description"]),
+        kind=kind,
+        category=category,
+        default=default,
         requires=ctx.string_list(f"{where}.requires", raw.get("requires")),
         conflicts=ctx.string_list(f"{where}.conflicts", raw.get("conflicts")),
-        overlay=overlay, env=tuple(env), cuda_capability=caps, upstream=upstream, proof=proof, diff=diff,
-        source_dir=ctx.path.parent)
+        overlay=overlay,
+        env=tuple(env),
+        cuda_capability=caps,
+        upstream=upstream,
+        proof=proof,
+        diff=diff,
+        source_dir=ctx.path.parent,
+    )
 
 
 def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) -> None:
@@ -528,11 +621,16 @@ def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) 
     for part in rel.parts:
         probe = probe / part
         if probe.is_symlink():
-            raise PathEscape(f"{ctx.path}: {where}.overlay: {probe} is a symbolic link",
-                             hint="overlay/ must hold regular files; copy the file in instead of linking it")
+            raise PathEscape(
+                f"{ctx.path}: {where}.overlay: {probe} is a symbolic link",
+                hint="overlay/ must hold regular files; copy the file in instead of linking it",
+            )
     if not src.is_file():
-        raise ctx.fail(f"{where}.overlay", f"overlay file {src} does not exist",
-                       "add the file under overlay/ at its repository path, or remove it from the list")
+        raise ctx.fail(
+            f"{where}.overlay",
+            f"overlay file {src} does not exist",
+            "add the file under overlay/ at its repository path, or remove it from the list",
+        )
 
 
 def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
@@ -541,7 +639,9 @@ def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
         for key in ("requires", "conflicts"):
             for other in getattr(p, key):
                 if other not in by_name:
-                    raise ctx.fail(f"patches ({p.name}).{key}", f"unknown patch {other!r}{_did_you_mean(other, by_name)}")
+                    raise ctx.fail(
+                        f"patches ({p.name}).{key}", f"unknown patch {other!r}{_did_you_mean(other, by_name)}"
+                    )
                 if other == p.name:
                     raise ctx.fail(f"patches ({p.name}).{key}", "an entry cannot name itself")
     # requires cycles: a DFS with colours.
@@ -551,9 +651,10 @@ def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
         colour[n] = 1
         for r in by_name[n].requires:
             if colour.get(r) == 1:
-                cycle = path[path.index(r):] + [r] if r in path else [n, r]
-                raise ctx.fail(f"patches ({n}).requires", f"requires cycle: {' -> '.join(cycle)}",
-                               "remove one of these requires")
+                cycle = path[path.index(r) :] + [r] if r in path else [n, r]
+                raise ctx.fail(
+                    f"patches ({n}).requires", f"requires cycle: {' -> '.join(cycle)}", "remove one of these requires"
+                )
             if colour.get(r) is None:
                 visit(r, path + [r])
         colour[n] = 2
@@ -573,8 +674,11 @@ def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
         for n in need:
             for c in by_name[n].conflicts:
                 if c in need:
-                    raise ctx.fail(f"patches ({p.name})", f"its requirements conflict: {n} conflicts with {c}",
-                                   "drop the conflict or the requirement")
+                    raise ctx.fail(
+                        f"patches ({p.name})",
+                        f"its requirements conflict: {n} conflicts with {c}",
+                        "drop the conflict or the requirement",
+                    )
 
 
 def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
@@ -583,8 +687,11 @@ def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
         for f in p.files:
             if f in p.overlay or (p.diff and f in p.diff.created):
                 if f in owner:
-                    raise ctx.fail(f"patches ({p.name}).overlay", f"{f} is already added by {owner[f]}",
-                                   "each added file belongs to exactly one entry; merge the entries or rename the file")
+                    raise ctx.fail(
+                        f"patches ({p.name}).overlay",
+                        f"{f} is already added by {owner[f]}",
+                        "each added file belongs to exactly one entry; merge the entries or rename the file",
+                    )
                 owner[f] = p.name
 
 

@@ -2,6 +2,7 @@
 
 Diffs are parsed with `unidiff` (a maintained parser) for their structure; applying is left to `git apply`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,17 @@ import unidiff
 
 from .errors import ManifestError
 
-HEADER_FIELDS = ("Description", "Origin", "Forwarded", "Applied-Upstream", "Last-Update", "Author", "Bug",
-                 "Subject", "Reviewed-By")
+HEADER_FIELDS = (
+    "Description",
+    "Origin",
+    "Forwarded",
+    "Applied-Upstream",
+    "Last-Update",
+    "Author",
+    "Bug",
+    "Subject",
+    "Reviewed-By",
+)
 _FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]?(.*)$")
 _DIFF_START = ("diff --git ", "--- ", "Index: ")
 
@@ -59,7 +69,7 @@ def split_header(text: str) -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
         if line.rstrip("\r\n") == "---":
-            return "".join(lines[: i + 1]), "".join(lines[i + 1:])
+            return "".join(lines[: i + 1]), "".join(lines[i + 1 :])
         if line.startswith(_DIFF_START):
             return "".join(lines[:i]), "".join(lines[i:])
     return text, ""
@@ -84,8 +94,10 @@ def _strip_prefix(path: str | None, side: str, where: Path) -> str | None:
         return None
     if not path.startswith(side):
         # git apply strips one leading component: without a/ b/ the file would be written one level off.
-        raise ManifestError(f"{where}: the diff names {path!r} without git's {side!r} prefix",
-                            hint="regenerate it with `git diff` (not --no-prefix), or `python apply.py refresh NAME`")
+        raise ManifestError(
+            f"{where}: the diff names {path!r} without git's {side!r} prefix",
+            hint="regenerate it with `git diff` (not --no-prefix), or `python apply.py refresh NAME`",
+        )
     return path[2:]
 
 
@@ -99,39 +111,52 @@ def parse_patch_file(path: Path) -> PatchFile:
         raise ManifestError(f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions")
     header_text, diff_text = split_header(text)
     if re.search(r"^(diff --git |--- |\+\+\+ |@@ )[^\n]*\r$", diff_text, re.M):
-        raise ManifestError(f"{path}: the diff has Windows (CRLF) line endings, so git apply would not match a line",
-                            hint="convert it back (`dos2unix FILE`), and set `git config core.autocrlf false` "
-                                 "so a checkout does not convert it again")
+        raise ManifestError(
+            f"{path}: the diff has Windows (CRLF) line endings, so git apply would not match a line",
+            hint="convert it back (`dos2unix FILE`), and set `git config core.autocrlf false` "
+            "so a checkout does not convert it again",
+        )
     header = parse_header(header_text)
     if not any(k.lower() in ("description", "subject") for k, _ in header):
-        raise ManifestError(f"{path}: the DEP-3 header has no Description",
-                            hint="start the file with 'Description: ...', then Origin, Forwarded, "
-                                 "Applied-Upstream, Last-Update, a line '---', then the diff")
+        raise ManifestError(
+            f"{path}: the DEP-3 header has no Description",
+            hint="start the file with 'Description: ...', then Origin, Forwarded, "
+            "Applied-Upstream, Last-Update, a line '---', then the diff",
+        )
     if not diff_text.strip():
         return PatchFile(path, header, header_text, b"", (), (), (), ())
     try:
         ps = unidiff.PatchSet(diff_text)
     except (unidiff.UnidiffParseError, ValueError, IndexError) as e:
-        raise ManifestError(f"{path}: the diff is corrupt: {e}",
-                            hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)")
+        raise ManifestError(
+            f"{path}: the diff is corrupt: {e}",
+            hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",
+        )
     if not len(ps):
-        raise ManifestError(f"{path}: no file diffs found after the header",
-                            hint="the diff must start with 'diff --git a/... b/...'")
+        raise ManifestError(
+            f"{path}: no file diffs found after the header", hint="the diff must start with 'diff --git a/... b/...'"
+        )
     files, created, deleted, hunks = [], [], [], []
     for pf in ps:
         if pf.is_binary_file:
-            raise ManifestError(f"{path}: a binary diff ({pf.path}) is not supported",
-                                hint="carry a binary file as an overlay file instead")
+            raise ManifestError(
+                f"{path}: a binary diff ({pf.path}) is not supported",
+                hint="carry a binary file as an overlay file instead",
+            )
         src, tgt = _strip_prefix(pf.source_file, "a/", path), _strip_prefix(pf.target_file, "b/", path)
         name = tgt or src
         if src and tgt and src != tgt:
-            raise ManifestError(f"{path}: renames are not supported ({src} -> {tgt})",
-                                hint="express a move as a deletion plus an overlay file")
+            raise ManifestError(
+                f"{path}: renames are not supported ({src} -> {tgt})",
+                hint="express a move as a deletion plus an overlay file",
+            )
         if name is None:
             raise ManifestError(f"{path}: a file diff names no path")
         if not len(pf) and not (pf.is_added_file or pf.is_removed_file):
-            raise ManifestError(f"{path}: the diff of {name} has no valid hunk (a damaged '@@' line?)",
-                                hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)")
+            raise ManifestError(
+                f"{path}: the diff of {name} has no valid hunk (a damaged '@@' line?)",
+                hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",
+            )
         files.append(name)
         if pf.is_added_file:
             created.append(name)
@@ -146,8 +171,18 @@ def parse_patch_file(path: Path) -> PatchFile:
                     first_change = max(line_no - (l.line_type == "+"), h.source_start)
                     break
                 line_no += 1
-            hunks.append(Hunk(name, i, h.source_start, h.source_length,
-                              f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@",
-                              removed, added, (h.section_header or "").strip(), first_change))
+            hunks.append(
+                Hunk(
+                    name,
+                    i,
+                    h.source_start,
+                    h.source_length,
+                    f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@",
+                    removed,
+                    added,
+                    (h.section_header or "").strip(),
+                    first_change,
+                )
+            )
     body = diff_text.encode("utf-8")
     return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))

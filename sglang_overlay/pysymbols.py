@@ -1,4 +1,5 @@
 """Name code by Python symbol ("function `select_experts`") rather than by line number."""
+
 from __future__ import annotations
 
 import ast

@@ -3,6 +3,7 @@
 Every path a patch may touch lives in the SGLang package: that is the part of the upstream repository that
 exists in all three tree kinds (a checkout, an installed package, the embedded release tree).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,18 +25,25 @@ def check_repo_path(path: str, where: str) -> str:
         raise PathEscape(f"{where}: path {path!r} is not a non-empty string")
     p = PurePosixPath(path)
     if path.startswith("/") or p.is_absolute() or re.match(r"^[A-Za-z]:", path) or "\\" in path:
-        raise PathEscape(f"{where}: path {path!r} is absolute",
-                         hint="use a path relative to the SGLang repository root, e.g. python/sglang/srt/...")
+        raise PathEscape(
+            f"{where}: path {path!r} is absolute",
+            hint="use a path relative to the SGLang repository root, e.g. python/sglang/srt/...",
+        )
     if any(part in ("..", ".") for part in p.parts) or path != str(p):
-        raise PathEscape(f"{where}: path {path!r} escapes the tree or is not normalised",
-                         hint="paths may not contain '..' or '.' components")
+        raise PathEscape(
+            f"{where}: path {path!r} escapes the tree or is not normalised",
+            hint="paths may not contain '..' or '.' components",
+        )
     if any(ord(c) < 32 or c == "\x7f" for c in path):
-        raise PathEscape(f"{where}: path {path!r} holds a control character (a newline, a tab, ...)",
-                         hint="name the file exactly as it is in the repository")
+        raise PathEscape(
+            f"{where}: path {path!r} holds a control character (a newline, a tab, ...)",
+            hint="name the file exactly as it is in the repository",
+        )
     if not path.startswith(REPO_PACKAGE_PREFIX):
-        raise PathEscape(f"{where}: path {path!r} is outside {REPO_PACKAGE_PREFIX}",
-                         hint="patches may only change the SGLang package; other paths do not exist in an "
-                              "installed tree")
+        raise PathEscape(
+            f"{where}: path {path!r} is outside {REPO_PACKAGE_PREFIX}",
+            hint="patches may only change the SGLang package; other paths do not exist in an installed tree",
+        )
     return path
 
 
@@ -43,10 +51,14 @@ def check_patchable(path: str, where: str) -> str:
     """A path a patch may write: a repository path that is not one of the tool's own files."""
     check_repo_path(path, where)
     if path == IDENTITY_PATH:
-        raise PathEscape(f"{where}: {path} is reserved: sglang-overlay writes the identity module there",
-                         hint="name the file differently")
+        raise PathEscape(
+            f"{where}: {path} is reserved: sglang-overlay writes the identity module there",
+            hint="name the file differently",
+        )
     parts = PurePosixPath(path).parts
     if STATE_DIR_NAME in parts or parts[-1].endswith(TMP_SUFFIX):
-        raise PathEscape(f"{where}: {path} is reserved for sglang-overlay's own state and temp files",
-                         hint="name the file differently")
+        raise PathEscape(
+            f"{where}: {path} is reserved for sglang-overlay's own state and temp files",
+            hint="name the file differently",
+        )
     return path

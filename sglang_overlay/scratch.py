@@ -3,6 +3,7 @@
 A name carries the pid (and pid namespace) of the process that made it; `reap` removes the ones whose process
 is gone. A live process's scratch is never touched, whoever runs `reap`.
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ Kept apart from `commands/launch.py` (which decides *what* to run) so the proces
   the group gets SIGKILL;
 - the exit code is the server's (a server killed by signal N reads as 128+N, as a shell reports it).
 """
+
 from __future__ import annotations
 
 import os
@@ -74,8 +75,14 @@ class ServerProcess:
         for sig in FORWARDED:  # installed first: a signal during start-up is forwarded too, never lost
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
         with open(self.log_path, "ab", buffering=0) as log:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def restore_signals(self) -> None:
         for sig, old in self._old_handlers.items():
@@ -84,14 +91,21 @@ class ServerProcess:
 
     def _on_signal(self, signum, _frame) -> None:
         if self.stop_requested_at is not None:  # a second signal: no more waiting
-            print(f"sglang-overlay: second signal ({signal.Signals(signum).name}): killing the server's "
-                  f"process group", file=sys.stderr, flush=True)
+            print(
+                f"sglang-overlay: second signal ({signal.Signals(signum).name}): killing the server's process group",
+                file=sys.stderr,
+                flush=True,
+            )
             self._kill_group(signal.SIGKILL)
             return
         self.stop_requested_at = time.monotonic()
         self.stop_signal = signum
-        print(f"sglang-overlay: forwarding {signal.Signals(signum).name} to the server's process group "
-              f"(SIGKILL after {self.grace:g}s)", file=sys.stderr, flush=True)
+        print(
+            f"sglang-overlay: forwarding {signal.Signals(signum).name} to the server's process group "
+            f"(SIGKILL after {self.grace:g}s)",
+            file=sys.stderr,
+            flush=True,
+        )
         self._kill_group(signum)
 
     def _kill_group(self, sig: int) -> None:
@@ -105,10 +119,14 @@ class ServerProcess:
             self._killed = True
 
     def _escalate_if_due(self) -> None:
-        if (self.stop_requested_at is not None and not self._killed
-                and time.monotonic() - self.stop_requested_at > self.grace):
-            print(f"sglang-overlay: the server did not stop within {self.grace:g}s: SIGKILL",
-                  file=sys.stderr, flush=True)
+        if (
+            self.stop_requested_at is not None
+            and not self._killed
+            and time.monotonic() - self.stop_requested_at > self.grace
+        ):
+            print(
+                f"sglang-overlay: the server did not stop within {self.grace:g}s: SIGKILL", file=sys.stderr, flush=True
+            )
             self._kill_group(signal.SIGKILL)
 
     def group_alive(self) -> bool:
@@ -135,9 +153,11 @@ class ServerProcess:
                 if self.stop_requested_at is not None:
                     raise Stopped(exit_code(rc))
                 tail = log_tail(self.log_path)
-                raise ChildFailed(f"the server exited with code {exit_code(rc)} after {elapsed:.1f}s, before "
-                                  f"{url}/health answered; last lines of {self.log_path}:\n{tail}",
-                                  hint="the full log is at the path above")
+                raise ChildFailed(
+                    f"the server exited with code {exit_code(rc)} after {elapsed:.1f}s, before "
+                    f"{url}/health answered; last lines of {self.log_path}:\n{tail}",
+                    hint="the full log is at the path above",
+                )
             if self.stop_requested_at is None and healthy(url):
                 self._end_progress(tty)
                 print(f"sglang-overlay: healthy after {elapsed:.1f}s", file=sys.stderr, flush=True)
@@ -147,9 +167,11 @@ class ServerProcess:
                 self.stop_requested_at = time.monotonic()
                 self._kill_group(signal.SIGTERM)
                 self.wait()
-                raise ChildFailed(f"{url}/health did not answer within {timeout:g}s; the server was stopped. "
-                                  f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}",
-                                  hint="raise --health-timeout for a slow start (large models, first compile)")
+                raise ChildFailed(
+                    f"{url}/health did not answer within {timeout:g}s; the server was stopped. "
+                    f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}",
+                    hint="raise --health-timeout for a slow start (large models, first compile)",
+                )
             self._escalate_if_due()
             if tty or elapsed - last_report >= 10:
                 last_report = elapsed

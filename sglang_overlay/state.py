@@ -7,6 +7,7 @@ hand: that is drift, and no command overwrites it without --force.
 Nothing read back from disk is trusted: state.json is checked key by key (its paths like a manifest's), and a
 saved copy is checked against its hash before it is used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,10 +25,12 @@ from .repopath import IDENTITY_OWNER, check_repo_path
 STATE_VERSION = 1
 HEX64 = re.compile(r"[0-9a-f]{64}")
 PATCH_NAME = re.compile(r"[a-z][a-z0-9_]*")
-STATE_FIX = ("sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
-             "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
-             "reinstall for site-packages, `rm -rf .sglang && python apply.py fetch` for the embedded tree), then "
-             "apply again")
+STATE_FIX = (
+    "sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
+    "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
+    "reinstall for site-packages, `rm -rf .sglang && python apply.py fetch` for the embedded tree), then "
+    "apply again"
+)
 
 
 def sha256(data: bytes) -> str:
@@ -54,15 +57,23 @@ class State:
     digests: dict[str, str] = field(default_factory=dict)  # patch name -> content digest when applied
 
     def to_json(self) -> str:
-        return json.dumps({
-            "version": STATE_VERSION,
-            "pin_version": self.pin_version,
-            "applied": list(self.applied),
-            "fingerprint": self.fingerprint,
-            "digests": dict(sorted(self.digests.items())),
-            "files": {p: {"base": r.base, "applied": r.applied, "patches": list(r.patches)}
-                      for p, r in sorted(self.files.items())},
-        }, indent=1) + "\n"
+        return (
+            json.dumps(
+                {
+                    "version": STATE_VERSION,
+                    "pin_version": self.pin_version,
+                    "applied": list(self.applied),
+                    "fingerprint": self.fingerprint,
+                    "digests": dict(sorted(self.digests.items())),
+                    "files": {
+                        p: {"base": r.base, "applied": r.applied, "patches": list(r.patches)}
+                        for p, r in sorted(self.files.items())
+                    },
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
     @property
     def bases(self) -> set[str]:
@@ -84,8 +95,9 @@ class Shape:
         except json.JSONDecodeError as e:
             raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix)
         if not isinstance(data, dict):
-            raise StateError(f"{self.path}: {self.what}: expected a JSON object, got {type(data).__name__}",
-                             hint=self.fix)
+            raise StateError(
+                f"{self.path}: {self.what}: expected a JSON object, got {type(data).__name__}", hint=self.fix
+            )
         return data
 
     def keys(self, data: dict, allowed: tuple[str, ...], key: str = "(top level)") -> None:
@@ -128,13 +140,17 @@ def parse_state(text: str, path: Path) -> State:
     sh.keys(data, ("version", "pin_version", "applied", "fingerprint", "digests", "files"))
     version = data.get("version")
     if version != STATE_VERSION or isinstance(version, bool):
-        raise StateError(f"{path}: state version {version!r}, this tool reads {STATE_VERSION}",
-                         hint="use the sglang-overlay version that wrote it to revert, then upgrade")
+        raise StateError(
+            f"{path}: state version {version!r}, this tool reads {STATE_VERSION}",
+            hint="use the sglang-overlay version that wrote it to revert, then upgrade",
+        )
     applied = tuple(sh.name(n, f"'applied'[{i}]") for i, n in enumerate(sh.get(data, "applied", list)))
     pin_version = sh.get(data, "pin_version", str, optional=True)
     fingerprint = sh.digest(data.get("fingerprint"), "'fingerprint'")
-    digests = {sh.name(k, "'digests'"): sh.digest(v, f"'digests' -> {k!r}", optional=False)
-               for k, v in sh.get(data, "digests", dict).items()}
+    digests = {
+        sh.name(k, "'digests'"): sh.digest(v, f"'digests' -> {k!r}", optional=False)
+        for k, v in sh.get(data, "digests", dict).items()
+    }
     files = {}
     for p, r in sh.get(data, "files", dict).items():
         key = f"'files' -> {p!r:.120}"
@@ -142,10 +158,12 @@ def parse_state(text: str, path: Path) -> State:
         if not isinstance(r, dict):
             raise sh.fail(key, f"expected an object, got {r!r:.80}")
         sh.keys(r, ("base", "applied", "patches"), key)
-        patches = tuple(n if n == IDENTITY_OWNER else sh.name(n, f"{key} -> 'patches'")
-                        for n in sh.get(r, "patches", list))
-        files[p] = FileRecord(sh.digest(r.get("base"), f"{key} -> 'base'"),
-                              sh.digest(r.get("applied"), f"{key} -> 'applied'"), patches)
+        patches = tuple(
+            n if n == IDENTITY_OWNER else sh.name(n, f"{key} -> 'patches'") for n in sh.get(r, "patches", list)
+        )
+        files[p] = FileRecord(
+            sh.digest(r.get("base"), f"{key} -> 'base'"), sh.digest(r.get("applied"), f"{key} -> 'applied'"), patches
+        )
     return State(applied, files, fingerprint, pin_version, digests)
 
 
@@ -200,4 +218,3 @@ class ObjectStore:
         for name in names:
             if (HEX64.fullmatch(name) and name not in keep) or is_tmp_name(name):
                 unlink_quietly(self.root / name)
-

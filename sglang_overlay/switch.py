@@ -5,6 +5,7 @@ commands never matters, re-applying is a no-op, and revert restores the base byt
 locked, recovered Transaction: it decides on the state as it is under the lock, one named step at a time, and
 hands the result to one commit.
 """
+
 from __future__ import annotations
 
 import sys
@@ -87,7 +88,9 @@ def rebuild_bases(store: ObjectStore, state: State, current: Contents) -> Conten
     return base
 
 
-def target_contents(manifest: Manifest, target: tuple[Patch, ...], base: Contents) -> tuple[Contents, list[Offset], str]:
+def target_contents(
+    manifest: Manifest, target: tuple[Patch, ...], base: Contents
+) -> tuple[Contents, list[Offset], str]:
     """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
     patch_files = sorted({f for p in target for f in p.files})
     composed = compose({f: base[f] for f in patch_files}, target)
@@ -110,8 +113,9 @@ def file_records(target: tuple[Patch, ...], base: Contents, contents: Contents) 
     return records
 
 
-def keep_hand_edits(state: State, current: Contents, contents: Contents,
-                    records: dict[str, FileRecord]) -> dict[str, FileRecord]:
+def keep_hand_edits(
+    state: State, current: Contents, contents: Contents, records: dict[str, FileRecord]
+) -> dict[str, FileRecord]:
     """A hand-edited file is only a problem if this change would rewrite it; otherwise it stays as it is.
     Updates `contents`/`records` for the files left alone; returns those this change would overwrite."""
     edited = {}
@@ -130,11 +134,15 @@ def keep_hand_edits(state: State, current: Contents, contents: Contents,
 
 
 def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:
-    lines = [f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
-             for f, r in sorted(edited.items())]
-    return Drift(f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-                 hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
-                      "pass --force (the edited files are saved to a backup first)")
+    lines = [
+        f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
+        for f, r in sorted(edited.items())
+    ]
+    return Drift(
+        f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
+        hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
+        "pass --force (the edited files are saved to a backup first)",
+    )
 
 
 def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileRecord]) -> tuple[bytes, ...]:
@@ -145,8 +153,9 @@ def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileReco
     return tuple(out.values())
 
 
-def switch(txn: Transaction, manifest: Manifest, names, *, op: str, force: bool = False,
-           ignore_hardware: bool = False) -> Outcome:
+def switch(
+    txn: Transaction, manifest: Manifest, names, *, op: str, force: bool = False, ignore_hardware: bool = False
+) -> Outcome:
     """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
     state, tree = txn.state, txn.tree
     target = target_patches(manifest, names)
@@ -163,22 +172,37 @@ def switch(txn: Transaction, manifest: Manifest, names, *, op: str, force: bool 
     if edited and not force:
         raise refuse_drift(tree, op, edited)
     writes = {f: contents[f] for f in needed if contents[f] != current[f]}
-    new_state = State(applied=tuple(p.name for p in target), files=records, fingerprint=fp if target else None,
-                      pin_version=manifest.pin.version, digests={p.name: patch_digest(p) for p in target})
+    new_state = State(
+        applied=tuple(p.name for p in target),
+        files=records,
+        fingerprint=fp if target else None,
+        pin_version=manifest.pin.version,
+        digests={p.name: patch_digest(p) for p in target},
+    )
     backup_dir = None
     if writes or new_state.to_json() != state.to_json():
         saved = {f: current[f] for f in edited if current[f] is not None}
-        backup_dir = txn.commit(Change(op, writes, {f: current[f] for f in writes}, new_state,
-                                       new_bases(txn.store, base, records), saved))
+        backup_dir = txn.commit(
+            Change(op, writes, {f: current[f] for f in writes}, new_state, new_bases(txn.store, base, records), saved)
+        )
     if edited:
         gone = sorted(f for f in edited if current[f] is None)
         if backup_dir:
-            print(f"sglang-overlay: --force: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}",
-                  file=sys.stderr)
+            print(
+                f"sglang-overlay: --force: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}",
+                file=sys.stderr,
+            )
         for f in gone:
             print(f"sglang-overlay: --force: {f} was deleted by hand; nothing to save", file=sys.stderr)
-    return Outcome(tuple(p.name for p in target), added, removed, tuple(sorted(writes)), offsets,
-                   fp if target else None, backup_dir)
+    return Outcome(
+        tuple(p.name for p in target),
+        added,
+        removed,
+        tuple(sorted(writes)),
+        offsets,
+        fp if target else None,
+        backup_dir,
+    )
 
 
 def base_reader(tree: Tree, state: State, store: ObjectStore):

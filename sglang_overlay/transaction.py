@@ -9,6 +9,7 @@ before (5), by a kill, a signal or an OS error, the change is rolled back: at on
 runs, else by the next command. Rollback only makes files hold what the journal says, so it can itself be
 killed and run again. Commands that only read take the lock shared and write nothing (a read-only tree works).
 """
+
 from __future__ import annotations
 
 import errno
@@ -25,8 +26,17 @@ from typing import Iterator, Mapping
 
 from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
-from .fsio import (atomic_write, fsync_dir, is_symlink, is_tmp_name, read_bytes, remove_empty_dirs, tmp_path,
-                   unlink_if_present, unlink_quietly)
+from .fsio import (
+    atomic_write,
+    fsync_dir,
+    is_symlink,
+    is_tmp_name,
+    read_bytes,
+    remove_empty_dirs,
+    tmp_path,
+    unlink_if_present,
+    unlink_quietly,
+)
 from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
 from .repopath import REPO_PACKAGE_PREFIX
 from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
@@ -112,9 +122,11 @@ def reading(tree: Tree) -> Iterator[View]:
             state = parse_state(journal.state_before, state_dir / JOURNAL_NAME) if journal.state_before else State()
             for e in journal.entries:  # what is shown must be what a rollback can restore
                 if e.before is not None and not store.has(e.before):
-                    raise StateError(f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
-                                     f"{store.root / e.before}: a saved copy the state needs is missing",
-                                     hint=JOURNAL_FIX)
+                    raise StateError(
+                        f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
+                        f"{store.root / e.before}: a saved copy the state needs is missing",
+                        hint=JOURNAL_FIX,
+                    )
         yield View(tree, state, journal is not None, store)
     finally:
         if fd is not None:
@@ -123,8 +135,10 @@ def reading(tree: Tree) -> Iterator[View]:
 
 def _real_dir(path: Path) -> Path:
     if is_symlink(path):
-        raise StateError(f"{path} is a symbolic link: sglang-overlay keeps a tree's state inside the tree",
-                         hint=f"remove the link (rm {path})")
+        raise StateError(
+            f"{path} is a symbolic link: sglang-overlay keeps a tree's state inside the tree",
+            hint=f"remove the link (rm {path})",
+        )
     if not path.is_dir():
         path.mkdir(exist_ok=True)
     return path
@@ -165,13 +179,20 @@ class Transaction:
         try:
             self._roll_back(journal)
         except StateError as e:
-            raise StateError(f"{self.journal_path}: cannot roll back the interrupted `{journal.op}`: {e}",
-                             hint=e.hint) from None
+            raise StateError(
+                f"{self.journal_path}: cannot roll back the interrupted `{journal.op}`: {e}", hint=e.hint
+            ) from None
         except OSError as e:
-            raise os_failure(e, "cannot roll back an interrupted command: cannot write",
-                             f"the journal {self.journal_path} is kept, and the next command tries again") from None
-        print(f"sglang-overlay: rolled back an interrupted `{journal.op}` (pid {journal.pid}): "
-              f"{len(journal.entries)} file(s) restored in {self.tree.root}", file=sys.stderr)
+            raise os_failure(
+                e,
+                "cannot roll back an interrupted command: cannot write",
+                f"the journal {self.journal_path} is kept, and the next command tries again",
+            ) from None
+        print(
+            f"sglang-overlay: rolled back an interrupted `{journal.op}` (pid {journal.pid}): "
+            f"{len(journal.entries)} file(s) restored in {self.tree.root}",
+            file=sys.stderr,
+        )
         return journal
 
     def _roll_back(self, journal: Journal) -> None:
@@ -225,8 +246,11 @@ class Transaction:
         for f, data in sorted(edited.items()):
             (root / f).parent.mkdir(parents=True, exist_ok=True)
             atomic_write(root / f, data)
-        print(f"sglang-overlay: {len(edited)} file(s) were edited after the interrupted `{journal.op}`; saved them "
-              f"under {root} before rolling back", file=sys.stderr)
+        print(
+            f"sglang-overlay: {len(edited)} file(s) were edited after the interrupted `{journal.op}`; saved them "
+            f"under {root} before rolling back",
+            file=sys.stderr,
+        )
 
     def _clean(self) -> None:
         """Remove what a killed command can leave outside its journal: temp files, unused copies, scratch."""
@@ -276,9 +300,11 @@ class Transaction:
         try:
             fsync_dir(self.dir)
         except OSError as e:
-            print(f"sglang-overlay: warning: done, but {self.dir} could not be flushed to disk ({e.strerror}): "
-                  f"a power loss now could bring the journal back, and the next command would roll back",
-                  file=sys.stderr)
+            print(
+                f"sglang-overlay: warning: done, but {self.dir} could not be flushed to disk ({e.strerror}): "
+                f"a power loss now could bring the journal back, and the next command would roll back",
+                file=sys.stderr,
+            )
 
     def _journal_for(self, change: Change, paths: Mapping[str, Path]) -> Journal:
         entries, new_dirs = [], []
@@ -294,8 +320,14 @@ class Transaction:
         new_dirs = sorted(set(new_dirs), key=lambda d: (d.count("/"), d))
         backup = self._backup_name() if change.backup else None
         state_before = read_bytes(self.state_path)
-        return Journal(change.op, os.getpid(), tuple(entries), tuple(new_dirs),
-                       state_before.decode() if state_before is not None else None, backup)
+        return Journal(
+            change.op,
+            os.getpid(),
+            tuple(entries),
+            tuple(new_dirs),
+            state_before.decode() if state_before is not None else None,
+            backup,
+        )
 
     def _backup_name(self) -> str:
         stamp = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
@@ -315,8 +347,11 @@ class Transaction:
         for d in sorted(targets):
             if not os.access(d, os.W_OK):
                 code = errno.EROFS if _read_only(d) else errno.EPERM if _immutable(d) else errno.EACCES
-                raise os_failure(OSError(code, os.strerror(code), str(d)), "cannot write in",
-                                 "nothing was changed (found before the first write)")
+                raise os_failure(
+                    OSError(code, os.strerror(code), str(d)),
+                    "cannot write in",
+                    "nothing was changed (found before the first write)",
+                )
         need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
         need += sum(len(d) for d in change.writes.values() if d) + sum(len(b) for b in change.bases)
         need += sum(len(b) for b in change.before.values() if b is not None and not self.store.has(sha256(b)))
@@ -324,10 +359,12 @@ class Transaction:
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
         if free < need:
-            raise OSFailure(f"not enough free space in {self.dir}: the change needs about {need // 1024} KiB, "
-                            f"{free // 1024} KiB are free (ENOSPC); nothing was changed (found before the first "
-                            f"write)", hint=f"free space on that file system (`df -h {self.dir}`), then run the "
-                                            f"command again")
+            raise OSFailure(
+                f"not enough free space in {self.dir}: the change needs about {need // 1024} KiB, "
+                f"{free // 1024} KiB are free (ENOSPC); nothing was changed (found before the first "
+                f"write)",
+                hint=f"free space on that file system (`df -h {self.dir}`), then run the command again",
+            )
 
     def _write_backup(self, journal: Journal, change: Change) -> Path | None:
         if not journal.backup:
@@ -342,8 +379,10 @@ class Transaction:
 
     def _replace(self, f: str, path: Path, change: Change, journal: Journal) -> None:
         if read_bytes(path) != change.before[f]:
-            raise Conflict(f"{path} changed while this command ran (edited by hand, or another program wrote it)",
-                           hint="nothing was changed; run the command again")
+            raise Conflict(
+                f"{path} changed while this command ran (edited by hand, or another program wrote it)",
+                hint="nothing was changed; run the command again",
+            )
         data = change.writes[f]
         if data is None:
             os.unlink(path)
@@ -367,14 +406,19 @@ class Transaction:
             self.store.prune(self.state.bases)
         except (OSError, StateError) as again:
             what = f"{err.strerror} on {err.filename}" if isinstance(err, OSError) else str(err) or type(err).__name__
-            raise OSFailure(f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
-                            f"{self.journal_path} is kept", hint="once the cause is fixed, `python apply.py recover` "
-                                                                 "(or any command that changes the tree) rolls it back") from None
+            raise OSFailure(
+                f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
+                f"{self.journal_path} is kept",
+                hint="once the cause is fixed, `python apply.py recover` "
+                "(or any command that changes the tree) rolls it back",
+            ) from None
         if isinstance(err, KeyboardInterrupt):
             print(f"sglang-overlay: interrupted: rolled back, {self.tree.root} is as it was", file=sys.stderr)
             raise err
         if isinstance(err, OSError):
-            raise os_failure(err, "cannot write", "nothing was changed: what was written so far is rolled back") from None
+            raise os_failure(
+                err, "cannot write", "nothing was changed: what was written so far is rolled back"
+            ) from None
         raise err
 
 

@@ -4,6 +4,7 @@
 - installed: an installed package (site-packages); files at sglang/...
 - embedded:  the pinned release made by `apply.py fetch` under the project's .sglang/; laid out like a checkout
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,7 @@ class Tree:
 
     def path_of(self, repo_path: str) -> Path:
         """Where a repository path lives in this tree, refusing anything that would leave it."""
-        rel = repo_path[len("python/"):] if self.kind == "installed" else repo_path
+        rel = repo_path[len("python/") :] if self.kind == "installed" else repo_path
         if self.kind == "installed" and not repo_path.startswith("python/"):
             raise PathEscape(f"{repo_path} has no place in an installed package tree")
         path = self.root / rel
@@ -56,19 +57,26 @@ class Tree:
             if probe.is_symlink():
                 target = probe.resolve()
                 if not _is_within(target, self.root.resolve()):
-                    raise PathEscape(f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
-                                     hint="replace the link with a real directory or file before patching")
+                    raise PathEscape(
+                        f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
+                        hint="replace the link with a real directory or file before patching",
+                    )
         return path
 
     def managed_file(self, repo_path: str) -> Path:
         """path_of for a file the tool replaces: it must be a regular file (or absent), never a link or a directory."""
         path = self.path_of(repo_path)
         if is_symlink(path):
-            raise BadInput(f"{path} is a symbolic link: sglang-overlay replaces the files it patches, which would turn "
-                           f"the link into a regular file", hint="replace the link with a copy of the file it points to")
+            raise BadInput(
+                f"{path} is a symbolic link: sglang-overlay replaces the files it patches, which would turn "
+                f"the link into a regular file",
+                hint="replace the link with a copy of the file it points to",
+            )
         if path.exists() and not path.is_file():
-            raise BadInput(f"{path} is not a regular file, but a patch writes a file there",
-                           hint="move it out of the way, or leave that patch off")
+            raise BadInput(
+                f"{path} is not a regular file, but a patch writes a file there",
+                hint="move it out of the way, or leave that patch off",
+            )
         return path
 
     def checked_state_dir(self) -> Path:
@@ -76,9 +84,11 @@ class Tree:
         anywhere on the machine) or not a directory."""
         sd = self.state_dir
         if is_symlink(sd):
-            raise StateError(f"{sd} is a symbolic link (to {os.path.realpath(sd)}): sglang-overlay keeps a tree's "
-                             f"state inside the tree", hint=f"remove the link (rm {sd}); the next command makes a "
-                                                            f"real directory")
+            raise StateError(
+                f"{sd} is a symbolic link (to {os.path.realpath(sd)}): sglang-overlay keeps a tree's "
+                f"state inside the tree",
+                hint=f"remove the link (rm {sd}); the next command makes a real directory",
+            )
         if sd.exists() and not sd.is_dir():
             raise StateError(f"{sd} is not a directory", hint=f"move it aside (mv {sd} {sd}.bad)")
         return sd
@@ -103,13 +113,17 @@ class Tree:
     def check_version(self, expected: str) -> None:
         found = self.version()
         if found is None:
-            raise VersionMismatch(f"{self.root}: cannot tell which SGLang version this tree holds "
-                                  f"(no python/sglang/_version.py, no dist-info, no tag); the manifest pins {expected}",
-                                  hint=f"use the pinned release (`python apply.py fetch`) or check out tag v{expected}")
+            raise VersionMismatch(
+                f"{self.root}: cannot tell which SGLang version this tree holds "
+                f"(no python/sglang/_version.py, no dist-info, no tag); the manifest pins {expected}",
+                hint=f"use the pinned release (`python apply.py fetch`) or check out tag v{expected}",
+            )
         if found != expected:
-            raise VersionMismatch(f"{self.root}: this tree is SGLang {found}, the manifest pins {expected}",
-                                  hint=f"use a {expected} tree (`python apply.py fetch` makes one), or run "
-                                       f"`python apply.py check --against {found}` to see which patches survive")
+            raise VersionMismatch(
+                f"{self.root}: this tree is SGLang {found}, the manifest pins {expected}",
+                hint=f"use a {expected} tree (`python apply.py fetch` makes one), or run "
+                f"`python apply.py check --against {found}` to see which patches survive",
+            )
 
 
 def _text(path: Path) -> str:
@@ -137,8 +151,10 @@ def classify(path: Path, project_root: Path) -> Tree:
         return Tree(path, "installed")
     if path.name == "sglang" and (path / "__init__.py").is_file():
         return Tree(path.parent, "installed")
-    raise TreeNotFound(f"{path}: not an SGLang tree (expected python/sglang/ for a checkout, or sglang/ for an "
-                       f"installed package)", hint="pass --tree pointing at the repository root or at site-packages")
+    raise TreeNotFound(
+        f"{path}: not an SGLang tree (expected python/sglang/ for a checkout, or sglang/ for an installed package)",
+        hint="pass --tree pointing at the repository root or at site-packages",
+    )
 
 
 def embedded_path(project_root: Path, version: str) -> Path:
@@ -148,8 +164,10 @@ def embedded_path(project_root: Path, version: str) -> Path:
 def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
     """--tree, then $SGLANG_OVERLAY_TREE, then the embedded default; never a guess at site-packages."""
     if explicit is not None and not explicit.strip():
-        raise TreeNotFound("--tree is empty (an unset shell variable?)",
-                           hint="pass the tree's directory, or leave --tree out to use the embedded tree")
+        raise TreeNotFound(
+            "--tree is empty (an unset shell variable?)",
+            hint="pass the tree's directory, or leave --tree out to use the embedded tree",
+        )
     chosen = explicit or os.environ.get(TREE_ENV)
     if chosen:
         p = Path(chosen).expanduser()
@@ -159,6 +177,8 @@ def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
     default = embedded_path(project_root, version)
     if (default / "python" / "sglang").is_dir():
         return Tree(default.resolve(), "embedded")
-    raise TreeNotFound(f"no SGLang tree: {default} does not exist yet",
-                       hint="run `python apply.py fetch` to make the pinned tree, or pass --tree DIR "
-                            f"(or set {TREE_ENV}) for your own checkout or site-packages")
+    raise TreeNotFound(
+        f"no SGLang tree: {default} does not exist yet",
+        hint="run `python apply.py fetch` to make the pinned tree, or pass --tree DIR "
+        f"(or set {TREE_ENV}) for your own checkout or site-packages",
+    )

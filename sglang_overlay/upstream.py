@@ -1,4 +1,5 @@
 """Proof that an `upstreamed` entry's change is in a tree: its symbols and lines exist, its diff reverse-applies."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

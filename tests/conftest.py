@@ -1,4 +1,5 @@
 """Shared fixtures: the real pinned SGLang tree (fetched once), resettable working copies, fixture projects."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.section("fault injection: points tried / passed")
     for c in FAULT_COUNTS:
-        terminalreporter.write_line(f"{c['command']:<15} {c['fault']:<14} {c['passed']:>4} / {c['points']:<4} "
-                                    f"{' '.join(f'{k}={v}' for k, v in sorted(c['by_syscall'].items()))}")
+        terminalreporter.write_line(
+            f"{c['command']:<15} {c['fault']:<14} {c['passed']:>4} / {c['points']:<4} "
+            f"{' '.join(f'{k}={v}' for k, v in sorted(c['by_syscall'].items()))}"
+        )
     out = os.environ.get("SGLANG_OVERLAY_FAULT_REPORT")
     if out:
         Path(out).write_text(json.dumps(FAULT_COUNTS, indent=1) + "\n")
@@ -64,8 +67,9 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_
     full_env = dict(os.environ)
     full_env.pop("SGLANG_OVERLAY_TREE", None)
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, str(ROOT / "apply.py"), *args], cwd=cwd or ROOT, capture_output=True,
-                          text=True, env=full_env)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "apply.py"), *args], cwd=cwd or ROOT, capture_output=True, text=True, env=full_env
+    )
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc

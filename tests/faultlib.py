@@ -12,6 +12,7 @@ touch plus the listings of the directories where it could leave something, and `
 them: byte-equal to one of the two, nothing else anywhere (no temp file, no journal, no unreferenced saved
 copy, no scratch directory in $TMPDIR, no new directory).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,8 +50,13 @@ class Point:
 
 
 def trace_points(argv: list[str], env: dict, cwd: Path, log: Path) -> tuple[list[Point], subprocess.CompletedProcess]:
-    proc = subprocess.run([STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(SYSCALLS), *argv],
-                          cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(SYSCALLS), *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     lines = log.read_text().splitlines()
     main = _main_pid(lines)
     counts: dict[tuple[str, str], int] = {}
@@ -81,14 +87,24 @@ class Injected:
     hit: bool  # strace reports the injection in the command's own process
 
 
-def inject(argv: list[str], env: dict, cwd: Path, log: Path, point: Point, action: str,
-           persistent: bool = False) -> Injected:
+def inject(
+    argv: list[str], env: dict, cwd: Path, log: Path, point: Point, action: str, persistent: bool = False
+) -> Injected:
     """`action`: "signal=KILL", "signal=INT", "error=ENOSPC", ... at exactly that call (or from it on)."""
     signal_ = action.startswith("signal=")
     follow = [] if signal_ or point.child_first else ["-f", "--seccomp-bpf"]
     when = f"{point.n}+" if persistent else str(point.n)
-    cmd = [STRACE, *follow, "-o", str(log), "-e", f"trace={point.syscall}",
-           "-e", f"inject={point.syscall}:{action}:when={when}", *argv]
+    cmd = [
+        STRACE,
+        *follow,
+        "-o",
+        str(log),
+        "-e",
+        f"trace={point.syscall}",
+        "-e",
+        f"inject={point.syscall}:{action}:when={when}",
+        *argv,
+    ]
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     text = log.read_text()
     if signal_:
@@ -150,11 +166,20 @@ class Layout:
         listings = {str(d): tuple(sorted(os.listdir(d))) if d.is_dir() else () for d in self.dirs}
         sd = self.tree / STATE_DIR
         # a backup directory is named by time and pid: compare what each holds, not the names
-        backups = tuple(sorted(str(p.relative_to(sd / "backups")).split("/", 1)[1] + " " + sha(p.read_bytes())
-                               for p in (sd / "backups").rglob("*") if p.is_file())) \
-            if (sd / "backups").is_dir() else ()
-        return Snapshot(files, listings, _read(sd / "state.json"), backups,
-                        {str(p): sha(_read(p)) for p in self.project_files})
+        backups = (
+            tuple(
+                sorted(
+                    str(p.relative_to(sd / "backups")).split("/", 1)[1] + " " + sha(p.read_bytes())
+                    for p in (sd / "backups").rglob("*")
+                    if p.is_file()
+                )
+            )
+            if (sd / "backups").is_dir()
+            else ()
+        )
+        return Snapshot(
+            files, listings, _read(sd / "state.json"), backups, {str(p): sha(_read(p)) for p in self.project_files}
+        )
 
 
 def _read(p: Path) -> bytes | None:
@@ -191,7 +216,7 @@ def consistent(layout: Layout, snap: Snapshot) -> list[str]:
     state = json.loads(snap.state)
     bad = []
     for f, rec in state["files"].items():
-        rel = f[len("python/"):] if (layout.tree / "sglang").is_dir() else f
+        rel = f[len("python/") :] if (layout.tree / "sglang").is_dir() else f
         if snap.files.get(rel, sha(_read(layout.tree / rel))) != rec["applied"]:
             bad.append(f"{f}: holds something else than state.json records")
     return bad

@@ -1,5 +1,6 @@
 """`build-wheel` on the real pinned wheel: local version, RECORD, reproducibility, and a real install into a fresh
 venv (the wheel is cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one)."""
+
 from __future__ import annotations
 
 import base64
@@ -18,6 +19,7 @@ import pytest
 
 from conftest import run_cli
 from test_launch import make_project  # the same small project: the pin and overlay_identity
+
 HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
 
 
@@ -29,8 +31,16 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(project, tmp_path_factory, pinned_tree) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("dist")
-    proc = run_cli("--manifest", str(project / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity",
-                   "--out", str(out), check_rc=0)
+    proc = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "build-wheel",
+        "--patches",
+        "overlay_identity",
+        "--out",
+        str(out),
+        check_rc=0,
+    )
     fp = re.search(r"fingerprint ([0-9a-f]{64})", proc.stdout).group(1)
     wheels = list(out.glob("*.whl"))
     assert len(wheels) == 1
@@ -73,8 +83,16 @@ def test_name_version_metadata_and_record(built):
 
 def test_same_set_gives_a_byte_identical_wheel(project, built, tmp_path):
     wheel, _ = built
-    run_cli("--manifest", str(project / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity", "--out",
-            str(tmp_path), check_rc=0)
+    run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "build-wheel",
+        "--patches",
+        "overlay_identity",
+        "--out",
+        str(tmp_path),
+        check_rc=0,
+    )
     assert (tmp_path / wheel.name).read_bytes() == wheel.read_bytes()
 
 
@@ -93,11 +111,24 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     assert f"Version: 0.5.17+ovl.{fp[:12]}" in show
     assert "overlay_identity" in show
     assert "sglang/_overlay_build.py" in show
-    site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path("
-                                "'purelib'))"], capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # the patched file is byte for byte what `apply` makes of a checkout
-    run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "apply", "overlay_identity",
-            check_rc=0)
+    run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(sglang_tree),
+        "apply",
+        "overlay_identity",
+        check_rc=0,
+    )
     assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == (sglang_tree / HTTP_SERVER).read_bytes()
     ns: dict = {}
     exec((site / "sglang/_overlay_build.py").read_text(), ns)
@@ -108,7 +139,8 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     assert fp[:12] in status and re.search(r"\[x\] overlay_identity", status), status
     run_cli(*cli, "revert", "--all", check_rc=0)
     # the release's own bytes (the embedded tree's working copy may carry a set: quickstart.sh applies one)
-    pristine = subprocess.run(["git", "show", f"v0.5.17:{HTTP_SERVER}"], cwd=pinned_tree, capture_output=True,
-                              check=True).stdout
+    pristine = subprocess.run(
+        ["git", "show", f"v0.5.17:{HTTP_SERVER}"], cwd=pinned_tree, capture_output=True, check=True
+    ).stdout
     assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == pristine
     assert not (site / "sglang/_overlay_build.py").exists()

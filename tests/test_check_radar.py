@@ -1,4 +1,5 @@
 """`check` on the pin and the radar's classification, on fixture releases made from the real 0.5.17 files."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,12 @@ def fx():
 
 def release(pin_source, **changes):
     """A fixture 'release': the pinned files with some replaced (bytes) or removed (None)."""
+
     def read(path):
         if path in changes:
             return changes[path]
         return pin_source.read(path)
+
     return read
 
 
@@ -87,8 +90,10 @@ def test_radar_offset(fx, pin_source):
 
 def test_radar_needs_3way(fx, pin_source):
     # Upstream changed a line inside the patch's context: zero-fuzz apply fails, a 3-way merge succeeds.
-    src = text(pin_source, SARGS).replace("    Prepare the server arguments from the command line arguments.",
-                                          "    Prepare the server arguments from argv (reworded upstream).")
+    src = text(pin_source, SARGS).replace(
+        "    Prepare the server arguments from the command line arguments.",
+        "    Prepare the server arguments from argv (reworded upstream).",
+    )
     v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
     assert v.status == "needs-3way", v
 
@@ -96,7 +101,8 @@ def test_radar_needs_3way(fx, pin_source):
 def test_radar_conflict_names_hunk_and_symbol_in_both_releases(fx, pin_source):
     src = text(pin_source, SARGS).replace(
         "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
-        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: upstream wrote something else\n")
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: upstream wrote something else\n",
+    )
     v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
     assert v.status == "conflict", v
     assert "hunk #1 @@ -9342,6 +9342,7 @@ in `prepare_server_args`" in v.detail
@@ -106,7 +112,8 @@ def test_radar_conflict_names_hunk_and_symbol_in_both_releases(fx, pin_source):
 def test_radar_upstreamed_when_the_change_is_already_there(fx, pin_source):
     src = text(pin_source, SARGS).replace(
         "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
-        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: inside prepare_server_args\n")
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: inside prepare_server_args\n",
+    )
     v = classify(fx.patch("fx_args_b"), release(pin_source, **{SARGS: src.encode()}), "x", pin_source.read)
     assert v.status == "upstreamed" and "reverse-applies" in v.detail
 
@@ -123,7 +130,10 @@ def test_radar_upstreamed_proof_lost(fx, pin_source):
     kimi = "python/sglang/srt/models/kimi_k25.py"
     src = text(pin_source, kimi).replace("def set_eagle3_layers_to_capture", "def set_aux_layers")
     v = classify(fx.patch("fx_kimi"), release(pin_source, **{kimi: src.encode()}), "x", pin_source.read)
-    assert v.status == "conflict" and "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture` is missing" in v.detail
+    assert (
+        v.status == "conflict"
+        and "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture` is missing" in v.detail
+    )
 
 
 def test_radar_overlay_now_upstream(fx, pin_source):

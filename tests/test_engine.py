@@ -1,4 +1,5 @@
 """The engine on the real SGLang 0.5.17 source: round trips, order independence, drift, kills, user edits."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ SERVER_ARGS = "python/sglang/srt/server_args.py"
 
 
 def cli(tree: Path, *args, rc: int | None = 0, env=None):
-    return run_cli("--manifest", str(FIX), "--tree", str(tree), *args, check_rc=rc,
-                   env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0", **(env or {})})
+    return run_cli(
+        "--manifest",
+        str(FIX),
+        "--tree",
+        str(tree),
+        *args,
+        check_rc=rc,
+        env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0", **(env or {})},
+    )
 
 
 def git_status(tree: Path) -> str:
@@ -88,11 +96,29 @@ def test_conflicting_patches_refused(sglang_tree):
 
 
 def test_hardware_gate(sglang_tree):
-    res = run_cli("--manifest", str(FIX), "--tree", str(sglang_tree), "apply", "fx_topk_gated",
-                  env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"}, check_rc=2)
+    res = run_cli(
+        "--manifest",
+        str(FIX),
+        "--tree",
+        str(sglang_tree),
+        "apply",
+        "fx_topk_gated",
+        env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"},
+        check_rc=2,
+    )
     assert "needs compute capability 9.0, this machine has 12.0" in res.stderr
-    st = json.loads(run_cli("--manifest", str(FIX), "--tree", str(sglang_tree), "status", "--json",
-                            env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"}, check_rc=0).stdout)
+    st = json.loads(
+        run_cli(
+            "--manifest",
+            str(FIX),
+            "--tree",
+            str(sglang_tree),
+            "status",
+            "--json",
+            env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "12.0"},
+            check_rc=0,
+        ).stdout
+    )
     assert {p["name"]: p["state"] for p in st["patches"]}["fx_topk_gated"] == "unavailable"
 
 
@@ -102,8 +128,14 @@ def test_user_edits_elsewhere_survive_every_command(sglang_tree):
     untracked = sglang_tree / "python/sglang/my_notes.txt"
     untracked.write_text("mine")
     edited = other.read_bytes()
-    for args in (["apply", "--all"], ["revert", "fx_topk"], ["toggle", "fx_topk"], ["revert", "--all"],
-                 ["apply", "--set", "default"], ["status"]):
+    for args in (
+        ["apply", "--all"],
+        ["revert", "fx_topk"],
+        ["toggle", "fx_topk"],
+        ["revert", "--all"],
+        ["apply", "--set", "default"],
+        ["status"],
+    ):
         if args == ["apply", "--all"]:
             args = ["apply", *CHANGING]
         cli(sglang_tree, *args)
@@ -117,7 +149,10 @@ def test_drift_refused_then_force_saves_a_backup(sglang_tree):
     edited = f.read_bytes()
     for args in (["revert", "fx_args_a"], ["toggle", "fx_args_b"], ["revert", "--all"]):
         res = cli(sglang_tree, *args, rc=1)
-        assert f"{SERVER_ARGS}: changed by hand since sglang-overlay wrote it (patches: fx_args_a, fx_args_b)" in res.stderr
+        assert (
+            f"{SERVER_ARGS}: changed by hand since sglang-overlay wrote it (patches: fx_args_a, fx_args_b)"
+            in res.stderr
+        )
         assert "refresh" in res.stderr and "--force" in res.stderr
         assert f.read_bytes() == edited
     st = json.loads(cli(sglang_tree, "status", "--json").stdout)
@@ -134,18 +169,23 @@ def test_drift_refused_then_force_saves_a_backup(sglang_tree):
 
 def test_refresh_captures_hand_edits_and_keeps_the_header(sglang_tree, tmp_path):
     import shutil
+
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
     man = proj / "manifest.yaml"
     run = lambda *a, rc=0: run_cli("--manifest", str(man), "--tree", str(sglang_tree), *a, check_rc=rc)
     run("apply", "fx_args_a", "fx_args_b")
     f = sglang_tree / SERVER_ARGS
-    text = f.read_text().replace("    # fixture a: top of ServerArgs\n", "    # fixture a: top of ServerArgs (edited)\n")
+    text = f.read_text().replace(
+        "    # fixture a: top of ServerArgs\n", "    # fixture a: top of ServerArgs (edited)\n"
+    )
     f.write_text(text)
     out = run("refresh", "fx_args_a").stdout
     assert "refreshed fx_args_a" in out
     patch = (proj / "patches" / "fx_args_a.patch").read_text()
-    assert patch.startswith("Description: Fixture fx_args_a") and "+    # fixture a: top of ServerArgs (edited)" in patch
+    assert (
+        patch.startswith("Description: Fixture fx_args_a") and "+    # fixture a: top of ServerArgs (edited)" in patch
+    )
     assert "fixture b" not in patch, "fx_args_b's change leaked into fx_args_a"
     st = json.loads(run("status", "--json").stdout)
     assert {p["name"]: p["state"] for p in st["patches"]}["fx_args_a"] == "applied"
@@ -157,9 +197,12 @@ def test_refresh_captures_hand_edits_and_keeps_the_header(sglang_tree, tmp_path)
 
 def test_stale_when_patch_file_changes_after_apply(sglang_tree, tmp_path):
     import shutil
+
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
-    run = lambda *a, rc=0: run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+    run = lambda *a, rc=0: run_cli(
+        "--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc
+    )
     run("apply", "fx_overlay")
     src = proj / "overlay/python/sglang/srt/fx_overlay_module.py"
     src.write_text(src.read_text() + "CHANGED = 1\n")
@@ -173,14 +216,23 @@ def test_stale_when_patch_file_changes_after_apply(sglang_tree, tmp_path):
 def test_status_json_shape(sglang_tree):
     cli(sglang_tree, "apply", "--set", "default")
     st = json.loads(cli(sglang_tree, "status", "--json").stdout)
-    assert st["pin"] == {"package": "sglang", "version": "0.5.17",
-                         "wheel": "sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl"}
+    assert st["pin"] == {
+        "package": "sglang",
+        "version": "0.5.17",
+        "wheel": "sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl",
+    }
     assert st["tree"]["path"] == str(sglang_tree) and st["tree"]["kind"] == "checkout"
     assert len(st["fingerprint"]) == 64 and st["applied"] == ["fx_topk", "fx_args_a"]
     states = {p["name"]: p["state"] for p in st["patches"]}
-    assert states == {"fx_topk": "applied", "fx_args_a": "applied", "fx_args_b": "not-applied",
-                      "fx_common": "not-applied", "fx_overlay": "not-applied", "fx_topk_gated": "not-applied",
-                      "fx_kimi": "upstreamed"}
+    assert states == {
+        "fx_topk": "applied",
+        "fx_args_a": "applied",
+        "fx_args_b": "not-applied",
+        "fx_common": "not-applied",
+        "fx_overlay": "not-applied",
+        "fx_topk_gated": "not-applied",
+        "fx_kimi": "upstreamed",
+    }
     fp = cli(sglang_tree, "fingerprint").stdout.strip()
     assert fp == st["fingerprint"] == cli(sglang_tree, "fingerprint", "--set", "default").stdout.strip()
     ident = (sglang_tree / "python/sglang/_overlay_build.py").read_text()
@@ -202,8 +254,12 @@ def test_wrong_version_refused_with_both_versions(sglang_tree):
 
 def test_conflicting_tree_is_named_by_hunk_and_symbol(sglang_tree):
     f = sglang_tree / SERVER_ARGS
-    f.write_text(f.read_text().replace("def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
-                                       "def prepare_server_args(argv: list) -> ServerArgs:\n"))
+    f.write_text(
+        f.read_text().replace(
+            "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+            "def prepare_server_args(argv: list) -> ServerArgs:\n",
+        )
+    )
     err = cli(sglang_tree, "apply", "fx_args_b", rc=1).stderr
     assert "fx_args_b does not apply cleanly (zero fuzz)" in err
     assert "hunk #1 @@ -9342,6 +9342,7 @@" in err and "prepare_server_args" in err
@@ -212,6 +268,7 @@ def test_conflicting_tree_is_named_by_hunk_and_symbol(sglang_tree):
 
 def test_installed_package_tree(sglang_tree, tmp_path):
     import shutil
+
     site = tmp_path / "site-packages"
     shutil.copytree(sglang_tree / "python" / "sglang", site / "sglang")
     pristine = tree_snapshot(site)
@@ -227,10 +284,12 @@ def test_installed_package_tree(sglang_tree, tmp_path):
 
 def test_refresh_captures_edits_of_an_overlay_file(sglang_tree, tmp_path):
     import shutil
+
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
-    run = lambda *a, rc=0: run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a,
-                                   check_rc=rc)
+    run = lambda *a, rc=0: run_cli(
+        "--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc
+    )
     run("apply", "fx_overlay")
     f = sglang_tree / "python/sglang/srt/fx_overlay_module.py"
     f.write_text(f.read_text() + "EDITED = True\n")
@@ -248,6 +307,7 @@ def test_the_next_command_undoes_a_killed_one_then_decides_on_what_is_left(sglan
     """Killed as the journal of `revert --all` is removed (all files and the state already written): the next
     `revert fx_topk` rolls the whole revert back first, then reverts only fx_topk, as asked."""
     from faultlib import inject, python_argv, trace_points
+
     cli(sglang_tree, "apply", "fx_topk", "fx_args_a", "fx_overlay")
     args = python_argv("--manifest", str(FIX), "--tree", str(sglang_tree), "revert", "--all")
     env = dict(os.environ, SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", PYTHONHASHSEED="0")
@@ -271,6 +331,7 @@ def test_an_edit_made_after_a_kill_survives_the_rollback(sglang_tree, tmp_path):
     """Killed with every file written; the user then edits one of them before any command runs: the rollback
     puts the old bytes back, but saves the edit first and says where."""
     from faultlib import inject, python_argv, trace_points
+
     args = python_argv("--manifest", str(FIX), "--tree", str(sglang_tree), "apply", "fx_args_a")
     env = dict(os.environ, SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", PYTHONHASHSEED="0")
     pristine = (sglang_tree / SERVER_ARGS).read_bytes()

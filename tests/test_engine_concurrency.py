@@ -1,6 +1,7 @@
 """Two commands at once on one tree: every pair of different changing commands, started together, ends in the
 state of one of the two serial orders (no lost update, no exit 0 for an effect that is not there), byte for
 byte; a reader never sees half a change; a waiting command takes over cleanly from one killed mid-change."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,9 +19,13 @@ from faultlib import STRACE, trace_points
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
 ENV = {"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"}
-MANAGED = ("python/sglang/srt/layers/moe/topk.py", "python/sglang/srt/server_args.py",
-           "python/sglang/srt/utils/common.py", "python/sglang/srt/fx_overlay_module.py",
-           "python/sglang/_overlay_build.py")
+MANAGED = (
+    "python/sglang/srt/layers/moe/topk.py",
+    "python/sglang/srt/server_args.py",
+    "python/sglang/srt/utils/common.py",
+    "python/sglang/srt/fx_overlay_module.py",
+    "python/sglang/_overlay_build.py",
+)
 START = frozenset({"fx_topk", "fx_args_a"})  # preset default
 
 # command -> what it makes of the applied set (the manifest's requires: fx_common needs fx_args_a)
@@ -38,6 +43,7 @@ COMMANDS = {
 
 def argv(tree: Path, *args: str) -> list[str]:
     import sys
+
     return [sys.executable, str(ROOT / "apply.py"), "--manifest", str(FIX), "--tree", str(tree), *args]
 
 
@@ -85,16 +91,22 @@ def test_every_pair_of_commands_started_together(sglang_tree, ref_tree):
         if a > b:  # each unordered pair once; both serial orders are allowed outcomes
             continue
         cli(sglang_tree, "apply", "--set", "default")
-        procs = [subprocess.Popen(argv(sglang_tree, *c), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for c in (a, b)]
+        procs = [
+            subprocess.Popen(
+                argv(sglang_tree, *c), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for c in (a, b)
+        ]
         outs = [p.communicate() + (p.returncode,) for p in procs]
         for c, (out, err, rc) in zip((a, b), outs):
             assert rc == 0 and "Traceback" not in err, f"{c}: rc {rc}\n{out}\n{err}"
         allowed = {COMMANDS[b](COMMANDS[a](START)), COMMANDS[a](COMMANDS[b](START))}
         got = applied(sglang_tree)
         if got not in allowed:
-            lost.append(f"{' '.join(a)} & {' '.join(b)}: carries {sorted(got)}, "
-                        f"a serial order gives {[sorted(s) for s in allowed]}")
+            lost.append(
+                f"{' '.join(a)} & {' '.join(b)}: carries {sorted(got)}, "
+                f"a serial order gives {[sorted(s) for s in allowed]}"
+            )
         elif managed(sglang_tree) != reference(ref_tree, got):
             lost.append(f"{' '.join(a)} & {' '.join(b)}: the files are not those of {sorted(got)}")
     assert not lost, "\n".join(lost)
@@ -103,16 +115,25 @@ def test_every_pair_of_commands_started_together(sglang_tree, ref_tree):
 def test_a_reader_never_sees_half_a_change(sglang_tree):
     cli(sglang_tree, "apply", "--set", "default")
     for _ in range(6):
-        writer = subprocess.Popen(argv(sglang_tree, "apply", "fx_args_b", "fx_overlay", "fx_common"), env=env(),
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        readers = [subprocess.run(argv(sglang_tree, "status", "--json"), env=env(), capture_output=True, text=True)
-                   for _ in range(3)]
+        writer = subprocess.Popen(
+            argv(sglang_tree, "apply", "fx_args_b", "fx_overlay", "fx_common"),
+            env=env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        readers = [
+            subprocess.run(argv(sglang_tree, "status", "--json"), env=env(), capture_output=True, text=True)
+            for _ in range(3)
+        ]
         assert writer.wait() == 0, writer.stderr.read()
         for r in readers:
             st = json.loads(r.stdout)
             assert st["drifted_files"] == [] and not st["interrupted_transaction"], r.stdout
-            assert set(st["applied"]) in ({"fx_topk", "fx_args_a"},
-                                          {"fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay"})
+            assert set(st["applied"]) in (
+                {"fx_topk", "fx_args_a"},
+                {"fx_topk", "fx_args_a", "fx_args_b", "fx_common", "fx_overlay"},
+            )
         cli(sglang_tree, "apply", "--set", "default")
 
 
@@ -126,9 +147,24 @@ def _held_in_its_change(tree: Path, *args: str, seconds: int = 30) -> tuple[subp
     subprocess.run(["git", "clean", "-q", "-fdx"], cwd=tree, check=True)
     cli(tree, "apply", "--set", "default")
     point = next(p for p in pts if p.syscall == "rename" and "/python/sglang/" in p.call.split(",")[1])
-    proc = subprocess.Popen([STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=rename", "-e",
-                             f"inject=rename:delay_enter={seconds}s:when={point.n}", *argv(tree, *args)],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            STRACE,
+            "-f",
+            "--seccomp-bpf",
+            "-o",
+            str(log),
+            "-e",
+            "trace=rename",
+            "-e",
+            f"inject=rename:delay_enter={seconds}s:when={point.n}",
+            *argv(tree, *args),
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     journal = tree / ".sglang-overlay" / "journal.json"
     for _ in range(200):
         if journal.exists():
@@ -142,8 +178,9 @@ def _held_in_its_change(tree: Path, *args: str, seconds: int = 30) -> tuple[subp
 @pytest.mark.skipif(STRACE is None, reason="needs strace (installed by .ci/run)")
 def test_a_waiting_command_takes_over_from_one_killed_mid_change(sglang_tree, ref_tree):
     first, pid = _held_in_its_change(sglang_tree, "apply", "fx_args_b", "fx_overlay")
-    second = subprocess.Popen(argv(sglang_tree, "revert", "fx_topk"), env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(
+        argv(sglang_tree, "revert", "fx_topk"), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)
     assert second.poll() is None, "the second command did not wait for the lock"
     os.kill(pid, signal.SIGKILL)
@@ -161,8 +198,9 @@ def test_a_waiting_command_takes_over_from_one_killed_mid_change(sglang_tree, re
 def test_ctrl_c_while_waiting_for_the_lock(sglang_tree):
     first, pid = _held_in_its_change(sglang_tree, "apply", "fx_overlay")
     before_state = (sglang_tree / ".sglang-overlay" / "journal.json").read_bytes()
-    second = subprocess.Popen(argv(sglang_tree, "revert", "--all"), env=env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(
+        argv(sglang_tree, "revert", "--all"), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(1.0)
     second.send_signal(signal.SIGINT)
     out, err = second.communicate(timeout=20)
@@ -198,8 +236,10 @@ def test_two_forced_reverts_in_one_second_keep_both_edits(sglang_tree):
         line = next(l for l in err.splitlines() if "--force: saved 1 hand-edited file(s) under" in l)
         saved.append(Path(line.split(" under ", 1)[1]))
     assert saved[0] != saved[1] and all(d.is_dir() for d in saved)
-    assert [(d / "python/sglang/srt/layers/moe/topk.py").read_text().endswith(e)
-            for d, e in zip(saved, ("# first hand edit\n", "# second hand edit\n"))] == [True, True]
+    assert [
+        (d / "python/sglang/srt/layers/moe/topk.py").read_text().endswith(e)
+        for d, e in zip(saved, ("# first hand edit\n", "# second hand edit\n"))
+    ] == [True, True]
 
 
 def test_force_over_a_file_deleted_by_hand_names_no_backup(sglang_tree):

@@ -8,6 +8,7 @@ SIGKILL is rolled back by the next command (`recover`); then the tree is byte-eq
 after the command, the state describes it, and nothing is left anywhere (temp files, journal, unused saved
 copies, new directories, scratch in $TMPDIR). Points run on two workers, each with its own copy of the tree.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,20 @@ from pathlib import Path
 import pytest
 
 from conftest import FAULT_COUNTS, ROOT
-from faultlib import (ERROR_SYSCALLS, STATE_DIR, STRACE, Layout, Point, Saved, Snapshot, consistent, inject,
-                      leftovers, python_argv, trace_points)
+from faultlib import (
+    ERROR_SYSCALLS,
+    STATE_DIR,
+    STRACE,
+    Layout,
+    Point,
+    Saved,
+    Snapshot,
+    consistent,
+    inject,
+    leftovers,
+    python_argv,
+    trace_points,
+)
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 WORKERS = 3
@@ -34,9 +47,15 @@ NEWDIR_ENTRY = """  - name: fx_newdir
     category: experimental
     overlay: [python/sglang/srt/fx_newpkg/sub/fx_new.py]
 presets:"""
-MANAGED = ("python/sglang/srt/layers/moe/topk.py", "python/sglang/srt/server_args.py",
-           "python/sglang/srt/utils/common.py", "python/sglang/srt/fx_overlay_module.py",
-           "python/sglang/srt/fx_hopper_only.py", "python/sglang/_overlay_build.py", NEWDIR_FILE)
+MANAGED = (
+    "python/sglang/srt/layers/moe/topk.py",
+    "python/sglang/srt/server_args.py",
+    "python/sglang/srt/utils/common.py",
+    "python/sglang/srt/fx_overlay_module.py",
+    "python/sglang/srt/fx_hopper_only.py",
+    "python/sglang/_overlay_build.py",
+    NEWDIR_FILE,
+)
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 ERRNO_TEXT = {"ENOSPC": "No space left on device", "EROFS": "Read-only file system", "EACCES": "Permission denied"}
 
@@ -66,9 +85,10 @@ COMMANDS = {
     "revert --force": Command((("apply", "--all"),), ("revert", "--all", "--force"), edit=_edit_topk),
     "toggle": Command((("apply", "--set", "default"),), ("toggle", "fx_overlay")),
     "refresh": Command((("apply", "--set", "args"),), ("refresh", "fx_args_a"), edit=_edit_args_a),
-    "launch": Command((("apply", "--set", "default"),),
-                      ("launch", "--patches", "fx_topk,fx_newdir", "--python", "/nonexistent/python", "--",
-                       "--port", "1")),
+    "launch": Command(
+        (("apply", "--set", "default"),),
+        ("launch", "--patches", "fx_topk,fx_newdir", "--python", "/nonexistent/python", "--", "--port", "1"),
+    ),
     "recover": Command((("apply", "--set", "default"),), ("recover",), pending=True),
 }
 
@@ -94,15 +114,25 @@ class Worker:
         shutil.copytree(FIX, self.project)
         man = self.project / "manifest.yaml"
         # `--all` must be appliable here: the fixture's one conflict is left out
-        man.write_text(man.read_text().replace("presets:", NEWDIR_ENTRY, 1).replace("    conflicts: [fx_topk_gated]\n", ""))
+        man.write_text(
+            man.read_text().replace("presets:", NEWDIR_ENTRY, 1).replace("    conflicts: [fx_topk_gated]\n", "")
+        )
         new = self.project / "overlay" / NEWDIR_FILE
         new.parent.mkdir(parents=True)
         new.write_text("FX_NEW = True\n")
         self.pristine_project = {p: p.read_bytes() for p in self.project.rglob("*") if p.is_file()}
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("SGLANG_OVERLAY", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"))}
-        self.env.update(TMPDIR=str(self.tmpdir), PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-                        SGLANG_OVERLAY_CUDA_CAPABILITY="9.0", LC_ALL="C")
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SGLANG_OVERLAY", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"))
+        }
+        self.env.update(
+            TMPDIR=str(self.tmpdir),
+            PYTHONHASHSEED="0",
+            PYTHONDONTWRITEBYTECODE="1",
+            SGLANG_OVERLAY_CUDA_CAPABILITY="9.0",
+            LC_ALL="C",
+        )
         self.log = self.dir / "strace.log"
         self.cases: dict[str, Prepared] = {}
 
@@ -178,8 +208,12 @@ class Worker:
                 if not kept and found not in ("before", "patch written") and not (done_anyway and found == "after"):
                     problems.append(f"exit 1 but the tree is {found or 'neither'} (journal {journal})")
         final = now
-        if action == "signal=KILL" or journal or found not in ("before", "after") or \
-                leftovers(case.layout, now, states[found]):
+        if (
+            action == "signal=KILL"
+            or journal
+            or found not in ("before", "after")
+            or leftovers(case.layout, now, states[found])
+        ):
             # A SIGINT or an error rolls back by itself; whatever it could not is the next command's to finish.
             rec = self.cli("recover", check=False)
             if rec.returncode != 0 or "Traceback" in rec.stderr:
@@ -203,8 +237,12 @@ class Worker:
         for label, s in (("before", case.before), ("after", case.after)):
             if snap.same_tree(s):
                 return label
-        if (name == "refresh" and snap.files == case.before.files and snap.state == case.before.state
-                and snap.project == case.after.project):
+        if (
+            name == "refresh"
+            and snap.files == case.before.files
+            and snap.state == case.before.state
+            and snap.project == case.after.project
+        ):
             return "patch written"
         return None
 
@@ -215,8 +253,9 @@ def workers(pinned_tree, tmp_path_factory):
         pytest.fail("strace is not installed: `apt-get install -y strace` (.ci/run does it)")
     base = tmp_path_factory.mktemp("faults")
     # The runs do not write bytecode (so every run makes the same calls): compile it once, here.
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "sglang_overlay")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "sglang_overlay")], check=True, capture_output=True
+    )
     with ThreadPoolExecutor(WORKERS) as pool:
         ws = list(pool.map(lambda i: Worker(i, pinned_tree, base), range(WORKERS)))
     return ws
@@ -264,10 +303,21 @@ def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
     by_call: dict[str, int] = {}
     for p in pts:
         by_call[p.syscall] = by_call.get(p.syscall, 0) + 1
-    FAULT_COUNTS.append({"command": name, "fault": action + ("+" if persistent else ""), "points": len(pts),
-                         "passed": len(pts) - len(failed), "by_syscall": by_call})
-    assert not failed, f"{len(failed)} of {len(pts)} points failed:\n" + "\n".join(f[0] for f in failed[:15]) + \
-        "\n\n" + "\n".join(failed[0])
+    FAULT_COUNTS.append(
+        {
+            "command": name,
+            "fault": action + ("+" if persistent else ""),
+            "points": len(pts),
+            "passed": len(pts) - len(failed),
+            "by_syscall": by_call,
+        }
+    )
+    assert not failed, (
+        f"{len(failed)} of {len(pts)} points failed:\n"
+        + "\n".join(f[0] for f in failed[:15])
+        + "\n\n"
+        + "\n".join(failed[0])
+    )
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -300,7 +350,7 @@ def test_ctrl_c_at_start_up(workers):
     # start-up answers a signal, and no code of this tool can be there to catch it
     start = max(i for i, p in enumerate(opens) if p.call.split(",")[1].strip().strip('"').endswith("/apply.py"))
     stop = next(i for i, p in enumerate(opens) if "/.sglang-overlay/lock" in p.call)
-    points = opens[start + 1: stop + 1]
+    points = opens[start + 1 : stop + 1]
 
     def run(i: int) -> list[str]:
         out = []
@@ -310,23 +360,40 @@ def test_ctrl_c_at_start_up(workers):
             c.saved.restore(c.layout, c.before.listings)
             r = inject(c.argv, wk.env, wk.dir, wk.log, p, "signal=INT")
             snap = c.layout.snapshot()
-            if not r.hit or r.rc != 130 or "Traceback" in r.stderr or r.stderr.strip() != "interrupted" \
-                    or not snap.same_tree(c.before):
+            if (
+                not r.hit
+                or r.rc != 130
+                or "Traceback" in r.stderr
+                or r.stderr.strip() != "interrupted"
+                or not snap.same_tree(c.before)
+            ):
                 out.append(f"{p}: rc {r.rc}, hit {r.hit}, stderr {r.stderr[-600:]!r}")
         return out
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
-    FAULT_COUNTS.append({"command": "apply --all", "fault": "INT at start-up", "points": len(points),
-                         "passed": len(points) - len(failed), "by_syscall": {"openat (any)": len(points)}})
+    FAULT_COUNTS.append(
+        {
+            "command": "apply --all",
+            "fault": "INT at start-up",
+            "points": len(points),
+            "passed": len(points) - len(failed),
+            "by_syscall": {"openat (any)": len(points)},
+        }
+    )
     assert len(points) > 100 and not failed, "\n".join(failed[:10])
 
 
 def _all_opens(w: Worker, case: Prepared) -> list[Point]:
     """Every openat of the command's own process, reading or writing (start-up opens mostly read)."""
     case.saved.restore(case.layout, case.before.listings)
-    proc = subprocess.run([STRACE, "-o", str(w.log), "-e", "trace=openat", *case.argv], cwd=w.dir, env=w.env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [STRACE, "-o", str(w.log), "-e", "trace=openat", *case.argv],
+        cwd=w.dir,
+        env=w.env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [l for l in w.log.read_text().splitlines() if l.startswith("openat(")]
     return [Point("openat", n, l) for n, l in enumerate(lines, 1)]

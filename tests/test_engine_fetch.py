@@ -1,5 +1,6 @@
 """`fetch` under a kill, twice at once, and with a damaged cache: the next fetch succeeds, the tree is whole,
 and nothing a killed fetch was making is left in .sglang/ or the cache."""
+
 from __future__ import annotations
 
 import os
@@ -21,6 +22,7 @@ WHEEL_NAME = "sglang-0.5.17-cp312-cp312-manylinux_2_34_x86_64.whl"
 @pytest.fixture
 def project(tmp_path, pinned_tree):
     from sglang_overlay.fetch import cache_dir
+
     wheel = cache_dir() / "wheels" / WHEEL_NAME  # the session fetched it for pinned_tree
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -31,8 +33,15 @@ def project(tmp_path, pinned_tree):
 
 
 def fetch_argv(proj: Path, wheel: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "apply.py"), "--manifest", str(proj / "manifest.yaml"), "fetch", "--wheel",
-            str(wheel)]
+    return [
+        sys.executable,
+        str(ROOT / "apply.py"),
+        "--manifest",
+        str(proj / "manifest.yaml"),
+        "fetch",
+        "--wheel",
+        str(wheel),
+    ]
 
 
 def env_for(cache: Path) -> dict:
@@ -42,8 +51,12 @@ def env_for(cache: Path) -> dict:
 def assert_whole(proj: Path, cache: Path) -> None:
     tree = proj / ".sglang" / "sglang-0.5.17"
     assert subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout == ""
-    assert subprocess.run(["git", "rev-parse", "-q", "--verify", "refs/tags/v0.5.17"], cwd=tree,
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            ["git", "rev-parse", "-q", "--verify", "refs/tags/v0.5.17"], cwd=tree, capture_output=True
+        ).returncode
+        == 0
+    )
     assert (tree / "python/sglang/srt/server_args.py").is_file() and oct(tree.stat().st_mode & 0o777) != "0o700"
     left = [p.name for d in (proj / ".sglang", cache) for p in d.iterdir() if p.name.startswith(".tmp-")]
     assert left == [], left
@@ -53,8 +66,9 @@ def assert_whole(proj: Path, cache: Path) -> None:
 @pytest.mark.parametrize("after_s", [0.4, 1.0, 1.8])
 def test_fetch_killed_at_a_moment_then_fetched_again(project, after_s):
     proj, wheel, cache = project
-    p = subprocess.Popen(fetch_argv(proj, wheel), env=env_for(cache), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        fetch_argv(proj, wheel), env=env_for(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     time.sleep(after_s)
     p.kill()
     p.wait()
@@ -69,9 +83,21 @@ def test_fetch_killed_just_before_the_tree_is_renamed_into_place(project):
     appears whole or not at all), and the next fetch makes it. Only the command itself is traced (no -f): its
     git children make chmod calls of their own, which strace would count separately."""
     proj, wheel, cache = project
-    p = subprocess.Popen([STRACE, "-o", "/dev/null", "-e", "trace=chmod", "-e",
-                          "inject=chmod:delay_enter=60s:when=1", *fetch_argv(proj, wheel)],
-                         env=env_for(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            STRACE,
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=chmod",
+            "-e",
+            "inject=chmod:delay_enter=60s:when=1",
+            *fetch_argv(proj, wheel),
+        ],
+        env=env_for(cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     tracee = None
     for _ in range(1200):
         kids = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
@@ -92,8 +118,12 @@ def test_fetch_killed_just_before_the_tree_is_renamed_into_place(project):
 
 def test_two_fetches_at_once(project):
     proj, wheel, cache = project
-    ps = [subprocess.Popen(fetch_argv(proj, wheel), env=env_for(cache), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ps = [
+        subprocess.Popen(
+            fetch_argv(proj, wheel), env=env_for(cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate() for p in ps]
     assert [p.returncode for p in ps] == [0, 0], outs
     assert sorted(o[0].split()[0] for o in outs) == ["cached", "fetched"]

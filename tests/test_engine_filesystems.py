@@ -5,6 +5,7 @@ exit 1 and a message naming the place, the OS error and the fix; what only reads
 These need root (mount, chattr, dropping CAP_DAC_OVERRIDE); where the machine does not allow one, that test is
 skipped and says why. The same errors are injected at every call by test_engine_faults.py on any machine.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,19 @@ import pytest
 from conftest import ROOT, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
-FILES = ("python/sglang/__init__.py", "python/sglang/_version.py", "python/sglang/srt/layers/moe/topk.py",
-         "python/sglang/srt/server_args.py", "python/sglang/srt/utils/common.py",
-         "python/sglang/srt/models/kimi_k25.py")
+FILES = (
+    "python/sglang/__init__.py",
+    "python/sglang/_version.py",
+    "python/sglang/srt/layers/moe/topk.py",
+    "python/sglang/srt/server_args.py",
+    "python/sglang/srt/utils/common.py",
+    "python/sglang/srt/models/kimi_k25.py",
+)
 
 
 def ov(tree: Path, *args: str, env: dict | None = None, prefix: list[str] | None = None):
     import sys
+
     cmd = [*(prefix or []), sys.executable, str(ROOT / "apply.py"), "--manifest", str(FIX), "--tree", str(tree), *args]
     e = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
     e.update({"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"}, **(env or {}))
@@ -41,14 +48,17 @@ def refused(res, *texts: str) -> None:
 def small_tree(pinned_tree: Path, dst: Path) -> Path:
     """An installed-package tree holding the real files the engine fixtures patch (and the version file)."""
     for f in FILES:
-        (dst / f[len("python/"):]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pinned_tree / f, dst / f[len("python/"):])
+        (dst / f[len("python/") :]).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pinned_tree / f, dst / f[len("python/") :])
     return dst
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".sglang-overlay" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".sglang-overlay" not in p.parts
+    }
 
 
 @contextmanager
@@ -56,8 +66,10 @@ def mounted(*args: str):
     target = Path(args[-1])
     res = subprocess.run(["mount", *args], capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip(f"this machine does not let the tests mount ({res.stderr.strip()}); the errors are injected by "
-                    f"test_engine_faults.py instead")
+        pytest.skip(
+            f"this machine does not let the tests mount ({res.stderr.strip()}); the errors are injected by "
+            f"test_engine_faults.py instead"
+        )
     try:
         yield target
     finally:
@@ -75,8 +87,12 @@ def test_read_only_tree(pinned_tree, tmp_path):
         st = ov(tree, "status")
         assert st.returncode == 0 and "[x] fx_topk" in st.stdout, st.stderr  # reading needs no write
         assert ov(tree, "apply", "fx_topk").returncode == 0  # already carried: nothing to write, so no refusal
-        refused(ov(tree, "apply", "fx_overlay"), "Read-only file system (EROFS)", "nothing was changed",
-                "remount it read-write")
+        refused(
+            ov(tree, "apply", "fx_overlay"),
+            "Read-only file system (EROFS)",
+            "nothing was changed",
+            "remount it read-write",
+        )
         refused(ov(tree, "revert", "--all"), "Read-only file system (EROFS)")
     assert snapshot(tree) == before
 
@@ -89,8 +105,13 @@ def test_full_file_system(pinned_tree, tmp_path):
         free = shutil.disk_usage(mnt).free
         (mnt / "filler").write_bytes(b"\0" * max(free - 300 * 1024, 0))  # leave less than the change needs
         before = snapshot(tree)
-        refused(ov(tree, "apply", "fx_topk", "fx_args_a", "fx_common"), "not enough free space", "(ENOSPC)",
-                "nothing was changed", "df -h")
+        refused(
+            ov(tree, "apply", "fx_topk", "fx_args_a", "fx_common"),
+            "not enough free space",
+            "(ENOSPC)",
+            "nothing was changed",
+            "df -h",
+        )
         assert snapshot(tree) == before
         assert not (tree / "sglang/.sglang-overlay/journal.json").exists()
         (mnt / "filler").unlink()

@@ -1,5 +1,6 @@
 """Hostile or malformed input, one test per class: the exact exit code, a message naming the file (and key or
 line) and the fix, no traceback, and the tree, the files outside it and the state untouched."""
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,7 @@ def test_deep_nesting_is_refused(project):
 def test_duplicate_top_level_key(project):
     m = project / "manifest.yaml"
     m.write_text(m.read_text() + "patches: []\n")
-    fails(ov(project, None, "status"), 2, f"{m}: line", "duplicate key 'patches' (first at line 9)",
-          "keep one of them")
+    fails(ov(project, None, "status"), 2, f"{m}: line", "duplicate key 'patches' (first at line 9)", "keep one of them")
 
 
 def test_duplicate_key_in_an_entry(project):
@@ -128,34 +128,50 @@ def test_crlf_patch(project):
 
 def test_diff_without_prefixes_creating_a_file(project, sglang_tree):
     p = project / "patches" / "fx_new.patch"
-    p.write_text("Description: creates a file\n---\ndiff --git python/sglang/srt/fx_x.py python/sglang/srt/fx_x.py\n"
-                 "new file mode 100644\n--- /dev/null\n+++ python/sglang/srt/fx_x.py\n@@ -0,0 +1 @@\n+X = 1\n")
+    p.write_text(
+        "Description: creates a file\n---\ndiff --git python/sglang/srt/fx_x.py python/sglang/srt/fx_x.py\n"
+        "new file mode 100644\n--- /dev/null\n+++ python/sglang/srt/fx_x.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    )
     m = project / "manifest.yaml"
-    m.write_text(m.read_text().replace("presets:", "  - name: fx_new\n    description: d\n    kind: diff\n"
-                                                   "    category: experimental\npresets:", 1))
-    fails(ov(project, sglang_tree, "apply", "fx_new"), 2, f"{p}: the diff names 'python/sglang/srt/fx_x.py' without "
-                                                          "git's 'b/' prefix", "not --no-prefix")
+    m.write_text(
+        m.read_text().replace(
+            "presets:", "  - name: fx_new\n    description: d\n    kind: diff\n    category: experimental\npresets:", 1
+        )
+    )
+    fails(
+        ov(project, sglang_tree, "apply", "fx_new"),
+        2,
+        f"{p}: the diff names 'python/sglang/srt/fx_x.py' without git's 'b/' prefix",
+        "not --no-prefix",
+    )
     assert git_clean(sglang_tree)
 
 
 def test_patch_creating_the_identity_module(project):
     p = project / "patches" / "fx_topk.patch"
-    p.write_text(p.read_text() + "diff --git a/python/sglang/_overlay_build.py b/python/sglang/_overlay_build.py\n"
-                                 "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/_overlay_build.py\n"
-                                 "@@ -0,0 +1 @@\n+PIN = 'mine'\n")
+    p.write_text(
+        p.read_text() + "diff --git a/python/sglang/_overlay_build.py b/python/sglang/_overlay_build.py\n"
+        "new file mode 100644\n--- /dev/null\n+++ b/python/sglang/_overlay_build.py\n"
+        "@@ -0,0 +1 @@\n+PIN = 'mine'\n"
+    )
     fails(ov(project, None, "status"), 2, f"{p}: python/sglang/_overlay_build.py is reserved", "name the file")
 
 
 def test_overlay_in_the_state_directory(project):
-    replace_in_manifest(project, "overlay: [python/sglang/srt/fx_overlay_module.py]",
-                        "overlay: [python/sglang/.sglang-overlay/state.json]")
+    replace_in_manifest(
+        project,
+        "overlay: [python/sglang/srt/fx_overlay_module.py]",
+        "overlay: [python/sglang/.sglang-overlay/state.json]",
+    )
     fails(ov(project, None, "status"), 2, "python/sglang/.sglang-overlay/state.json is reserved")
 
 
 def test_binary_diff(project):
     p = project / "patches" / "fx_topk.patch"
-    p.write_text("Description: bin\n---\ndiff --git a/python/sglang/x.bin b/python/sglang/x.bin\n"
-                 "new file mode 100644\nindex 0000000..1111111\nBinary files /dev/null and b/python/sglang/x.bin differ\n")
+    p.write_text(
+        "Description: bin\n---\ndiff --git a/python/sglang/x.bin b/python/sglang/x.bin\n"
+        "new file mode 100644\nindex 0000000..1111111\nBinary files /dev/null and b/python/sglang/x.bin differ\n"
+    )
     fails(ov(project, None, "status"), 2, "a binary diff", "overlay file")
 
 
@@ -206,15 +222,19 @@ def test_truncated_state_file(project, sglang_tree):
         fails(ov(project, sglang_tree, *args), 2, f"{st}: state file is not valid JSON", "truncated?", "move it aside")
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.update(files=[]), "key 'files': expected dict"),
-    (lambda d: d.update(version=2), "state version 2, this tool reads 1"),
-    (lambda d: d.update(applied="fx_topk"), "key 'applied': expected list"),
-    (lambda d: d.update(extra=1), "unknown key(s) 'extra'"),
-    (lambda d: d["files"][TOPK].update(base="zz"), "expected a sha256 hex digest or null, got 'zz'"),
-    (lambda d: d["files"].update({"python/sglang/../../../../tmp/x.py": d["files"][TOPK]}), "escapes the tree"),
-    (lambda d: d["files"].update({"/tmp/evil.py": d["files"][TOPK]}), "'/tmp/evil.py' is absolute"),
-], ids=["files-list", "version", "applied-str", "unknown-key", "bad-digest", "dotdot", "absolute"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.update(files=[]), "key 'files': expected dict"),
+        (lambda d: d.update(version=2), "state version 2, this tool reads 1"),
+        (lambda d: d.update(applied="fx_topk"), "key 'applied': expected list"),
+        (lambda d: d.update(extra=1), "unknown key(s) 'extra'"),
+        (lambda d: d["files"][TOPK].update(base="zz"), "expected a sha256 hex digest or null, got 'zz'"),
+        (lambda d: d["files"].update({"python/sglang/../../../../tmp/x.py": d["files"][TOPK]}), "escapes the tree"),
+        (lambda d: d["files"].update({"/tmp/evil.py": d["files"][TOPK]}), "'/tmp/evil.py' is absolute"),
+    ],
+    ids=["files-list", "version", "applied-str", "unknown-key", "bad-digest", "dotdot", "absolute"],
+)
 def test_state_file_of_the_wrong_shape(project, sglang_tree, change, message):
     st = _applied(project, sglang_tree)
     data = json.loads(st.read_text())
@@ -236,23 +256,34 @@ def _journal(project, tree, mutate) -> Path:
     st = _applied(project, tree)
     j = st.with_name("journal.json")
     entry = {"path": TOPK, "before": json.loads(st.read_text())["files"][TOPK]["base"], "mode": 0o644}
-    doc = {"version": 1, "op": "apply", "pid": 1, "files": [entry], "new_dirs": [], "state_before": None,
-           "backup": None}
+    doc = {
+        "version": 1,
+        "op": "apply",
+        "pid": 1,
+        "files": [entry],
+        "new_dirs": [],
+        "state_before": None,
+        "backup": None,
+    }
     mutate(doc)
     j.write_text(json.dumps(doc) if isinstance(doc, dict) else doc)
     return j
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["files"][0].update(path="python/sglang/../../../outside.py"), "escapes the tree"),
-    (lambda d: d["files"][0].update(path=str(Path("/tmp") / "evil.py")), "is absolute"),
-    (lambda d: d.update(new_dirs=["/etc"]), "is absolute"),
-    (lambda d: d.update(backup="../../x"), "is not a backup directory name"),
-    (lambda d: d["files"][0].update(before="0" * 64), "a saved copy the state needs is missing"),
-    (lambda d: d["files"][0].update(mode=0o777777), "is not a permission mode"),
-    (lambda d: d.update(state_before="{}"), "state version None"),
-    (lambda d: d.pop("files"), "key 'files': missing"),
-], ids=["dotdot", "absolute", "new-dir", "backup", "missing-copy", "mode", "old-state", "no-files"])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["files"][0].update(path="python/sglang/../../../outside.py"), "escapes the tree"),
+        (lambda d: d["files"][0].update(path=str(Path("/tmp") / "evil.py")), "is absolute"),
+        (lambda d: d.update(new_dirs=["/etc"]), "is absolute"),
+        (lambda d: d.update(backup="../../x"), "is not a backup directory name"),
+        (lambda d: d["files"][0].update(before="0" * 64), "a saved copy the state needs is missing"),
+        (lambda d: d["files"][0].update(mode=0o777777), "is not a permission mode"),
+        (lambda d: d.update(state_before="{}"), "state version None"),
+        (lambda d: d.pop("files"), "key 'files': missing"),
+    ],
+    ids=["dotdot", "absolute", "new-dir", "backup", "missing-copy", "mode", "old-state", "no-files"],
+)
 def test_journal_that_cannot_be_trusted(project, sglang_tree, tmp_path, mutate, message):
     j = _journal(project, sglang_tree, mutate)
     before = (sglang_tree / TOPK).read_bytes()
@@ -303,9 +334,17 @@ def test_stale_lock_file_of_a_dead_process(project, sglang_tree):
     """A lock file is only a name for flock: a process that died holding it holds nothing."""
     sd = sglang_tree / ".sglang-overlay"
     sd.mkdir()
-    holder = subprocess.Popen(["python3", "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
-                                                "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
-                               str(sd / "lock")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            "python3",
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'w'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(sd / "lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline() == "held\n"
     holder.kill()
     holder.wait()

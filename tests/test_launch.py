@@ -4,6 +4,7 @@ A small real HTTP server (tests/fixtures/fake_server.py) stands in for sglang.la
 documented SGLANG_OVERLAY_SERVER_MODULE hook; everything else (switch on the real 0.5.17 tree, PYTHONPATH,
 process group, forwarding) is what a user gets.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,18 @@ def base_env(**extra) -> dict:
 
 
 def launcher(project: Path, tree: Path, *args, env: dict, server_args=()) -> subprocess.Popen:
-    cmd = [sys.executable, str(ROOT / "apply.py"), "--manifest", str(project / "manifest.yaml"), "--tree", str(tree),
-           "launch", *args, "--", *server_args]
+    cmd = [
+        sys.executable,
+        str(ROOT / "apply.py"),
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(tree),
+        "launch",
+        *args,
+        "--",
+        *server_args,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -119,12 +130,43 @@ def test_dry_run_output_is_exact_and_changes_nothing(project, sglang_tree):
     before = tree_snapshot(sglang_tree)
     env = base_env(NCCL_DEBUG="WARN", FOO="stale")
     env.pop("PYTHONPATH")
-    fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default", "--env-profile",
-                 "alpha", check_rc=0).stdout.strip()
-    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch", "--set",
-                   "default", "--env-profile", "alpha", "--dry-run", "--", "--model-path", "/models/m", "--tp", "8",
-                   "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000", "--port", "31000",
-                   env=env, check_rc=0)
+    fp = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "fingerprint",
+        "--set",
+        "default",
+        "--env-profile",
+        "alpha",
+        check_rc=0,
+    ).stdout.strip()
+    proc = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(sglang_tree),
+        "launch",
+        "--set",
+        "default",
+        "--env-profile",
+        "alpha",
+        "--dry-run",
+        "--",
+        "--model-path",
+        "/models/m",
+        "--tp",
+        "8",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--dist-init-addr",
+        "10.0.0.1:5000",
+        "--port",
+        "31000",
+        env=env,
+        check_rc=0,
+    )
     python = shlex.quote(sys.executable)
     assert proc.stdout.splitlines() == [
         "unset NCCL_DEBUG",  # set by profile beta only: stale here
@@ -151,14 +193,30 @@ def test_user_host_is_kept_and_arguments_need_the_separator(project, sglang_tree
 def test_launch_env_identity_signal_forwarding_and_revert_on_exit(project, sglang_tree):
     pristine = tree_snapshot(sglang_tree)
     port = free_port()
-    proc = launcher(project, sglang_tree, "--set", "default", "--env-profile", "alpha", "--revert-on-exit",
-                    server_args=["--model-path", "m", "--port", str(port)],
-                    env=base_env(NCCL_DEBUG="WARN", FOO="stale", KEEP_ME="yes"))
+    proc = launcher(
+        project,
+        sglang_tree,
+        "--set",
+        "default",
+        "--env-profile",
+        "alpha",
+        "--revert-on-exit",
+        server_args=["--model-path", "m", "--port", str(port)],
+        env=base_env(NCCL_DEBUG="WARN", FOO="stale", KEEP_ME="yes"),
+    )
     try:
         ready = read_ready(proc)
         assert ready["url"] == f"http://127.0.0.1:{port}"
-        fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default",
-                     "--env-profile", "alpha", check_rc=0).stdout.strip()
+        fp = run_cli(
+            "--manifest",
+            str(project / "manifest.yaml"),
+            "fingerprint",
+            "--set",
+            "default",
+            "--env-profile",
+            "alpha",
+            check_rc=0,
+        ).stdout.strip()
         assert ready["fingerprint"] == fp
         assert Path(ready["log"]).is_file() and str(sglang_tree / ".sglang-overlay" / "logs") in ready["log"]
         info = get_json(ready["url"] + "/get_server_info")
@@ -170,8 +228,9 @@ def test_launch_env_identity_signal_forwarding_and_revert_on_exit(project, sglan
         assert info["overlay"]["package_dir"] == str(sglang_tree / "python" / "sglang")
         assert info["overlay"]["patches"] == ["overlay_identity"]
         assert info["overlay"]["launch_fingerprint"] == fp
-        tree_fp = run_cli("--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default",
-                          check_rc=0).stdout.strip()
+        tree_fp = run_cli(
+            "--manifest", str(project / "manifest.yaml"), "fingerprint", "--set", "default", check_rc=0
+        ).stdout.strip()
         assert info["overlay"]["fingerprint"] == tree_fp
         assert "_overlay_identity" in (sglang_tree / "python/sglang/srt/entrypoints/http_server.py").read_text()
         assert info["argv"][-2:] == ["--host", "127.0.0.1"]
@@ -192,8 +251,16 @@ def test_launch_env_identity_signal_forwarding_and_revert_on_exit(project, sglan
 
 def test_sigint_then_sigkill_after_grace_when_the_server_ignores_it(project, sglang_tree):
     port = free_port()
-    proc = launcher(project, sglang_tree, "--set", "default", "--grace", "1", server_args=["--port", str(port)],
-                    env=base_env(FAKE_SERVER_MODE="ignore_term"))
+    proc = launcher(
+        project,
+        sglang_tree,
+        "--set",
+        "default",
+        "--grace",
+        "1",
+        server_args=["--port", str(port)],
+        env=base_env(FAKE_SERVER_MODE="ignore_term"),
+    )
     try:
         ready = read_ready(proc)
         info = get_json(ready["url"] + "/get_server_info")
@@ -206,8 +273,12 @@ def test_sigint_then_sigkill_after_grace_when_the_server_ignores_it(project, sgl
         assert "forwarding SIGINT" in stderr and "SIGKILL" in stderr
         assert not pid_alive(info["pid"]) and not pid_alive(info["grandchild_pid"])
         # without --revert-on-exit the tree keeps the set
-        assert "overlay_identity" in run_cli("--manifest", str(project / "manifest.yaml"), "--tree",
-                                             str(sglang_tree), "status", check_rc=0).stdout
+        assert (
+            "overlay_identity"
+            in run_cli(
+                "--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "status", check_rc=0
+            ).stdout
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -215,8 +286,19 @@ def test_sigint_then_sigkill_after_grace_when_the_server_ignores_it(project, sgl
 
 def test_server_that_dies_before_healthy_exits_1_with_the_log_tail(project, sglang_tree, tmp_path):
     log = tmp_path / "server.log"
-    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch", "--log",
-                   str(log), "--", "--port", str(free_port()), env=base_env(FAKE_SERVER_MODE="die"))
+    proc = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(sglang_tree),
+        "launch",
+        "--log",
+        str(log),
+        "--",
+        "--port",
+        str(free_port()),
+        env=base_env(FAKE_SERVER_MODE="die"),
+    )
     assert proc.returncode == 1, proc.stderr
     assert "exited with code 3" in proc.stderr
     assert "fake: failing on purpose before serving" in proc.stderr  # the tail of the log, printed
@@ -225,8 +307,18 @@ def test_server_that_dies_before_healthy_exits_1_with_the_log_tail(project, sgla
 
 
 def test_health_timeout_stops_the_server_and_exits_1(project, sglang_tree):
-    proc = run_cli("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree), "launch",
-                   "--health-timeout", "2", "--", "--port", str(free_port()),
-                   env=base_env(FAKE_SERVER_MODE="never_healthy"))
+    proc = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(sglang_tree),
+        "launch",
+        "--health-timeout",
+        "2",
+        "--",
+        "--port",
+        str(free_port()),
+        env=base_env(FAKE_SERVER_MODE="never_healthy"),
+    )
     assert proc.returncode == 1, proc.stderr
     assert "did not answer within 2s" in proc.stderr and "fake: starting" in proc.stderr

@@ -1,4 +1,5 @@
 """One test per manifest error class: exit code 2, a message naming file, entry and key, and no tree touched."""
+
 from __future__ import annotations
 
 import os
@@ -43,50 +44,96 @@ def entry(data, name):
 
 
 CASES = {
-    "unknown key": (lambda d: entry(d, "fx_topk").update(requiers=["fx_args_a"]),
-                    ["patches[0] (fx_topk)", "key 'requiers' is not known", "did you mean 'requires'"]),
+    "unknown key": (
+        lambda d: entry(d, "fx_topk").update(requiers=["fx_args_a"]),
+        ["patches[0] (fx_topk)", "key 'requiers' is not known", "did you mean 'requires'"],
+    ),
     "unknown top-level key": (lambda d: d.update(patchez=[]), ["top level", "key 'patchez' is not known"]),
-    "wrong type": (lambda d: entry(d, "fx_topk").update(default="yes"),
-                   ["patches[0] (fx_topk).default", "expected true or false, got 'yes'"]),
-    "wrong type of list": (lambda d: entry(d, "fx_topk").update(requires="fx_args_a"),
-                           ["patches[0] (fx_topk).requires", "expected a list of strings"]),
-    "bad kind": (lambda d: entry(d, "fx_topk").update(kind="dif"), ["fx_topk).kind", "'dif' is not one of", "did you mean 'diff'"]),
-    "missing key": (lambda d: entry(d, "fx_topk").pop("category"), ["patches[0] (fx_topk)", "key 'category' is missing"]),
-    "missing patch file": (lambda d: entry(d, "fx_topk").update(file="patches/nope.patch"),
-                           ["fx_topk).file", "nope.patch does not exist"]),
-    "missing overlay file": (lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/srt/none.py"]),
-                             ["fx_overlay).overlay", "none.py does not exist"]),
-    "duplicate name": (lambda d: d["patches"].append(dict(entry(d, "fx_topk"))),
-                       ["patches (fx_topk)", "the name 'fx_topk' is used by 2 entries"]),
-    "unknown requirement": (lambda d: entry(d, "fx_topk").update(requires=["fx_nothing"]),
-                            ["patches (fx_topk).requires", "unknown patch 'fx_nothing'"]),
-    "requires cycle": (lambda d: (entry(d, "fx_args_a").update(requires=["fx_common"])),
-                       ["requires cycle", "fx_common", "fx_args_a"]),
-    "conflicting requirements": (lambda d: entry(d, "fx_topk").update(requires=["fx_common", "fx_topk_gated"]),
-                                 ["patches (fx_topk)", "its requirements conflict: fx_common conflicts with fx_topk_gated"]),
-    "overlay claimed twice": (lambda d: entry(d, "fx_topk_gated").update(
-        overlay=["python/sglang/srt/fx_hopper_only.py", "python/sglang/srt/fx_overlay_module.py"]),
-                              ["python/sglang/srt/fx_overlay_module.py is already added by"]),
-    "overlay path escapes": (lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/../../etc/passwd"]),
-                             ["fx_overlay).overlay", "escapes the tree"]),
-    "overlay absolute path": (lambda d: entry(d, "fx_overlay").update(overlay=["/etc/passwd"]),
-                              ["fx_overlay).overlay", "is absolute"]),
-    "overlay outside package": (lambda d: entry(d, "fx_overlay").update(overlay=["setup.py"]),
-                                ["is outside python/sglang/"]),
-    "preset names unknown patch": (lambda d: d["presets"].update(default=["fx_topk", "fx_tpok"]),
-                                   ["presets.default", "unknown patch 'fx_tpok'", "did you mean 'fx_topk'"]),
-    "preset with a conflict": (lambda d: d["presets"].update(bad=["fx_common", "fx_topk_gated"]),
-                               ["presets.bad", "fx_common conflicts with fx_topk_gated"]),
+    "wrong type": (
+        lambda d: entry(d, "fx_topk").update(default="yes"),
+        ["patches[0] (fx_topk).default", "expected true or false, got 'yes'"],
+    ),
+    "wrong type of list": (
+        lambda d: entry(d, "fx_topk").update(requires="fx_args_a"),
+        ["patches[0] (fx_topk).requires", "expected a list of strings"],
+    ),
+    "bad kind": (
+        lambda d: entry(d, "fx_topk").update(kind="dif"),
+        ["fx_topk).kind", "'dif' is not one of", "did you mean 'diff'"],
+    ),
+    "missing key": (
+        lambda d: entry(d, "fx_topk").pop("category"),
+        ["patches[0] (fx_topk)", "key 'category' is missing"],
+    ),
+    "missing patch file": (
+        lambda d: entry(d, "fx_topk").update(file="patches/nope.patch"),
+        ["fx_topk).file", "nope.patch does not exist"],
+    ),
+    "missing overlay file": (
+        lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/srt/none.py"]),
+        ["fx_overlay).overlay", "none.py does not exist"],
+    ),
+    "duplicate name": (
+        lambda d: d["patches"].append(dict(entry(d, "fx_topk"))),
+        ["patches (fx_topk)", "the name 'fx_topk' is used by 2 entries"],
+    ),
+    "unknown requirement": (
+        lambda d: entry(d, "fx_topk").update(requires=["fx_nothing"]),
+        ["patches (fx_topk).requires", "unknown patch 'fx_nothing'"],
+    ),
+    "requires cycle": (
+        lambda d: entry(d, "fx_args_a").update(requires=["fx_common"]),
+        ["requires cycle", "fx_common", "fx_args_a"],
+    ),
+    "conflicting requirements": (
+        lambda d: entry(d, "fx_topk").update(requires=["fx_common", "fx_topk_gated"]),
+        ["patches (fx_topk)", "its requirements conflict: fx_common conflicts with fx_topk_gated"],
+    ),
+    "overlay claimed twice": (
+        lambda d: entry(d, "fx_topk_gated").update(
+            overlay=["python/sglang/srt/fx_hopper_only.py", "python/sglang/srt/fx_overlay_module.py"]
+        ),
+        ["python/sglang/srt/fx_overlay_module.py is already added by"],
+    ),
+    "overlay path escapes": (
+        lambda d: entry(d, "fx_overlay").update(overlay=["python/sglang/../../etc/passwd"]),
+        ["fx_overlay).overlay", "escapes the tree"],
+    ),
+    "overlay absolute path": (
+        lambda d: entry(d, "fx_overlay").update(overlay=["/etc/passwd"]),
+        ["fx_overlay).overlay", "is absolute"],
+    ),
+    "overlay outside package": (
+        lambda d: entry(d, "fx_overlay").update(overlay=["setup.py"]),
+        ["is outside python/sglang/"],
+    ),
+    "preset names unknown patch": (
+        lambda d: d["presets"].update(default=["fx_topk", "fx_tpok"]),
+        ["presets.default", "unknown patch 'fx_tpok'", "did you mean 'fx_topk'"],
+    ),
+    "preset with a conflict": (
+        lambda d: d["presets"].update(bad=["fx_common", "fx_topk_gated"]),
+        ["presets.bad", "fx_common conflicts with fx_topk_gated"],
+    ),
     "bad schema": (lambda d: d.update(schema=7), ["schema 7 is not supported"]),
     "bad pin hash": (lambda d: d["pin"].update(sha256="abc"), ["pin.sha256", "is not a sha256 hex digest"]),
     "upstreamed without proof": (lambda d: entry(d, "fx_kimi").pop("proof"), ["fx_kimi).proof", "needs a proof"]),
-    "proof on a diff entry": (lambda d: entry(d, "fx_topk").update(proof={"file": "python/sglang/x.py", "symbols": ["f"]}),
-                              ["fx_topk).proof", "only upstreamed entries carry a proof"]),
-    "env var name": (lambda d: entry(d, "fx_overlay").update(env={"lower": {"help": "x"}}), ["is not an environment variable name"]),
-    "profile value type": (lambda d: d["env_profiles"]["fx_profile"]["vars"]["NCCL_DEBUG"].update(value=[1]),
-                           ["env_profiles.fx_profile.vars.NCCL_DEBUG.value", "quote the value"]),
-    "hardware capability": (lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": [9.0]}),
-                            ["cuda_capability", "quote capabilities"]),
+    "proof on a diff entry": (
+        lambda d: entry(d, "fx_topk").update(proof={"file": "python/sglang/x.py", "symbols": ["f"]}),
+        ["fx_topk).proof", "only upstreamed entries carry a proof"],
+    ),
+    "env var name": (
+        lambda d: entry(d, "fx_overlay").update(env={"lower": {"help": "x"}}),
+        ["is not an environment variable name"],
+    ),
+    "profile value type": (
+        lambda d: d["env_profiles"]["fx_profile"]["vars"]["NCCL_DEBUG"].update(value=[1]),
+        ["env_profiles.fx_profile.vars.NCCL_DEBUG.value", "quote the value"],
+    ),
+    "hardware capability": (
+        lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": [9.0]}),
+        ["cuda_capability", "quote capabilities"],
+    ),
 }
 
 
@@ -169,6 +216,7 @@ def test_unknown_patch_name_suggests(project, sglang_tree):
 
 def test_every_command_has_help():
     from sglang_overlay.commands import COMMANDS
+
     for module in COMMANDS:
         res = run_cli(module.NAME, "--help")
         assert res.returncode == 0 and "usage: apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout

@@ -1,4 +1,5 @@
 """One module per command. Each has NAME, HELP, add_arguments(parser) and run(ctx, args) -> exit code."""
+
 from . import apply, check, diff, fetch, fingerprint, recover, refresh, revert, status, toggle
 from . import build_wheel, launch
 

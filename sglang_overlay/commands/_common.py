@@ -1,4 +1,5 @@
 """Pieces several commands share: choosing patches on the command line, and reporting a switch."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,16 +27,21 @@ def add_selection(p: argparse.ArgumentParser, *, allow_all: bool = True, allow_s
 
 
 def add_force(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--force", action="store_true",
-                   help="overwrite files edited by hand (they are saved to a backup first, and the path is printed)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite files edited by hand (they are saved to a backup first, and the path is printed)",
+    )
     p.add_argument("--ignore-hardware", action="store_true", help="apply patches whose hardware gate fails here")
 
 
 def selected(ctx: Context, args, *, verb: str) -> tuple[str, ...]:
     chosen = [bool(args.names), bool(getattr(args, "all", False)), bool(getattr(args, "preset", None))]
     if sum(chosen) != 1:
-        raise BadInput(f"{verb}: name patches, or give exactly one of --all / --set PRESET",
-                       hint=f"e.g. `python apply.py {verb} deepseek_v2` (see `python apply.py status`)")
+        raise BadInput(
+            f"{verb}: name patches, or give exactly one of --all / --set PRESET",
+            hint=f"e.g. `python apply.py {verb} deepseek_v2` (see `python apply.py status`)",
+        )
     m = ctx.manifest
     if getattr(args, "preset", None):
         return m.preset(args.preset)
@@ -45,8 +51,10 @@ def selected(ctx: Context, args, *, verb: str) -> tuple[str, ...]:
     for raw in args.names:
         parts = raw.split(",")
         if not all(parts):
-            raise BadInput(f"{verb}: {raw!r} holds an empty patch name (an unset shell variable?)",
-                           hint=f"name the patches, e.g. `python apply.py {verb} deepseek_v2,oea_topk`")
+            raise BadInput(
+                f"{verb}: {raw!r} holds an empty patch name (an unset shell variable?)",
+                hint=f"name the patches, e.g. `python apply.py {verb} deepseek_v2,oea_topk`",
+            )
         names.extend(parts)
     for n in names:
         m.patch(n)
@@ -79,8 +87,14 @@ def open_tree(ctx: Context) -> Iterator[Transaction]:
         yield txn
 
 
-def change_tree(ctx: Context, decide: Callable[[State], tuple[str, ...]], *, op: str, force: bool = False,
-                ignore_hardware: bool = False) -> Outcome:
+def change_tree(
+    ctx: Context,
+    decide: Callable[[State], tuple[str, ...]],
+    *,
+    op: str,
+    force: bool = False,
+    ignore_hardware: bool = False,
+) -> Outcome:
     """Lock the tree, roll back what a killed command left, then decide on the state as it is now, and switch."""
     ctx.tree.check_version(ctx.manifest.pin.version)
     with open_tree(ctx) as txn:
@@ -97,5 +111,7 @@ def report(outcome: Outcome, verb_done: str) -> None:
     if not outcome.added and not outcome.removed and not outcome.written:
         print(f"nothing to do: the tree already carries {', '.join(outcome.target) or 'no patches'}")
     else:
-        print(f"{verb_done}: {len(outcome.written)} file(s) written; now carrying "
-              f"{len(outcome.target)} patch(es), fingerprint {short(outcome.fingerprint)}")
+        print(
+            f"{verb_done}: {len(outcome.written)} file(s) written; now carrying "
+            f"{len(outcome.target)} patch(es), fingerprint {short(outcome.fingerprint)}"
+        )

@@ -1,5 +1,6 @@
 """Apply patches: NAME... adds them to what the tree carries; --all applies every patch; --set PRESET makes
 the tree carry exactly that preset. Patches a chosen one requires are added too. One transaction."""
+
 from __future__ import annotations
 
 from ._common import add_force, add_selection, change_tree, report, selected, without_unavailable
@@ -36,7 +37,12 @@ def target(args, names: tuple[str, ...], state) -> tuple[str, ...]:
 
 def run(ctx, args) -> int:
     names = chosen(ctx, args)
-    outcome = change_tree(ctx, lambda state: target(args, names, state), op="apply", force=args.force,
-                          ignore_hardware=args.ignore_hardware)
+    outcome = change_tree(
+        ctx,
+        lambda state: target(args, names, state),
+        op="apply",
+        force=args.force,
+        ignore_hardware=args.ignore_hardware,
+    )
     report(outcome, "applied")
     return 0

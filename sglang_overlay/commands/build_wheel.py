@@ -9,6 +9,7 @@ state (sglang/.sglang-overlay/state.json and the saved pristine files) goes in t
 tree the tool manages: `status` names its set and `revert --all` restores the release byte for byte.
 Without --set/--patches: the preset `default`. Hardware gates are not checked (the wheel runs elsewhere).
 """
+
 from __future__ import annotations
 
 import base64
@@ -87,7 +88,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     scratch = scratch_dirs.make("wheel")
     tmp_out = target.with_name(f".{target.name}.{os.getpid()}.part")
     for old in out_dir.glob(f".{target.name}.*.part"):  # a killed build's half-written archive
-        pid = old.name[len(target.name) + 2:-len(".part")]
+        pid = old.name[len(target.name) + 2 : -len(".part")]
         if pid.isdigit() and not scratch_dirs.alive(int(pid)):
             unlink_quietly(old)
     try:
@@ -103,8 +104,11 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
             if leftover.name not in ("state.json", "objects"):
                 shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
-        print(f"sglang-overlay: {src.name} + {', '.join(outcome.target) or 'no patches'}: "
-              f"{len(outcome.written)} file(s) changed", file=sys.stderr)
+        print(
+            f"sglang-overlay: {src.name} + {', '.join(outcome.target) or 'no patches'}: "
+            f"{len(outcome.written)} file(s) changed",
+            file=sys.stderr,
+        )
 
         stamp = max(i.date_time for i in infos)
         entries: list[tuple[zipfile.ZipInfo, bytes]] = []
@@ -119,7 +123,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
             rel = path.relative_to(scratch).as_posix()
             if rel not in seen:  # added by the set (overlay files, the identity module)
                 info = zipfile.ZipInfo(rel, date_time=stamp)
-                info.external_attr = (0o100644 << 16)
+                info.external_attr = 0o100644 << 16
                 entries.append((_renamed(info, old_info, new_info), path.read_bytes()))
 
         meta_name = f"{new_info}/METADATA"
@@ -134,7 +138,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
             writer.writerow([info.filename, record_hash(data), len(data)])
         writer.writerow([f"{new_info}/RECORD", "", ""])
         rec_info = zipfile.ZipInfo(f"{new_info}/RECORD", date_time=stamp)
-        rec_info.external_attr = (0o100644 << 16)
+        rec_info.external_attr = 0o100644 << 16
         # dist-info last, RECORD at the very end (the order wheel tools write and some readers expect)
         entries.sort(key=lambda e: e[0].filename.startswith(new_info + "/"))
         entries.append((rec_info, record.getvalue().encode()))
@@ -153,7 +157,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:
     name = info.filename
     if name.startswith(old_info + "/"):
-        name = new_info + name[len(old_info):]
+        name = new_info + name[len(old_info) :]
     new = zipfile.ZipInfo(name, date_time=info.date_time)
     new.external_attr = info.external_attr
     return new
@@ -164,6 +168,7 @@ def _metadata(data: bytes, version: str, patches: str) -> bytes:
     text, n = re.subn(r"^Version: .*$", f"Version: {version}", text, count=1, flags=re.M)
     if n != 1:
         raise BadInput("the pinned wheel's METADATA has no Version field")
-    text = re.sub(r"^(Summary: .*)$", lambda mt: f"{mt.group(1)} [sglang-overlay {version}: {patches}]", text,
-                  count=1, flags=re.M)
+    text = re.sub(
+        r"^(Summary: .*)$", lambda mt: f"{mt.group(1)} [sglang-overlay {version}: {patches}]", text, count=1, flags=re.M
+    )
     return text.encode("utf-8")

@@ -4,6 +4,7 @@ entries still hold; overlay files do not collide. Exit 0 only if all hold, else 
 
 With --against VERSION...: the release radar. Each patch is classified per release as clean, offset,
 needs-3way, conflict, upstreamed or target-missing (exit 0: the radar informs, it does not gate)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,12 @@ HELP = "check that the patch set applies to the pin (CI), or --against newer rel
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--against", nargs="+", metavar="VERSION",
-                   help="classify each patch against these releases ('latest': the newest on the index)")
+    p.add_argument(
+        "--against",
+        nargs="+",
+        metavar="VERSION",
+        help="classify each patch against these releases ('latest': the newest on the index)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--markdown", action="store_true", help="print a markdown table (for a pull-request comment)")
@@ -48,11 +53,15 @@ def run(ctx, args) -> int:
         for o in rep.offsets:
             print(f"note offset: {o}")
         passed = sum(i.ok for i in rep.items)
-        print(f"check {m.pin.package} {m.pin.version}: {passed} of {len(rep.items)} checks passed in {elapsed:.2f}s"
-              + ("" if rep.ok else f"; {len(rep.items) - passed} FAILED"))
+        print(
+            f"check {m.pin.package} {m.pin.version}: {passed} of {len(rep.items)} checks passed in {elapsed:.2f}s"
+            + ("" if rep.ok else f"; {len(rep.items) - passed} FAILED")
+        )
     if not rep.ok:
-        raise CheckFailed(f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
-                          hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one")
+        raise CheckFailed(
+            f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
+            hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one",
+        )
     return 0
 
 
@@ -67,9 +76,18 @@ def _radar(ctx, args, pin_source) -> int:
     verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read)
     elapsed = time.monotonic() - t0
     if args.json:
-        print(json.dumps({"pin": m.pin.version, "versions": versions, "seconds": round(elapsed, 3),
-                          "wheels": {v: sources[v].wheel.name for v in versions},
-                          "verdicts": [vars(v) for v in verdicts]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "pin": m.pin.version,
+                    "versions": versions,
+                    "seconds": round(elapsed, 3),
+                    "wheels": {v: sources[v].wheel.name for v in versions},
+                    "verdicts": [vars(v) for v in verdicts],
+                },
+                indent=2,
+            )
+        )
         return 0
     table = {(v.patch, v.version): v for v in verdicts}
     if args.markdown:

@@ -1,5 +1,6 @@
 """Show what one patch changes in the tree as it is now: the difference between the tree with and without it,
 other applied patches included (their order is the manifest's)."""
+
 from __future__ import annotations
 
 import sys

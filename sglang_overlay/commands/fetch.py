@@ -1,6 +1,7 @@
 """Make the embedded default tree: the pinned SGLang release's source from its PyPI wheel, unpacked into a
 local git repository laid out like upstream (python/sglang/...), one pristine commit tagged with the version.
 Cached: a second fetch is instant."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,9 @@ HELP = "download the pinned SGLang release and make the embedded tree"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--wheel", type=Path, help="use this local copy of the pinned wheel (offline hosts); its sha256 is checked")
+    p.add_argument(
+        "--wheel", type=Path, help="use this local copy of the pinned wheel (offline hosts); its sha256 is checked"
+    )
 
 
 def run(ctx, args) -> int:

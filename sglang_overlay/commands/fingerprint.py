@@ -1,5 +1,6 @@
 """Print the patch-set fingerprint: a stable hash of the pin, the patches' content and the env profile.
 Without a selection: the set the tree carries now."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,17 @@ def run(ctx, args) -> int:
     profile = m.env_profile(args.env_profile) if args.env_profile else None
     fp = fingerprint(m, names, profile)
     if args.json:
-        print(json.dumps({"fingerprint": fp, "short": short(fp), "patches": [p.name for p in m.ordered(names)
-                          if p.applies_change], "env_profile": args.env_profile, "pin": m.pin.version}))
+        print(
+            json.dumps(
+                {
+                    "fingerprint": fp,
+                    "short": short(fp),
+                    "patches": [p.name for p in m.ordered(names) if p.applies_change],
+                    "env_profile": args.env_profile,
+                    "pin": m.pin.version,
+                }
+            )
+        )
     else:
         print(short(fp) if args.short else fp)
     return 0

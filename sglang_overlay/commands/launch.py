@@ -16,6 +16,7 @@ that environment's own interpreter (derived from the site-packages path, or --py
 Without --set/--patches the tree keeps the set it carries now. SGLANG_OVERLAY_SERVER_MODULE replaces the
 module that is run (default sglang.launch_server); it exists so the tests can stand in a small HTTP server.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,21 +51,42 @@ def add_arguments(p) -> None:
     sel.add_argument("--set", dest="preset", metavar="PRESET", help="carry exactly this preset")
     sel.add_argument("--patches", metavar="A,B,...", help="carry exactly these patches (comma-separated)")
     p.add_argument("--env-profile", metavar="NAME", help="export this env profile of the manifest")
-    p.add_argument("--revert-on-exit", action="store_true",
-                   help="when the server exits, put the tree back to the set it carried before")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the environment delta and the command; start nothing, change nothing")
-    p.add_argument("--health-timeout", type=float, default=1800.0, metavar="S",
-                   help="seconds to wait for GET /health (default 1800)")
-    p.add_argument("--grace", type=float, default=30.0, metavar="S",
-                   help="seconds between a forwarded SIGINT/SIGTERM and SIGKILL (default 30)")
+    p.add_argument(
+        "--revert-on-exit",
+        action="store_true",
+        help="when the server exits, put the tree back to the set it carried before",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the environment delta and the command; start nothing, change nothing",
+    )
+    p.add_argument(
+        "--health-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="seconds to wait for GET /health (default 1800)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds between a forwarded SIGINT/SIGTERM and SIGKILL (default 30)",
+    )
     p.add_argument("--log", type=Path, metavar="FILE", help="server log (default: <tree state dir>/logs/...)")
-    p.add_argument("--python", metavar="EXE", help="interpreter that runs the server (default: this one for a "
-                                                   "checkout/embedded tree, the environment's own for an installed one)")
+    p.add_argument(
+        "--python",
+        metavar="EXE",
+        help="interpreter that runs the server (default: this one for a "
+        "checkout/embedded tree, the environment's own for an installed one)",
+    )
     p.add_argument("--force", action="store_true", help="as for apply: overwrite hand-edited files (backed up)")
     p.add_argument("--ignore-hardware", action="store_true", help="as for apply")
-    p.add_argument("server_args", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                   help="arguments for sglang.launch_server")
+    p.add_argument(
+        "server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for sglang.launch_server"
+    )
 
 
 # -- pieces (pure, tested directly) --------------------------------------------------------------------------
@@ -73,8 +95,10 @@ def passthrough(raw: list[str]) -> list[str]:
     if args and args[0] == "--":
         args = args[1:]
     elif args:
-        raise BadInput(f"launch: put the server's arguments after `--` (got {args[0]!r})",
-                       hint="e.g. `python apply.py launch --set full -- --model-path M`")
+        raise BadInput(
+            f"launch: put the server's arguments after `--` (got {args[0]!r})",
+            hint="e.g. `python apply.py launch --set full -- --model-path M`",
+        )
     return args
 
 
@@ -121,8 +145,10 @@ def interpreter(tree: Tree, explicit: str | None) -> str:
         for cand in (root.parents[2] / "bin" / f"python{m.group(1)}", root.parents[2] / "bin" / "python3"):
             if cand.exists():
                 return str(cand)
-    raise BadInput(f"{root}: cannot tell which interpreter owns this installed tree",
-                   hint="pass --python /path/to/that/environment/bin/python")
+    raise BadInput(
+        f"{root}: cannot tell which interpreter owns this installed tree",
+        hint="pass --python /path/to/that/environment/bin/python",
+    )
 
 
 def child_env(base: dict[str, str], manifest, profile, fp: str, tree: Tree) -> tuple[dict[str, str], dict, list]:
@@ -179,6 +205,7 @@ def run(ctx, args) -> int:
         env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
         if not args.ignore_hardware:  # refuse what the real run would refuse (switch checks the same gates)
             from ..hardware import gate_fails
+
             for n in names:
                 why = gate_fails(m.patch(n).cuda_capability) if n not in previous else None
                 if why:
@@ -203,8 +230,7 @@ def run(ctx, args) -> int:
     from ..server import ServerProcess, Stopped
 
     server = ServerProcess(argv, env, log_path, grace=args.grace)
-    print(f"sglang-overlay: starting {shlex.join(argv)}\nsglang-overlay: log {log_path}", file=sys.stderr,
-          flush=True)
+    print(f"sglang-overlay: starting {shlex.join(argv)}\nsglang-overlay: log {log_path}", file=sys.stderr, flush=True)
     code: int | None = None
     try:
         try:
@@ -218,8 +244,10 @@ def run(ctx, args) -> int:
         except Stopped as stopped:
             code = stopped.code
         else:
-            print(f"sglang-overlay: url {url}\nsglang-overlay: fingerprint {fp}\nsglang-overlay: log {log_path}",
-                  flush=True)
+            print(
+                f"sglang-overlay: url {url}\nsglang-overlay: fingerprint {fp}\nsglang-overlay: log {log_path}",
+                flush=True,
+            )
             code = server.wait()
             print(f"sglang-overlay: the server exited with code {code}", file=sys.stderr, flush=True)
     finally:
@@ -228,7 +256,8 @@ def run(ctx, args) -> int:
         if args.revert_on_exit:
             with open_tree(ctx) as txn:
                 back = switch(txn, m, previous, op="revert-on-exit", force=False, ignore_hardware=True)
-            print(f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} "
-                  f"again", file=sys.stderr)
+            print(
+                f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} again",
+                file=sys.stderr,
+            )
     return code
-

@@ -1,5 +1,6 @@
 """Roll back a command that was interrupted (killed, or stopped by a full disk or a read-only file system) and
 remove what it left behind. Every command that changes a tree does this first; `recover` does only this."""
+
 from __future__ import annotations
 
 from ._common import open_tree
@@ -17,6 +18,8 @@ def run(ctx, args) -> int:
         if txn.recovered is None:
             print(f"nothing to recover: no interrupted command in {ctx.tree.root}")
         else:
-            print(f"recovered: rolled back `{txn.recovered.op}`; the tree carries "
-                  f"{', '.join(txn.state.applied) or 'no patches'}")
+            print(
+                f"recovered: rolled back `{txn.recovered.op}`; the tree carries "
+                f"{', '.join(txn.state.applied) or 'no patches'}"
+            )
     return 0

@@ -5,6 +5,7 @@ later in manifest order are stripped off the edited file before the new diff is 
 All of it runs under the tree's lock: the patch files are replaced atomically first, then the tree's state is
 switched to record them. A kill between the two leaves the edits in the tree and the new patch on disk;
 running refresh again finishes the job (it then finds no new edits and records the patch as applied)."""
+
 from __future__ import annotations
 
 import datetime
@@ -35,15 +36,21 @@ def run(ctx, args) -> int:
     with open_tree(ctx) as txn:
         state = txn.state
         if patch.name not in state.applied:
-            raise BadInput(f"{patch.name} is not applied, so there are no edits of it to capture",
-                           hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh")
+            raise BadInput(
+                f"{patch.name} is not applied, so there are no edits of it to capture",
+                hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh",
+            )
         updates = _captured(m, tree, txn, patch)
         for path, data in updates.items():
             try:
                 atomic_write(path, data)
             except OSError as e:
-                raise os_failure(e, "cannot write", "the tree is unchanged; patch files written before it are "
-                                                    "kept (run refresh again once it can write)") from None
+                raise os_failure(
+                    e,
+                    "cannot write",
+                    "the tree is unchanged; patch files written before it are "
+                    "kept (run refresh again once it can write)",
+                ) from None
         if patch.diff is not None and patch.diff.path in updates:
             parse_patch_file(patch.diff.path)  # what we wrote must read back
         # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
@@ -61,7 +68,7 @@ def _captured(m, tree, txn, patch) -> dict:
     state = txn.state
     order = [p.name for p in m.ordered(state.applied)]
     before = m.ordered(order[: order.index(patch.name)])
-    after = m.ordered(order[order.index(patch.name) + 1:])
+    after = m.ordered(order[order.index(patch.name) + 1 :])
     read = base_reader(tree, state, txn.store)
     diff_files = list(patch.diff.files) if patch.diff else []
     base = {f: read(f) for f in {f for p in before for f in p.files} | set(diff_files)}
@@ -71,17 +78,26 @@ def _captured(m, tree, txn, patch) -> dict:
     try:
         mine = compose(now, list(reversed(later)), reverse=True).contents if later else now
     except Conflict as e:
-        raise Conflict(f"cannot separate {patch.name}'s edits from later patches on the same lines:\n{e}",
-                       hint="revert the later patches, refresh, then apply them again")
+        raise Conflict(
+            f"cannot separate {patch.name}'s edits from later patches on the same lines:\n{e}",
+            hint="revert the later patches, refresh, then apply them again",
+        )
     updates = {}
     if patch.diff is not None:
         body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})
         if not body:
-            raise BadInput(f"refreshing {patch.name} would leave an empty patch",
-                           hint=f"revert it instead: `python apply.py revert {patch.name}`")
+            raise BadInput(
+                f"refreshing {patch.name} would leave an empty patch",
+                hint=f"revert it instead: `python apply.py revert {patch.name}`",
+            )
         if body.encode() != patch.diff.body:
-            header = re.sub(r"^Last-Update:.*$", f"Last-Update: {datetime.date.today().isoformat()}",
-                            patch.diff.header_text, count=1, flags=re.M)
+            header = re.sub(
+                r"^Last-Update:.*$",
+                f"Last-Update: {datetime.date.today().isoformat()}",
+                patch.diff.header_text,
+                count=1,
+                flags=re.M,
+            )
             if not header.rstrip("\n").endswith("---"):
                 header = header.rstrip("\n") + "\n---\n"
             updates[patch.diff.path] = (header + body).encode()

@@ -1,5 +1,6 @@
 """Revert patches: their files go back to exactly what they were before (byte for byte), other patches on the
 same files stay. Refuses files edited by hand since (drift) unless --force, which saves them first."""
+
 from __future__ import annotations
 
 from ..errors import BadInput
@@ -22,14 +23,17 @@ def target(m, args, names: tuple[str, ...], state) -> tuple[str, ...]:
     for n in remaining:
         needs = [r for r in m.patch(n).requires if r in names]
         if needs:
-            raise BadInput(f"cannot revert {', '.join(needs)}: {n} requires it",
-                           hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`")
+            raise BadInput(
+                f"cannot revert {', '.join(needs)}: {n} requires it",
+                hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`",
+            )
     return remaining
 
 
 def run(ctx, args) -> int:
     names = selected(ctx, args, verb="revert")
-    outcome = change_tree(ctx, lambda state: target(ctx.manifest, args, names, state), op="revert",
-                          force=args.force, ignore_hardware=True)
+    outcome = change_tree(
+        ctx, lambda state: target(ctx.manifest, args, names, state), op="revert", force=args.force, ignore_hardware=True
+    )
     report(outcome, "reverted")
     return 0

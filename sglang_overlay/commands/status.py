@@ -1,5 +1,6 @@
 """Show the pin, the tree, the fingerprint, and each patch's state: applied, not-applied, upstreamed, drifted,
 stale (the patch file changed since it was applied), unavailable (hardware gate), or proof-failed. Read-only."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,15 @@ from ..upstream import prove
 
 NAME = "status"
 HELP = "show what the tree carries (read-only)"
-MARK = {"applied": "[x]", "not-applied": "[ ]", "upstreamed": "[=]", "drifted": "[!]", "stale": "[~]",
-        "unavailable": "[-]", "proof-failed": "[?]"}
+MARK = {
+    "applied": "[x]",
+    "not-applied": "[ ]",
+    "upstreamed": "[=]",
+    "drifted": "[!]",
+    "stale": "[~]",
+    "unavailable": "[-]",
+    "proof-failed": "[?]",
+}
 
 
 def add_arguments(p) -> None:
@@ -33,9 +41,16 @@ def _collect(m, tree, view) -> dict:
     read_base = base_reader(tree, state, view.store)
     rows = []
     for p in m.patches:
-        row = {"name": p.name, "kind": p.kind, "category": p.category, "default": p.default,
-               "description": p.description, "files": list(p.files), "upstream": p.upstream.status,
-               "detail": ""}
+        row = {
+            "name": p.name,
+            "kind": p.kind,
+            "category": p.category,
+            "default": p.default,
+            "description": p.description,
+            "files": list(p.files),
+            "upstream": p.upstream.status,
+            "detail": "",
+        }
         if p.kind == "upstreamed":
             res = prove(p, read_base)
             row["state"] = "upstreamed" if res.holds else "proof-failed"
@@ -75,11 +90,15 @@ def run(ctx, args) -> int:
         return 0
     t = info["tree"]
     print(f"sglang {info['pin']['version']} (pinned)   tree {t['path']} [{t['kind']}, sglang {t['version']}]")
-    print(f"fingerprint {short(info['fingerprint'])}   applied {len(info['applied'])} of "
-          f"{sum(1 for r in info['patches'] if r['kind'] != 'upstreamed')} patches")
+    print(
+        f"fingerprint {short(info['fingerprint'])}   applied {len(info['applied'])} of "
+        f"{sum(1 for r in info['patches'] if r['kind'] != 'upstreamed')} patches"
+    )
     if info["interrupted_transaction"]:
-        print("note: an interrupted command left a journal; `python apply.py recover` (or the next command that "
-              "changes the tree) rolls it back; shown here as it will be then")
+        print(
+            "note: an interrupted command left a journal; `python apply.py recover` (or the next command that "
+            "changes the tree) rolls it back; shown here as it will be then"
+        )
     width = max(len(r["name"]) for r in info["patches"]) if info["patches"] else 4
     for r in info["patches"]:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "

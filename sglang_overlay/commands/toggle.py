@@ -1,4 +1,5 @@
 """Toggle one patch: revert it if the tree carries it, apply it if not (decided under the tree's lock)."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ def add_arguments(p) -> None:
 
 def run(ctx, args) -> int:
     ctx.manifest.patch(args.name)
-    sub = argparse.Namespace(names=[args.name], all=False, preset=None, force=args.force,
-                             ignore_hardware=args.ignore_hardware)
+    sub = argparse.Namespace(
+        names=[args.name], all=False, preset=None, force=args.force, ignore_hardware=args.ignore_hardware
+    )
     names = apply.chosen(ctx, sub)
     was_on = []
 

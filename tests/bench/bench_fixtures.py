@@ -1,4 +1,5 @@
 """Fixtures for bench tests (imported by the test modules: a conftest.py here would shadow tests/conftest.py for `from conftest import ...`): a small real manifest and the fake launcher command."""
+
 from __future__ import annotations
 
 import json
@@ -35,11 +36,14 @@ def manifest(tmp_path) -> Path:
     body = "\n".join(entries)
     # The pin is copied from the project's manifest: the loader validates it against the real release.
     pin = json.dumps(yaml.safe_load((ROOT / "manifest.yaml").read_text())["pin"])
-    (d / "manifest.yaml").write_text(textwrap.dedent("""\
+    (d / "manifest.yaml").write_text(
+        textwrap.dedent("""\
         schema: 1
         pin: PIN
         patches:
-        """).replace("PIN", pin) + body + textwrap.dedent("""
+        """).replace("PIN", pin)
+        + body
+        + textwrap.dedent("""
         presets:
           base: [alpha]
           full: [alpha, beta, eagle_profiling, planted, gamma, delta, epsilon, zeta]
@@ -49,7 +53,8 @@ def manifest(tmp_path) -> Path:
             description: test profile
             vars:
               NCCL_P2P_DISABLE: {value: "1", why: test}
-        """))
+        """)
+    )
     return d / "manifest.yaml"
 
 

@@ -21,6 +21,7 @@ through env FAKE_BENCH (JSON):
                (MoE layers) per decoded token, as the oea_topk patch's totals since start
 Every start appends {"patches","profile","env","server_args"} to FAKE_BENCH_LOG (JSONL) for assertions.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,7 +49,7 @@ def parse(argv):
     while i < len(argv):
         a = argv[i]
         if a == "--":
-            server_args = argv[i + 1:]
+            server_args = argv[i + 1 :]
             break
         opts[a.lstrip("-").replace("-", "_")] = argv[i + 1]
         i += 2
@@ -83,8 +84,12 @@ def main() -> int:
     fp = fingerprint(m, patches, m.env_profile(profile) if profile else None)
     tree_fp = hashlib.sha256(",".join(patches).encode()).hexdigest()[:16]
     lie = set(cfg.get("identity_lie", []))  # patches the "tree" silently lacks (for the warning test)
-    overlay = {"fingerprint": tree_fp, "launch_fingerprint": fp, "patches": [p for p in patches if p not in lie],
-               "env_profile": profile}
+    overlay = {
+        "fingerprint": tree_fp,
+        "launch_fingerprint": fp,
+        "patches": [p for p in patches if p not in lie],
+        "env_profile": profile,
+    }
     srv = make_server(patches, env, server_args, cfg, overlay, "127.0.0.1", 0)
     if "nccl_env_log" in patches and opts.get("log"):
         # what the nccl_env_log patch writes: one line per scheduler (TP rank) into the server log
@@ -92,7 +97,9 @@ def main() -> int:
         nccl = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("NCCL_"))
         with open(opts["log"], "a") as f:
             for r in range(tp):
-                f.write(f"[2026] INFO sglang-overlay nccl_env tp_rank={r} pp_rank=0 dp_rank=0 gpu_id={r} pid=1 {nccl}\n")
+                f.write(
+                    f"[2026] INFO sglang-overlay nccl_env tp_rank={r} pp_rank=0 dp_rank=0 gpu_id={r} pid=1 {nccl}\n"
+                )
     time.sleep(cfg.get("start_s", 0.0))
     print("starting fake sglang", flush=True)
     print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
@@ -106,19 +113,30 @@ def _server_log(path) -> None:
     """SGLang-shaped start-up lines, as bench/startup.py reads them."""
     now = time.strftime("%Y-%m-%d %H:%M:%S")
     with open(path, "a") as f:
-        for ln in ("Load weight begin. avail mem=100.00 GB", "Load weight end. elapsed=0.50 s, type=Fake",
-                   "Capture cuda graph begin. This can take up to several minutes.",
-                   "Capture cuda graph end. Time elapsed: 1.00 s. mem usage=0.1 GB. elapsed=1.25 s",
-                   "The server is fired up and ready to roll!"):
+        for ln in (
+            "Load weight begin. avail mem=100.00 GB",
+            "Load weight end. elapsed=0.50 s, type=Fake",
+            "Capture cuda graph begin. This can take up to several minutes.",
+            "Capture cuda graph end. Time elapsed: 1.00 s. mem usage=0.1 GB. elapsed=1.25 s",
+            "The server is fired up and ready to roll!",
+        ):
             f.write(f"[{now} TP0] {ln}\n")
 
 
 def log_start(patches, profile, server_args, env) -> None:
     if os.environ.get("FAKE_BENCH_LOG"):
         with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
-            f.write(json.dumps({"patches": patches, "profile": profile, "server_args": server_args,
-                                "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))}})
-                    + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "patches": patches,
+                        "profile": profile,
+                        "server_args": server_args,
+                        "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))},
+                    }
+                )
+                + "\n"
+            )
 
 
 def wait_for_signal(srv) -> None:
@@ -138,8 +156,10 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
     if bimodal and rng.random() < bimodal.get("p", 0.0):
         start *= 1 + bimodal.get("shift", 0.0)
     step_s = cfg.get("base_ms", 3.0) * slow * start / 1e3
-    phase_f = {ph: 1.0 + sum(cfg.get("phase_costs", {}).get(p, {}).get(ph, 0.0) for p in patches)
-               for ph in ("draft", "verify", "draft_extend")}
+    phase_f = {
+        ph: 1.0 + sum(cfg.get("phase_costs", {}).get(p, {}).get(ph, 0.0) for p in patches)
+        for ph in ("draft", "verify", "draft_extend")
+    }
     noise, scale = cfg.get("noise", 0.004), cfg.get("time_scale", 0.01)
     interval = cfg.get("interval", 8)
     spec = "--speculative-algorithm" in server_args
@@ -183,17 +203,24 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                             return {"p50_ms": v, "p99_ms": 1.3 * v, "mean_ms": 1.02 * v, "count": 40}
 
                         st["eagle_phase_timing"] = {
-                            "draft": ph("draft", 0.45), "verify": ph("verify", 0.15),
+                            "draft": ph("draft", 0.45),
+                            "verify": ph("verify", 0.15),
                             "draft_extend": ph("draft_extend", 0.4),
                             "step": {"p50_ms": d, "p99_ms": 1.2 * d, "mean_ms": d, "count": 40},
-                            "batch_size_mean": 1.0, "accept_length_mean": accept, "window": 40}
+                            "batch_size_mean": 1.0,
+                            "accept_length_mean": accept,
+                            "window": 40,
+                        }
                     if oea_per_row is not None:
                         calls = oea["calls"]
-                        st["oea_stats"] = {**oea, "k0": int(k0), "max_tokens": 64,
-                                           "mean_distinct_experts": oea["distinct_experts_sum"] / calls if calls else None,
-                                           "mean_rows": oea["rows_sum"] / calls if calls else None}
-                return self._send({"version": "0.5.17-fake", "internal_states": [st],
-                                   "overlay": overlay})
+                        st["oea_stats"] = {
+                            **oea,
+                            "k0": int(k0),
+                            "max_tokens": 64,
+                            "mean_distinct_experts": oea["distinct_experts_sum"] / calls if calls else None,
+                            "mean_rows": oea["rows_sum"] / calls if calls else None,
+                        }
+                return self._send({"version": "0.5.17-fake", "internal_states": [st], "overlay": overlay})
             return self._send({"error": "not found"}, 404)
 
         def do_POST(self):
@@ -227,9 +254,13 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
             meta = {"completion_tokens": n, "prompt_tokens": len(req["text"]) // 4, "e2e_latency": n * step_s}
             if spec:
                 meta["spec_verify_ct"] = verify
-            return self._send({"text": "out " + digest[:24], "output_ids": [int(digest[i:i + 4], 16) % 32768
-                                                                             for i in range(0, 32, 4)],
-                               "meta_info": meta})
+            return self._send(
+                {
+                    "text": "out " + digest[:24],
+                    "output_ids": [int(digest[i : i + 4], 16) % 32768 for i in range(0, 32, 4)],
+                    "meta_info": meta,
+                }
+            )
 
     srv = ThreadingHTTPServer((host, port), H)
     srv.daemon_threads = True

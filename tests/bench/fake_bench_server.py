@@ -5,6 +5,7 @@ and tests/bench is on PYTHONPATH. The patch set comes from the tree's identity m
 located on sys.path without importing sglang), the env profile from the environment launch exports; /server_info
 carries "overlay" only when overlay_identity is applied, as the real patched server does.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,9 +24,13 @@ def _identity() -> dict | None:
         return None
     ns: dict = {}
     exec(path.read_text(), ns)
-    return {"pin": ns.get("PIN"), "fingerprint": ns.get("FINGERPRINT"), "patches": list(ns.get("PATCHES", ())),
-            "env_profile": os.environ.get("SGLANG_OVERLAY_ENV_PROFILE") or None,
-            "launch_fingerprint": os.environ.get("SGLANG_OVERLAY_FINGERPRINT") or None}
+    return {
+        "pin": ns.get("PIN"),
+        "fingerprint": ns.get("FINGERPRINT"),
+        "patches": list(ns.get("PATCHES", ())),
+        "env_profile": os.environ.get("SGLANG_OVERLAY_ENV_PROFILE") or None,
+        "launch_fingerprint": os.environ.get("SGLANG_OVERLAY_FINGERPRINT") or None,
+    }
 
 
 def _opt(args, name, default):
@@ -39,8 +44,15 @@ def main() -> int:
     patches = ident["patches"] if ident else []
     log_start(patches, os.environ.get("SGLANG_OVERLAY_ENV_PROFILE"), args, dict(os.environ))
     overlay = ident if "overlay_identity" in patches else None
-    srv = make_server(patches, dict(os.environ), args, cfg, overlay, _opt(args, "--host", "127.0.0.1"),
-                      int(_opt(args, "--port", "30000")))
+    srv = make_server(
+        patches,
+        dict(os.environ),
+        args,
+        cfg,
+        overlay,
+        _opt(args, "--host", "127.0.0.1"),
+        int(_opt(args, "--port", "30000")),
+    )
     print(f"fake_bench_server: serving {patches} on {srv.server_address}", flush=True)
     wait_for_signal(srv)
     return 0

@@ -22,6 +22,7 @@ replaced by the plain get_rope the GPU takes; attention dispatch pinned to absor
 backend reads K/V from the cache, which MLA's MHA prefill path does not fill: the GPU's prefill runs MHA,
 the same arithmetic); FusedMoE's method run through forward_cpu, i.e. SGLang's moe_forward_native.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,9 +76,15 @@ class Runtime:
         from sglang.srt.runtime_context import publish
         from sglang.srt.server_args import ServerArgs
 
-        sa = ServerArgs(model_path=str(model_path), load_format=load_format, device=self.device, dtype=dtype,
-                        attention_backend="torch_native" if self.device == "cpu" else "flashinfer",
-                        disable_cuda_graph=True, skip_tokenizer_init=True)
+        sa = ServerArgs(
+            model_path=str(model_path),
+            load_format=load_format,
+            device=self.device,
+            dtype=dtype,
+            attention_backend="torch_native" if self.device == "cpu" else "flashinfer",
+            disable_cuda_graph=True,
+            skip_tokenizer_init=True,
+        )
         publish(sa, role="test")
         mc = ModelConfig(model_path=str(model_path), dtype=dtype, is_draft_model=draft)
         if not self.started:
@@ -86,8 +93,13 @@ class Runtime:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            self._init(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}", local_rank=0,
-                       backend="gloo" if self.device == "cpu" else "nccl")
+            self._init(
+                world_size=1,
+                rank=0,
+                distributed_init_method=f"tcp://127.0.0.1:{port}",
+                local_rank=0,
+                backend="gloo" if self.device == "cpu" else "nccl",
+            )
             self._mp(tensor_model_parallel_size=1)
             self.started = True
         initialize_dp_attention(sa, mc)
@@ -101,14 +113,30 @@ def _batch(mode: str, ids, start: int, spec=None):
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
     t, end = len(ids), start + len(ids)
-    common = dict(batch_size=1, input_ids=ids, req_pool_indices=torch.tensor([1]), seq_lens=torch.tensor([end]),
-                  out_cache_loc=torch.arange(1 + start, 1 + end), seq_lens_sum=end, seq_lens_cpu=torch.tensor([end]),
-                  positions=torch.arange(start, end), capture_hidden_mode=CaptureHiddenMode.FULL, spec_info=spec)
+    common = dict(
+        batch_size=1,
+        input_ids=ids,
+        req_pool_indices=torch.tensor([1]),
+        seq_lens=torch.tensor([end]),
+        out_cache_loc=torch.arange(1 + start, 1 + end),
+        seq_lens_sum=end,
+        seq_lens_cpu=torch.tensor([end]),
+        positions=torch.arange(start, end),
+        capture_hidden_mode=CaptureHiddenMode.FULL,
+        spec_info=spec,
+    )
     if mode == "decode":
         return ForwardBatch(forward_mode=ForwardMode.DECODE, **common)
-    return ForwardBatch(forward_mode=ForwardMode.EXTEND, extend_num_tokens=t, extend_seq_lens=torch.tensor([t]),
-                        extend_prefix_lens=torch.tensor([start]), extend_start_loc=torch.tensor([0]),
-                        extend_prefix_lens_cpu=[start], extend_seq_lens_cpu=[t], **common)
+    return ForwardBatch(
+        forward_mode=ForwardMode.EXTEND,
+        extend_num_tokens=t,
+        extend_seq_lens=torch.tensor([t]),
+        extend_prefix_lens=torch.tensor([start]),
+        extend_start_loc=torch.tensor([0]),
+        extend_prefix_lens_cpu=[start],
+        extend_seq_lens_cpu=[t],
+        **common,
+    )
 
 
 def _backend(pool):
@@ -119,8 +147,9 @@ def _backend(pool):
 
     r2t = ReqToTokenPool(size=2, max_context_len=512, device="cpu", enable_memory_saver=False)
     r2t.req_to_token[1] = torch.arange(1, 513, dtype=torch.int32)
-    return ForwardContext(attn_backend=TorchNativeAttnBackend(
-        SimpleNamespace(device="cpu", req_to_token_pool=r2t, token_to_kv_pool=pool)))
+    return ForwardContext(
+        attn_backend=TorchNativeAttnBackend(SimpleNamespace(device="cpu", req_to_token_pool=r2t, token_to_kv_pool=pool))
+    )
 
 
 def _maxdiff(a, b) -> float:
@@ -142,11 +171,17 @@ def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
         unequal = []
         for n, (shape, dtype) in specs.items():  # one at a time: the Kimi-width target is 34 GiB
             t = theirs.get(n)
-            if t is not None and not (t.dtype == dtype and torch.equal(t, dummy_normal(n, shape, dtype, t.device, float(std)))):
+            if t is not None and not (
+                t.dtype == dtype and torch.equal(t, dummy_normal(n, shape, dtype, t.device, float(std)))
+            ):
                 unequal.append(n)
-        out[std] = {"sglang_names": list(theirs), "ref_names": list(specs), "unequal": unequal,
-                    "sglang_std": float(theirs["model.layers.0.self_attn.o_proj.weight"].float().std()),
-                    "device": str(next(iter(theirs.values())).device)}
+        out[std] = {
+            "sglang_names": list(theirs),
+            "ref_names": list(specs),
+            "unequal": unequal,
+            "sglang_std": float(theirs["model.layers.0.self_attn.o_proj.weight"].float().std()),
+            "device": str(next(iter(theirs.values())).device),
+        }
         del model, theirs
         if rt.device != "cpu":
             torch.cuda.empty_cache()
@@ -174,37 +209,57 @@ def check_target_forward(rt: Runtime, model_dir: Path) -> dict:
     model.set_eagle3_layers_to_capture(ids_for_draft)
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
     ref = TargetRef(arch, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    pool = MLATokenToKVPool(size=600, page_size=1, dtype=torch.float32, kv_lora_rank=cfg.kv_lora_rank,
-                            qk_rope_head_dim=cfg.qk_rope_head_dim, layer_num=layers, device="cpu",
-                            enable_memory_saver=False)
+    pool = MLATokenToKVPool(
+        size=600,
+        page_size=1,
+        dtype=torch.float32,
+        kv_lora_rank=cfg.kv_lora_rank,
+        qk_rope_head_dim=cfg.qk_rope_head_dim,
+        layer_num=layers,
+        device="cpu",
+        enable_memory_saver=False,
+    )
     ctx = _backend(pool)
     g = torch.Generator().manual_seed(0)
-    prompt, nxt = torch.randint(0, cfg.vocab_size, (11,), generator=g), torch.randint(0, cfg.vocab_size, (1,), generator=g)
+    prompt, nxt = (
+        torch.randint(0, cfg.vocab_size, (11,), generator=g),
+        torch.randint(0, cfg.vocab_size, (1,), generator=g),
+    )
     with forward_context(ctx), torch.no_grad():
         ext = model.forward(prompt, torch.arange(11), _batch("extend", prompt, 0))
         dec = model.forward(nxt, torch.tensor([11]), _batch("decode", nxt, 11))
         full = torch.cat([prompt, nxt])[None]
-        lg, aux = ref.forward(full, torch.arange(12)[None], ref.new_cache(1, 12), capture_layers(ids_for_draft),
-                              logits="all")
-    return {"capture": ids_for_draft, "logit_scale": float(lg.abs().max()),
-            "extend_logits": _maxdiff(ext.next_token_logits[0], lg[0, 10]),
-            "extend_aux": _maxdiff(ext.hidden_states, aux[0, :11]),
-            "decode_logits": _maxdiff(dec.next_token_logits[0], lg[0, 11]),
-            "decode_aux": _maxdiff(dec.hidden_states[0], aux[0, 11]),
-            "aux_width": int(aux.shape[-1])}
+        lg, aux = ref.forward(
+            full, torch.arange(12)[None], ref.new_cache(1, 12), capture_layers(ids_for_draft), logits="all"
+        )
+    return {
+        "capture": ids_for_draft,
+        "logit_scale": float(lg.abs().max()),
+        "extend_logits": _maxdiff(ext.next_token_logits[0], lg[0, 10]),
+        "extend_aux": _maxdiff(ext.hidden_states, aux[0, :11]),
+        "decode_logits": _maxdiff(dec.next_token_logits[0], lg[0, 11]),
+        "decode_aux": _maxdiff(dec.hidden_states[0], aux[0, 11]),
+        "aux_width": int(aux.shape[-1]),
+    }
 
 
 def _expected_draft_params(saved: dict) -> dict:
     import torch
 
-    exp = {"model.embed_tokens.weight": saved["embed_tokens.weight"], "model.fc.weight": saved["fc.weight"],
-           "model.layers.0.self_attn.qkv_proj.weight": torch.cat(
-               [saved[f"layers.0.self_attn.{x}_proj.weight"] for x in "qkv"]),
-           "model.layers.0.self_attn.o_proj.weight": saved["layers.0.self_attn.o_proj.weight"],
-           "model.layers.0.mlp.gate_up_proj.weight": torch.cat(
-               [saved["layers.0.mlp.gate_proj.weight"], saved["layers.0.mlp.up_proj.weight"]]),
-           "model.layers.0.mlp.down_proj.weight": saved["layers.0.mlp.down_proj.weight"],
-           "model.norm.weight": saved["norm.weight"], "lm_head.weight": saved["lm_head.weight"]}
+    exp = {
+        "model.embed_tokens.weight": saved["embed_tokens.weight"],
+        "model.fc.weight": saved["fc.weight"],
+        "model.layers.0.self_attn.qkv_proj.weight": torch.cat(
+            [saved[f"layers.0.self_attn.{x}_proj.weight"] for x in "qkv"]
+        ),
+        "model.layers.0.self_attn.o_proj.weight": saved["layers.0.self_attn.o_proj.weight"],
+        "model.layers.0.mlp.gate_up_proj.weight": torch.cat(
+            [saved["layers.0.mlp.gate_proj.weight"], saved["layers.0.mlp.up_proj.weight"]]
+        ),
+        "model.layers.0.mlp.down_proj.weight": saved["layers.0.mlp.down_proj.weight"],
+        "model.norm.weight": saved["norm.weight"],
+        "lm_head.weight": saved["lm_head.weight"],
+    }
     for n in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
         exp[f"model.layers.0.{n}.weight"] = saved[f"layers.0.{n}.weight"]
     return exp
@@ -225,16 +280,28 @@ def check_draft(rt: Runtime, draft_dir: Path) -> tuple[dict, dict]:
     params = dict(model.named_parameters())
     # embed_tokens and lm_head have rows padded to a multiple of 64: the file fills the real ones, the logits
     # processor never reads the rest
-    load = {"class": type(model).__name__, "sglang_params": sorted(params), "expected": sorted(exp),
-            "unequal": [n for n in exp if n in params and not torch.equal(params[n][:len(exp[n])], exp[n])],
-            "rows": {n: [len(params[n]), len(exp[n])] for n in ("model.embed_tokens.weight", "lm_head.weight")}}
+    load = {
+        "class": type(model).__name__,
+        "sglang_params": sorted(params),
+        "expected": sorted(exp),
+        "unequal": [n for n in exp if n in params and not torch.equal(params[n][: len(exp[n])], exp[n])],
+        "rows": {n: [len(params[n]), len(exp[n])] for n in ("model.embed_tokens.weight", "lm_head.weight")},
+    }
     # float32 for the forward comparison (the same bf16 values, upcast)
     model, cfg = rt.load(draft_dir, "float32", "safetensors", draft=True)
     arch = DraftArch.from_config(json.loads((draft_dir / "config.json").read_text()))
     ref = Eagle3Draft(arch, saved["embed_tokens.weight"], saved["lm_head.weight"])
     ref.load_sglang_state(saved)
-    pool = MHATokenToKVPool(size=600, page_size=1, dtype=torch.float32, head_num=arch.kv_heads,
-                            head_dim=arch.head_dim, layer_num=1, device="cpu", enable_memory_saver=False)
+    pool = MHATokenToKVPool(
+        size=600,
+        page_size=1,
+        dtype=torch.float32,
+        head_num=arch.kv_heads,
+        head_dim=arch.head_dim,
+        layer_num=1,
+        device="cpu",
+        enable_memory_saver=False,
+    )
     ctx = _backend(pool)
     g = torch.Generator().manual_seed(1)
     n = 10
@@ -248,14 +315,19 @@ def check_draft(rt: Runtime, draft_dir: Path) -> tuple[dict, dict]:
         hid = hid[-1:]
         for s, tk in enumerate(chain):
             ids = torch.tensor([tk])
-            h, (hid,) = model.model(ids, torch.tensor([n + s]),
-                                    _batch("decode", ids, n + s, SimpleNamespace(hidden_states=hid)))
+            h, (hid,) = model.model(
+                ids, torch.tensor([n + s]), _batch("decode", ids, n + s, SimpleNamespace(hidden_states=hid))
+            )
             theirs.append(h @ model.lm_head.weight[:vocab].T)
-        steps = [toks[None]] + [torch.zeros(1, n, dtype=torch.long).index_fill_(1, torch.tensor([n - 1]), t)
-                                for t in chain]
+        steps = [toks[None]] + [
+            torch.zeros(1, n, dtype=torch.long).index_fill_(1, torch.tensor([n - 1]), t) for t in chain
+        ]
         mine = ref(aux[None], steps)
-    fwd = {"extend_all_positions": _maxdiff(theirs[0], mine[0][0]), "logit_scale": float(mine[0].abs().max()),
-           "steps": [_maxdiff(theirs[k][-1], mine[k][0, -1]) for k in range(3)]}
+    fwd = {
+        "extend_all_positions": _maxdiff(theirs[0], mine[0][0]),
+        "logit_scale": float(mine[0].abs().max()),
+        "steps": [_maxdiff(theirs[k][-1], mine[k][0, -1]) for k in range(3)],
+    }
     return load, fwd
 
 
@@ -289,11 +361,16 @@ def main(argv: list[str]) -> int:
         res["draft_load"], res["draft_forward"] = check_draft(rt, a.draft_dir)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1))
-    bad = [(std, w["unequal"] or "names differ") for std, w in res.get("target_weights", {}).items()
-           if w["unequal"] or w["sglang_names"] != w["ref_names"]]
+    bad = [
+        (std, w["unequal"] or "names differ")
+        for std, w in res.get("target_weights", {}).items()
+        if w["unequal"] or w["sglang_names"] != w["ref_names"]
+    ]
     for std, w in res.get("target_weights", {}).items():
-        print(f"target weights at std {std} on {w['device']}: {len(w['ref_names'])} parameters, "
-              f"{'names equal' if w['sglang_names'] == w['ref_names'] else 'NAMES DIFFER'}, unequal: {w['unequal'] or 'none'}")
+        print(
+            f"target weights at std {std} on {w['device']}: {len(w['ref_names'])} parameters, "
+            f"{'names equal' if w['sglang_names'] == w['ref_names'] else 'NAMES DIFFER'}, unequal: {w['unequal'] or 'none'}"
+        )
     return 1 if a.strict and bad else 0
 
 

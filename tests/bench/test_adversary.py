@@ -110,8 +110,10 @@ class Rates:
         return self.outcomes.get(outcome, 0) / self.trials
 
     def __repr__(self) -> str:
-        return (f"right {self.right_rate:.3f} wrong {self.wrong_rate:.3f} outcomes {self.outcomes} wrong names "
-                f"{self.wrong_names} median starts {statistics.median(self.starts)}")
+        return (
+            f"right {self.right_rate:.3f} wrong {self.wrong_rate:.3f} outcomes {self.outcomes} wrong names "
+            f"{self.wrong_names} median starts {statistics.median(self.starts)}"
+        )
 
 
 def _rates(world_of, trials, truth=frozenset(), cands=C3, **kw) -> Rates:
@@ -169,8 +171,8 @@ def test_contrast_is_the_satterthwaite_interval_of_the_linear_combination():
     groups = [[1.01, 0.98, 1.03], [1.0, 1.02, 0.99, 1.01, 0.97], [1.1, 1.12, 1.08, 1.09]]
     c = np.array([1.0, -0.5, -0.5])
     logs = [np.log(g) for g in groups]
-    v = np.array([x.var(ddof=1) / len(x) for x in logs]) * c ** 2
-    df = v.sum() ** 2 / sum(vi ** 2 / (len(x) - 1) for vi, x in zip(v, logs))
+    v = np.array([x.var(ddof=1) / len(x) for x in logs]) * c**2
+    df = v.sum() ** 2 / sum(vi**2 / (len(x) - 1) for vi, x in zip(v, logs))
     est = float(sum(ci * x.mean() for ci, x in zip(c, logs)))
     h = float(sst.t.ppf(0.975, df)) * math.sqrt(v.sum())
     got = stats.log_contrast(groups, list(c), 0.95)
@@ -181,8 +183,13 @@ def test_contrast_is_the_satterthwaite_interval_of_the_linear_combination():
 def test_one_look_never_calls_a_change_beyond_d_in_a_null_with_three_starts(noise):
     """The 3-start minimum is honest under heavy tails and a bimodal stack: one look at 3 vs 3 starts calls a
     change beyond +-2% in at most alpha/2 of null pairs (measured: t3 0.0%, bimodal 0.3/+15% 1.9%)."""
-    w = AdvWorld(start_cv=0.01, rep_cv=0.01, noise="t3" if noise == "t3" else "lognormal",
-                 bimodal_p=0.3 if noise == "bimodal" else 0.0, bimodal_shift=0.15)
+    w = AdvWorld(
+        start_cv=0.01,
+        rep_cv=0.01,
+        noise="t3" if noise == "t3" else "lognormal",
+        bimodal_p=0.3 if noise == "bimodal" else 0.0,
+        bimodal_shift=0.15,
+    )
     called = 0
     trials = 1500
     for t in range(trials):
@@ -282,8 +289,9 @@ def test_a_patch_that_only_widens_the_start_spread_is_not_a_culprit():
     real +5% on p2 (measured: 0% wrong in both; the real one is found in 31%, 'cannot tell' otherwise)."""
     null = _rates(_same(AdvWorld(start_cv=0.01, var_plants={"p1": 0.08})), 120)
     assert null.wrong == 0, null
-    real = _rates(_same(AdvWorld(plants=[host_slowdown("p2", 0.05)], start_cv=0.01, var_plants={"p1": 0.08})), 120,
-                  {"p2"})
+    real = _rates(
+        _same(AdvWorld(plants=[host_slowdown("p2", 0.05)], start_cv=0.01, var_plants={"p1": 0.08})), 120, {"p2"}
+    )
     assert real.wrong_rate <= ALPHA, real
 
 
@@ -302,10 +310,13 @@ def test_a_split_below_the_minimum_effect_names_the_main_patch_or_nobody():
     assert r.wrong_rate <= ALPHA, r
 
 
-@pytest.mark.parametrize("plants,label", [
-    (_split(0.10, 0.7), "10% split 70/30"),
-    ([host_slowdown("p0", 0.08), host_slowdown("p2", 0.03)], "+8% and +3%"),
-])
+@pytest.mark.parametrize(
+    "plants,label",
+    [
+        (_split(0.10, 0.7), "10% split 70/30"),
+        ([host_slowdown("p0", 0.08), host_slowdown("p2", 0.03)], "+8% and +3%"),
+    ],
+)
 def test_a_split_regression_is_not_blamed_on_one_patch_when_the_rest_exceeds_the_minimum_effect(plants, label):
     """p0 carries most, p2 the rest, and the rest is beyond the 2% minimum effect: naming p0 alone as the
     confirmed culprit claims 'bad without p0 is good' while it is 3% slower.
@@ -376,15 +387,19 @@ def test_a_patch_that_requires_an_earlier_one_is_bisected_with_its_requirement()
     def make(patches, role):
         return sim_arm(role, tuple(p for p in GOOD + C3 if p in close(patches)))
 
-    r = _rates(_same(AdvWorld(plants=[host_slowdown("p0", 0.06)], start_cv=0.005)), 20, {"p0"}, make=make,
-               dependents=deps)
+    r = _rates(
+        _same(AdvWorld(plants=[host_slowdown("p0", 0.06)], start_cv=0.005)), 20, {"p0"}, make=make, dependents=deps
+    )
     assert r.right_rate >= 0.9 and r.wrong == 0, r
 
 
-@pytest.mark.parametrize("metric_effect", [
-    {"step_ms_bc": 1.05, "tok_s_bc": 1 / 1.05},  # only the concurrent phase
-    {"tok_s_b1": 1 / 1.08},  # only tok/s (e.g. a slower detokenizer: not in the scheduler's step)
-])
+@pytest.mark.parametrize(
+    "metric_effect",
+    [
+        {"step_ms_bc": 1.05, "tok_s_bc": 1 / 1.05},  # only the concurrent phase
+        {"tok_s_b1": 1 / 1.08},  # only tok/s (e.g. a slower detokenizer: not in the scheduler's step)
+    ],
+)
 def test_a_regression_on_another_metric_is_never_reported_as_no_regression(metric_effect):
     """The primary step_ms_b1 does not move; another metric regresses beyond the issue's 5%. 'No regression' is a
     claim (the user stops looking); 'cannot tell' is allowed.
@@ -397,8 +412,10 @@ def test_a_regression_on_another_metric_is_never_reported_as_no_regression(metri
     # follow_metric read the others at 1 - alpha/9 with those 3 starts (t quantile ~6). Cost: a null bisect at
     # start cv 1% takes a median 14 starts (was 12), 16 with independent noise per metric (was 12).
     """
-    assert "not ruled out" in _bisect(AdvWorld(plants=[Plant(frozenset({"p1"}), metric_effect)], start_cv=0.01),
-                                      0, budget=6)[0]["reason"]
+    assert (
+        "not ruled out"
+        in _bisect(AdvWorld(plants=[Plant(frozenset({"p1"}), metric_effect)], start_cv=0.01), 0, budget=6)[0]["reason"]
+    )
     w = AdvWorld(plants=[Plant(frozenset({"p1"}), metric_effect)], start_cv=0.01)
     r = _rates(_same(w), 120, {"p1"})
     assert r.wrong == 0, r
@@ -408,8 +425,9 @@ def test_a_regression_on_another_metric_is_never_reported_as_no_regression(metri
 def test_a_bimodal_stack_with_a_real_regression_names_no_wrong_patch():
     """p=0.3 slow mode +15% per start, +5% on p1 (measured 0% wrong over 120 seeds; 7.5% right, the rest
     'cannot tell' after a median 24 starts: honest, but deciding needs more than 8 starts per arm)."""
-    w = AdvWorld(plants=[host_slowdown("p1", 0.05)], start_cv=0.01, rep_cv=0.05, bimodal_p=0.3, bimodal_shift=0.15,
-                 reps=9)
+    w = AdvWorld(
+        plants=[host_slowdown("p1", 0.05)], start_cv=0.01, rep_cv=0.05, bimodal_p=0.3, bimodal_shift=0.15, reps=9
+    )
     r = _rates(_same(w), 120, {"p1"})
     assert r.wrong_rate <= ALPHA, r
 
@@ -426,8 +444,14 @@ def test_outlier_starts_and_outlier_repetitions_name_no_wrong_patch():
     """1 start in 10 is 30% slow (another tenant), 1 repetition in 5 is 50% slow (a pause); +5% on p1 (measured
     wrong 0%, but right only 7.5%: the median of repetitions absorbs the pauses, while one outlier start widens
     the mean-of-logs interval of its arm until max_starts, so 'cannot tell' after 16 starts)."""
-    w = AdvWorld(plants=[host_slowdown("p1", 0.05)], start_cv=0.01, outlier_p=0.1, outlier_shift=0.3,
-                 rep_outlier_p=0.2, rep_outlier_shift=0.5)
+    w = AdvWorld(
+        plants=[host_slowdown("p1", 0.05)],
+        start_cv=0.01,
+        outlier_p=0.1,
+        outlier_shift=0.3,
+        rep_outlier_p=0.2,
+        rep_outlier_shift=0.5,
+    )
     r = _rates(_same(w), 120, {"p1"})
     assert r.wrong_rate <= ALPHA, r
 
@@ -484,7 +508,6 @@ def test_ablate_of_six_patches_on_a_bimodal_stack_names_no_false_culprit(mode):
     assert named / 40 <= ALPHA
 
 
-
 @pytest.mark.parametrize("mode", ["leave-out", "alone"])
 def test_ablate_does_not_buy_starts_for_a_verdict_its_finding_ignores(mode):
     """In a one-sided mode, a patch that did not move is reported 'cannot tell' whatever its one comparison says
@@ -507,11 +530,15 @@ def test_ablate_does_not_buy_starts_for_a_verdict_its_finding_ignores(mode):
         assert res["culprits"] in ([], ["p2"])
         for r in res["patches"]:
             p = r["patch"]
-            arm = (sim_arm(f"-{p}", tuple(x for x in GOOD + cands if x != p)) if side == "left_out"
-                   else sim_arm(f"+{p}", GOOD + (p,)))
+            arm = (
+                sim_arm(f"-{p}", tuple(x for x in GOOD + cands if x != p))
+                if side == "left_out"
+                else sim_arm(f"+{p}", GOOD + (p,))
+            )
             if r[side] == stats.SAME and r["finding"] == "cannot tell":
                 wasted += lab.n_starts(arm) - SETTINGS.policy.initial
     assert wasted == 0, f"{wasted} starts over 30 runs bought a 'same' that the finding ignores"
+
 
 # ---- the store: --reuse, --resume and a changed plan over real (fake-server) starts ---------------------------
 
@@ -532,9 +559,28 @@ def e2e(tmp_path, manifest, launcher_arg, monkeypatch):
     def run(out_name, kind, args, fake, server_args=("--tp", "1")):
         monkeypatch.setenv("FAKE_BENCH", json.dumps(fake))
         out = tmp_path / out_name
-        argv = [kind, *args, "--manifest", str(manifest), "--launcher", launcher_arg, "--out", str(out),
-                "--max-new-tokens", "64", "--b1-requests", "2", "--concurrency", "4", "--reps-per-start", "3",
-                "--warmup-reps", "1", "--", *server_args]
+        argv = [
+            kind,
+            *args,
+            "--manifest",
+            str(manifest),
+            "--launcher",
+            launcher_arg,
+            "--out",
+            str(out),
+            "--max-new-tokens",
+            "64",
+            "--b1-requests",
+            "2",
+            "--concurrency",
+            "4",
+            "--reps-per-start",
+            "3",
+            "--warmup-reps",
+            "1",
+            "--",
+            *server_args,
+        ]
         rc = main(argv)
         return rc, out, list(store.read(out / "results.jsonl"))
 
@@ -557,13 +603,15 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     # names, profile and env, not the content fingerprint apply.py launch prints (recorded on every start), so
     # _import_reused and StoreLab (--resume after an edit too) pooled starts of another build.
     """
-    rc, out1, _ = e2e("before", "ab", ["--arms", "ref=full-planted", "slow=full"],
-                      {"costs": {"planted": 0.05}, **QUIET})
+    rc, out1, _ = e2e(
+        "before", "ab", ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET}
+    )
     assert rc == 0
     planted = e2e.manifest.parent / "overlay" / "python" / "sglang" / "srt" / "x_planted.py"
     planted.write_text("# planted, fixed\n")
-    rc, _, recs = e2e("after", "ab", ["--arms", "ref=full-planted", "fixed=full", "--reuse",
-                                      str(out1 / "results.jsonl")], QUIET)
+    rc, _, recs = e2e(
+        "after", "ab", ["--arms", "ref=full-planted", "fixed=full", "--reuse", str(out1 / "results.jsonl")], QUIET
+    )
     assert rc == 0
     verdict = _last_conclusion(recs)["comparisons"][0]["verdict"]
     assert verdict in ("same", "cannot tell"), verdict
@@ -592,10 +640,13 @@ def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monke
     assert "**regression**" not in (out / "report.md").read_text()
 
 
-@pytest.mark.parametrize("second", [
-    ["--arms", "a=base", "b=base+planted", "--min-effect", "0.05"],  # the same arms, another minimum effect
-    ["--arms", "a=base+planted", "b=base"],  # the arm names swapped
-])
+@pytest.mark.parametrize(
+    "second",
+    [
+        ["--arms", "a=base", "b=base+planted", "--min-effect", "0.05"],  # the same arms, another minimum effect
+        ["--arms", "a=base+planted", "b=base"],  # the arm names swapped
+    ],
+)
 def test_a_changed_plan_over_an_existing_run_dir_is_refused_or_reported_consistently(e2e, second, capsys):
     """A second command with another plan into the same --out (not --resume): the run dir must either refuse it
     (exit 2) or write a report whose verdict table agrees with the conclusion it prints.
@@ -631,7 +682,7 @@ def test_rerunning_the_same_plan_into_its_run_dir_continues_it(e2e):
     assert rc == 0
     rc, _, recs2 = e2e("run", "ab", [*arms, "--time-budget", "600"], QUIET)
     assert rc == 0
-    new = [r for r in recs2[len(recs):] if r["type"] == "unit_done" and not r["warmup_start"]]
+    new = [r for r in recs2[len(recs) :] if r["type"] == "unit_done" and not r["warmup_start"]]
     assert new == []
 
 
@@ -648,19 +699,22 @@ def test_reusing_two_stores_that_measured_the_same_arm_keeps_every_start(e2e):
     arms = ["--arms", "a=base", "b=base+beta"]
     _, out1, _ = e2e("one", "ab", arms, QUIET)
     _, out2, _ = e2e("two", "ab", arms, QUIET)
-    _, out3, recs = e2e("three", "ab", [*arms, "--reuse", str(out1 / "results.jsonl"), "--reuse",
-                                        str(out2 / "results.jsonl")], QUIET)
+    _, out3, recs = e2e(
+        "three", "ab", [*arms, "--reuse", str(out1 / "results.jsonl"), "--reuse", str(out2 / "results.jsonl")], QUIET
+    )
     v = store.view(recs, signature=next(r for r in recs if r["type"] == "run")["signature"])
     keys = {u.arm_key for u in v.units.values()}
     assert len(keys) == 2
     assert all(len(v.units_of(k)) >= 6 for k in keys), {k: len(v.units_of(k)) for k in keys}
     # a store that already holds another's starts (three reused one): each start is pooled once, not twice
-    _, _, recs = e2e("four", "ab", [*arms, "--reuse", str(out1 / "results.jsonl"), "--reuse",
-                                    str(out3 / "results.jsonl")], QUIET)
+    _, _, recs = e2e(
+        "four", "ab", [*arms, "--reuse", str(out1 / "results.jsonl"), "--reuse", str(out3 / "results.jsonl")], QUIET
+    )
     v = store.view(recs)
     ids = [u.start_id for u in v.units.values()]
-    assert len(ids) == len(set(ids)) and all(len(v.units_of(k)) == 6 for k in keys), \
-        {k: len(v.units_of(k)) for k in keys}
+    assert len(ids) == len(set(ids)) and all(len(v.units_of(k)) == 6 for k in keys), {
+        k: len(v.units_of(k)) for k in keys
+    }
 
 
 def test_reuse_never_pools_starts_measured_under_other_server_args_or_another_profile(e2e):
@@ -669,8 +723,9 @@ def test_reuse_never_pools_starts_measured_under_other_server_args_or_another_pr
     arms = ["--arms", "a=base", "b=base+beta"]
     _, tp2, _ = e2e("tp2", "ab", arms, QUIET, server_args=("--tp", "2"))
     _, prof, _ = e2e("profile", "ab", ["--arms", "a=base@nccl_pcie", "b=base+beta@nccl_pcie"], QUIET)
-    rc, _, recs = e2e("tp1", "ab", [*arms, "--reuse", str(tp2 / "results.jsonl"), "--reuse",
-                                    str(prof / "results.jsonl")], QUIET)
+    rc, _, recs = e2e(
+        "tp1", "ab", [*arms, "--reuse", str(tp2 / "results.jsonl"), "--reuse", str(prof / "results.jsonl")], QUIET
+    )
     assert rc == 0
     keys = {a["key"] for a in next(r for r in recs if r["type"] == "run")["arms"]}
     assert not [r for r in recs if r["type"] == "unit_done" and r.get("reused_from") and r["arm_key"] in keys]
@@ -687,8 +742,14 @@ def test_a_bisect_cut_by_the_time_budget_and_resumed_measures_what_one_run_would
 
     full = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta")
     lab = AdvLab(AdvWorld(plants=[host_slowdown("planted", 0.05)], start_cv=0.0, rep_cv=0.001), seed=0)
-    plans.run_bisect(lab, sim_arm("good", ("alpha",)), sim_arm("bad", full), lambda p, role: sim_arm(role, p),
-                     lambda n: set(), SETTINGS)
+    plans.run_bisect(
+        lab,
+        sim_arm("good", ("alpha",)),
+        sim_arm("bad", full),
+        lambda p, role: sim_arm(role, p),
+        lambda n: set(),
+        SETTINGS,
+    )
     rounds: dict[str, int] = {}
     for k in lab.order:
         rounds[k] = rounds.get(k, 0) + 1

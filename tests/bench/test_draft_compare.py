@@ -1,5 +1,6 @@
 """bench.draft_compare on stores written the way the runner writes them: EAGLE arms against the plain arm of
 the same name, medians of start medians, lossless only when every repetition's greedy outputs match."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,27 @@ WL = {"max_new_tokens": 128, "b1_requests": 2, "concurrency": 8, "request_timeou
 def _run_dir(d: Path, arms: dict[str, list[list[dict]]], workload=WL) -> Path:
     """arms: name -> starts -> repetition metrics."""
     path = d / "results.jsonl"
-    store.append(path, {"type": "run", "run_id": "r1", "config": {"workload": workload},
-                        "arms": [{"name": n, "key": f"key-{n}"} for n in arms]})
+    store.append(
+        path,
+        {
+            "type": "run",
+            "run_id": "r1",
+            "config": {"workload": workload},
+            "arms": [{"name": n, "key": f"key-{n}"} for n in arms],
+        },
+    )
     rnd = 0
     for name, starts in arms.items():
         for reps in starts:
             rnd += 1
             sid = f"{name}-{rnd}"
-            store.append(path, {"type": "start", "start_id": sid, "arm": name, "arm_key": f"key-{name}", "round": rnd,
-                                "run_id": "r1"})
-            store.append(path, {"type": "rep", "start_id": sid, "arm": name, "warmup": True, "metrics": {"tok_s_b1": 1}})
+            store.append(
+                path,
+                {"type": "start", "start_id": sid, "arm": name, "arm_key": f"key-{name}", "round": rnd, "run_id": "r1"},
+            )
+            store.append(
+                path, {"type": "rep", "start_id": sid, "arm": name, "warmup": True, "metrics": {"tok_s_b1": 1}}
+            )
             for m in reps:
                 store.append(path, {"type": "rep", "start_id": sid, "arm": name, "metrics": m})
             store.append(path, {"type": "unit_done", "start_id": sid, "arm_key": f"key-{name}", "round": rnd})
@@ -31,20 +43,39 @@ def _run_dir(d: Path, arms: dict[str, list[list[dict]]], workload=WL) -> Path:
 
 
 def _m(tok_b1, tok_bc, acc=None, h1="a", hc="c"):
-    return {"tok_s_b1": tok_b1, "tok_s_bc": tok_bc, "accept_len_b1": acc, "accept_len_bc": acc, "hash_b1": h1,
-            "hash_bc": hc}
+    return {
+        "tok_s_b1": tok_b1,
+        "tok_s_bc": tok_bc,
+        "accept_len_b1": acc,
+        "accept_len_bc": acc,
+        "hash_b1": h1,
+        "hash_bc": hc,
+    }
 
 
 def test_arms_meet_their_plain_namesake_and_ratios_use_start_medians(tmp_path, capsys):
-    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400), _m(110, 420)], [_m(90, 380)]],
-                                          "oea3": [[_m(100, 400, h1="o", hc="oc")]]})
-    eagle = _run_dir(tmp_path / "eagle", {
-        "none": [[_m(300, 800, 3.0)]],
-        "full": [[_m(310, 820, 3.1), _m(290, 800, 3.1), _m(300, 810, 3.1)], [_m(250, 700, 3.0)]],
-        "oea3": [[_m(280, 760, 2.9, h1="o", hc="oc")]]})
+    plain = _run_dir(
+        tmp_path / "plain",
+        {"full": [[_m(100, 400), _m(110, 420)], [_m(90, 380)]], "oea3": [[_m(100, 400, h1="o", hc="oc")]]},
+    )
+    eagle = _run_dir(
+        tmp_path / "eagle",
+        {
+            "none": [[_m(300, 800, 3.0)]],
+            "full": [[_m(310, 820, 3.1), _m(290, 800, 3.1), _m(300, 810, 3.1)], [_m(250, 700, 3.0)]],
+            "oea3": [[_m(280, 760, 2.9, h1="o", hc="oc")]],
+        },
+    )
     tj = tmp_path / "train.json"
-    tj.write_text(json.dumps({"device": "NVIDIA H200", "reference_hash_b1": {"64": "x", "128": "a"},
-                              "metrics": {"held_out": {"accept_length": 2.7}, "bench_prompts": {"accept_length": 3.9}}}))
+    tj.write_text(
+        json.dumps(
+            {
+                "device": "NVIDIA H200",
+                "reference_hash_b1": {"64": "x", "128": "a"},
+                "metrics": {"held_out": {"accept_length": 2.7}, "bench_prompts": {"accept_length": 3.9}},
+            }
+        )
+    )
     out = tmp_path / "summary.md"
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
     text = out.read_text()

@@ -1,4 +1,5 @@
 """engine_speed against a stand-in tool: timings recorded, forbidden imports caught."""
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,11 @@ def test_failing_tool_is_an_error(tmp_path):
 
 
 def test_parse_importtime_and_forbidden():
-    err = ("import time: self [us] | cumulative | imported package\n"
-           "import time:       120 |        120 |   sglang.srt.utils\nimport time:  5 | 900 | torch\n"
-           "import time:  5 | 9 | torchvision\n")
+    err = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       120 |        120 |   sglang.srt.utils\nimport time:  5 | 900 | torch\n"
+        "import time:  5 | 9 | torchvision\n"
+    )
     mods = es.parse_importtime(err)
     assert [m for m, _, _ in mods] == ["sglang.srt.utils", "torch", "torchvision"]
     assert es.forbidden([m for m, _, _ in mods]) == ["sglang.srt.utils", "torch"]

@@ -1,5 +1,6 @@
 """Every recorded GPU step of bench/gpu_runs.sh plans on the CPU (DRY=1): its sets resolve in its manifest and its
 server arguments are the ones the record says. A step that no longer plans would only fail on a rented GPU."""
+
 from __future__ import annotations
 
 import os
@@ -34,10 +35,15 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "SGL_TREE": str(tree),
-           "OUT": str(out)}
-    return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+    env = {
+        **os.environ,
+        "DRY": "1",
+        "PYTHON": sys.executable,
+        "TINY": str(tiny),
+        "SGL_TREE": str(tree),
+        "OUT": str(out),
+    }
+    return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN | TRAINING])
@@ -101,11 +107,18 @@ def test_envrespect_checks_each_arms_rank_lines(tiny, sglang_tree, tmp_path, res
     fake = tmp_path / "python"
     fake.write_text(_FAKE_BENCH)
     fake.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(fake), "TINY": str(tiny), "SGL_TREE": str(sglang_tree),
-           "OUT": str(tmp_path / "out"), "RESPECT": respect}
+    env = {
+        **os.environ,
+        "PYTHON": str(fake),
+        "TINY": str(tiny),
+        "SGL_TREE": str(sglang_tree),
+        "OUT": str(tmp_path / "out"),
+        "RESPECT": respect,
+    }
     env.pop("DRY", None)
-    p = subprocess.run(["bash", str(SCRIPT), "envrespect"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "envrespect"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == rc, p.stdout + p.stderr
     summary = (tmp_path / "out/envrespect/summary.txt").read_text().splitlines()
     assert summary == [
@@ -132,18 +145,33 @@ def test_issue12_steps_use_the_workloads_graph_sizes_and_the_start_as_unit(tiny,
 
 def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
     kimi = tmp_path / "kimi"
-    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "KIMI": str(kimi),
-           "SGL_TREE": str(sglang_tree), "OUT": str(tmp_path / "out")}
-    p = subprocess.run(["bash", str(SCRIPT), "kimi_moe"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    env = {
+        **os.environ,
+        "DRY": "1",
+        "PYTHON": sys.executable,
+        "TINY": str(tiny),
+        "KIMI": str(kimi),
+        "SGL_TREE": str(sglang_tree),
+        "OUT": str(tmp_path / "out"),
+    }
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "kimi_moe"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     assert f"--model-path {kimi}/target" in p.stdout and "--mem-fraction-static 0.45" in p.stdout
     assert '"hidden_size": 7168' in (kimi / "target" / "config.json").read_text()
 
 
 def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "KIMI": str(kimi), "SGL_TREE": str(tree),
-           "OUT": str(out)}
+    env = {
+        **os.environ,
+        "DRY": "1",
+        "PYTHON": sys.executable,
+        "TINY": str(tiny),
+        "KIMI": str(kimi),
+        "SGL_TREE": str(tree),
+        "OUT": str(out),
+    }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -152,10 +180,15 @@ def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
     for step in ("train", "train_edge"):
         p = _dry(step, tiny, sglang_tree, tmp_path)
         assert p.returncode == 0, p.stderr
-        plans += re.findall(r"train-draft plan: target (\S+) .*\n  data: (\d+) prompts .* aux ids (\[[0-9, ]+\]).*\n"
-                            r"  draft: (\S+) .*\n  out: (\S+)", p.stdout)
-    assert plans == [(f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
-                     (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained")]
+        plans += re.findall(
+            r"train-draft plan: target (\S+) .*\n  data: (\d+) prompts .* aux ids (\[[0-9, ]+\]).*\n"
+            r"  draft: (\S+) .*\n  out: (\S+)",
+            p.stdout,
+        )
+    assert plans == [
+        (f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
+        (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained"),
+    ]
     assert "--eval-prompts 32 --new-tokens 160 --dry-run --prompts 1024" in p.stderr
     kimi = tmp_path / "kimi"
     p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
@@ -168,7 +201,10 @@ def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_pat
     kimi = tmp_path / "kimi"
     p = _dry_kimi("draft_check", tiny, kimi, sglang_tree, tmp_path / "o")
     assert p.returncode == 0, p.stderr
-    assert f"draft_check: apply --set full + dummy_init_normal to {sglang_tree}; compare the targets of {tiny} and {kimi} on cuda" in p.stdout
+    assert (
+        f"draft_check: apply --set full + dummy_init_normal to {sglang_tree}; compare the targets of {tiny} and {kimi} on cuda"
+        in p.stdout
+    )
 
 
 def _launches(stdout: str) -> list[str]:
@@ -195,7 +231,9 @@ def test_trained_steps_serve_the_trained_draft_with_its_weights(tiny, sglang_tre
     for step, n in (("kimi_trained", 2), ("kimi_plain", 2)):
         p = _dry_kimi(step, tiny, kimi, sglang_tree, tmp_path / "o")
         assert p.returncode == 0, p.stderr
-        assert all(f"--model-path {kimi}/target " in x and "--mem-fraction-static 0.45 " in x for x in _launches(p.stdout))
+        assert all(
+            f"--model-path {kimi}/target " in x and "--mem-fraction-static 0.45 " in x for x in _launches(p.stdout)
+        )
         assert f"server starts: 0 throwaway + {n} arm(s) x 2 to 2 starts" in p.stdout
 
 
@@ -208,8 +246,14 @@ def test_trained_step_without_a_trained_draft_stops_before_any_start(tiny, sglan
     fake = tmp_path / "python"
     fake.write_text(_RECORDING_PYTHON)
     fake.chmod(0o755)
-    env = {**os.environ, "PYTHON": str(fake), "TINY": str(tiny), "SGL_TREE": str(sglang_tree), "OUT": str(tmp_path / "o"),
-           "CALLS": str(tmp_path / "calls")}
+    env = {
+        **os.environ,
+        "PYTHON": str(fake),
+        "TINY": str(tiny),
+        "SGL_TREE": str(sglang_tree),
+        "OUT": str(tmp_path / "o"),
+        "CALLS": str(tmp_path / "calls"),
+    }
     env.pop("DRY", None)
     for step in ("trained", "trained_speed", "trained_edge"):
         p = subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

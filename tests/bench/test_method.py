@@ -26,8 +26,14 @@ SETTINGS = plans.Settings(Policy(initial=3, max_starts=8, confidence=0.95, min_e
 
 def _bisect(world, seed, settings=SETTINGS, budget=None):
     lab = SimLab(world, seed=seed, max_total_starts=budget)
-    res = plans.run_bisect(lab, sim_arm("good", GOOD), sim_arm("bad", GOOD + CANDS),
-                           lambda patches, role: sim_arm(role, patches), lambda name: set(), settings)
+    res = plans.run_bisect(
+        lab,
+        sim_arm("good", GOOD),
+        sim_arm("bad", GOOD + CANDS),
+        lambda patches, role: sim_arm(role, patches),
+        lambda name: set(),
+        settings,
+    )
     return res, lab
 
 

@@ -1,4 +1,5 @@
 """CPU-testable parts of the OEA micro-benchmark: the routing generator, counting, and the report."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,13 +60,49 @@ def test_distinct_and_load_errors(tmp_path):
 
 
 def test_markdown_reports_ratio_against_target():
-    cells = [dict(batch=16, k0=0, layer_us=100.0, layer_p10_us=95.0, layer_p90_us=110.0, experts_us=80.0,
-                  distinct_mean=90.0, distinct_uniform_expect=109.0, graph=True, extra={}),
-             dict(batch=16, k0=3, layer_us=65.0, layer_p10_us=60.0, layer_p90_us=70.0, experts_us=50.0,
-                  distinct_mean=40.0, distinct_uniform_expect=109.0, graph=True, extra={})]
-    res = {"cells": cells, "impl": "triton", "impl_why": "x", "graph": True, "device": "H200",
-           "config": {"experts": 384, "topk": 8, "hidden": 7168, "moe_intermediate": 2048, "dtype": "bf16",
-                      "routed_scaling_factor": 2.827, "iters": 200, "routing_steps": 32}}
+    cells = [
+        dict(
+            batch=16,
+            k0=0,
+            layer_us=100.0,
+            layer_p10_us=95.0,
+            layer_p90_us=110.0,
+            experts_us=80.0,
+            distinct_mean=90.0,
+            distinct_uniform_expect=109.0,
+            graph=True,
+            extra={},
+        ),
+        dict(
+            batch=16,
+            k0=3,
+            layer_us=65.0,
+            layer_p10_us=60.0,
+            layer_p90_us=70.0,
+            experts_us=50.0,
+            distinct_mean=40.0,
+            distinct_uniform_expect=109.0,
+            graph=True,
+            extra={},
+        ),
+    ]
+    res = {
+        "cells": cells,
+        "impl": "triton",
+        "impl_why": "x",
+        "graph": True,
+        "device": "H200",
+        "config": {
+            "experts": 384,
+            "topk": 8,
+            "hidden": 7168,
+            "moe_intermediate": 2048,
+            "dtype": "bf16",
+            "routed_scaling_factor": 2.827,
+            "iters": 200,
+            "routing_steps": 32,
+        },
+    }
     md = om.markdown(res)
     assert "| 16 | 3 | 65.0 | 60.0-70.0 | -35.0% | 50.0 | -37.5% | 40.0 |" in md
     assert "35.0% lower than K0 off (target: at least 30%; met)" in md and "-39%" in md

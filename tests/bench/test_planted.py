@@ -1,4 +1,5 @@
 """The planted-regression fixture manifest loads (extends the project's) and its patch composes on the real tree."""
+
 from __future__ import annotations
 
 import ast
@@ -25,27 +26,82 @@ def test_planted_catalog_extends_project_manifest():
 def test_planted_patch_applies_with_and_without_eagle_profiling(sglang_tree):
     target = sglang_tree / "python/sglang/srt/speculative/eagle_worker_v2.py"
     for preset in ("full_planted", "fixes", "default_planted"):
-        p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree",
-                            str(sglang_tree), "apply", "--set", preset], capture_output=True, text=True)
+        p = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "apply.py"),
+                "--manifest",
+                str(PLANTED),
+                "--tree",
+                str(sglang_tree),
+                "apply",
+                "--set",
+                preset,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert p.returncode == 0, p.stderr
         src = target.read_text()
         ast.parse(src)
         assert ("SGLANG_PLANTED_VERIFY_DELAY_US" in src) == preset.endswith("_planted")
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree",
-                        str(sglang_tree), "apply", "--set", "fixes"], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(PLANTED),
+            "--tree",
+            str(sglang_tree),
+            "apply",
+            "--set",
+            "fixes",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0 and "SGLANG_PLANTED_VERIFY_DELAY_US" not in target.read_text()
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree",
-                        str(sglang_tree), "apply", "planted_slow_verify"], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(PLANTED),
+            "--tree",
+            str(sglang_tree),
+            "apply",
+            "planted_slow_verify",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0 and "SGLANG_PLANTED_VERIFY_DELAY_US" in target.read_text()
 
 
 def test_bench_fixture_patches_pass_check_with_the_real_set(sglang_tree):
     """Each fixture alone, with the full set, with every patch sharing a file, in both orders (apply.py check)."""
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree",
-                        str(sglang_tree), "check", "--json"], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(PLANTED),
+            "--tree",
+            str(sglang_tree),
+            "check",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
-    for name in ("dummy_init_normal", "planted_slow_verify", "planted_moe_gpu", "planted_draft_host",
-                 "planted_batch_host"):
+    for name in (
+        "dummy_init_normal",
+        "planted_slow_verify",
+        "planted_moe_gpu",
+        "planted_draft_host",
+        "planted_batch_host",
+    ):
         assert name in p.stdout
 
 
@@ -61,9 +117,23 @@ def _function_source(path: Path, qualname: str) -> str:
 
 def test_each_plant_lands_in_the_function_and_phase_it_claims(sglang_tree):
     """The plants must hit what their descriptions say, or a bench run tests something else."""
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(sglang_tree),
-                        "apply", "planted_moe_gpu", "planted_draft_host", "planted_batch_host", "planted_slow_verify"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(PLANTED),
+            "--tree",
+            str(sglang_tree),
+            "apply",
+            "planted_moe_gpu",
+            "planted_draft_host",
+            "planted_batch_host",
+            "planted_slow_verify",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     srt = sglang_tree / "python/sglang/srt"
     moe = _function_source(srt / "layers/moe/topk.py", "select_experts")

@@ -4,6 +4,7 @@ Only the server module is a stand-in (SGLANG_OVERLAY_SERVER_MODULE=fake_bench_se
 test hook): the set switch, environment, process group, url/fingerprint lines and signal forwarding are the
 tool's own. The server reports the patch set from the tree's identity module, so a wrong set would show.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,18 +33,49 @@ def test_ab_through_real_launch(sglang_tree, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_BENCH_LOG", str(tmp_path / "starts.jsonl"))
     monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
     out = tmp_path / "run"
-    rc = main(["ab", "--arms", "id=overlay_identity", "prof=overlay_identity+eagle_profiling@nccl_pcie",
-               "--manifest", str(ROOT / "manifest.yaml"), "--tree", str(sglang_tree),
-               "--launcher", f"{sys.executable} {ROOT / 'apply.py'}", "--out", str(out),
-               "--restarts", "3", "--max-starts", "3", "--reps-per-start", "3", "--max-new-tokens", "64", "--b1-requests", "2",
-               "--concurrency", "4", "--health-timeout", "60",
-               "--", "--speculative-algorithm", "EAGLE3", "--port", str(_port())])
+    rc = main(
+        [
+            "ab",
+            "--arms",
+            "id=overlay_identity",
+            "prof=overlay_identity+eagle_profiling@nccl_pcie",
+            "--manifest",
+            str(ROOT / "manifest.yaml"),
+            "--tree",
+            str(sglang_tree),
+            "--launcher",
+            f"{sys.executable} {ROOT / 'apply.py'}",
+            "--out",
+            str(out),
+            "--restarts",
+            "3",
+            "--max-starts",
+            "3",
+            "--reps-per-start",
+            "3",
+            "--max-new-tokens",
+            "64",
+            "--b1-requests",
+            "2",
+            "--concurrency",
+            "4",
+            "--health-timeout",
+            "60",
+            "--",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--port",
+            str(_port()),
+        ]
+    )
     assert rc == 0
     recs = list(store.read(out / "results.jsonl"))
     starts = [r for r in recs if r["type"] == "start"]
     # the throwaway start (the first arm's set), then the arms interleaved
     assert [s["overlay"]["patches"] for s in starts] == [["overlay_identity"]] + [
-        ["overlay_identity"], ["overlay_identity", "eagle_profiling"]] * 3
+        ["overlay_identity"],
+        ["overlay_identity", "eagle_profiling"],
+    ] * 3
     assert [s["warmup_start"] for s in starts] == [True] + [False] * 6
     # the printed fingerprint is the launch fingerprint the server got; the profile reached the server
     assert all(s["overlay"]["launch_fingerprint"] == s["fingerprint"] for s in starts)

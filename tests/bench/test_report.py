@@ -1,5 +1,6 @@
 """report.py from a recorded store (tests/bench/data/synthetic_ab.jsonl: a fake-server A/B run with EAGLE phase
 timing, 2 starts x 4 reps per arm, plus an interrupted start appended by hand whose reps must be ignored)."""
+
 from __future__ import annotations
 
 import json

@@ -25,9 +25,28 @@ def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, server
     monkeypatch.setenv("FAKE_BENCH_LOG", str(log))
     monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
     out = tmp_path / f"run-{kind}"
-    argv = [kind, *args, "--manifest", str(manifest), "--launcher", launcher_arg, "--out", str(out),
-            "--max-new-tokens", "64", "--b1-requests", "2", "--concurrency", "4", "--reps-per-start", "3",
-            "--warmup-reps", "1", "--", *server_args]
+    argv = [
+        kind,
+        *args,
+        "--manifest",
+        str(manifest),
+        "--launcher",
+        launcher_arg,
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "64",
+        "--b1-requests",
+        "2",
+        "--concurrency",
+        "4",
+        "--reps-per-start",
+        "3",
+        "--warmup-reps",
+        "1",
+        "--",
+        *server_args,
+    ]
     assert main(argv) == rc
     starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return out, list(store.read(out / "results.jsonl")), starts
@@ -38,16 +57,24 @@ def _conclusion(recs):
 
 
 def test_ab_detects_5pct_regression_with_start_medians_and_writes_report(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET})
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "ref=full-planted", "slow=full"],
+        {"costs": {"planted": 0.05}, **QUIET},
+    )
     ref = [p for p in FULL if p != "planted"]
     # the throwaway start (the first arm's set), then interleaved A B A B A B: decided at the first look
     assert [s["patches"] for s in starts] == [ref] + [ref, FULL] * 3
     assert all(s["env"]["SGLANG_RECORD_STEP_TIME"] == "1" for s in starts)
     assert all(s["server_args"] == ["--tp", "1"] for s in starts)
     warm = [r for r in recs if r["type"] == "start" and r["warmup_start"]]
-    assert len(warm) == 1 and not [r for r in recs if r["type"] == "rep" and r["start_id"] == warm[0]["start_id"]
-                                   and not r["warmup"]]
+    assert len(warm) == 1 and not [
+        r for r in recs if r["type"] == "rep" and r["start_id"] == warm[0]["start_id"] and not r["warmup"]
+    ]
     c = _conclusion(recs)["comparisons"][0]
     assert c["verdict"] == "regression" and 0.04 < c["comparison"]["change"] < 0.06
     assert c["comparison"]["n_ref"] == c["comparison"]["n_arm"] == 3
@@ -68,8 +95,15 @@ def test_ab_detects_5pct_regression_with_start_medians_and_writes_report(tmp_pat
 
 
 def test_no_difference_is_same_and_changed_output_is_flagged(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "b=base+beta"], {"change_output": ["beta"], **QUIET})
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base", "b=base+beta"],
+        {"change_output": ["beta"], **QUIET},
+    )
     assert _conclusion(recs)["comparisons"][0]["verdict"] == "same"
     assert "b: OUTPUT CHANGED vs a" in (out / "report.md").read_text()
 
@@ -77,15 +111,29 @@ def test_no_difference_is_same_and_changed_output_is_flagged(tmp_path, manifest,
 def test_identical_arms_are_refused_and_a_null_pair_needs_an_env(tmp_path, manifest, launcher_arg, monkeypatch):
     with pytest.raises(SystemExit, match="same measurement"):
         _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", ["--arms", "a=base", "b=base"], {})
-    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                           ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"], QUIET)
+    _, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"],
+        QUIET,
+    )
     assert _conclusion(recs)["comparisons"][0]["verdict"] == "same" and len(starts) == 7
 
 
 def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "on=base+eagle_profiling", "--restarts", "1", "--max-starts", "1"],
-                             {"accept": 2.0}, server_args=("--speculative-algorithm", "EAGLE3"))
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "on=base+eagle_profiling", "--restarts", "1", "--max-starts", "1"],
+        {"accept": 2.0},
+        server_args=("--speculative-algorithm", "EAGLE3"),
+    )
     assert starts[1]["env"]["SGLANG_EAGLE_PHASE_TIMING"] == "1"
     m = [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"]]
     assert m[0]["eagle_b1"]["verify"]["p50_ms"] == pytest.approx(0.15 * 3.0, rel=0.05)
@@ -94,12 +142,26 @@ def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, 
 
 
 def test_ablate_names_the_planted_patch_confirmed_both_ways(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "base", "--patches", "beta,planted,delta"],
-                             {"costs": {"planted": 0.05}, **QUIET})
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ablate",
+        ["--base", "base", "--patches", "beta,planted,delta"],
+        {"costs": {"planted": 0.05}, **QUIET},
+    )
     run = next(r for r in recs if r["type"] == "run")
-    assert [a["name"] for a in run["arms"]] == ["base", "full", "+beta", "-beta", "+planted", "-planted",
-                                                "+delta", "-delta"]
+    assert [a["name"] for a in run["arms"]] == [
+        "base",
+        "full",
+        "+beta",
+        "-beta",
+        "+planted",
+        "-planted",
+        "+delta",
+        "-delta",
+    ]
     c = _conclusion(recs)
     assert c["culprits"] == ["planted"]
     rows = {r["patch"]: r for r in c["patches"]}
@@ -109,17 +171,30 @@ def test_ablate_names_the_planted_patch_confirmed_both_ways(tmp_path, manifest, 
 
 
 def test_ablate_leave_out_measures_the_confirmation_of_a_candidate_only(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "base", "--patches", "beta,planted", "--mode", "leave-out"],
-                             {"costs": {"planted": 0.05}, **QUIET})
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ablate",
+        ["--base", "base", "--patches", "beta,planted", "--mode", "leave-out"],
+        {"costs": {"planted": 0.05}, **QUIET},
+    )
     started = {",".join(s["patches"]) for s in starts}
     assert "alpha,planted" in started and "alpha,beta" not in started  # +planted confirms; +beta not needed
     assert _conclusion(recs)["culprits"] == ["planted"]
 
 
 def test_ablate_leave_out_skips_required_patch(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                             ["--base", "empty", "--patches", "alpha,beta", "--mode", "leave-out"], QUIET)
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ablate",
+        ["--base", "empty", "--patches", "alpha,beta", "--mode", "leave-out"],
+        QUIET,
+    )
     run = next(r for r in recs if r["type"] == "run")
     # gamma requires alpha: "full-alpha" is impossible and is reported, not silently changed
     assert "-alpha" not in [a["name"] for a in run["arms"]]
@@ -127,8 +202,15 @@ def test_ablate_leave_out_skips_required_patch(tmp_path, manifest, launcher_arg,
 
 
 def test_bisect_names_and_confirms_the_planted_patch(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base", "--bad", "full"], {"costs": {"planted": 0.05}, **QUIET})
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "bisect",
+        ["--good", "base", "--bad", "full"],
+        {"costs": {"planted": 0.05}, **QUIET},
+    )
     b = _conclusion(recs)
     assert (b["outcome"], b["culprit"]) == ("culprit", "planted")
     assert b["candidates"] == ["beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta"]
@@ -141,19 +223,31 @@ def test_bisect_names_and_confirms_the_planted_patch(tmp_path, manifest, launche
 
 
 def test_bisect_reports_an_interaction(tmp_path, manifest, launcher_arg, monkeypatch):
-    _, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                      ["--good", "base", "--bad", "full"],
-                      {"interactions": [{"needs": ["beta", "delta"], "cost": 0.08}], **QUIET})
+    _, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "bisect",
+        ["--good", "base", "--bad", "full"],
+        {"interactions": [{"needs": ["beta", "delta"], "cost": 0.08}], **QUIET},
+    )
     b = _conclusion(recs)
     assert (b["outcome"], b["partner"], b["culprit"]) == ("interaction", "beta", "delta")
 
 
 def test_bisect_follows_a_phase_that_moved_while_the_step_did_not(tmp_path, manifest, launcher_arg, monkeypatch):
     """A GPU-side delay on a host-bound step: verify grows, draft-extend shrinks, the step holds."""
-    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                        ["--good", "base+eagle_profiling", "--bad", "full"],
-                        {"phase_costs": {"delta": {"verify": 0.2, "draft_extend": -0.2}}, **QUIET},
-                        server_args=("--speculative-algorithm", "EAGLE3"))
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "bisect",
+        ["--good", "base+eagle_profiling", "--bad", "full"],
+        {"phase_costs": {"delta": {"verify": 0.2, "draft_extend": -0.2}}, **QUIET},
+        server_args=("--speculative-algorithm", "EAGLE3"),
+    )
     b = _conclusion(recs)
     assert b["metric"] == "eagle_verify_ms_b1" and b["culprit"] == "delta"
     assert b["followed"].startswith("step_ms_b1 did not regress (same")
@@ -163,11 +257,25 @@ def test_bisect_follows_a_phase_that_moved_while_the_step_did_not(tmp_path, mani
 
 def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launcher_arg, monkeypatch):
     fake = {"costs": {"planted": 0.05}, **QUIET}
-    out1, _, starts1 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ablate",
-                            ["--base", "base", "--patches", "planted", "--mode", "both"], fake)
+    out1, _, starts1 = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ablate",
+        ["--base", "base", "--patches", "planted", "--mode", "both"],
+        fake,
+    )
     n1 = len(starts1)
-    out2, recs2, starts2 = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                                ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl")], fake)
+    out2, recs2, starts2 = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "bisect",
+        ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl")],
+        fake,
+    )
     b = _conclusion(recs2)
     assert b["culprit"] == "planted"
     new = starts2[n1:]
@@ -185,20 +293,30 @@ def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launc
 
 
 def test_bisect_no_regression_names_nobody(tmp_path, manifest, launcher_arg, monkeypatch):
-    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                           ["--good", "base", "--bad", "full"], QUIET)
+    _, recs, starts = _run(
+        tmp_path, manifest, launcher_arg, monkeypatch, "bisect", ["--good", "base", "--bad", "full"], QUIET
+    )
     b = _conclusion(recs)
     assert b["culprit"] is None and not b["probes"]
     # "no regression" needs every metric's regression ruled out; the fake's tok/s is HTTP-bound (+-15% between
     # starts), so after max-starts the honest answer may be "cannot tell", naming what stayed open
-    assert b["outcome"] == "no regression" or (b["outcome"] == "cannot tell" and "not ruled out" in b["reason"]
-                                               and "step_ms" not in b["reason"].split("not ruled out")[1])
+    assert b["outcome"] == "no regression" or (
+        b["outcome"] == "cannot tell"
+        and "not ruled out" in b["reason"]
+        and "step_ms" not in b["reason"].split("not ruled out")[1]
+    )
 
 
 def test_bimodal_starts_name_no_wrong_culprit(tmp_path, manifest, launcher_arg, monkeypatch):
-    _, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                           ["--good", "base", "--bad", "full", "--max-starts", "4"],
-                           {"bimodal": {"p": 0.5, "shift": 0.19}, **QUIET})
+    _, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "bisect",
+        ["--good", "base", "--bad", "full", "--max-starts", "4"],
+        {"bimodal": {"p": 0.5, "shift": 0.19}, **QUIET},
+    )
     assert _conclusion(recs)["culprit"] is None
 
 
@@ -220,17 +338,42 @@ def test_failed_launch_aborts_keeps_data_and_resume_continues(tmp_path, manifest
 
 def test_missing_step_time_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):
     monkeypatch.setattr("bench.runner.STEP_TIME_ENV", {"SGLANG_RECORD_STEP_TIME": "0"})
-    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "--restarts", "1", "--no-warmup-start"], {}, rc=3)
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base", "--restarts", "1", "--no-warmup-start"],
+        {},
+        rc=3,
+    )
     f = next(r for r in recs if r["type"] == "failure")
     assert "SGLANG_RECORD_STEP_TIME=1" in f["error"]
 
 
 def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "none=base+nccl_env_log", "pcie=base+nccl_env_log@nccl_pcie", "--restarts",
-                              "1", "--max-starts", "1", "--no-warmup-start", "--arm-env", "pcie:X_MARK=7"], {},
-                             server_args=("--tp", "2"))
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        [
+            "--arms",
+            "none=base+nccl_env_log",
+            "pcie=base+nccl_env_log@nccl_pcie",
+            "--restarts",
+            "1",
+            "--max-starts",
+            "1",
+            "--no-warmup-start",
+            "--arm-env",
+            "pcie:X_MARK=7",
+        ],
+        {},
+        server_args=("--tp", "2"),
+    )
     assert starts[0]["profile"] is None and starts[1]["profile"] == "nccl_pcie"
     assert starts[1]["env"]["NCCL_P2P_DISABLE"] == "1" and starts[1]["env"]["X_MARK"] == "7"
     assert "X_MARK" not in starts[0]["env"]
@@ -243,8 +386,15 @@ def test_env_profile_reaches_the_launcher(tmp_path, manifest, launcher_arg, monk
 
 
 def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base+beta", "--restarts", "1", "--max-starts", "1"], {"identity_lie": ["beta"]})
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base+beta", "--restarts", "1", "--max-starts", "1"],
+        {"identity_lie": ["beta"]},
+    )
     w = [r for r in recs if r["type"] == "identity_warning"]
     assert len(w) == 1 and "server carries ['alpha'], arm asked for ['alpha', 'beta']" in w[0]["warnings"][0]
     assert "## Identity warnings" in (out / "report.md").read_text()
@@ -252,8 +402,16 @@ def test_identity_mismatch_is_recorded_and_reported(tmp_path, manifest, launcher
 
 def test_time_budget_stops_cleanly_and_resume_finishes(tmp_path, manifest, launcher_arg, monkeypatch):
     # each fake start takes >= 0.3 s: a 0.5 s budget allows the throwaway start and one more
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "a=base", "b=base+beta", "--time-budget", "0.5"], {"start_s": 0.3}, rc=4)
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base", "b=base+beta", "--time-budget", "0.5"],
+        {"start_s": 0.3},
+        rc=4,
+    )
     assert len([r for r in recs if r["type"] == "unit_done" and not r["warmup_start"]]) <= 1
     assert "Stopped by the time budget" in (out / "report.md").read_text()
     monkeypatch.setenv("FAKE_BENCH", json.dumps(QUIET))
@@ -266,8 +424,9 @@ def test_time_budget_stops_cleanly_and_resume_finishes(tmp_path, manifest, launc
 
 
 def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "bisect",
-                             ["--good", "base", "--bad", "full", "--dry-run"], {})
+    out, recs, starts = _run(
+        tmp_path, manifest, launcher_arg, monkeypatch, "bisect", ["--good", "base", "--bad", "full", "--dry-run"], {}
+    )
     text = capsys.readouterr().out
     assert starts == [] and recs == [] and not out.exists()
     assert "launch --set base" in text and "launch --set full" in text
@@ -276,9 +435,17 @@ def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg
 
 
 def test_eagle_metric_without_phase_timing_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):
-    out, recs, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                        ["--arms", "a=base", "--restarts", "1", "--metric", "eagle_verify_ms_b1", "--no-warmup-start"],
-                        {}, server_args=("--speculative-algorithm", "EAGLE3"), rc=3)
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "a=base", "--restarts", "1", "--metric", "eagle_verify_ms_b1", "--no-warmup-start"],
+        {},
+        server_args=("--speculative-algorithm", "EAGLE3"),
+        rc=3,
+    )
     f = next(r for r in recs if r["type"] == "failure")
     assert "needs eagle_profiling" in f["error"]
 
@@ -286,9 +453,27 @@ def test_eagle_metric_without_phase_timing_fails_loudly(tmp_path, manifest, laun
 def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, launcher_arg, monkeypatch):
     # A machine's first start is the slow one (JIT caches cold: 366 s against 85 s on the H200 run). A resumed
     # invocation must not refuse warm starts that fit because an earlier invocation saw a cold one.
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--max-starts", "2",
-                              "--time-budget", "3", "--no-warmup-start"], {"start_s": 4.0}, rc=4)
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        [
+            "--arms",
+            "a=base",
+            "b=base+beta",
+            "--restarts",
+            "2",
+            "--max-starts",
+            "2",
+            "--time-budget",
+            "3",
+            "--no-warmup-start",
+        ],
+        {"start_s": 4.0},
+        rc=4,
+    )
     assert len(starts) == 1
     monkeypatch.setenv("FAKE_BENCH", "{}")
     assert main(["ab", "--resume", str(out)]) == 0  # one resume finishes the three remaining warm starts
@@ -297,13 +482,32 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
 
 def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, monkeypatch):
     """--env SGLANG_OEA_STATS=1: each phase's mean distinct experts per routing call, from the server's totals."""
-    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab",
-                             ["--arms", "k0off=base", "k0three=base", "--arm-env", "k0three:SGLANG_OEA_K0=3",
-                              "--env", "SGLANG_OEA_STATS=1", "--restarts", "1", "--max-starts", "1"],
-                             {"oea_distinct": {"0": 8, "3": 3}})
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        [
+            "--arms",
+            "k0off=base",
+            "k0three=base",
+            "--arm-env",
+            "k0three:SGLANG_OEA_K0=3",
+            "--env",
+            "SGLANG_OEA_STATS=1",
+            "--restarts",
+            "1",
+            "--max-starts",
+            "1",
+        ],
+        {"oea_distinct": {"0": 8, "3": 3}},
+    )
     assert all(s["env"]["SGLANG_OEA_STATS"] == "1" for s in starts)
-    m = {a: [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"] and r["arm"] == a]
-         for a in ("k0off", "k0three")}
+    m = {
+        a: [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"] and r["arm"] == a]
+        for a in ("k0off", "k0three")
+    }
     for arm, per_row in (("k0off", 8), ("k0three", 3)):
         for x in m[arm]:
             # batch 1: the fake's per-request figure exactly; the warm-up rep before it is not mixed in

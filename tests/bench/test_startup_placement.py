@@ -34,8 +34,13 @@ def test_startup_breakdown_reads_phases_and_the_gaps_around_them():
     t0 = time.mktime(time.strptime("2026-12-01 09:59:58", "%Y-%m-%d %H:%M:%S"))
     b = startup.breakdown(LOG, launched_at=t0, ready_at=t0 + 60.0)
     names = {p["name"]: p for p in b["phases"]}
-    assert set(names) == {"Init torch distributed", "Load weight", "Capture target prefill CUDA graph",
-                          "Capture cuda graph", "Capture draft decode CUDA graph"}
+    assert set(names) == {
+        "Init torch distributed",
+        "Load weight",
+        "Capture target prefill CUDA graph",
+        "Capture cuda graph",
+        "Capture draft decode CUDA graph",
+    }
     assert names["Capture target prefill CUDA graph"]["s"] == 23.8 and names["Load weight"]["how"] == "elapsed"
     assert b["first_line_s"] == 5.0 and b["log_span_s"] == 54.0 and b["total_s"] == 60.0
     assert b["unaccounted_s"] == pytest.approx(60.0 - (0.42 + 1.73 + 23.8 + 5.91 + 8.02))

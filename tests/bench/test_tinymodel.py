@@ -1,4 +1,5 @@
 """The tiny model's configs load with transformers (no torch needed) and its tokenizer round-trips."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ def test_draft_variants_sit_at_the_patched_edges(model_dirs):
 
     t = AutoConfig.from_pretrained(model_dirs["target"])
     plain = json.loads((model_dirs["draft"] / "config.json").read_text())
-    raw = {v: json.loads((model_dirs[v] / "config.json").read_text())
-           for v in ("draft_edge", "draft_final", "draft_bad")}
+    raw = {
+        v: json.loads((model_dirs[v] / "config.json").read_text()) for v in ("draft_edge", "draft_final", "draft_bad")
+    }
     ids = {v: cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] for v, cfg in raw.items()}
     L = t.num_hidden_layers
     assert ids == {"draft_edge": [0, 1, L], "draft_final": [0, 1, L], "draft_bad": [0, 1, L + 1]}
@@ -43,8 +45,9 @@ def test_draft_variants_sit_at_the_patched_edges(model_dirs):
     assert "draft_vocab_size" not in raw["draft_edge"]
     assert raw["draft_final"]["draft_vocab_size"] == raw["draft_bad"]["draft_vocab_size"] == 32768
     for cfg in raw.values():  # otherwise the plain draft
-        assert {k: v for k, v in plain.items() if k not in ("draft_vocab_size", "eagle_config")} == \
-            {k: v for k, v in cfg.items() if k not in ("draft_vocab_size", "eagle_config")}
+        assert {k: v for k, v in plain.items() if k not in ("draft_vocab_size", "eagle_config")} == {
+            k: v for k, v in cfg.items() if k not in ("draft_vocab_size", "eagle_config")
+        }
 
 
 def test_tokenizer_round_trips_and_covers_vocab(model_dirs):

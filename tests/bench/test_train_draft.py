@@ -3,6 +3,7 @@ model code (DummyModelLoader with the dummy_init_normal fixture, DeepseekV3ForCa
 falls, held-out chains get accepted), the saved draft in SGLang's LlamaForCausalLMEagle3 (every parameter,
 its draft-extend + draft-decode chain), and the command's failure modes (bad input, a full disk, a kill
 between the renames, Ctrl-C)."""
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,22 @@ ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "bench" / "planted" / "manifest.yaml"
 # small enough to train on two cores in under a minute; vocab 10000 is not a multiple of 64, so SGLang pads
 # embed_tokens and lm_head (the reference must mirror the padded shapes the dummy loader draws)
-SPEC = TinyModelSpec(layers=4, hidden=128, heads=2, routed_experts=8, experts_per_tok=2, moe_intermediate=64,
-                     dense_intermediate=256, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=32,
-                     qk_nope_head_dim=32, v_head_dim=32, vocab=10000)
-TRAIN = dict(prompts=64, eval_prompts=12, new_tokens=48, epochs=12, batch=4, lr=5e-3, device="cpu",
-             train_seconds=300.0)
+SPEC = TinyModelSpec(
+    layers=4,
+    hidden=128,
+    heads=2,
+    routed_experts=8,
+    experts_per_tok=2,
+    moe_intermediate=64,
+    dense_intermediate=256,
+    q_lora_rank=96,
+    kv_lora_rank=64,
+    qk_rope_head_dim=32,
+    qk_nope_head_dim=32,
+    v_head_dim=32,
+    vocab=10000,
+)
+TRAIN = dict(prompts=64, eval_prompts=12, new_tokens=48, epochs=12, batch=4, lr=5e-3, device="cpu", train_seconds=300.0)
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +62,29 @@ def trained(model_dir):
 
 def _check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
-    return subprocess.run([sys.executable, str(ROOT / "tests" / "bench" / "sglang_model_check.py"), *args,
-                           str(tree / "python"), *map(str, out)], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "bench" / "sglang_model_check.py"),
+            *args,
+            str(tree / "python"),
+            *map(str, out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 def _apply(tree: Path, *what: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree),
-                        "apply", *what], capture_output=True, text=True, env=env)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree), "apply", *what],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -69,15 +96,21 @@ def sglang_checks(pinned_tree, model_dir, trained, tmp_path_factory) -> dict:
     tree = tmp_path_factory.mktemp("sgl") / "sglang"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
     _apply(tree, "--set", "full")
-    without = _check(tree, (model_dir, tree.parent / "without.json"), "--strict", "--checks", "target_weights",
-                     "--stds", "0.02")
+    without = _check(
+        tree, (model_dir, tree.parent / "without.json"), "--strict", "--checks", "target_weights", "--stds", "0.02"
+    )
     _apply(tree, "dummy_init_normal")
-    p = _check(tree, (model_dir, tree.parent / "checks.json"), "--strict", "--draft-dir", str(model_dir / "draft_trained"))
+    p = _check(
+        tree, (model_dir, tree.parent / "checks.json"), "--strict", "--draft-dir", str(model_dir / "draft_trained")
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     assert "target weights at std 0.02 on cpu: 55 parameters, names equal, unequal: none" in p.stdout
     res = json.loads((tree.parent / "checks.json").read_text())
-    res["_without_fixture"] = (without.returncode, without.stdout,
-                               json.loads((tree.parent / "without.json").read_text())["target_weights"]["0.02"])
+    res["_without_fixture"] = (
+        without.returncode,
+        without.stdout,
+        json.loads((tree.parent / "without.json").read_text())["target_weights"]["0.02"],
+    )
     return res
 
 
@@ -145,8 +178,11 @@ def test_trained_draft_is_accepted_on_held_out_prompts(trained):
 
 def test_train_json_records_the_run(trained, model_dir):
     rec = json.loads((model_dir / "draft_trained" / "train.json").read_text())
-    assert rec["device"] == "cpu" and rec["dummy_init"] == {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": 0.02,
-                                                            "seed": 1234}
+    assert rec["device"] == "cpu" and rec["dummy_init"] == {
+        "SGLANG_DUMMY_INIT": "normal",
+        "SGLANG_DUMMY_INIT_STD": 0.02,
+        "seed": 1234,
+    }
     assert set(rec["seconds"]) >= {"target_weights_s", "generate_and_features_s", "train_s", "eval_s"}
     assert rec["sequences"] == {"train": 64, "held_out": 12, "tokens": rec["sequences"]["tokens"]}
     assert rec["reference_hash_b1"] == {}  # 48-token continuations: shorter than the bench's 64 and 128
@@ -168,12 +204,17 @@ def test_reference_hash_is_the_bench_workloads_output_hash(model_dir):
     width = max(len(p) + len(g) for p, g in zip(prompts, gen))
     tokens = torch.zeros(2, width, dtype=torch.long)
     for r, (p, g) in enumerate(zip(prompts, gen)):
-        tokens[r, :len(p) + len(g)] = torch.tensor(p + g)
+        tokens[r, : len(p) + len(g)] = torch.tensor(p + g)
     data = Data(tokens, None, None, [len(p) + len(g) for p, g in zip(prompts, gen)], [len(p) for p in prompts])
     got = reference_hashes(model_dir, data)
     for n in (64, 128):
-        want = PhaseResult(tokens=2 * n, wall_s=1.0, step_s=[], verify_ct=1,
-                           outputs=[[tok.decode(g[:n], skip_special_tokens=True), g[:n]] for g in gen]).output_hash()
+        want = PhaseResult(
+            tokens=2 * n,
+            wall_s=1.0,
+            step_s=[],
+            verify_ct=1,
+            outputs=[[tok.decode(g[:n], skip_special_tokens=True), g[:n]] for g in gen],
+        ).output_hash()
         assert got[str(n)] == want
 
 
@@ -198,15 +239,20 @@ def test_saved_draft_runs_sglangs_draft_chain_like_the_training_forward(sglang_c
 
 # ------------------------------------------------------------------ failure modes
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "bench", "train-draft", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "train-draft", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def _copy_dirs(model_dir: Path, dst: Path) -> Path:
     for sub in ("target", "draft", "draft_bad"):
         shutil.copytree(model_dir / sub, dst / sub)
     return dst
-
 
 
 def _edit(path: Path, **changes):
@@ -220,11 +266,15 @@ def test_bad_model_dir_exits_2_naming_file_and_key(model_dir, tmp_path, case):
     from bench.cli import main
 
     d = _copy_dirs(model_dir, tmp_path / "m")
-    expect = {"missing": "target/config.json: not found", "malformed": "target/config.json: unreadable JSON",
-              "no_key": "target/config.json: missing or null kv_lora_rank", "vocab": "draft/config.json: draft_vocab_size 4096",
-              "aux_ids": "draft/config.json: eagle_config.eagle_aux_hidden_state_layer_ids [0, 1, 5]",
-              "moe_routing": "target/config.json: scoring_func must be sigmoid",
-              "tokenizer": "/target: no usable tokenizer"}[case]
+    expect = {
+        "missing": "target/config.json: not found",
+        "malformed": "target/config.json: unreadable JSON",
+        "no_key": "target/config.json: missing or null kv_lora_rank",
+        "vocab": "draft/config.json: draft_vocab_size 4096",
+        "aux_ids": "draft/config.json: eagle_config.eagle_aux_hidden_state_layer_ids [0, 1, 5]",
+        "moe_routing": "target/config.json: scoring_func must be sigmoid",
+        "tokenizer": "/target: no usable tokenizer",
+    }[case]
     if case == "missing":
         shutil.rmtree(d / "target")
     elif case == "malformed":
@@ -318,8 +368,13 @@ def test_a_kill_between_the_renames_is_repaired_by_the_next_run(model_dir, tmp_p
 
     out = tmp_path / "draft_trained"
     _fake_draft(out, "previous")
-    p = subprocess.run([sys.executable, "-c", _KILL_BETWEEN_RENAMES, str(Path(__file__).parent), str(out), str(model_dir)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", _KILL_BETWEEN_RENAMES, str(Path(__file__).parent), str(out), str(model_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert not out.exists() and any(x.name.startswith(".draft_trained.old-") for x in tmp_path.iterdir())
     train_draft.check_writable(out)  # what every run does first
@@ -333,10 +388,32 @@ def test_a_kill_between_the_renames_is_repaired_by_the_next_run(model_dir, tmp_p
 def test_ctrl_c_during_training_exits_130_and_keeps_the_previous_draft(model_dir, tmp_path):
     d = _copy_dirs(model_dir, tmp_path / "m")
     _fake_draft(d / "draft_trained", "previous")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", "train-draft", str(d), "--device", "cpu", "--prompts", "8",
-                             "--eval-prompts", "0", "--new-tokens", "16", "--epochs", "100000", "--batch", "2"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "train-draft",
+            str(d),
+            "--device",
+            "cpu",
+            "--prompts",
+            "8",
+            "--eval-prompts",
+            "0",
+            "--new-tokens",
+            "16",
+            "--epochs",
+            "100000",
+            "--batch",
+            "2",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     for line in proc.stdout:
         if line.startswith("epoch 2:"):
             break
@@ -345,7 +422,13 @@ def test_ctrl_c_during_training_exits_130_and_keeps_the_previous_draft(model_dir
     assert proc.returncode == 130, err
     assert "interrupted; the draft dir is as it was" in err and "Traceback" not in err
     assert (d / "draft_trained" / "model.safetensors").read_text() == "previous"
-    assert sorted(x.name for x in d.iterdir()) == [".draft_trained.lock", "draft", "draft_bad", "draft_trained", "target"]
+    assert sorted(x.name for x in d.iterdir()) == [
+        ".draft_trained.lock",
+        "draft",
+        "draft_bad",
+        "draft_trained",
+        "target",
+    ]
 
 
 def test_dry_run_plans_without_writing_and_a_bad_std_variable_is_exit_2(model_dir, tmp_path, monkeypatch, capsys):

@@ -1,5 +1,6 @@
 """oea_topk's SGLANG_OEA_STATS in the bench: per-phase deltas of the server's cumulative totals, and the report
 column / comparison they feed (tests/bench/data/synthetic_ab.jsonl is a store recorded before the field existed)."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,15 @@ from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
 def _snap(calls, distinct, rows, k0=3):
-    return {"calls": calls, "distinct_experts_sum": distinct, "rows_sum": rows, "k0": k0, "max_tokens": 64,
-            "mean_distinct_experts": distinct / calls if calls else None, "mean_rows": rows / calls if calls else None}
+    return {
+        "calls": calls,
+        "distinct_experts_sum": distinct,
+        "rows_sum": rows,
+        "k0": k0,
+        "max_tokens": 64,
+        "mean_distinct_experts": distinct / calls if calls else None,
+        "mean_rows": rows / calls if calls else None,
+    }
 
 
 def test_phase_delta_is_the_mean_over_the_phase_only():

@@ -1,4 +1,5 @@
 """Runs in a `spawn`ed child, as SGLang starts its scheduler processes (see test_sglang_nccl_env.py)."""
+
 import logging
 import os
 import sys
@@ -52,8 +53,16 @@ def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
     sched.Scheduler = FakeScheduler
     server_args = type("SA", (), {"enable_trace": False})()
     sched.run_scheduler_process(
-        server_args, None, gpu_id=3, tp_rank=1, attn_cp_rank=0, moe_dp_rank=0, moe_ep_rank=0,
-        pp_rank=0, dp_rank=None, pipe_writer=pipe_writer,
+        server_args,
+        None,
+        gpu_id=3,
+        tp_rank=1,
+        attn_cp_rank=0,
+        moe_dp_rank=0,
+        moe_ep_rank=0,
+        pp_rank=0,
+        dp_rank=None,
+        pipe_writer=pipe_writer,
     )
 
 
@@ -61,8 +70,13 @@ def report_env(pipe_writer) -> None:
     pipe_writer.send(dict(os.environ))
 
 
-ENGINE_VARS = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_MODULE_LOADING", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE",
-               "NCCL_GRAPH_MIXING_SUPPORT")
+ENGINE_VARS = (
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MODULE_LOADING",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_GRAPH_MIXING_SUPPORT",
+)
 
 
 def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
@@ -75,7 +89,8 @@ def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
 
     records = []
     logging.getLogger("sglang").addHandler(
-        _tree_on_path(py_dir, here, records, lambda r: (r.levelname, r.getMessage())))
+        _tree_on_path(py_dir, here, records, lambda r: (r.levelname, r.getMessage()))
+    )
     logging.getLogger("sglang").setLevel(logging.INFO)
     import sglang.srt.entrypoints.engine as engine
 
@@ -87,8 +102,15 @@ def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
         os.environ.update(user_env)
         del records[:]
         server_args = types.SimpleNamespace(
-            nnodes=1, enable_symm_mem=False, enable_nccl_nvls=False, dcp_size=1, enable_metrics=False,
-            attention_backend="triton", custom_sigquit_handler=None, gc_threshold=None)
+            nnodes=1,
+            enable_symm_mem=False,
+            enable_nccl_nvls=False,
+            dcp_size=1,
+            enable_metrics=False,
+            attention_backend="triton",
+            custom_sigquit_handler=None,
+            gc_threshold=None,
+        )
         for k, v in flags.items():
             setattr(server_args, k, v)
         engine._set_envs_and_config(server_args)

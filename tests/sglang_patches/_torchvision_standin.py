@@ -6,6 +6,7 @@ module import time (decode_jpeg, ImageReadMode, transforms); none of the code th
 tests exercise calls them. Every attribute of the stand-in is an inert placeholder
 that raises if actually called.
 """
+
 import importlib.abc
 import importlib.machinery
 import sys
@@ -52,6 +53,7 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def install():
     try:
         import torchvision  # noqa: F401
+
         return False
     except Exception:
         for k in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:

@@ -8,6 +8,7 @@ tree (`apply.py fetch`, cached in .sglang/), cloned to a temporary directory, th
 Needs the packages in requirements-sglang-cpu.txt (CPU torch and SGLang's import-time
 dependencies). A missing one fails these tests; nothing is skipped.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -59,7 +60,10 @@ def patched_sglang_tree(pristine_sglang_tree, tmp_path_factory) -> Path:
     env_tree.pop("SGLANG_OVERLAY_TREE", None)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "apply.py"), "--tree", str(dst), "apply", "--set", PRESET],
-        cwd=ROOT, capture_output=True, text=True, env=env_tree,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env_tree,
     )
     if proc.returncode != 0:
         pytest.fail(f"apply --set {PRESET} failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

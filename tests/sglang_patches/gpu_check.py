@@ -16,6 +16,7 @@ on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronizati
      torch path (GPUs before SM89) with an index buffer longer than the pool allocates nothing.
 Prints one line per check and exits non-zero on the first failure.
 """
+
 import importlib.util
 import re
 import sys
@@ -66,7 +67,8 @@ def check_oea(oea):
     try:
         eager = oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
         graph, (out_w, out_i) = capture(
-            lambda: oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt))
+            lambda: oea.opportunistic_expert_activation(c, i, ww, k0, num_valid_tokens=nbuf, weight_scores=wt)
+        )
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(eager[1].cpu(), ref[8][1]) and torch.allclose(eager[0].cpu(), ref[8][0], atol=1e-6)
@@ -78,8 +80,10 @@ def check_oea(oea):
         assert torch.allclose(out_w.cpu(), ref[n][0], atol=1e-6), n
         s_base = set(ref[n][1][:n].flatten().tolist())
         assert set(out_i.cpu().flatten().tolist()) <= s_base
-    print(f"ok oea: CUDA == CPU, no host sync; CUDA graph replay with non-padded 8/5/2 == eager "
-          f"(distinct experts {[len(set(ref[n][1].flatten().tolist())) for n in (8, 5, 2)]} of {T * k} slots)")
+    print(
+        f"ok oea: CUDA == CPU, no host sync; CUDA graph replay with non-padded 8/5/2 == eager "
+        f"(distinct experts {[len(set(ref[n][1].flatten().tolist())) for n in (8, 5, 2)]} of {T * k} slots)"
+    )
 
 
 def check_oea_stats(oea):
@@ -100,8 +104,9 @@ def check_oea_stats(oea):
     results = {}
     for k0 in (0, 3):
         oea._stats = None
-        call = lambda: oea.maybe_apply_oea(ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True,
-                                           num_token_non_padded=nbuf, k0=k0)
+        call = lambda: oea.maybe_apply_oea(
+            ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True, num_token_non_padded=nbuf, k0=k0
+        )
         call()  # eager: creates the counter, as SGLang's warm-up forwards do before capture
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -116,8 +121,17 @@ def check_oea_stats(oea):
         # what each replay routed, recomputed eagerly per valid count (the graph's outputs are overwritten)
         for n in (16, 11, 5, 1, 0):
             nbuf.fill_(n)
-            _, ids_n = oea.maybe_apply_oea(ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True,
-                                           num_token_non_padded=nbuf, k0=k0, stats=False)
+            _, ids_n = oea.maybe_apply_oea(
+                ww,
+                i,
+                lg,
+                scoring_func="sigmoid",
+                correction_bias=b,
+                renormalize=True,
+                num_token_non_padded=nbuf,
+                k0=k0,
+                stats=False,
+            )
             rows = ids_n[:n].cpu()
             expect[0] += 1 if n else 0
             expect[1] += len(set(rows.flatten().tolist()))
@@ -126,8 +140,10 @@ def check_oea_stats(oea):
         assert got == expect, (k0, got, expect)
         results[k0] = expect[1] / expect[0]
     os.environ.pop("SGLANG_OEA_STATS")
-    print(f"ok oea stats: counted inside CUDA graph replays with 16/11/5/1/0 valid rows, exact, no host sync; "
-          f"mean distinct experts per call K0=0 {results[0]:.1f}, K0=3 {results[3]:.1f}")
+    print(
+        f"ok oea stats: counted inside CUDA graph replays with 16/11/5/1/0 valid rows, exact, no host sync; "
+        f"mean distinct experts per call K0=0 {results[0]:.1f}, K0=3 {results[3]:.1f}"
+    )
 
 
 def check_timer(timer_mod):
@@ -161,9 +177,11 @@ def check_timer(timer_mod):
     assert s["verify"]["p50_ms"] > s["draft_extend"]["p50_ms"]
     assert abs(s["accept_length_mean"] - 2.5) < 1e-6 and s["batch_size_mean"] == 4
     assert timer._made <= 3 and timer.dropped == 0, (timer._made, timer.dropped)  # slots reused, none dropped
-    print(f"ok eagle_phase_timer: no host sync; draft {s['draft']['p50_ms']:.3f} verify {s['verify']['p50_ms']:.3f} "
-          f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5; "
-          f"{timer._made} slot(s) of reused events for 20 steps")
+    print(
+        f"ok eagle_phase_timer: no host sync; draft {s['draft']['p50_ms']:.3f} verify {s['verify']['p50_ms']:.3f} "
+        f"extend {s['draft_extend']['p50_ms']:.3f} = step {s['step']['p50_ms']:.3f} ms; accept 2.5; "
+        f"{timer._made} slot(s) of reused events for 20 steps"
+    )
 
 
 def check_kv(kv):
@@ -208,9 +226,11 @@ def check_kv(kv):
         assert torch.equal(graph_out[sel], pool[sel].to(torch.bfloat16)), f"graph replay nnz={n}"
     step.record(torch.tensor([0, 200], device="cuda", dtype=torch.int32), 1)
     t_graph = timed(g.replay)
-    print(f"ok mla_kv_step: no host sync; triton == cast on 3000 of {rows} rows (index buffer {cap}, garbage tail); "
-          f"{t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; graph capture + replay with nnz 1/257/5000 "
-          f"correct; replay at nnz 200: {t_graph * 1e6:.1f} us")
+    print(
+        f"ok mla_kv_step: no host sync; triton == cast on 3000 of {rows} rows (index buffer {cap}, garbage tail); "
+        f"{t_step * 1e6:.0f} us vs full cast {t_full * 1e6:.0f} us; graph capture + replay with nnz 1/257/5000 "
+        f"correct; replay at nnz 200: {t_graph * 1e6:.1f} us"
+    )
 
     # The torch path (GPUs before SM89): an index buffer longer than half the pool, as under CUDA graphs,
     # casts the whole pool into the scratch, allocating nothing; a short one gathers its rows.
@@ -230,9 +250,11 @@ def check_kv(kv):
     full_extra = torch.cuda.max_memory_allocated() - base
     assert torch.equal(dst, pool.to(torch.bfloat16)) and full_extra == 0, full_extra
     t_torch = timed(lambda: kv._convert_rows_torch(pool, dst, long_idx, nnz))
-    print(f"ok mla_kv_step torch path: index buffer {8 * rows} over {rows} rows casts the pool into the scratch, "
-          f"+0 bytes, {t_torch * 1e6:.0f} us (full cast {t_full * 1e6:.0f} us); a {cap}-entry buffer gathers "
-          f"with +{gather_extra / 1e6:.0f} MB")
+    print(
+        f"ok mla_kv_step torch path: index buffer {8 * rows} over {rows} rows casts the pool into the scratch, "
+        f"+0 bytes, {t_torch * 1e6:.0f} us (full cast {t_full * 1e6:.0f} us); a {cap}-entry buffer gathers "
+        f"with +{gather_extra / 1e6:.0f} MB"
+    )
 
 
 def main():

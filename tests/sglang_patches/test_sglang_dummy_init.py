@@ -1,6 +1,7 @@
 """dummy_init_normal (bench fixture in tests/bench/planted): --load-format dummy weights that make greedy outputs
 depend on the model's numerics. The patched weight_utils.py is loaded from a tree the engine patched with the
 planted manifest, and run on a small torch module."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,12 +20,25 @@ PLANTED = ROOT / "tests" / "bench" / "planted" / "manifest.yaml"
 def weight_utils(pristine_sglang_tree, sglang_patched, tmp_path_factory):
     tree = tmp_path_factory.mktemp("dummy_init") / "sglang"
     subprocess.run(["git", "clone", "-q", str(pristine_sglang_tree), str(tree)], check=True)
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(PLANTED), "--tree", str(tree),
-                        "apply", "dummy_init_normal"], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(PLANTED),
+            "--tree",
+            str(tree),
+            "apply",
+            "dummy_init_normal",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     # Imports inside resolve to the session's patched package; this patch changes no other file.
     spec = importlib.util.spec_from_file_location(
-        "ovl_weight_utils_dummy_init", tree / "python/sglang/srt/model_loader/weight_utils.py")
+        "ovl_weight_utils_dummy_init", tree / "python/sglang/srt/model_loader/weight_utils.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

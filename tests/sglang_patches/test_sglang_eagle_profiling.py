@@ -1,4 +1,5 @@
 """eagle_profiling: the phase timer's bookkeeping (fake events), the worker hook and the /get_server_info hook."""
+
 from __future__ import annotations
 
 import contextlib
@@ -110,8 +111,9 @@ def test_periodic_log_line(timer_mod, caplog):
     clock = Clock()
     wall = [0.0]
     log = logging.getLogger("test.eagle_phase_timer")
-    timer = timer_mod.EaglePhaseTimer(window=50, log_interval_s=10, event_factory=clock.event,
-                                      clock=lambda: wall[0], log=log)
+    timer = timer_mod.EaglePhaseTimer(
+        window=50, log_interval_s=10, event_factory=clock.event, clock=lambda: wall[0], log=log
+    )
     with caplog.at_level(logging.INFO, logger="test.eagle_phase_timer"):
         run_step(timer, clock, 1, 2, 3, 4, [2, 3])
         clock.done_until = clock.now
@@ -125,8 +127,14 @@ def test_periodic_log_line(timer_mod, caplog):
     assert len(lines) == 1
     line = lines[0]
     assert line.startswith("sglang-overlay eagle_phase_timing:")
-    for part in ("draft p50=1.000ms p99=1.000ms", "verify p50=2.000ms", "draft_extend p50=3.000ms",
-                 "step p50=6.000ms", "batch_size_mean=4.00", "accept_length_mean=2.500"):
+    for part in (
+        "draft p50=1.000ms p99=1.000ms",
+        "verify p50=2.000ms",
+        "draft_extend p50=3.000ms",
+        "step p50=6.000ms",
+        "batch_size_mean=4.00",
+        "accept_length_mean=2.500",
+    ):
         assert part in line
 
 
@@ -210,8 +218,16 @@ def test_worker_records_each_phase_in_order(worker_env):
     mod, make_self, batch, calls, Timer, out = worker_env
     res = mod.EAGLEWorkerV2.forward_batch_generation(make_self(Timer()), batch)
     assert res is out
-    assert calls == ["activate:3", "begin", "draft", "mark:draft", "verify", "mark:verify", "draft_extend",
-                     ("end", 3, [2, 3, 1])]
+    assert calls == [
+        "activate:3",
+        "begin",
+        "draft",
+        "mark:draft",
+        "verify",
+        "mark:verify",
+        "draft_extend",
+        ("end", 3, [2, 3, 1]),
+    ]
 
 
 def test_worker_without_timer_does_nothing_extra(worker_env):
@@ -235,8 +251,11 @@ def test_get_internal_state_returns_eagle_phase_timing(patched, monkeypatch):
             draft_worker=SimpleNamespace(graph_memory_usage=0, eagle_phase_timer=timer),
             tp_worker=SimpleNamespace(model_runner=SimpleNamespace(weight_load_mem_usage=0), graph_memory_usage=0),
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: SimpleNamespace(mem_usage=0)),
-            startup_available_gpu_memory_gb=0, max_total_num_tokens=0, swa_tokens_per_layer=0,
-            startup_time=0, max_running_requests=1,
+            startup_available_gpu_memory_gb=0,
+            max_total_num_tokens=0,
+            swa_tokens_per_layer=0,
+            startup_time=0,
+            max_running_requests=1,
             spec_algorithm=SimpleNamespace(is_none=lambda: False, is_dspark=lambda: False),
         )
 

@@ -1,6 +1,7 @@
 """engine_env_respect: values the user set win over the ones SGLang's engine forces, in the real engine code run
 in a spawned launcher process, with the scheduler process it spawns logging them (nccl_env_log); and `launch`
 warning when a profile sets a forced variable without the patch."""
+
 from __future__ import annotations
 
 import subprocess
@@ -43,8 +44,10 @@ def test_user_values_win_and_every_rank_logs_them(engine_runs):
     assert first["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and first["env"]["CUDA_MODULE_LOADING"] == "AUTO"
     assert first["env"]["NCCL_NVLS_ENABLE"] == "0" and first["env"]["NCCL_CUMEM_ENABLE"] == "0"
     kept = [m for lvl, m in first["log"] if "engine_env_respect" in m]
-    assert kept == ["sglang-overlay engine_env_respect: CUDA_DEVICE_MAX_CONNECTIONS=1 from the environment kept "
-                    "(SGLang would set 8)"]
+    assert kept == [
+        "sglang-overlay engine_env_respect: CUDA_DEVICE_MAX_CONNECTIONS=1 from the environment kept "
+        "(SGLang would set 8)"
+    ]
     (line,) = [m for m in first["scheduler"]["log"] if m.startswith("sglang-overlay nccl_env")]
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in line and "NCCL_NVLS_ENABLE=0" in line and "NCCL_CUMEM_ENABLE=0" in line
 
@@ -85,8 +88,24 @@ env_profiles:
 def _dry_launch(tmp_path, tree, patches, *server_args):
     manifest = tmp_path / "manifest.yaml"
     manifest.write_text(PROFILE_MANIFEST.format(root=ROOT))
-    cmd = [sys.executable, str(ROOT / "apply.py"), "--manifest", str(manifest), "--tree", str(tree), "launch",
-           "--patches", patches, "--env-profile", "pcie_tuned", "--dry-run", "--", "--model-path", "M", *server_args]
+    cmd = [
+        sys.executable,
+        str(ROOT / "apply.py"),
+        "--manifest",
+        str(manifest),
+        "--tree",
+        str(tree),
+        "launch",
+        "--patches",
+        patches,
+        "--env-profile",
+        "pcie_tuned",
+        "--dry-run",
+        "--",
+        "--model-path",
+        "M",
+        *server_args,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
 
 
@@ -127,8 +146,20 @@ patches:
 """)
     (tmp_path / "overlay/python/sglang").mkdir(parents=True)
     (tmp_path / "overlay/python/sglang/site_env.py").write_text("")
-    p = subprocess.run([sys.executable, str(ROOT / "apply.py"), "--manifest", str(manifest), "--tree",
-                        str(pristine_sglang_tree), "status"], cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "apply.py"),
+            "--manifest",
+            str(manifest),
+            "--tree",
+            str(pristine_sglang_tree),
+            "status",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert f"{manifest}: patches[0] (site_env).env.CUDA_DEVICE_MAX_CONNECTIONS.sglang_forces" in p.stderr
     assert "`sglang_forces: always`" in p.stderr

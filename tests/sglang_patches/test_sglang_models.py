@@ -1,4 +1,5 @@
 """deepseek_v2 (aux-id validation, final-layer capture), llama_eagle3 (draft_vocab_size), flashinfer_mla (fp8 KV)."""
+
 from __future__ import annotations
 
 import ast
@@ -307,14 +308,25 @@ def test_decode_updater_records_the_planned_row_count(mla, kvstep):
     step = kvstep.StepKV()
     updater = SimpleNamespace(
         attn_backend=SimpleNamespace(_overlay_kv_step=step),
-        scaling=0.1, num_local_heads=16, kv_lora_rank=512, qk_rope_head_dim=64, data_type=torch.bfloat16,
+        scaling=0.1,
+        num_local_heads=16,
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        data_type=torch.bfloat16,
     )
-    spec = SimpleNamespace(kv_indptr=torch.tensor([0, 5, 12, 0], dtype=torch.int32),
-                           kv_indices=_indices(list(range(12))))
+    spec = SimpleNamespace(
+        kv_indptr=torch.tensor([0, 5, 12, 0], dtype=torch.int32), kv_indices=_indices(list(range(12)))
+    )
     wrapper = _Wrapper()
     mla.FlashInferMLAIndicesUpdaterDecode.call_begin_forward(
-        updater, wrapper, torch.tensor([0, 1]), torch.tensor([5, 7]), 12,
-        torch.tensor([0, 1, 2], dtype=torch.int32), None, spec_info=spec,
+        updater,
+        wrapper,
+        torch.tensor([0, 1]),
+        torch.tensor([5, 7]),
+        12,
+        torch.tensor([0, 1, 2], dtype=torch.int32),
+        None,
+        spec_info=spec,
     )
     assert wrapper.planned is not None and step.recorded and int(step.nnz) == 12
 
@@ -357,8 +369,13 @@ def test_triton_row_kernel_in_the_interpreter(kvstep, tmp_path):
 
     script = tmp_path / "kernel.py"
     script.write_text(_INTERPRETED_KERNEL)
-    r = subprocess.run([sys.executable, str(script), kvstep.__file__], capture_output=True, text=True,
-                       env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(script), kvstep.__file__],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        timeout=600,
+    )
     assert r.returncode == 0 and "kernel ok" in r.stdout, r.stdout + r.stderr
 
 

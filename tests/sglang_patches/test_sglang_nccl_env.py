@@ -1,5 +1,6 @@
 """NCCL environment: spawned ranks inherit the launcher's, what SGLang's engine edits in it (engine_env_respect
 is tested in test_sglang_engine_env.py), and the nccl_env_log line."""
+
 from __future__ import annotations
 
 import ast
@@ -66,7 +67,9 @@ def test_sglang_only_sets_its_own_nccl_vars_and_the_profiles_avoid_them(pristine
     few NCCL_* keys (mostly when unset) and always overwrites CUDA_DEVICE_MAX_CONNECTIONS, so the manifest's
     profiles leave that one to engine_env_respect; everything else they set reaches every rank unchanged."""
     src = (pristine_sglang_tree / "python/sglang/srt/entrypoints/engine.py").read_text()
-    fn = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "_set_envs_and_config")
+    fn = next(
+        n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name == "_set_envs_and_config"
+    )
     writes = _environ_writes(fn)
     nccl = {k for k in writes if k.startswith("NCCL_")}
     assert nccl <= {"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_MNNVL_ENABLE"}, nccl

@@ -1,4 +1,5 @@
 """oea_topk: the OEA module against a plain reference, and the select_experts hook in the patched topk.py."""
+
 from __future__ import annotations
 
 import random
@@ -193,8 +194,15 @@ def test_fused_shared_expert_columns_are_kept(oea):
     w_s = torch.cat([w, torch.full((6, 1), 0.4)], 1)
     logits = torch.log(weight)  # softmax(log p) == p
     out_w, out_i = oea.maybe_apply_oea(
-        w_s, ids_s, logits, scoring_func="softmax", correction_bias=None, renormalize=True,
-        num_routed_topk=6, k0=2, max_tokens=64,
+        w_s,
+        ids_s,
+        logits,
+        scoring_func="softmax",
+        correction_bias=None,
+        renormalize=True,
+        num_routed_topk=6,
+        k0=2,
+        max_tokens=64,
     )
     assert torch.equal(out_i[:, -1], ids_s[:, -1]) and torch.equal(out_w[:, -1], w_s[:, -1])
     ref_w, ref_i = oea.opportunistic_expert_activation(choice, ids, w, 2, weight_scores=weight)
@@ -205,11 +213,13 @@ def test_fused_shared_expert_columns_are_kept(oea):
 def test_token_gate(oea):
     gen = torch.Generator().manual_seed(5)
     logits, choice, weight, ids, w = routed(10, 16, 4, gen)
-    out_w, out_i = oea.maybe_apply_oea(w, ids, logits, scoring_func="softmax", correction_bias=None,
-                                       renormalize=True, k0=1, max_tokens=9)
+    out_w, out_i = oea.maybe_apply_oea(
+        w, ids, logits, scoring_func="softmax", correction_bias=None, renormalize=True, k0=1, max_tokens=9
+    )
     assert out_w is w and out_i is ids
-    out_w, out_i = oea.maybe_apply_oea(w, ids, logits, scoring_func="softmax", correction_bias=None,
-                                       renormalize=True, k0=1, max_tokens=10)
+    out_w, out_i = oea.maybe_apply_oea(
+        w, ids, logits, scoring_func="softmax", correction_bias=None, renormalize=True, k0=1, max_tokens=10
+    )
     assert not torch.equal(out_i, ids)
 
 
@@ -225,15 +235,30 @@ def _configs(mod, E):
     bias = torch.randn(E, generator=torch.Generator().manual_seed(42)) * 0.2
     return {
         # DeepSeek-V3 / Kimi-K2.5: sigmoid + correction bias, grouped (n_group 1), routed scaling
-        "deepseek_v3": mod.TopKConfig(top_k=8, use_grouped_topk=True, num_expert_group=1, topk_group=1,
-                                      renormalize=True, correction_bias=bias, scoring_func="sigmoid",
-                                      routed_scaling_factor=2.827),
-        "deepseek_v3_scaled_out": mod.TopKConfig(top_k=8, use_grouped_topk=True, num_expert_group=1,
-                                                 topk_group=1, renormalize=True, correction_bias=bias,
-                                                 scoring_func="sigmoid", routed_scaling_factor=2.827,
-                                                 apply_routed_scaling_factor_on_output=True),
-        "grouped_softmax": mod.TopKConfig(top_k=6, use_grouped_topk=True, num_expert_group=8, topk_group=3,
-                                          renormalize=True, scoring_func="softmax"),
+        "deepseek_v3": mod.TopKConfig(
+            top_k=8,
+            use_grouped_topk=True,
+            num_expert_group=1,
+            topk_group=1,
+            renormalize=True,
+            correction_bias=bias,
+            scoring_func="sigmoid",
+            routed_scaling_factor=2.827,
+        ),
+        "deepseek_v3_scaled_out": mod.TopKConfig(
+            top_k=8,
+            use_grouped_topk=True,
+            num_expert_group=1,
+            topk_group=1,
+            renormalize=True,
+            correction_bias=bias,
+            scoring_func="sigmoid",
+            routed_scaling_factor=2.827,
+            apply_routed_scaling_factor_on_output=True,
+        ),
+        "grouped_softmax": mod.TopKConfig(
+            top_k=6, use_grouped_topk=True, num_expert_group=8, topk_group=3, renormalize=True, scoring_func="softmax"
+        ),
         "native_softmax": mod.TopKConfig(top_k=8, renormalize=True, torch_native=True),
     }
 
@@ -397,9 +422,17 @@ def test_stats_count_matches_python_on_random_batches(oea, monkeypatch):
         n_valid = rnd.randint(0, T)
         nv = {"none": None, "tensor": torch.tensor([n_valid], dtype=torch.int32), "int": n_valid}[pad]
         _, out_i = oea.maybe_apply_oea(
-            torch.cat([w, torch.full((T, n_shared), 0.4)], 1), torch.cat([ids, shared], 1), logits,
-            scoring_func=scoring, correction_bias=bias, renormalize=True, num_routed_topk=k,
-            num_token_non_padded=nv, k0=k0, max_tokens=max_tokens)
+            torch.cat([w, torch.full((T, n_shared), 0.4)], 1),
+            torch.cat([ids, shared], 1),
+            logits,
+            scoring_func=scoring,
+            correction_bias=bias,
+            renormalize=True,
+            num_routed_topk=k,
+            num_token_non_padded=nv,
+            k0=k0,
+            max_tokens=max_tokens,
+        )
         n_eff = T if pad == "none" else n_valid
         if T > max_tokens:
             seen["gated"] += 1
@@ -465,8 +498,15 @@ def test_stats_snapshot_fields(oea, monkeypatch):
     monkeypatch.setenv("SGLANG_OEA_MAX_TOKENS", "16")
     oea.record_routing_stats(torch.tensor([[0, 1], [0, 2], [5, 6]]), 8, torch.tensor(2))
     oea.record_routing_stats(torch.tensor([[4, 5]]), 8, None)
-    assert oea.oea_stats_snapshot() == {"calls": 2, "distinct_experts_sum": 5, "rows_sum": 3,
-                                        "mean_distinct_experts": 2.5, "mean_rows": 1.5, "k0": 3, "max_tokens": 16}
+    assert oea.oea_stats_snapshot() == {
+        "calls": 2,
+        "distinct_experts_sum": 5,
+        "rows_sum": 3,
+        "mean_distinct_experts": 2.5,
+        "mean_rows": 1.5,
+        "k0": 3,
+        "max_tokens": 16,
+    }
 
 
 def test_select_experts_counts_router_ids_with_k0_zero(topk_mods, patched, monkeypatch):
@@ -507,8 +547,9 @@ def test_select_experts_counts_oea_routing(topk_mods, patched, monkeypatch):
     oea.set_num_valid_tokens(None)
     E, T = 64, 6
     gen = torch.Generator().manual_seed(43)
-    out = mod.select_experts(torch.randn(T, 16, generator=gen), torch.randn(T, E, generator=gen),
-                             _configs(mod, E)["deepseek_v3"])
+    out = mod.select_experts(
+        torch.randn(T, 16, generator=gen), torch.randn(T, E, generator=gen), _configs(mod, E)["deepseek_v3"]
+    )
     distinct = len(set(out.topk_ids.flatten().tolist()))
     assert distinct <= 2 * T
     assert _totals(oea) == (1, distinct, T)
@@ -569,8 +610,11 @@ def test_get_internal_state_returns_oea_stats(patched, monkeypatch):
         draft_worker=None,
         tp_worker=SimpleNamespace(model_runner=SimpleNamespace(weight_load_mem_usage=0), graph_memory_usage=0),
         token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: SimpleNamespace(mem_usage=0)),
-        startup_available_gpu_memory_gb=0, max_total_num_tokens=0, swa_tokens_per_layer=0,
-        startup_time=0, max_running_requests=1,
+        startup_available_gpu_memory_gb=0,
+        max_total_num_tokens=0,
+        swa_tokens_per_layer=0,
+        startup_time=0,
+        max_running_requests=1,
         spec_algorithm=SimpleNamespace(is_none=lambda: True, is_dspark=lambda: False),
     )
     monkeypatch.setattr(oea, "_stats", None)
@@ -619,18 +663,36 @@ def _moe_blocks(patched, E):
     glm4 = patched("sglang.srt.models.glm4_moe")
     bias = torch.randn(E, generator=torch.Generator().manual_seed(5)) * 0.1
     return {
-        "qwen2_moe": _block(qwen2.Qwen2MoeSparseMoeBlock, topk.TopK(top_k=4, renormalize=True),
-                            lambda h: (h[:, :E], None), shared_expert=None, shared_expert_gate=None,
-                            enable_shared_expert_fusion=False),
-        "qwen3_moe": _block(qwen3.Qwen3MoeSparseMoeBlock, topk.TopK(top_k=4, renormalize=True),
-                            lambda h: (h[:, :E], None)),
+        "qwen2_moe": _block(
+            qwen2.Qwen2MoeSparseMoeBlock,
+            topk.TopK(top_k=4, renormalize=True),
+            lambda h: (h[:, :E], None),
+            shared_expert=None,
+            shared_expert_gate=None,
+            enable_shared_expert_fusion=False,
+        ),
+        "qwen3_moe": _block(
+            qwen3.Qwen3MoeSparseMoeBlock, topk.TopK(top_k=4, renormalize=True), lambda h: (h[:, :E], None)
+        ),
         # GLM-4.5/4.6: sigmoid + correction bias, one group, routed scaling; shared experts kept out
-        "glm4_moe": _block(glm4.Glm4MoeSparseMoeBlock,
-                           topk.TopK(top_k=4, renormalize=True, use_grouped_topk=True, num_expert_group=1,
-                                     topk_group=1, correction_bias=bias, scoring_func="sigmoid",
-                                     routed_scaling_factor=2.5),
-                           lambda h: h[:, :E], _enable_a2a_moe=False, num_fused_shared_experts=0,
-                           shared_experts=lambda h: None, routed_scaling_factor=2.5),
+        "glm4_moe": _block(
+            glm4.Glm4MoeSparseMoeBlock,
+            topk.TopK(
+                top_k=4,
+                renormalize=True,
+                use_grouped_topk=True,
+                num_expert_group=1,
+                topk_group=1,
+                correction_bias=bias,
+                scoring_func="sigmoid",
+                routed_scaling_factor=2.5,
+            ),
+            lambda h: h[:, :E],
+            _enable_a2a_moe=False,
+            num_fused_shared_experts=0,
+            shared_experts=lambda h: None,
+            routed_scaling_factor=2.5,
+        ),
     }
 
 
@@ -695,8 +757,9 @@ def _forward_layers(mod, backend, layers=4, materialize=False, **topk_kw):
     return outs
 
 
-@pytest.mark.parametrize("backend", ["FLASHINFER_TRTLLM", "FLASHINFER_MXFP4", "EXPERIMENTAL_SGL_TRTLLM",
-                                     "TRITON_KERNELS"])
+@pytest.mark.parametrize(
+    "backend", ["FLASHINFER_TRTLLM", "FLASHINFER_MXFP4", "EXPERIMENTAL_SGL_TRTLLM", "TRITON_KERNELS"]
+)
 def test_backend_that_routes_in_its_kernel_warns_once(topk_mods, fresh_warnings, monkeypatch, caplog, backend):
     mod, _ = topk_mods
     from sglang.srt.layers.moe.utils import MoeRunnerBackend
@@ -718,8 +781,7 @@ def test_backend_that_routes_in_its_kernel_warns_once(topk_mods, fresh_warnings,
     assert "--moe-runner-backend triton" in msg
 
 
-def test_bypassed_routing_that_is_materialized_gets_oea_and_no_warning(topk_mods, fresh_warnings, monkeypatch,
-                                                                       caplog):
+def test_bypassed_routing_that_is_materialized_gets_oea_and_no_warning(topk_mods, fresh_warnings, monkeypatch, caplog):
     """flashinfer_cutlass' runner and the flashinfer all-to-all call BypassedTopKOutput.to_standard(), which
     runs select_experts: OEA does apply there, so there is nothing to warn about."""
     mod, _ = topk_mods
@@ -763,8 +825,9 @@ def test_custom_routing_function_and_unknown_scoring_warn(topk_mods, fresh_warni
     (msg,) = _oea_warnings(caplog)
     assert "SGLANG_OEA_STATS=1 has no effect with a custom routing function" in msg
     w, i = logits.softmax(-1).topk(4, dim=1)
-    fresh_warnings.maybe_apply_oea(w, i, logits, scoring_func="tanh", correction_bias=None, renormalize=True,
-                                   k0=2, max_tokens=64)
+    fresh_warnings.maybe_apply_oea(
+        w, i, logits, scoring_func="tanh", correction_bias=None, renormalize=True, k0=2, max_tokens=64
+    )
     assert "has no effect with scoring function 'tanh'" in _oea_warnings(caplog)[-1]
 
 
@@ -777,7 +840,7 @@ def test_manifest_states_the_models_whose_padding_the_patch_keeps_out():
     hooked = {f.split("/")[-1][:-3] for f in patch.diff.files if "/srt/models/" in f}
     assert hooked == {"deepseek_v2", "qwen2_moe", "qwen3_moe", "glm4_moe"}
     text = (ROOT / "manifest.yaml").read_text()
-    entry = text[text.index("  - name: oea_topk"):text.index("  - name: nccl_env_log")]
+    entry = text[text.index("  - name: oea_topk") : text.index("  - name: nccl_env_log")]
     stated = set(re.findall(r"models/(\w+)", entry))
     assert stated == hooked, (stated, hooked)
     sections = (ROOT / "patches" / "oea_topk.patch").read_text().split("diff --git ")

@@ -1,4 +1,5 @@
 """The patch set as a whole: every entry of issue 3 present as what it is, and `apply.py check` green on the pin."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,17 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 ENTRIES = {
-    "kimi_k25": "upstreamed", "communicator": "upstreamed", "server_args_glm4": "upstreamed",
+    "kimi_k25": "upstreamed",
+    "communicator": "upstreamed",
+    "server_args_glm4": "upstreamed",
     "flashinfer_mla_sm120": "upstreamed",
-    "deepseek_v2": "diff", "llama_eagle3": "diff", "flashinfer_mla": "diff",
-    "eagle_profiling": "diff", "oea_topk": "diff", "engine_env_respect": "diff", "nccl_env_log": "diff",
+    "deepseek_v2": "diff",
+    "llama_eagle3": "diff",
+    "flashinfer_mla": "diff",
+    "eagle_profiling": "diff",
+    "oea_topk": "diff",
+    "engine_env_respect": "diff",
+    "nccl_env_log": "diff",
 }
 
 
@@ -41,8 +49,9 @@ def test_manifest_entries_and_presets():
 
 def test_check_on_the_pin_is_green(pristine_sglang_tree):
     """Zero fuzz alone, together, leave-one-out and in any order; byte-compiles; upstreamed proofs hold."""
-    proc = subprocess.run([sys.executable, str(ROOT / "apply.py"), "check", "--json"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "apply.py"), "check", "--json"], cwd=ROOT, capture_output=True, text=True
+    )
     report = json.loads(proc.stdout)
     failed = [i for i in report["items"] if not i["ok"]]
     assert proc.returncode == 0 and report["ok"], failed

@@ -48,8 +48,7 @@ def restore_user_env(user: Dict[str, str], server_args=None) -> List[str]:
         os.environ[name] = value
         kept.append(name)
         logger.info(
-            "sglang-overlay engine_env_respect: %s=%s from the environment kept "
-            "(SGLang would set %s)",
+            "sglang-overlay engine_env_respect: %s=%s from the environment kept (SGLang would set %s)",
             name,
             value,
             forced,

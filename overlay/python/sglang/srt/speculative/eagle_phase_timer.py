@@ -123,9 +123,7 @@ class EaglePhaseTimer:
         self._pending: Deque[_Slot] = deque()
         self._current: Optional[_Slot] = None
         self._steps = 0
-        self._samples: Dict[str, Deque[float]] = {
-            name: deque(maxlen=self.window) for name in PHASES + ("step",)
-        }
+        self._samples: Dict[str, Deque[float]] = {name: deque(maxlen=self.window) for name in PHASES + ("step",)}
         self._batch_sizes: Deque[int] = deque(maxlen=self.window)
         self._accept_lengths: Deque[float] = deque(maxlen=self.window)
         self._last_log = clock()
@@ -246,10 +244,7 @@ class EaglePhaseTimer:
 
     def format_line(self) -> str:
         s = self._stats()
-        parts = [
-            f"{name} p50={s[name]['p50_ms']:.3f}ms p99={s[name]['p99_ms']:.3f}ms"
-            for name in PHASES + ("step",)
-        ]
+        parts = [f"{name} p50={s[name]['p50_ms']:.3f}ms p99={s[name]['p99_ms']:.3f}ms" for name in PHASES + ("step",)]
         return (
             "sglang-overlay eagle_phase_timing: "
             + " | ".join(parts)

@@ -54,9 +54,7 @@ def _scratch_for(kv_buffer: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 _GATHER_MAX_POOL_FRACTION = 0.5
 
 
-def _convert_rows_torch(
-    src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor
-) -> None:
+def _convert_rows_torch(src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor) -> None:
     """Static-shape fallback: work and temporary memory bounded by the pool.
 
     Below half the pool's rows: a gather of every index-buffer entry. Entries at or
@@ -119,9 +117,7 @@ def _triton_usable(src: torch.Tensor, dst: torch.Tensor) -> bool:
     return True
 
 
-def convert_rows(
-    src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor
-) -> None:
+def convert_rows(src: torch.Tensor, dst: torch.Tensor, indices: torch.Tensor, nnz: torch.Tensor) -> None:
     """dst[indices[:nnz]] = src[indices[:nnz]] cast to dst.dtype; nnz is a 1-element device tensor."""
     if _triton_usable(src, dst):
         row_elems = src[0].numel()

@@ -187,9 +187,7 @@ def opportunistic_expert_activation(
     if renormalize:
         new_weights = raw / raw.sum(dim=1, keepdim=True).clamp_min(_EPS) * target
     else:
-        scale = target / weight_scores.float().gather(1, ids).sum(
-            dim=1, keepdim=True
-        ).clamp_min(_EPS)
+        scale = target / weight_scores.float().gather(1, ids).sum(dim=1, keepdim=True).clamp_min(_EPS)
         new_weights = raw * scale
     return new_weights.to(topk_weights.dtype), new_ids.to(topk_ids.dtype)
 
@@ -414,8 +412,7 @@ def record_routing_stats(
             if not _warned_capture:
                 _warned_capture = True
                 logger.warning(
-                    "%s=1: first routing call is inside CUDA-graph capture; "
-                    "graph-replayed calls are not counted",
+                    "%s=1: first routing call is inside CUDA-graph capture; graph-replayed calls are not counted",
                     ENV_STATS,
                 )
             return

@@ -142,9 +142,12 @@ case "$step" in
   variance)
     # Start-to-start variance of one set: CPU placement spread (two arms: a null pair, 10 starts of one
     # configuration between them) against none. Every arm carries the same patches.
-    run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default none=default \
-      --arm-env null:BENCH_NULL=1 --arm-env none:BENCH_CPU_PLACEMENT=none \
-      "${M[@]}" --restarts 4 --max-starts 5 --out "$OUT/variance" -- "${SA[@]}" ;;
+    # NONE=0 leaves the `none` arm out (a session's budget holds about 10 measured starts: the null pair first).
+    ARMS=(spread=default null=default --arm-env null:BENCH_NULL=1)
+    [ "${NONE:-1}" = 1 ] && ARMS=(spread=default null=default none=default --arm-env null:BENCH_NULL=1
+                                  --arm-env none:BENCH_CPU_PLACEMENT=none)
+    run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" \
+      "${M[@]}" --restarts "${VRESTARTS:-4}" --max-starts "${VMAXS:-5}" --out "$OUT/variance" -- "${SA[@]}" ;;
   moe)
     # The regression issue 12's bench blamed on oea_topk: a GPU-side delay in select_experts, captured into the
     # CUDA graphs, in another file. Candidates: oea_topk (K0 unset: off), nccl_env_log, planted_moe_gpu.

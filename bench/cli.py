@@ -454,4 +454,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(write_report(a.run_dir))
         return 0
-    return a.func(a)
+    from sglang_overlay.errors import OverlayError
+
+    try:
+        return a.func(a)
+    except OverlayError as e:  # every subcommand's bad input or failure: the message, not a traceback
+        print(f"bench: {e}", file=sys.stderr)
+        return e.exit_code

@@ -24,6 +24,12 @@ class DraftInputError(BenchError, BadInput):
     exit_code = EXIT_BAD_INPUT
 
 
+class RecordError(BenchError, BadInput):
+    """A recorded run (results.jsonl) cannot be read or holds no measured start: the message names the file."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 class RunAborted(BenchError):
     exit_code = EXIT_ABORTED
 

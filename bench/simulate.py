@@ -9,6 +9,8 @@ Model of one start of a set S (all multiplicative, per metric):
   true level  = base[metric] * prod(effect of each planted patch in S on metric)
   start level = true level * start noise    lognormal(start_cv), or bimodal: x (1 + shift) with probability p
   repetition  = start level * lognormal(rep_cv)
+or, with World.pool (`--from-record`), a start is one start of a recorded GPU run drawn at random, its repetitions
+as measured (every metric of one start together), times the plants' factors: the noise is the machine's own.
 A plant is (patches that must all be present, {metric: factor}); several metrics per plant model a regression
 that shows in one phase only, or a GPU delay whose phase grows while the next one shrinks and the step holds.
 """
@@ -72,6 +74,7 @@ class World:
     bimodal_shift: float = 0.0
     reps: int = 5
     base: dict[str, float] = field(default_factory=lambda: dict(BASE))
+    pool: Sequence[dict[str, list[float]]] = ()  # recorded starts (recorded_starts); replaces base and the noise
 
     def active(self, patches: Sequence[str], rng: random.Random) -> list[Plant]:
         """The plants this start shows (an intermittent one only in some starts)."""
@@ -108,6 +111,10 @@ class SimLab:
 
     def _one(self, patches: Sequence[str]) -> dict[str, list[float]]:
         w, rng = self.world, self.rng
+        if w.pool:
+            rec = rng.choice(w.pool)
+            active = w.active(patches, rng)
+            return {m: [x * math.prod(p.effect.get(m, 1.0) for p in active) for x in v] for m, v in rec.items()}
         shared = math.exp(rng.gauss(0, w.start_cv))
         if w.bimodal_p and rng.random() < w.bimodal_p:
             shared *= 1 + w.bimodal_shift
@@ -118,6 +125,44 @@ class SimLab:
             start_level = level * f * (shared if not m.startswith("tok_s") else 1 / shared)
             out[m] = [start_level * math.exp(rng.gauss(0, w.rep_cv)) for _ in range(w.reps)]
         return out
+
+
+def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, list[float]]]:
+    """The measured starts of a bench run (its results.jsonl), each as {metric: its measured repetitions}.
+
+    Only the metrics the simulator models (BASE); throwaway starts and warm-up repetitions left out; the starts of
+    one patch set (`patches`, comma-separated; default: the set with most starts), pooled over its arms, since a
+    null world must not carry a difference between arms.
+    """
+    import json
+
+    from .errors import RecordError
+
+    starts: dict[str, tuple[str, dict[str, list[float]]]] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise RecordError(f"{path}: cannot read a bench record ({e}); give a results.jsonl a bench run wrote") from None
+    for r in recs:
+        if r.get("type") == "start" and not r.get("warmup_start"):
+            starts[r["start_id"]] = (",".join(r.get("patches", [])), {})
+    for r in recs:
+        if r.get("type") == "rep" and not r.get("warmup") and r.get("start_id") in starts:
+            for m in BASE:
+                v = r.get("metrics", {}).get(m)
+                if isinstance(v, (int, float)):
+                    starts[r["start_id"]][1].setdefault(m, []).append(float(v))
+    by_set: dict[str, list[dict[str, list[float]]]] = {}
+    for key, reps in starts.values():
+        if reps:
+            by_set.setdefault(key, []).append(reps)
+    if not by_set:
+        raise RecordError(f"{path}: no measured start with repetitions in this record")
+    chosen = patches if patches is not None else max(by_set, key=lambda k: len(by_set[k]))
+    if chosen not in by_set:
+        raise RecordError(f"{path}: no starts of the set {chosen!r}; the record has: {', '.join(sorted(by_set))}")
+    return by_set[chosen]
 
 
 def sim_arm(name: str, patches: Sequence[str]) -> ArmSpec:
@@ -138,6 +183,13 @@ def add_cli(sub) -> None:
     p.add_argument("--max-starts", type=int, default=8)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--min-effect", type=float, default=0.02)
+    p.add_argument(
+        "--from-record",
+        metavar="RESULTS_JSONL",
+        help="draw each start from a recorded GPU run's starts (its noise, not a model of it); "
+        "--start-cv/--rep-cv/--bimodal-* are then unused",
+    )
+    p.add_argument("--record-set", metavar="A,B", help="with --from-record: the patch set whose starts to draw")
     p.set_defaults(func=_cli)
 
 
@@ -178,14 +230,21 @@ def _cli(a) -> int:
     culprit = f"p{a.candidates - 1}" if a.effect else None
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 
+    pool = recorded_starts(a.from_record, a.record_set) if a.from_record else ()
+
     def world(_t: int) -> World:
-        return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift)
+        return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift, pool=pool)
 
     r = bisect_rates(world, a.candidates, culprit, a.trials, settings)
+    noise = (
+        f"starts drawn from the {len(pool)} recorded in {a.from_record}"
+        if pool
+        else f"start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
+        f"shift {a.bimodal_shift * 100:+.0f}%"
+    )
     print(
         f"bisect over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% "
-        f"(start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
-        f"shift {a.bimodal_shift * 100:+.0f}%), {a.trials} trials:"
+        f"({noise}), {a.trials} trials, {a.initial} to {a.max_starts} starts per arm:"
     )
     print(
         f"  right culprit {r['right']} ({r['right'] / a.trials:.1%}), wrong culprit {r['wrong']} "

@@ -94,3 +94,9 @@ def copy_project(dst: Path) -> Path:
         if (ROOT / d).exists():
             shutil.copytree(ROOT / d, dst / d)
     return dst
+
+
+@pytest.fixture(autouse=True)
+def _own_bench_warm_dir(tmp_path_factory, monkeypatch):
+    """The bench's warm-machine markers per test: a start one test served must not skip another's throwaway."""
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path_factory.mktemp("bench-warm")))

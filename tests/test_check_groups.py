@@ -8,6 +8,7 @@ import pytest
 from conftest import ROOT
 
 from sglang_overlay import compat
+from sglang_overlay import compose as compose_mod
 from sglang_overlay.compose import compose
 from sglang_overlay.diffgen import make_diff
 from sglang_overlay.fetch import WheelSource, pinned_wheel
@@ -43,6 +44,7 @@ def both(m, read, monkeypatch):
     fast = compat.check_pin(m, read, "0.5.17")
     with monkeypatch.context() as mp:
         mp.setattr(compat, "GroupComposer", WholeSubset)
+        mp.setattr(compose_mod, "_batchable", lambda patches: False)  # and one `git apply` per patch
         slow = compat.check_pin(m, read, "0.5.17")
     return fast, slow
 

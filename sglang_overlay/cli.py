@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, interrupts
-from . import commands
+from . import __version__, commands, interrupts
 from .context import Context, default_manifest_path
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, copy_project, run_cli
+
 from sglang_overlay import commands, yamlfile
 from sglang_overlay.cli import build_parser
 from sglang_overlay.errors import ManifestError
@@ -28,7 +28,12 @@ raise SystemExit(rc)
 
 def modules_after(*args: str, env: dict) -> tuple[subprocess.CompletedProcess, set[str]]:
     p = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, **env)
+        [sys.executable, "-c", PROBE, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        check=False,
     )
     line = next(x for x in p.stderr.splitlines() if x.startswith("MODULES"))
     return p, set(line.split()[1:])

@@ -1,25 +1,13 @@
-"""A manifest's YAML text -> plain data (safe loader, no duplicate keys, no alias bombs), cached by its bytes.
-
-PyYAML's import and parse are a third of what `status` costs, for a file that rarely changes. The data of a
-text that parsed is kept as JSON in the cache directory under the sha256 of the text: a changed byte is a new
-key, so the cache is never stale; a cached file that is torn, or of another format or key, is ignored (and the
-text parsed again). Only data JSON gives back unchanged is cached (not dates, or keys that are not strings).
-"""
+"""A manifest's YAML text -> plain data (safe loader, no duplicate keys, no alias bombs), cached by its bytes."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-from .cachedir import cache_dir
 from .errors import ManifestError
-
-FORMAT = 1  # bump when what the loader accepts changes: old entries are then never read
-KEEP = 32  # cached texts kept (the newest); a manifest edited all day makes a new entry per save
+from .parsecache import cached
 
 # A manifest is a few hundred nodes. These bounds refuse "billion laughs" alias bombs and deep nesting before
 # anything walks the data (an expanded bomb would hang every command that reads the manifest).
@@ -29,56 +17,8 @@ MAX_DEPTH = 64
 
 
 def load(path: Path, text: str) -> Any:
-    """The data of `text` (read from `path`, named in errors)."""
-    key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    entry = cache_dir() / "manifests" / f"{key}.json"
-    try:
-        cached = json.loads(entry.read_bytes())
-        if isinstance(cached, dict) and cached.get("format") == FORMAT and cached.get("sha256") == key:
-            return cached["data"]
-    except (OSError, ValueError, KeyError):
-        pass
-    data = parse(path, text)
-    _store(entry, key, data)
-    return data
-
-
-def _store(entry: Path, key: str, data: Any) -> None:
-    """Best effort: a read-only or full cache directory only means the next run parses again."""
-    try:
-        blob = json.dumps({"format": FORMAT, "sha256": key, "data": data}, allow_nan=False)
-        if json.loads(blob)["data"] != data:
-            return
-    except (TypeError, ValueError):  # a date, a set, a NaN: YAML has more types than JSON
-        return
-    import tempfile
-
-    tmp = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(blob)
-        os.replace(tmp, entry)  # whole or absent: readers never see a half-written entry
-        tmp = None
-        _prune(entry.parent)
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _prune(d: Path) -> None:
-    """The newest KEEP entries stay; a temp file an hour old is one a killed command left."""
-    import time
-
-    entries = sorted(d.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[KEEP:] + [t for t in d.glob(".tmp-*") if time.time() - t.stat().st_mtime > 3600]:
-        old.unlink()
+    """The data of `text` (read from `path`, named in errors), from the cache when this text parsed before."""
+    return cached("manifest", text, lambda: parse(path, text))
 
 
 # ------------------------------------------------------------------------------------------------ parsing

@@ -12,10 +12,11 @@ import sys
 import pytest
 from conftest import ROOT, copy_project, run_cli
 
-from sglang_overlay import commands, yamlfile
+from sglang_overlay import commands, parsecache, yamlfile
 from sglang_overlay.cli import build_parser
 from sglang_overlay.errors import ManifestError
 from sglang_overlay.manifest import load_manifest
+from sglang_overlay.patchfile import parse_patch_file
 
 PROBE = """import sys
 from sglang_overlay.cli import main
@@ -72,7 +73,7 @@ def test_every_command_is_listed_with_its_help_and_parses():
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "manifests"
+    return tmp_path / "cache" / "parsed" / "manifest"
 
 
 def test_the_cache_gives_back_what_the_yaml_says(cache, tmp_path):
@@ -135,6 +136,19 @@ def test_errors_are_the_parser_s_and_never_cached(cache, tmp_path):
 
 def test_old_entries_are_pruned(cache, tmp_path):
     path = tmp_path / "m.yaml"
-    for i in range(yamlfile.KEEP + 5):
+    for i in range(parsecache.KEEP + 5):
         yamlfile.load(path, f"n: {i}\n")
-    assert len(list(cache.glob("*.json"))) == yamlfile.KEEP
+    assert len(list(cache.glob("*.json"))) == parsecache.KEEP
+
+
+def test_patch_files_parse_once_and_the_same(cache, tmp_path):
+    proj = copy_project(tmp_path / "p")
+    patches = sorted((proj / "patches").glob("*.patch"))
+    fresh = [parse_patch_file(p) for p in patches]
+    assert len(list((cache.parent / "patch").glob("*.json"))) == len(patches)
+    assert [parse_patch_file(p) for p in patches] == fresh  # from the cache: equal, hunks and all
+    broken = proj / "patches" / "broken.patch"
+    broken.write_text(patches[0].read_text().replace("diff --git a/", "diff --git ", 1))
+    for _ in range(2):
+        with pytest.raises(ManifestError, match="broken.patch"):
+            parse_patch_file(broken)

@@ -12,14 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .cachedir import cache_dir
 
 FORMAT = 1  # bump when what a parser gives changes: old entries are then never read
-KEEP = 64  # entries kept per kind (the newest): a file edited all day makes a new one per save
+KEEP = 4096  # entries kept per kind, the newest: every patch of the largest set, and a file's saves over months
+_pruned: set[Path] = set()  # directories pruned by this process (once is enough: a run adds a set's entries)
 
 
 def cached(kind: str, text: str, parse: Callable[[], Any]) -> Any:
@@ -67,9 +68,17 @@ def _store(entry: Path, key: str, data: Any) -> None:
 
 
 def _prune(d: Path) -> None:
-    """The newest KEEP entries stay; a temp file an hour old is one a killed command left."""
+    """Once a process: the newest KEEP entries stay; a temp file an hour old is one a killed command left."""
+    if d in _pruned:
+        return
+    _pruned.add(d)
     import time
 
-    entries = sorted(d.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in entries[KEEP:] + [t for t in d.glob(".tmp-*") if time.time() - t.stat().st_mtime > 3600]:
+    names = os.listdir(d)
+    stale = [d / n for n in names if n.startswith(".tmp-") and time.time() - (d / n).stat().st_mtime > 3600]
+    entries = [d / n for n in names if n.endswith(".json")]
+    if len(entries) > KEEP:
+        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        stale += entries[KEEP:]
+    for old in stale:
         old.unlink()

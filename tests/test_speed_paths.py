@@ -134,11 +134,19 @@ def test_errors_are_the_parser_s_and_never_cached(cache, tmp_path):
     assert not list(cache.glob("*.json"))
 
 
-def test_old_entries_are_pruned(cache, tmp_path):
+def test_old_entries_are_pruned(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(parsecache, "KEEP", 8)
     path = tmp_path / "m.yaml"
-    for i in range(parsecache.KEEP + 5):
+    for i in range(12):
         yamlfile.load(path, f"n: {i}\n")
-    assert len(list(cache.glob("*.json"))) == parsecache.KEEP
+    assert len(list(cache.glob("*.json"))) == 12  # pruned once a process, not at every entry
+    monkeypatch.setattr(parsecache, "_pruned", set())
+    torn = cache / ".tmp-killed"
+    torn.write_text("{")
+    os.utime(torn, (0, 0))
+    yamlfile.load(path, "n: last\n")
+    assert len(list(cache.glob("*.json"))) == 8 and not torn.exists()
+    assert yamlfile.load(path, "n: last\n") == {"n": "last"}
 
 
 def test_patch_files_parse_once_and_the_same(cache, tmp_path):

@@ -245,6 +245,7 @@ def add_cli(sub) -> None:
     p.add_argument("--sets", default="real", help="comma list: real, 10, 30, 100 (disjoint), 10s, 30s, 100s (shared)")
     p.add_argument("--ops", default="cycle,status,check")
     p.add_argument("--check-runs", type=int, default=3, help="repetitions of `check` (slow on big sets)")
+    p.add_argument("--peers", default="quilt,stgit,git-apply", help="which peers (quilt's cycle at 100 takes ~10 s)")
     p.add_argument("--radar", default=None, help="comma list of releases: peak memory of `check --against` them")
     p.add_argument("--out", type=Path, default=None)
     p.set_defaults(func=_cli)
@@ -272,6 +273,8 @@ def _cli(a) -> int:
                 ps = synthetic(work, pristine, int(spec.rstrip("s")), spec.endswith("s"), manifest)
             trees = prepare(work, pristine, ps)
             ops = commands(ps, trees, tools)
+            keep = set(tools) | set(a.peers.split(","))
+            ops = {op: {who: c for who, c in cs.items() if who in keep} for op, cs in ops.items()}
             rec = payload["sets"][ps.label] = {"patches": ps.n}
             for op in [o for o in a.ops.split(",") if o]:
                 res = measure(ops[op], a.check_runs if op == "check" else a.runs)

@@ -238,6 +238,10 @@ def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
 
 
 def _locate_conflict(p: Patch, forward: str, release: Reader, original: Reader) -> str:
+    return "; ".join(locate_conflicts(p, forward, release, original)) or forward.splitlines()[-1].strip()
+
+
+def locate_conflicts(p: Patch, forward: str, release: Reader, original: Reader) -> list[str]:
     """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
     out = []
     for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.M):
@@ -256,7 +260,7 @@ def _locate_conflict(p: Patch, forward: str, release: Reader, original: Reader) 
                 where += f" (pin: lines {pin_span[0]}-{pin_span[1]}"
             where += f"; release: lines {rel_span[0]}-{rel_span[1]})" if rel_span else "; release: gone)"
         out.append(where)
-    return "; ".join(out) or forward.splitlines()[-1].strip()
+    return out
 
 
 def radar(m: Manifest, versions: list[str], reader_for: Callable[[str], Reader], original: Reader) -> list[Verdict]:

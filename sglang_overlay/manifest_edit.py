@@ -36,8 +36,10 @@ def set_pin(text: str, pin: Pin, where: str) -> str:
         raise ManifestError(f"{where}: expected one top-level `pin:`", hint="declare the pin in this manifest")
     start = starts[0]
     end = _block(lines, start, 0)
+    notes = [l for l in lines[start + 1 : end] if l.strip().startswith("#")]  # why the pin is what it is
     lines[start:end] = [
         "pin:\n",
+        *notes,
         f"  package: {pin.package}\n",
         f"  version: {_scalar(pin.version)}\n",
         f"  git_tag: {_scalar(pin.git_tag)}\n",
@@ -71,9 +73,22 @@ def set_entry_key(text: str, name: str, key: str, value, where: str) -> str:
     return "".join(lines)
 
 
+class _Dumper(yaml.SafeDumper):
+    """Lines of code quoted as they read: a multi-line string as a block (`|-`), not one escaped line."""
+
+
+def _str(dumper, value: str):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def _yaml_key(key: str, value) -> list[str]:
     if isinstance(value, Proof):
         value = {"file": value.file, "symbols": list(value.symbols), "contains": list(value.contains)}
         value = {k: v for k, v in value.items() if v}
-    dumped = yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+    dumped = yaml.dump(
+        {key: value}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True
+    )
     return ["    " + line + "\n" for line in dumped.splitlines()]

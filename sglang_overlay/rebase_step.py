@@ -156,7 +156,7 @@ def env_notes(m, release: Reader, release_paths: Callable[[], list[str]]) -> lis
     names = {v.name: (p, v) for p in m.patches for v in p.env}
     if not names:
         return []
-    own = {f for p in m.patches for f in p.files}
+    own = {f for p in m.patches for f in p.overlay}  # the release's files are pristine; overlay ones are ours
     seen: dict[str, list[str]] = {n: [] for n in names}
     for path in release_paths():
         if not path.endswith(".py") or path in own:

@@ -3,4 +3,18 @@
 from . import apply, check, diff, fetch, fingerprint, rebase, recover, refresh, revert, status, toggle
 from . import build_wheel, launch
 
-COMMANDS = (fetch, status, apply, revert, toggle, diff, refresh, recover, fingerprint, check, rebase, launch, build_wheel)
+COMMANDS = (
+    fetch,
+    status,
+    apply,
+    revert,
+    toggle,
+    diff,
+    refresh,
+    recover,
+    fingerprint,
+    check,
+    rebase,
+    launch,
+    build_wheel,
+)

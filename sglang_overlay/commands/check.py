@@ -104,7 +104,7 @@ def _radar(ctx, args, pin_source) -> int:
         print(f"sglang-overlay: [{i}/{len(versions)}] release {v}", file=sys.stderr, flush=True)
         sources[v] = WheelSource(release_wheel(m.pin, v))
     t0 = time.monotonic()
-    verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read)
+    verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read, lambda v: sources[v].paths)
     elapsed = time.monotonic() - t0
     if args.json:
         print(
@@ -126,7 +126,7 @@ def _radar(ctx, args, pin_source) -> int:
         print("| patch | " + " | ".join(versions) + " |\n|---|" + "---|" * len(versions))
         for p in m.patches:
             print(f"| {p.name} | " + " | ".join(_cell(table[(p.name, v)]) for v in versions) + " |")
-        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way")]
+        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved")]
         if details:
             print("\n<details><summary>why</summary>\n")
             for v in details:
@@ -135,11 +135,11 @@ def _radar(ctx, args, pin_source) -> int:
         print(f"\nlegend: {', '.join(STATUSES)}")
         return 0
     width = max(len(p.name) for p in m.patches)
-    print(f"{'patch':<{width}}  " + "  ".join(f"{v:<14}" for v in versions))
+    print(f"{'patch':<{width}}  " + "  ".join(f"{v:<17}" for v in versions))
     for p in m.patches:
-        print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<14}" for v in versions))
+        print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<17}" for v in versions))
     for v in verdicts:
-        if v.status in ("conflict", "target-missing", "needs-3way"):
+        if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved"):
             print(f"  {v.patch} on {v.version}: {v.status}: {v.detail}")
     print(f"radar: {len(m.patches)} patches x {len(versions)} releases classified in {elapsed:.2f}s", file=sys.stderr)
     return 0

@@ -43,7 +43,8 @@ from ..rebase_state import (
     read_progress,
     staging_dir,
 )
-from ..rebase_step import Step, carry, describe_stop, env_notes, rebased_header
+from ..carry import Step, carry
+from ..rebase_step import describe_stop, env_notes, rebased_header
 from ..state import FileRecord, State, sha256
 from ..transaction import Change, Transaction
 from ..tree import Tree, embedded_path

@@ -291,10 +291,11 @@ def _changed(tree: Tree) -> list[str]:
 
 # -- continue / abort / status ------------------------------------------------------------------------------------
 def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress) -> int:
-    if not staging_dir(root, progress.target).is_dir():
+    rel_src = WheelSource(release_wheel(m.pin, progress.target))
+    if not staging_dir(root, progress.target).is_dir():  # killed after the new pin was renamed into place
+        _restore(tree, txn, rel_src.read)
         return _cleanup_finished(root, progress)
     _drop_tmp(staging_dir(root, progress.target))
-    rel_src = WheelSource(release_wheel(m.pin, progress.target))
     stop = progress.stop
     if stop is None:
         _restore(tree, txn, rel_src.read)  # a kill after a resolution was captured, before the tree went back

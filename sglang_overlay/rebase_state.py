@@ -14,9 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import BadInput, StateError
-from .fsio import read_bytes
 from .manifest import Proof
-from .state import Shape
+from .state import Shape, read_own_file
 
 PROGRESS_VERSION = 1
 PINS_DIR = "pins"
@@ -166,10 +165,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
 
 
 def read_progress(path: Path) -> Progress | None:
-    try:
-        raw = read_bytes(path)
-    except OSError as e:
-        raise StateError(f"{path}: cannot read the rebase progress ({e.strerror})", hint=PROGRESS_FIX)
+    raw = read_own_file(path, "the rebase progress", PROGRESS_FIX)
     return None if raw is None else parse_progress(raw, path)
 
 

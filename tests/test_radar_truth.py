@@ -88,16 +88,22 @@ def test_communicator_gate_in_add_norm_is_upstreamed_moved_not_target_missing(pr
     assert ADD_NORM in v.detail and "flashinfer_ar_fusion_applies" in v.detail
 
 
+def one_conflicts_one_merges(pin, p, conflicting: tuple[str, int], merging: str, version: str):
+    """Upstream adds a line where hunk `conflicting[1]` of `conflicting[0]` adds its own (a conflict) and edits a
+    context line of the first hunk of `merging` (merges): the verdict and its detail up to the merging list."""
+    bad = insert_after(text(pin, conflicting[0]), hunk(p, conflicting[0], conflicting[1]).first_change)
+    good = context_edit(text(pin, merging), hunk(p, merging, 1).source_start)
+    read, paths = release(pin, **{conflicting[0]: bad, merging: good})
+    v = classify(p, read, version, pin.read, paths)
+    assert v.status == "conflict", v
+    assert v.files[conflicting[0]] == "conflict" and v.files[merging] == "merged", v.files
+    return v, v.detail.split("; merges cleanly:")[0]
+
+
 def test_eagle_profiling_names_only_the_file_that_conflicts(project_manifest, pin):
     """0.5.19: scheduler.py conflicts; eagle_worker_v2.py merges cleanly and must not be listed as conflicting."""
-    p = project_manifest.patch("eagle_profiling")
-    sched = insert_after(text(pin, SCHED), hunk(p, SCHED, 1).first_change)
-    eagle = context_edit(text(pin, EAGLE), hunk(p, EAGLE, 1).source_start)
-    read, paths = release(pin, **{SCHED: sched, EAGLE: eagle})
-    v = classify(p, read, "0.5.19", pin.read, paths)
-    assert v.status == "conflict", v
+    v, failing = one_conflicts_one_merges(pin, project_manifest.patch("eagle_profiling"), (SCHED, 1), EAGLE, "0.5.19")
     assert v.files == {SCHED: "conflict", EAGLE: "merged"}
-    failing = v.detail.split("; merges cleanly:")[0]
     assert SCHED in failing and EAGLE not in failing and "Scheduler.get_internal_state" in failing
     assert v.detail.endswith(f"merges cleanly: {EAGLE}")
 
@@ -105,16 +111,11 @@ def test_eagle_profiling_names_only_the_file_that_conflicts(project_manifest, pi
 def test_oea_topk_deepseek_v2_merges_while_topk_conflicts(project_manifest, pin):
     """0.5.23: deepseek_v2.py merges cleanly (the old radar listed it among the conflicts)."""
     p = project_manifest.patch("oea_topk")
-    dsv2 = context_edit(text(pin, DSV2), hunk(p, DSV2, 1).source_start)
-    topk = insert_after(text(pin, TOPK), hunk(p, TOPK, 3).first_change)
-    read, paths = release(pin, **{DSV2: dsv2, TOPK: topk})
-    v = classify(p, read, "0.5.23", pin.read, paths)
-    assert v.status == "conflict", v
-    assert v.files[DSV2] == "merged" and v.files[TOPK] == "conflict"
+    v, failing = one_conflicts_one_merges(pin, p, (TOPK, 3), DSV2, "0.5.23")
     assert all(s == "clean" for f, s in v.files.items() if f not in (DSV2, TOPK))
-    failing = v.detail.split("; merges cleanly:")[0]
     assert DSV2 not in failing and "select_experts" in failing
     # the same patch on a release where only deepseek_v2.py changed: a 3-way merge, not a conflict
+    dsv2 = context_edit(text(pin, DSV2), hunk(p, DSV2, 1).source_start)
     read, paths = release(pin, **{DSV2: dsv2})
     v = classify(p, read, "0.5.23", pin.read, paths)
     assert v.status == "needs-3way" and v.files[DSV2] == "merged", v

@@ -152,6 +152,13 @@ def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_sourc
     patched = (proj / ".sglang" / "sglang-9.0.1" / SARGS).read_text()
     assert "reworded upstream" in patched and "fixture b" in patched
     assert "sglang 9.0.1 (pinned)" in cli(proj, cache, "--pin", "9.0.1", "status", rc=0).stdout
+    launch = cli(proj, cache, "--pin", "9.0.1", "launch", "--dry-run", rc=0).stdout
+    assert f"PYTHONPATH={proj / '.sglang' / 'sglang-9.0.1' / 'python'}" in launch
+    cli(proj, cache, "--pin", "9.0.1", "build-wheel", "--patches", "fx_args_b", "--out", str(tmp_path / "d"), rc=0)
+    built = [w.name for w in (tmp_path / "d").glob("*.whl")]
+    assert len(built) == 1 and built[0].startswith("sglang-9.0.1+ovl."), built
+    # the top level is still its own pin: --pin 0.5.17 is the top-level manifest
+    assert json.loads(cli(proj, cache, "--pin", "0.5.17", "check", "--json", rc=0).stdout)["version"] == "0.5.17"
 
 
 # -- conflict -> continue / abort ---------------------------------------------------------------------------------

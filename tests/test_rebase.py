@@ -162,6 +162,34 @@ def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_sourc
 
 
 # -- conflict -> continue / abort ---------------------------------------------------------------------------------
+def test_a_stop_puts_the_overlay_files_in_the_tree_and_takes_their_edits(tmp_path, cache, pin_source):
+    """fx_overlay needs no stop, so a manifest where the conflicting patch also carries an overlay file."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    man = proj / "manifest.yaml"
+    man.write_text(
+        man.read_text().replace(
+            "    description: second of two patches on server_args.py\n",
+            "    description: second of two patches on server_args.py\n    overlay: [python/sglang/srt/fx_b_helper.py]\n",
+        )
+    )
+    helper = proj / "overlay" / "python/sglang/srt/fx_b_helper.py"
+    helper.write_text("B = 1\n")
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    tree = proj / ".sglang" / "sglang-9.0.2"
+    in_tree = tree / "python/sglang/srt/fx_b_helper.py"
+    assert in_tree.read_text() == "B = 1\n"
+    text = (tree / SARGS).read_text()
+    start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>> patched")) + 1
+    (tree / SARGS).write_text(text[:start] + "    # fixture b: resolved\n" + text[end:])
+    in_tree.write_text("B = 2  # for 9.0.2\n")
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    new = proj / "pins" / "9.0.2"
+    assert (new / "overlay" / "python/sglang/srt/fx_b_helper.py").read_text() == "B = 2  # for 9.0.2\n"
+    assert "fx_b_helper" not in (new / "patches" / "fx_args_b.patch").read_text()  # an overlay file, not a diff
+    assert helper.read_text() == "B = 1\n" and not in_tree.exists() and tree_is_pristine(proj, "9.0.2")
+
+
 def _conflicting_release(cache, pin_source, version):
     src = pin_text(pin_source, SARGS).replace(
         "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",

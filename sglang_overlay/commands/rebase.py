@@ -220,8 +220,12 @@ def _stop(root, p, step: Step, tree: Tree, txn: Transaction, progress: Progress,
     version = progress.target
     files: tuple[str, ...] = ()
     if step.status == "conflict":
-        files = tuple(f for f, _ in step.files if step.contents.get(f) is not None)
-        _put_in_tree(tree, txn, p.name, {f: step.contents[f] for f in files})
+        # the whole patch as it would stand on the release: its files merged or marked, its overlay files too,
+        # so the user edits (and can run) all of it; any of them edited becomes the patch's new content
+        writes = {f: step.contents[f] for f, _ in step.files if step.contents.get(f) is not None}
+        writes |= {f: p.overlay_source(f).read_bytes() for f in p.overlay}
+        files = tuple(writes)
+        _put_in_tree(tree, txn, p.name, writes)
     if step.status == "proof-failed" and p.proof is not None:
         ask = staging / PROOFS / f"{p.name}.yaml"
         if not ask.exists():
@@ -346,7 +350,8 @@ def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progres
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
                     hint="fix it, then `python apply.py rebase --continue`",
                 )
-    body = make_diff({f: release(f) for f in paths}, now)
+    diffed = [f for f in paths if f not in p.overlay]
+    body = make_diff({f: release(f) for f in diffed}, {f: now[f] for f in diffed})
     if not body:
         raise BadInput(
             f"{p.name}: the release tree holds none of its changes now, so the patch would be empty",
@@ -358,8 +363,8 @@ def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progres
         staging / os.path.relpath(p.diff.path, p.source_dir),
         (rebased_header(p.diff.header_text, progress.source_pin) + body).encode(),
     )
-    for f in p.overlay:
-        _write(staging / "overlay" / f, p.overlay_source(f).read_bytes())
+    for f in p.overlay:  # as the user left it in the release tree (it was put there at the stop)
+        _write(staging / "overlay" / f, now[f] if now.get(f) is not None else p.overlay_source(f).read_bytes())
     files = tuple((f, "resolved") for f in paths)
     return Result("resolved", f"resolved by hand: {', '.join(paths)}", files)
 

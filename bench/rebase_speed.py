@@ -31,7 +31,9 @@ def _copy_project(dst: Path) -> None:
 
 def _run(cwd: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(ROOT / "apply.py"), *args], cwd=cwd, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "apply.py"), *args], check=False, cwd=cwd, capture_output=True, text=True
+    )
     return time.perf_counter() - t0, proc
 
 
@@ -48,7 +50,9 @@ def _git_peer(tree: Path, work: Path) -> tuple[float, str]:
     for p in m.patches:
         if p.kind == "upstreamed" or p.diff is None or not p.diff.body:
             continue
-        res = subprocess.run(["git", "apply", "--3way", str(p.diff.path)], cwd=work, capture_output=True, text=True)
+        res = subprocess.run(
+            ["git", "apply", "--3way", str(p.diff.path)], check=False, cwd=work, capture_output=True, text=True
+        )
         if res.returncode != 0:
             return time.perf_counter() - t0, p.name
     return time.perf_counter() - t0, "(none)"

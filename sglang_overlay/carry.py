@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from .compose import compose, hunk_symbol
 from .errors import Conflict
@@ -125,7 +125,7 @@ def _upstreamed(p: Patch, release: Reader, release_paths: Callable[[], list[str]
 def locate_conflicts(p: Patch, forward: str, release: Reader, original: Reader) -> list[str]:
     """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
     out = []
-    for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.M):
+    for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.MULTILINE):
         hunk = next((h for h in p.diff.hunks if h.file == f and h.source_start == int(line)), None)
         if hunk is None:
             continue

@@ -61,8 +61,6 @@ def marker_lines(data: bytes) -> list[int]:
     """1-based numbers of the lines that are still conflict markers."""
     out = []
     for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-        if line.startswith(MARKERS[0]) or line.startswith(MARKERS[1]) or line.startswith(MARKERS[3]):
-            out.append(i)
-        elif line == MARKERS[2]:
+        if line.startswith((MARKERS[0], MARKERS[1], MARKERS[3])) or line == MARKERS[2]:
             out.append(i)
     return out

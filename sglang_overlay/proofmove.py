@@ -5,8 +5,8 @@ the lines exactly as the release has them and names the symbols that enclose the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from .manifest import Proof
 from .pysymbols import defined_names, enclosing_symbol, has_symbols
@@ -28,7 +28,7 @@ def _pattern(snippet: str) -> re.Pattern:
     """The snippet's lines at any indentation: a proof quotes code from where its first line's text starts,
     and a move (out of a class, into a function) re-indents every line."""
     bodies = [l.strip() for l in snippet.strip("\n").splitlines()]
-    return re.compile("^[ \t]*" + "\n[ \t]*".join(re.escape(b) for b in bodies) + "$", re.M)
+    return re.compile("^[ \t]*" + "\n[ \t]*".join(re.escape(b) for b in bodies) + "$", re.MULTILINE)
 
 
 def _probe(snippet: str) -> bytes:

@@ -75,7 +75,7 @@ class Progress:
     stop: Stop | None = None
     started: str = ""
 
-    def advanced(self, name: str, result: Result) -> "Progress":
+    def advanced(self, name: str, result: Result) -> Progress:
         return replace(self, next=self.order.index(name) + 1, results={**self.results, name: result}, stop=None)
 
     def to_bytes(self) -> bytes:

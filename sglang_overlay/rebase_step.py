@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from .carry import Step
 from .manifest import Patch
@@ -25,8 +25,8 @@ def rebased_header(header_text: str, from_version: str, today: datetime.date | N
     fields = [(r"Last-Update", today.isoformat()), (REBASED_FIELD, f"sglang {from_version}")]
     for name, value in fields:
         line = f"{name}: {value}"
-        if re.search(rf"^{name}:.*$", body, re.M):
-            body = re.sub(rf"^{name}:.*$", line, body, count=1, flags=re.M)
+        if re.search(rf"^{name}:.*$", body, re.MULTILINE):
+            body = re.sub(rf"^{name}:.*$", line, body, count=1, flags=re.MULTILINE)
         else:
             body = body.rstrip("\n") + "\n" + line + "\n"
     return body + dashes

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import ROOT, run_cli
 
-from conftest import ROOT, copy_project, run_cli
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest
 
@@ -90,7 +90,9 @@ def project_files(proj: Path) -> dict[str, bytes]:
 
 def tree_is_pristine(proj: Path, version: str) -> bool:
     tree = proj / ".sglang" / f"sglang-{version}"
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], check=False, cwd=tree, capture_output=True, text=True
+    ).stdout
     state = tree / ".sglang-overlay" / "state.json"
     return status == "" and (not state.exists() or json.loads(state.read_text())["files"] == {})
 
@@ -117,7 +119,10 @@ def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_sourc
         "    Prepare the server arguments from the command line arguments.",
         "    Prepare the server arguments from argv (reworded upstream).",
     )
-    wheel = make_release(cache, pin_source, "9.0.1", **{TOPK: moved, SARGS: reworded.encode()})
+    reads_it = b'import os\n\nON = os.environ.get("FX_OVERLAY_ON", "0")  # upstream reads the patch\'s variable\n'
+    wheel = make_release(
+        cache, pin_source, "9.0.1", **{TOPK: moved, SARGS: reworded.encode(), "python/sglang/srt/envs2.py": reads_it}
+    )
     proj = project(tmp_path)
     before = project_files(proj)
     res = cli(proj, cache, "rebase", "9.0.1", rc=0)
@@ -125,6 +130,8 @@ def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_sourc
     assert "offset           fx_topk" in out and "+7" in out
     assert "needs-3way       fx_args_b" in out and "clean            fx_args_a" in out
     assert "upstreamed       fx_kimi" in out
+    # the environment the patches read, checked against the release's code
+    assert "note     fx_overlay: FX_OVERLAY_ON: the release reads it too (python/sglang/srt/envs2.py)" in out
     new = proj / "pins" / "9.0.1"
     m = load_manifest(new / "manifest.yaml")
     assert (m.pin.version, m.pin.git_tag, m.pin.wheel) == ("9.0.1", "v9.0.1", wheel.name)

@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, tree_snapshot
 from faultlib import STRACE, inject, python_argv, trace_points
+from test_rebase import SARGS, make_release, pin_text, project
+
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.fsio import TMP_SUFFIX
-from test_rebase import SARGS, make_release, pin_text, project
 
 VERSION = "9.1.0"
 WORKERS = 2
@@ -73,7 +73,9 @@ class Bench:
         self.tmp.mkdir()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(python_argv(*args), cwd=self.proj, env=self.env, capture_output=True, text=True)
+        return subprocess.run(
+            python_argv(*args), check=False, cwd=self.proj, env=self.env, capture_output=True, text=True
+        )
 
     def resolve(self) -> None:
         f = self.proj / ".sglang" / f"sglang-{VERSION}" / SARGS
@@ -207,4 +209,7 @@ def test_abort_after_a_killed_start_leaves_the_project_as_before(benches):
     after = b.state()
     assert {k: v for k, v in after.items() if not k.startswith("tree:")} == before
     tree = b.proj / ".sglang" / f"sglang-{VERSION}"
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout == ""
+    assert (
+        subprocess.run(["git", "status", "--porcelain"], check=False, cwd=tree, capture_output=True, text=True).stdout
+        == ""
+    )

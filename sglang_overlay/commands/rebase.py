@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from ..carry import Step, carry
 from ..diffgen import make_diff
 from ..errors import BadInput, Conflict, ManifestError
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
@@ -43,7 +44,6 @@ from ..rebase_state import (
     read_progress,
     staging_dir,
 )
-from ..carry import Step, carry
 from ..rebase_step import describe_stop, env_notes, rebased_header
 from ..state import FileRecord, State, sha256
 from ..transaction import Change, Transaction
@@ -135,7 +135,7 @@ def _start(ctx, version: str) -> int:
             wheel=wheel.name,
             sha256=rel_pin.sha256,
             order=m.names,
-            started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            started=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )
         _save(root, progress)
         print(f"rebase {m.pin.version} -> {version}: {len(m.names)} entries, tree {tree.root}", file=sys.stderr)

@@ -27,6 +27,11 @@ for _p in (ROOT, SHARED):  # the engine; the shared helpers and the 0.5.17 tests
 
 import pintree  # noqa: E402
 
+# The module fixtures the reused 0.5.17 tests ask for, resolved here against this directory's tree.
+from test_sglang_eagle_profiling import timer_mod  # noqa: E402, F401
+from test_sglang_models import dsv2, eagle3, kvstep, mla  # noqa: E402, F401
+from test_sglang_oea import oea, topk_mods  # noqa: E402, F401
+
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as for 0.5.17: routing semantics, not inductor
 
 PIN = "0.5.23"

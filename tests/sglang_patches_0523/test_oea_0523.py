@@ -21,7 +21,6 @@ from test_sglang_oea import (  # noqa: F401
     _configs,
     _totals,
     as_rows,
-    oea,
     reference_distinct,
     reference_oea,
     routed,
@@ -38,7 +37,6 @@ from test_sglang_oea import (  # noqa: F401
     test_stats_off_creates_nothing_and_routing_is_bit_identical,
     test_stats_snapshot_fields,
     test_token_gate,
-    topk_mods,
 )
 
 NAMES = ["deepseek_v3", "deepseek_v3_scaled_out", "grouped_softmax", "native_softmax"]
@@ -182,7 +180,7 @@ def test_per_token_correction_bias(topk_mods, oea, monkeypatch):
     gen = torch.Generator().manual_seed(5)
     x, logits = torch.randn(T, 16, generator=gen), torch.randn(T, E, generator=gen)
     bias = torch.randn(T, E, generator=gen) * 0.5
-    cfg_kw = dict(top_k=8, use_grouped_topk=True, num_expert_group=1, topk_group=1, scoring_func="sigmoid")
+    cfg_kw = {"top_k": 8, "use_grouped_topk": True, "num_expert_group": 1, "topk_group": 1, "scoring_func": "sigmoid"}
     base = upstream.select_experts(x, logits, upstream.TopKConfig(**cfg_kw), dynamic_expert_bias=bias)
     monkeypatch.delenv("SGLANG_OEA_K0", raising=False)
     off = mod.select_experts(x, logits, mod.TopKConfig(**cfg_kw), dynamic_expert_bias=bias)

@@ -13,6 +13,7 @@ from test_sglang_engine_env import (  # noqa: F401
     engine_runs,
     test_a_kept_value_that_defeats_a_flag_is_warned,
     test_pristine_engine_overwrites_what_the_user_set,
+    test_user_values_win_and_every_rank_logs_them,
     test_without_user_values_the_patched_engine_is_upstream,
 )
 from test_sglang_patchset import ENTRIES, check_proofs_lie_in_their_symbols
@@ -64,18 +65,7 @@ def test_sm120_proof_rests_on_is_sm100_being_major_10(sglang_patched):
     assert common.is_sm120_supported.__wrapped__.keywords["device_capability_majors"] == [12]
 
 
-def test_user_values_win_and_every_rank_logs_them(engine_runs):
-    """As on 0.5.17, except that 0.5.23 no longer writes CUDA_MODULE_LOADING (a user's value survives it
-    unpatched, so the patch no longer lists it)."""
-    patched, pristine = engine_runs
-    first = patched[0]
-    assert first["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
-    assert first["env"]["CUDA_MODULE_LOADING"] is None and pristine[0]["env"]["CUDA_MODULE_LOADING"] is None
-    assert first["env"]["NCCL_NVLS_ENABLE"] == "0" and first["env"]["NCCL_CUMEM_ENABLE"] == "0"
-    kept = [m for lvl, m in first["log"] if "engine_env_respect" in m]
-    assert kept == [
-        "sglang-overlay engine_env_respect: CUDA_DEVICE_MAX_CONNECTIONS=1 from the environment kept "
-        "(SGLang would set 8)"
-    ]
-    (line,) = [m for m in first["scheduler"]["log"] if m.startswith("sglang-overlay nccl_env")]
-    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in line and "NCCL_NVLS_ENABLE=0" in line and "NCCL_CUMEM_ENABLE=0" in line
+def test_0523_no_longer_forces_cuda_module_loading(engine_runs):
+    """Why pins/0.5.23 dropped CUDA_MODULE_LOADING from engine_env_respect: unpatched 0.5.23 leaves it alone."""
+    _, pristine = engine_runs
+    assert [case["env"]["CUDA_MODULE_LOADING"] for case in pristine] == [None, None, None]

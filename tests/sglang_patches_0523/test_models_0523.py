@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from test_sglang_eagle_profiling import (  # noqa: F401
     test_a_full_ring_drops_steps_without_waiting,
     test_a_larger_batch_grows_the_slot_buffer_once,
@@ -98,7 +97,7 @@ def _run_tail(dsv2, patched, ids, *, idle=False, written=False, num_layers=4):
         hidden = fb.residual_stream.record(output, PLAIN_ADD)
     this = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=num_layers), layers_to_capture=ids, norm=_AddNorm())
     scope = {"self": this, "hidden_states": hidden, "forward_batch": fb, "aux_hidden_states": packer}
-    exec(_tail_of_forward(dsv2), {"residual_batch": rb}, scope)
+    exec(_tail_of_forward(dsv2), {"residual_batch": rb}, scope)  # noqa: S102 (the patched source itself)
     expect_final = output if written else output + residual
     return packer, inputs, scope["hidden_states"], expect_final
 
@@ -118,7 +117,7 @@ def test_final_layer_capture_of_a_written_stream_and_an_idle_batch(dsv2, patched
     packer, _, _, final = _run_tail(dsv2, patched, [4], written=True)
     assert torch.equal(packer.finalize(), final)
     # idle batch: the norm is skipped, the capture is not (finalize would count one short)
-    packer, _, hidden, final = _run_tail(dsv2, patched, [1, 4], idle=True)
+    packer, _, _, final = _run_tail(dsv2, patched, [1, 4], idle=True)
     assert torch.equal(packer.finalize()[:, 8:], final)
 
 
@@ -179,7 +178,7 @@ def worker_0523(patched, monkeypatch):
     """EAGLEWorkerV2.forward_batch_generation of 0.5.23 (PP proxies, draft-extend KV plans, module-level
     draft_tp_context), its GPU collaborators faked, on one PP rank."""
     mod = patched("sglang.srt.speculative.eagle_worker_v2")
-    null = lambda *a, **k: contextlib.nullcontext()  # noqa: E731
+    null = lambda *a, **k: contextlib.nullcontext()
     for name in ("draft_tp_context", "speculative_moe_backend_context", "speculative_moe_a2a_backend_context"):
         monkeypatch.setattr(mod, name, null)
     monkeypatch.setattr(mod, "spec_stage_span", null)
@@ -244,7 +243,7 @@ def test_worker_records_each_phase_in_order(worker_0523):
 
 
 def test_worker_without_timer_does_nothing_extra(worker_0523):
-    mod, make_self, batch, calls, Timer, out = worker_0523
+    mod, make_self, batch, calls, _, _ = worker_0523
     mod.EAGLEWorkerV2.forward_batch_generation(make_self(None), batch())
     assert calls == ["activate:3", "draft", "verify", "draft_extend:plan"]
 

@@ -10,7 +10,6 @@ import sys
 
 from conftest import MANIFEST, PIN, ROOT
 from test_sglang_engine_env import (  # noqa: F401
-    engine_runs,
     test_a_kept_value_that_defeats_a_flag_is_warned,
     test_pristine_engine_overwrites_what_the_user_set,
     test_user_values_win_and_every_rank_logs_them,

@@ -36,6 +36,10 @@ class ManifestError(BadInput):
     """The manifest (or a file it names) is invalid. Raised before any tree is touched."""
 
 
+class ProjectNotFound(BadInput):
+    """No manifest.yaml was named (--project, --manifest) or found upward from the current directory."""
+
+
 class PathEscape(BadInput):
     """A patch or overlay file would write outside the tree."""
 

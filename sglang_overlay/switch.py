@@ -19,6 +19,7 @@ from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
 from .hardware import gate_fails
 from .manifest import Manifest, Patch
+from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
@@ -140,7 +141,7 @@ def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift
     ]
     return Drift(
         f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-        hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
+        hint=f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or "
         "pass --force (the edited files are saved to a backup first)",
     )
 

@@ -11,8 +11,9 @@ from typing import Callable, Iterator
 from ..context import Context
 from ..errors import BadInput
 from ..fingerprint import short
-from ..hardware import gate_fails
 from ..fsio import tmp_path, unlink_quietly
+from ..hardware import gate_fails
+from ..progname import prog
 from ..state import State
 from ..switch import Outcome, switch
 from ..transaction import Transaction
@@ -40,7 +41,7 @@ def selected(ctx: Context, args, *, verb: str) -> tuple[str, ...]:
     if sum(chosen) != 1:
         raise BadInput(
             f"{verb}: name patches, or give exactly one of --all / --set PRESET",
-            hint=f"e.g. `python apply.py {verb} deepseek_v2` (see `python apply.py status`)",
+            hint=f"e.g. `{prog()} {verb} deepseek_v2` (see `{prog()} status`)",
         )
     m = ctx.manifest
     if getattr(args, "preset", None):
@@ -53,7 +54,7 @@ def selected(ctx: Context, args, *, verb: str) -> tuple[str, ...]:
         if not all(parts):
             raise BadInput(
                 f"{verb}: {raw!r} holds an empty patch name (an unset shell variable?)",
-                hint=f"name the patches, e.g. `python apply.py {verb} deepseek_v2,oea_topk`",
+                hint=f"name the patches, e.g. `{prog()} {verb} deepseek_v2,oea_topk`",
             )
         names.extend(parts)
     for n in names:

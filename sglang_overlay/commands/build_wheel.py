@@ -98,7 +98,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         with Transaction.open(Tree(scratch, "installed")) as txn:
             outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
         # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
-        # installed copy is then a managed tree (`apply.py --tree SITE-PACKAGES status` names the set, `revert`
+        # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set, `revert`
         # gives back the pristine release).
         state_dir = scratch / "sglang" / STATE_DIR_NAME
         for leftover in state_dir.iterdir() if state_dir.is_dir() else ():

@@ -16,6 +16,7 @@ from ..errors import BadInput, CheckFailed
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 from ..manifest import load_manifest
 from ..pins import all_pins
+from ..progname import prog
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"

@@ -2,7 +2,7 @@
 profile, start `python -m sglang.launch_server ARGS` so that it imports this tree, wait for /health, print
 the URL, fingerprint and log path, and stay in the foreground until the server exits (with its exit code).
 
-  python apply.py launch --set full --env-profile nccl_pcie -- --model-path M --tp 8
+  %(prog)s --set full --env-profile nccl_pcie -- --model-path M --tp 8
 
 Everything after `--` goes to sglang.launch_server unchanged (multi-host: --nnodes, --node-rank,
 --dist-init-addr included); `--host 127.0.0.1` is added when no --host is given.
@@ -30,6 +30,7 @@ from pathlib import Path
 from ..env_overrides import warn_profile
 from ..errors import BadInput, os_failure
 from ..fingerprint import fingerprint
+from ..progname import prog
 from ..switch import switch
 from ..transaction import reading
 from ..tree import Tree
@@ -97,7 +98,7 @@ def passthrough(raw: list[str]) -> list[str]:
     elif args:
         raise BadInput(
             f"launch: put the server's arguments after `--` (got {args[0]!r})",
-            hint="e.g. `python apply.py launch --set full -- --model-path M`",
+            hint=f"e.g. `{prog()} launch --set full -- --model-path M`",
         )
     return args
 

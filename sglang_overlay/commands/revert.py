@@ -4,6 +4,7 @@ same files stay. Refuses files edited by hand since (drift) unless --force, whic
 from __future__ import annotations
 
 from ..errors import BadInput
+from ..progname import prog
 from ._common import add_force, add_selection, change_tree, report, selected
 
 NAME = "revert"
@@ -25,7 +26,7 @@ def target(m, args, names: tuple[str, ...], state) -> tuple[str, ...]:
         if needs:
             raise BadInput(
                 f"cannot revert {', '.join(needs)}: {n} requires it",
-                hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`",
+                hint=f"revert {n} too: `{prog()} revert {n} {' '.join(needs)}`",
             )
     return remaining
 

@@ -7,6 +7,7 @@ import json
 
 from ..fingerprint import patch_digest, short
 from ..hardware import capabilities, gate_fails
+from ..progname import prog
 from ..repopath import IDENTITY_PATH
 from ..switch import base_reader, drifted_files
 from ..transaction import reading
@@ -96,7 +97,7 @@ def run(ctx, args) -> int:
     )
     if info["interrupted_transaction"]:
         print(
-            "note: an interrupted command left a journal; `python apply.py recover` (or the next command that "
+            f"note: an interrupted command left a journal; `{prog()} recover` (or the next command that "
             "changes the tree) rolls it back; shown here as it will be then"
         )
     width = max(len(r["name"]) for r in info["patches"]) if info["patches"] else 4

@@ -40,6 +40,10 @@ class ProjectNotFound(BadInput):
     """No manifest.yaml was named (--project, --manifest) or found upward from the current directory."""
 
 
+class PatchSetError(BadInput):
+    """A patch-set expression or selection (NAME..., --all, --set, --patches) does not name a set of the manifest."""
+
+
 class PathEscape(BadInput):
     """A patch or overlay file would write outside the tree."""
 

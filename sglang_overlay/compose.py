@@ -18,6 +18,7 @@ from .errors import Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Patch
+from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
@@ -160,7 +161,7 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
         raise Conflict(
             explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
             hint=f"the tree no longer matches what {patch.name} expects: update the patch "
-            f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off",
+            f"(`{prog()} refresh {patch.name}` after fixing it by hand), or leave it off",
         )
     return out
 

@@ -23,6 +23,7 @@ from .cachedir import CACHE_ENV, cache_dir  # noqa: F401  (CACHE_ENV: where call
 from .errors import FetchError
 from .gitcmd import git
 from .manifest import Pin
+from .progname import prog
 from .tree import Tree, embedded_path
 
 STALE = ".tmp-"  # what a fetch is still making: removed, under the fetch lock, if its maker was killed
@@ -204,6 +205,10 @@ class WheelSource:
         member = repo_path[len("python/") :]
         return self._zip.read(member) if member in self._names else None
 
+    def paths(self) -> list[str]:
+        """Repository paths of every file of the release, sorted."""
+        return sorted("python/" + n for n in self._names if n.startswith(WHEEL_PREFIX) and not n.endswith("/"))
+
     def version(self) -> str:
         m = re.match(r"^[^-]+-([^-]+)-", self.wheel.name)
         return m.group(1) if m else "?"
@@ -220,7 +225,7 @@ def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = Non
         if dest.exists():
             raise FetchError(
                 f"{dest}: exists but is not a complete pinned tree",
-                hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again",
+                hint=f"remove it (rm -rf {dest}) and run `{prog()} fetch` again",
             )
         return _make_embedded(dest, pin, local_wheel), True
 

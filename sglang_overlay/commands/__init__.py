@@ -16,6 +16,7 @@ NAMES = (
     "recover",
     "fingerprint",
     "check",
+    "rebase",
     "launch",
     "build-wheel",
 )

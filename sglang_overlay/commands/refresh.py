@@ -18,6 +18,7 @@ from ..errors import BadInput, Conflict, os_failure
 from ..fsio import atomic_write
 from ..manifest import load_manifest
 from ..patchfile import parse_patch_file
+from ..progname import prog
 from ..switch import base_reader, read_file, switch
 from ._common import open_tree
 
@@ -38,7 +39,7 @@ def run(ctx, args) -> int:
         if patch.name not in state.applied:
             raise BadInput(
                 f"{patch.name} is not applied, so there are no edits of it to capture",
-                hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh",
+                hint=f"`{prog()} apply {patch.name}`, edit its files, then refresh",
             )
         updates = _captured(m, tree, txn, patch)
         for path, data in updates.items():
@@ -54,7 +55,7 @@ def run(ctx, args) -> int:
         if patch.diff is not None and patch.diff.path in updates:
             parse_patch_file(patch.diff.path)  # what we wrote must read back
         # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
-        outcome = switch(txn, load_manifest(ctx.manifest_path), state.applied, op="refresh")
+        outcome = switch(txn, load_manifest(ctx.selected_manifest_path), state.applied, op="refresh")
     if not updates and not outcome.written:
         print(f"{patch.name}: no hand edits to capture")
         return 0
@@ -88,7 +89,7 @@ def _captured(m, tree, txn, patch) -> dict:
         if not body:
             raise BadInput(
                 f"refreshing {patch.name} would leave an empty patch",
-                hint=f"revert it instead: `python apply.py revert {patch.name}`",
+                hint=f"revert it instead: `{prog()} revert {patch.name}`",
             )
         if body.encode() != patch.diff.body:
             header = re.sub(

@@ -66,7 +66,7 @@ def test_every_command_is_listed_with_its_help_and_parses():
         assert callable(module.run) and callable(module.add_arguments)
     args = build_parser().parse_args(["--tree", "/x", "status", "--json"])
     assert args.json is True and args.tree == "/x" and args._run is commands.load("status").run
-    assert run_cli("status", "--help", check_rc=0).stdout.startswith("usage: apply.py status")
+    assert run_cli("status", "--help", check_rc=0).stdout.startswith("usage: python apply.py status")
     assert "invalid choice: 'nope'" in run_cli("nope", check_rc=2).stderr
 
 

@@ -51,7 +51,8 @@ def _store(entry: Path, key: str, data: Any) -> None:
     tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=entry.parent)
+        # the writer's pid in the name: the next writer removes what a killed one left (_prune)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", dir=entry.parent)
         with os.fdopen(fd, "w") as f:
             f.write(blob)
         os.replace(tmp, entry)  # whole or absent: readers never see a half-written entry
@@ -67,15 +68,32 @@ def _store(entry: Path, key: str, data: Any) -> None:
                 pass
 
 
+def _left_by_the_dead(name: str, mtime: float, now: float) -> bool:
+    """A temp file whose writer is gone (its pid no longer runs) or, whatever its name, an hour old."""
+    if now - mtime > 3600:
+        return True
+    pid = name.split("-")[1] if name.count("-") >= 2 else ""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
 def _prune(d: Path) -> None:
-    """Once a process: the newest KEEP entries stay; a temp file an hour old is one a killed command left."""
+    """Once a process: the newest KEEP entries stay; temp files killed commands left go."""
     if d in _pruned:
         return
     _pruned.add(d)
     import time
 
     names = os.listdir(d)
-    stale = [d / n for n in names if n.startswith(".tmp-") and time.time() - (d / n).stat().st_mtime > 3600]
+    now = time.time()
+    stale = [d / n for n in names if n.startswith(".tmp-") and _left_by_the_dead(n, (d / n).stat().st_mtime, now)]
     entries = [d / n for n in names if n.endswith(".json")]
     if len(entries) > KEEP:
         entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)

@@ -160,3 +160,16 @@ def test_patch_files_parse_once_and_the_same(cache, tmp_path):
     for _ in range(2):
         with pytest.raises(ManifestError, match="broken.patch"):
             parse_patch_file(broken)
+
+
+def test_a_temp_file_a_killed_writer_left_goes_at_the_next_write(cache, tmp_path, monkeypatch):
+    path = tmp_path / "m.yaml"
+    yamlfile.load(path, "n: 0\n")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = cache / f".tmp-{int(dead.stdout)}-abc"  # that process has exited: its pid no longer runs
+    left.write_text("{")
+    writing = cache / f".tmp-{os.getpid()}-def"  # a live writer's, minutes old: kept
+    writing.write_text("{")
+    monkeypatch.setattr(parsecache, "_pruned", set())
+    yamlfile.load(path, "n: 1\n")
+    assert not left.exists() and writing.exists()

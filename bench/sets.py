@@ -35,7 +35,7 @@ class Catalog:
     @classmethod
     def from_manifest(cls, path: str | Path) -> "Catalog":
         try:
-            from sglang_overlay.manifest import load_manifest
+            from sglang_overlay.manifest import UpstreamedPatch, load_manifest
         except ImportError as e:  # pragma: no cover - only outside the repo
             raise SetError(f"cannot import sglang_overlay.manifest ({e}); run from the repository root") from e
         try:
@@ -46,7 +46,7 @@ class Catalog:
         return cls(
             names=m.names,
             presets=dict(m.presets),
-            applies_change={p.name: p.applies_change for p in m.patches},
+            applies_change={p.name: not isinstance(p, UpstreamedPatch) for p in m.patches},
             manifest=m,
         )
 

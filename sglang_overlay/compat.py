@@ -15,7 +15,7 @@ from . import scratch as scratch_dirs
 from .compose import compose, hunk_symbol
 from .errors import Conflict
 from .gitcmd import git
-from .manifest import Manifest, Patch
+from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .pysymbols import symbol_span
 from .upstream import prove
 
@@ -53,7 +53,7 @@ class CheckReport:
 
 def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     """Every patch alone, the full set, leave-one-out, and every pair sharing a file (requires/conflicts kept)."""
-    changing = [p for p in m.patches if p.applies_change]
+    changing = [p for p in m.patches if isinstance(p, Change)]
     full: list[str] = []
     for p in changing:  # the full set: every patch that does not conflict with one already in it
         if not any(c in full for c in p.conflicts) and not any(p.name in m.patch(f).conflicts for f in full):
@@ -83,26 +83,21 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def _compose_in(read: Reader, patches: list[Patch], order: list[Patch] | None = None) -> dict[str, bytes | None]:
-    files = {f for p in patches for f in p.files}
-    composed = compose({f: read(f) for f in files}, order or patches)
-    return composed.contents
-
-
 def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
     rep = CheckReport(version)
     compiled: set[int] = set()
     for p in m.patches:
-        if p.kind == "upstreamed":
+        if isinstance(p, UpstreamedPatch):
             res = prove(p, read)
             rep.items.append(CheckItem("upstreamed", p.name, res.holds, res.detail))
+            continue
         for f in p.overlay:
             if read(f) is not None:
                 rep.items.append(
                     CheckItem("overlay", p.name, False, f"{f} exists upstream: the overlay would replace it")
                 )
     for label, names in subsets_that_matter(m):
-        patches = list(m.ordered(names))
+        patches = list(m.changes(names))
         try:
             composed = compose({f: read(f) for f in {f for p in patches for f in p.files}}, patches)
         except Conflict as e:
@@ -161,7 +156,7 @@ class Verdict:
 
 def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdict:
     """How one patch fares against one release's pristine files (the patch alone)."""
-    if p.kind == "upstreamed":
+    if isinstance(p, UpstreamedPatch):
         res = prove(p, release)
         if p.proof and release(p.proof.file) is None:
             return Verdict(p.name, version, "target-missing", f"{p.proof.file} is gone")

@@ -17,7 +17,7 @@ from . import scratch as scratch_dirs
 from .errors import Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
-from .manifest import Patch
+from .manifest import Change
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
@@ -43,7 +43,7 @@ class Composed:
     offsets: list[Offset] = field(default_factory=list)
 
 
-def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, reverse: bool = False) -> Composed:
+def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reverse: bool = False) -> Composed:
     """Apply `patches` in order to `base` (repo path -> content, None if absent).
 
     `base` must hold every file the patches touch. With reverse=True each diff is reverse-applied (to prove
@@ -89,7 +89,7 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _check_created(patches: list[Patch], contents: dict[str, bytes | None], reverse: bool) -> None:
+def _check_created(patches: list[Change], contents: dict[str, bytes | None], reverse: bool) -> None:
     # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
     for patch in patches:
         for f in patch.diff.created if patch.diff is not None and not reverse else ():
@@ -101,7 +101,7 @@ def _check_created(patches: list[Patch], contents: dict[str, bytes | None], reve
 
 
 def _git_apply(
-    scratch: Path, patch: Patch, reverse: bool, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
+    scratch: Path, patch: Change, reverse: bool, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
 ) -> None:
     pfile = scratch.parent / "change.patch"
     write_plain(pfile, patch.diff.body)
@@ -173,7 +173,7 @@ def hunk_symbol(hunk, original: str | None) -> str | None:
 
 
 def explain_failure(
-    patch: Patch,
+    patch: Change,
     git_output: str,
     read: Callable[[str], str | None],
     reverse: bool = False,

@@ -18,7 +18,7 @@ from .errors import BadInput, Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
 from .hardware import gate_fails
-from .manifest import Manifest, Patch
+from .manifest import Change, Manifest, Patch
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
@@ -58,9 +58,9 @@ def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
-def target_patches(manifest: Manifest, names) -> tuple[Patch, ...]:
+def target_patches(manifest: Manifest, names) -> tuple[Change, ...]:
     """The named patches, what they require, in manifest order; upstreamed entries change nothing."""
-    return tuple(p for p in manifest.ordered(manifest.closure(names)) if p.applies_change)
+    return manifest.changes(manifest.closure(names))
 
 
 def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:

@@ -122,6 +122,18 @@ CASES = {
         lambda d: entry(d, "fx_topk").update(proof={"file": "python/sglang/x.py", "symbols": ["f"]}),
         ["fx_topk).proof", "only upstreamed entries carry a proof"],
     ),
+    "overlay on an upstreamed entry": (
+        lambda d: entry(d, "fx_kimi").update(overlay=["python/sglang/srt/fx_overlay_module.py"]),
+        ["fx_kimi).overlay", "an upstreamed entry adds no files"],
+    ),
+    "overlay entry without files": (
+        lambda d: entry(d, "fx_overlay").update(overlay=[]),
+        ["fx_overlay).overlay", "kind overlay needs at least one file"],
+    ),
+    "proof naming nothing": (
+        lambda d: entry(d, "fx_kimi").update(proof={"file": "python/sglang/srt/models/kimi_k25.py"}),
+        ["fx_kimi).proof", "it would prove nothing"],
+    ),
     "env var name": (
         lambda d: entry(d, "fx_overlay").update(env={"lower": {"help": "x"}}),
         ["is not an environment variable name"],

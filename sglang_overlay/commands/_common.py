@@ -80,7 +80,7 @@ def open_tree(ctx: Context) -> Iterator[Transaction]:
     """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
     leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
     with Transaction.open(ctx.tree) as txn:
-        for p in ctx.manifest.patches:
+        for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
                     unlink_quietly(tmp_path(src))

@@ -3,6 +3,7 @@ the tree carry exactly that preset. Patches a chosen one requires are added too.
 
 from __future__ import annotations
 
+from ..manifest import UpstreamedPatch
 from ._common import add_force, add_selection, change_tree, report, selected, without_unavailable
 
 NAME = "apply"
@@ -19,7 +20,7 @@ def chosen(ctx, args) -> tuple[str, ...]:
     names = selected(ctx, args, verb="apply")
     for n in names:
         p = ctx.manifest.patch(n)
-        if not p.applies_change:
+        if isinstance(p, UpstreamedPatch):
             print(f"upstream {n}: {p.upstream.describe()}; nothing to apply")
     if getattr(args, "all", False):
         names = without_unavailable(ctx, names, args.ignore_hardware)

@@ -37,7 +37,7 @@ def run(ctx, args) -> int:
                 {
                     "fingerprint": fp,
                     "short": short(fp),
-                    "patches": [p.name for p in m.ordered(names) if p.applies_change],
+                    "patches": [p.name for p in m.changes(names)],
                     "env_profile": args.env_profile,
                     "pin": m.pin.version,
                 }

@@ -16,7 +16,7 @@ from ..compose import compose
 from ..diffgen import make_diff
 from ..errors import BadInput, Conflict, os_failure
 from ..fsio import atomic_write
-from ..manifest import load_manifest
+from ..manifest import UpstreamedPatch, load_manifest
 from ..patchfile import parse_patch_file
 from ..switch import base_reader, read_file, switch
 from ._common import open_tree
@@ -32,6 +32,12 @@ def add_arguments(p) -> None:
 def run(ctx, args) -> int:
     m, tree = ctx.manifest, ctx.tree
     patch = m.patch(args.name)
+    if isinstance(patch, UpstreamedPatch):
+        raise BadInput(
+            f"{patch.name} is upstream ({patch.upstream.describe()}): it changes nothing, so there is nothing "
+            "to refresh",
+            hint="edit the entry's proof in manifest.yaml instead",
+        )
     tree.check_version(m.pin.version)
     with open_tree(ctx) as txn:
         state = txn.state
@@ -67,8 +73,8 @@ def _captured(m, tree, txn, patch) -> dict:
     """patch file or overlay source -> its new bytes, for those the hand edits change."""
     state = txn.state
     order = [p.name for p in m.ordered(state.applied)]
-    before = m.ordered(order[: order.index(patch.name)])
-    after = m.ordered(order[order.index(patch.name) + 1 :])
+    before = m.changes(order[: order.index(patch.name)])
+    after = m.changes(order[order.index(patch.name) + 1 :])
     read = base_reader(tree, state, txn.store)
     diff_files = list(patch.diff.files) if patch.diff else []
     base = {f: read(f) for f in {f for p in before for f in p.files} | set(diff_files)}

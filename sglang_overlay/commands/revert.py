@@ -4,6 +4,7 @@ same files stay. Refuses files edited by hand since (drift) unless --force, whic
 from __future__ import annotations
 
 from ..errors import BadInput
+from ..manifest import UpstreamedPatch
 from ._common import add_force, add_selection, change_tree, report, selected
 
 NAME = "revert"
@@ -17,7 +18,7 @@ def add_arguments(p) -> None:
 
 def target(m, args, names: tuple[str, ...], state) -> tuple[str, ...]:
     for n in names:
-        if n not in state.applied and m.patch(n).applies_change and not getattr(args, "all", False):
+        if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not getattr(args, "all", False):
             print(f"not applied: {n}")
     remaining = tuple(n for n in state.applied if n not in names)
     for n in remaining:

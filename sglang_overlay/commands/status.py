@@ -7,6 +7,7 @@ import json
 
 from ..fingerprint import patch_digest, short
 from ..hardware import capabilities, gate_fails
+from ..manifest import UpstreamedPatch
 from ..repopath import IDENTITY_PATH
 from ..switch import base_reader, drifted_files
 from ..transaction import reading
@@ -51,7 +52,7 @@ def _collect(m, tree, view) -> dict:
             "upstream": p.upstream.status,
             "detail": "",
         }
-        if p.kind == "upstreamed":
+        if isinstance(p, UpstreamedPatch):
             res = prove(p, read_base)
             row["state"] = "upstreamed" if res.holds else "proof-failed"
             row["detail"] = f"{p.upstream.describe()}: {res.detail}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """sglang-overlay command line: `python apply.py --help`."""
 
-import os
 import _signal  # built in, unlike `signal`: the handlers are in place before a single file is read
+import os
 
 
 def _interrupted_at_start(signum, frame):  # nothing is written before main() installs its own handlers

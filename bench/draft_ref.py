@@ -42,7 +42,7 @@ class DraftArch:
     own_head: bool  # draft_vocab_size present: its own lm_head; absent: SGLang shares the target's
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "DraftArch":
+    def from_config(cls, cfg: dict) -> DraftArch:
         if cfg.get("architectures") != ["LlamaForCausalLMEagle3"]:
             raise ConfigProblem('architectures must be ["LlamaForCausalLMEagle3"]')
         if cfg.get("num_hidden_layers") != 1:

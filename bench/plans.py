@@ -10,8 +10,8 @@ when only one mode was asked for.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from . import bisect as bis
 from .errors import BudgetExhausted

@@ -13,9 +13,9 @@ A term after '+'/'-' may itself be a preset (its members are added/removed). The
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .errors import SetError
 
@@ -33,7 +33,7 @@ class Catalog:
     manifest: object = None  # the loaded sglang_overlay Manifest, for its closure
 
     @classmethod
-    def from_manifest(cls, path: str | Path) -> "Catalog":
+    def from_manifest(cls, path: str | Path) -> Catalog:
         try:
             from sglang_overlay.manifest import UpstreamedPatch, load_manifest
         except ImportError as e:  # pragma: no cover - only outside the repo

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .launcher import ArmSpec
 from .sets import PatchSet

@@ -9,6 +9,7 @@ the tool's switch of the tree) is the launch-to-first-line gap, measured by the 
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from pathlib import Path
@@ -76,7 +77,7 @@ def gaps(lines: list[tuple[float, str]], n: int = 5, at_least: float = 2.0) -> l
     them: the phases SGLang does not bracket (a spawned scheduler importing sglang before its first line took
     28 of a 76 s warm start on the H200) show up here."""
     out = []
-    for (t0, before), (t1, after) in zip(lines, lines[1:]):
+    for (t0, before), (t1, after) in itertools.pairwise(lines):
         if before.startswith(READY):
             break
         if t1 - t0 >= at_least:

@@ -77,7 +77,7 @@ class TargetArch:
     max_pos: int
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "TargetArch":
+    def from_config(cls, cfg: dict) -> TargetArch:
         missing = [k for k in _REQUIRED if cfg.get(k) is None]
         if missing:
             raise ConfigProblem(

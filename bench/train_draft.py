@@ -64,9 +64,13 @@ def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise DraftInputError(f"{path}: not found", hint="write the model dir with `python -m bench tinymodel DIR`")
+        raise DraftInputError(
+            f"{path}: not found", hint="write the model dir with `python -m bench tinymodel DIR`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DraftInputError(f"{path}: unreadable JSON ({e})", hint="rewrite it with `python -m bench tinymodel DIR`")
+        raise DraftInputError(
+            f"{path}: unreadable JSON ({e})", hint="rewrite it with `python -m bench tinymodel DIR`"
+        ) from e
 
 
 def load_archs(model_dir: Path, draft: str = "draft"):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from . import scratch as scratch_dirs
 from .compose import compose, hunk_symbol

@@ -9,9 +9,9 @@ from __future__ import annotations
 import errno
 import re
 import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 from . import scratch as scratch_dirs
 from .errors import Conflict, os_failure

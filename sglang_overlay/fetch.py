@@ -201,7 +201,7 @@ class WheelSource:
             raise FetchError(
                 f"{wheel}: not a readable wheel ({e})",
                 hint=f"remove it (rm {wheel}); the next command fetches it again",
-            )
+            ) from e
         self._names = set(self._zip.namelist())
 
     def read(self, repo_path: str) -> bytes | None:

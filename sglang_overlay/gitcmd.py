@@ -53,7 +53,7 @@ def git(
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
     except FileNotFoundError:
-        raise OverlayError("git is not installed", hint="install git (apt-get install git)")
+        raise OverlayError("git is not installed", hint="install git (apt-get install git)") from None
     res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
     if proc.returncode < 0:  # git itself was stopped: a Ctrl-C reaches the whole process group
         if -proc.returncode in SIGNALS:

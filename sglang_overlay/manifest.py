@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Mapping, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
 import yaml
 
@@ -397,13 +398,21 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ManifestError(f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root")
+        raise ManifestError(
+            f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root"
+        ) from None
     except IsADirectoryError:
-        raise ManifestError(f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it")
+        raise ManifestError(
+            f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it"
+        ) from None
     except OSError as e:
-        raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions")
+        raise ManifestError(
+            f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions"
+        ) from e
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8")
+        raise ManifestError(
+            f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8"
+        ) from e
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
@@ -415,14 +424,14 @@ def _read_yaml(path: Path) -> Any:
         raise ManifestError(
             f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line {e.first.line + 1})",
             hint="keep one of them: YAML would silently use the last one",
-        )
+        ) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         raise ManifestError(
             f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
             hint="fix the YAML syntax (indentation, quoting) at that line",
-        )
+        ) from e
     finally:
         loader.dispose()
 
@@ -499,7 +508,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         try:
             manifest.closure(members)
         except ManifestError as e:
-            raise ctx.fail(f"presets.{name}", str(e), "remove one of the conflicting patches from the preset")
+            raise ctx.fail(f"presets.{name}", str(e), "remove one of the conflicting patches from the preset") from e
     return manifest
 
 

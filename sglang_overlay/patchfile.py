@@ -106,9 +106,11 @@ def parse_patch_file(path: Path) -> PatchFile:
         raw = path.read_bytes()
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs")
+        raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs") from e
     except OSError as e:
-        raise ManifestError(f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions")
+        raise ManifestError(
+            f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions"
+        ) from e
     header_text, diff_text = split_header(text)
     if re.search(r"^(diff --git |--- |\+\+\+ |@@ )[^\n]*\r$", diff_text, re.M):
         raise ManifestError(
@@ -131,7 +133,7 @@ def parse_patch_file(path: Path) -> PatchFile:
         raise ManifestError(
             f"{path}: the diff is corrupt: {e}",
             hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",
-        )
+        ) from e
     if not len(ps):
         raise ManifestError(
             f"{path}: no file diffs found after the header", hint="the diff must start with 'diff --git a/... b/...'"
@@ -163,12 +165,12 @@ def parse_patch_file(path: Path) -> PatchFile:
         if pf.is_removed_file:
             deleted.append(name)
         for i, h in enumerate(pf, 1):
-            removed = tuple(l.value.rstrip("\n") for l in h if l.line_type in (" ", "-"))
-            added = tuple(l.value.rstrip("\n") for l in h if l.line_type in (" ", "+"))
+            removed = tuple(line.value.rstrip("\n") for line in h if line.line_type in (" ", "-"))
+            added = tuple(line.value.rstrip("\n") for line in h if line.line_type in (" ", "+"))
             first_change, line_no = h.source_start, h.source_start
-            for l in h:
-                if l.line_type in ("-", "+"):
-                    first_change = max(line_no - (l.line_type == "+"), h.source_start)
+            for line in h:
+                if line.line_type in ("-", "+"):
+                    first_change = max(line_no - (line.line_type == "+"), h.source_start)
                     break
                 line_no += 1
             hunks.append(

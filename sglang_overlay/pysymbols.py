@@ -37,9 +37,8 @@ def enclosing_symbol(text: str, line: int) -> str | None:
     best = None
     for name, node in _all_defs(text):
         start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        if start <= line <= (node.end_lineno or node.lineno):
-            if best is None or len(name) > len(best):
-                best = name
+        if start <= line <= (node.end_lineno or node.lineno) and (best is None or len(name) > len(best)):
+            best = name
     return best
 
 

@@ -114,7 +114,7 @@ class Announcements:
         self.values: dict[str, str] = {}
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self._stream = proc.stdout
-        self._log = open(log_path, "a")  # opened here: a log that cannot be written fails the start, not a thread
+        self._log = open(log_path, "a")  # noqa: SIM115 - closed by the reader thread; opened here: a log that cannot be written fails the start, not a thread
         self._changed = threading.Condition()
         self.ended = False
         self._reader = threading.Thread(target=self._pump, daemon=True)

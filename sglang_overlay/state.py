@@ -93,7 +93,7 @@ class Shape:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix)
+            raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix) from e
         if not isinstance(data, dict):
             raise StateError(
                 f"{self.path}: {self.what}: expected a JSON object, got {type(data).__name__}", hint=self.fix
@@ -113,7 +113,7 @@ class Shape:
         value = data[key]
         if value is None and optional:
             return None
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
             raise self.fail(repr(key), f"expected {names}, got {value!r:.80}")
         return value
@@ -171,13 +171,13 @@ def load_state(path: Path) -> State:
     try:
         raw = read_bytes(path)
     except OSError as e:
-        raise StateError(f"{path}: the state file cannot be read ({e.strerror})", hint=STATE_FIX)
+        raise StateError(f"{path}: the state file cannot be read ({e.strerror})", hint=STATE_FIX) from e
     if raw is None:
         return State()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=STATE_FIX)
+        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=STATE_FIX) from e
     return parse_state(text, path)
 
 
@@ -202,7 +202,7 @@ class ObjectStore:
         try:
             data = read_bytes(path)
         except OSError as e:
-            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=STATE_FIX)
+            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=STATE_FIX) from e
         if data is None:
             raise StateError(f"{path}: a saved copy the state needs is missing", hint=STATE_FIX)
         if sha256(data) != digest:

@@ -9,16 +9,17 @@ hands the result to one commit.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .compose import Offset, compose
 from .errors import BadInput, Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
 from .hardware import gate_fails
-from .manifest import Change, Manifest, Patch
+from .manifest import Change as PatchChange
+from .manifest import Manifest, Patch
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
@@ -58,7 +59,7 @@ def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
-def target_patches(manifest: Manifest, names) -> tuple[Change, ...]:
+def target_patches(manifest: Manifest, names) -> tuple[PatchChange, ...]:
     """The named patches, what they require, in manifest order; upstreamed entries change nothing."""
     return manifest.changes(manifest.closure(names))
 

@@ -19,10 +19,10 @@ import shutil
 import stat
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator, Mapping
 
 from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
@@ -156,7 +156,7 @@ class Transaction:
 
     @classmethod
     @contextmanager
-    def open(cls, tree: Tree) -> Iterator["Transaction"]:
+    def open(cls, tree: Tree) -> Iterator[Transaction]:
         """Lock the tree, roll back what a killed command left, clean up, read the state."""
         state_dir = tree.checked_state_dir()
         fd = _lock(tree, state_dir, exclusive=True)

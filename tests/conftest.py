@@ -17,7 +17,6 @@ sys.path.insert(0, str(ROOT))
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
-
 FAULT_COUNTS: list[dict] = []  # filled by test_engine_faults: what each sweep tried and what passed
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -209,7 +208,7 @@ def test_corrupt_patch_file_is_a_clear_error(project):
 
 def test_patch_without_description_header(project):
     p = project / "patches" / "fx_topk.patch"
-    p.write_text("\n".join(l for l in p.read_text().splitlines() if not l.startswith("Description")) + "\n")
+    p.write_text("\n".join(line for line in p.read_text().splitlines() if not line.startswith("Description")) + "\n")
     err = status_fails(project)
     assert "fx_topk.patch: the DEP-3 header has no Description" in err
 

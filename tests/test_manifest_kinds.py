@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 import yaml
-
 from conftest import ROOT
+
 from sglang_overlay.compat import check_pin, subsets_that_matter
 from sglang_overlay.compose import compose
 from sglang_overlay.fetch import WheelSource, pinned_wheel

@@ -1,6 +1,5 @@
 """One module per command. Each has NAME, HELP, add_arguments(parser) and run(ctx, args) -> exit code."""
 
-from . import apply, check, diff, fetch, fingerprint, recover, refresh, revert, status, toggle
-from . import build_wheel, launch
+from . import apply, build_wheel, check, diff, fetch, fingerprint, launch, recover, refresh, revert, status, toggle
 
 COMMANDS = (fetch, status, apply, revert, toggle, diff, refresh, recover, fingerprint, check, launch, build_wheel)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from ..context import Context
 from ..errors import BadInput
 from ..fingerprint import short
-from ..hardware import gate_fails
 from ..fsio import tmp_path, unlink_quietly
+from ..hardware import gate_fails
 from ..state import State
 from ..switch import Outcome, switch
 from ..transaction import Transaction

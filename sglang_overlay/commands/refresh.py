@@ -87,7 +87,7 @@ def _captured(m, tree, txn, patch) -> dict:
         raise Conflict(
             f"cannot separate {patch.name}'s edits from later patches on the same lines:\n{e}",
             hint="revert the later patches, refresh, then apply them again",
-        )
+        ) from e
     updates = {}
     if patch.diff is not None:
         body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})

@@ -74,7 +74,6 @@ def patched_sglang_tree(pristine_sglang_tree, tmp_path_factory) -> Path:
 def sglang_patched(patched_sglang_tree):
     """Import path set up for the patched tree; returns the tree's python/ directory."""
     import torch  # noqa: F401  (a missing CPU torch fails here, loudly)
-
     from _torchvision_standin import install
 
     install()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sglang-overlay command line: `python apply.py --help`."""
 
-import _signal  # built in, unlike `signal`: the handlers are in place before a single file is read
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for it; built in, unlike `signal`: the handlers are in place before a single file is read
 import os
 
 

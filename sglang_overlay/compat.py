@@ -41,7 +41,7 @@ class CheckReport:
     def ok(self) -> bool:
         return all(i.ok for i in self.items)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "version": self.version,
             "ok": self.ok,
@@ -162,7 +162,7 @@ def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdi
             return Verdict(p.name, version, "target-missing", f"{p.proof.file} is gone")
         return Verdict(p.name, version, "upstreamed" if res.holds else "conflict", res.detail)
     diff = p.diff
-    targets = [f for f in (diff.files if diff else ()) if f not in diff.created]
+    targets = [f for f in (diff.files if diff else ()) if f not in (diff.created if diff else ())]
     missing = [f for f in targets if release(f) is None]
     if missing:
         return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
@@ -200,8 +200,10 @@ def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdi
     return Verdict(p.name, version, "conflict", _locate_conflict(p, forward, release, original) + why)
 
 
-def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
+def three_way(p: Change, release: Reader, original: Reader) -> tuple[bool, str]:
     """`git apply --3way` in a scratch repo that holds the release's files and the pin's blobs."""
+    if p.diff is None:
+        return False, " (no diff to merge)"
     scratch = scratch_dirs.make("3way")
     try:
         env_repo = ["-c", "user.name=x", "-c", "user.email=x@localhost"]
@@ -232,11 +234,12 @@ def three_way(p: Patch, release: Reader, original: Reader) -> tuple[bool, str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _locate_conflict(p: Patch, forward: str, release: Reader, original: Reader) -> str:
+def _locate_conflict(p: Change, forward: str, release: Reader, original: Reader) -> str:
     """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
     out = []
+    hunks = p.diff.hunks if p.diff is not None else ()
     for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.M):
-        hunk = next((h for h in p.diff.hunks if h.file == f and h.source_start == int(line)), None)
+        hunk = next((h for h in hunks if h.file == f and h.source_start == int(line)), None)
         if hunk is None:
             continue
         pin_text = (original(f) or b"").decode("utf-8", "replace")

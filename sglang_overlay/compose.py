@@ -92,10 +92,13 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
 def _check_created(patches: list[Change], contents: dict[str, bytes | None], reverse: bool) -> None:
     # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
     for patch in patches:
-        for f in patch.diff.created if patch.diff is not None and not reverse else ():
+        diff = patch.diff
+        if diff is None or reverse:
+            continue
+        for f in diff.created:
             if contents.get(f) is None:
                 raise Conflict(
-                    f"{patch.name}: {patch.diff.path} creates {f}, but git apply wrote it elsewhere",
+                    f"{patch.name}: {diff.path} creates {f}, but git apply wrote it elsewhere",
                     hint="regenerate the patch with `git diff` (paths a/python/sglang/... b/python/...)",
                 )
 
@@ -103,8 +106,10 @@ def _check_created(patches: list[Change], contents: dict[str, bytes | None], rev
 def _git_apply(
     scratch: Path, patch: Change, reverse: bool, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
 ) -> None:
+    assert patch.diff is not None, "compose applies only entries with a diff body"
+    diff = patch.diff
     pfile = scratch.parent / "change.patch"
-    write_plain(pfile, patch.diff.body)
+    write_plain(pfile, diff.body)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
     res = git_outside_repo(*args, cwd=scratch)
     out = res.stdout + res.stderr
@@ -123,7 +128,7 @@ def _git_apply(
         m = _OFFSET_RE.match(line)
         if m and current:
             index, at, off = int(m.group(1)), int(m.group(2)), int(m.group(3))
-            hunk = [h for h in patch.diff.hunks if h.file == current][index - 1]
+            hunk = [h for h in diff.hunks if h.file == current][index - 1]
             # Lines added above by earlier patches of this set move the hunk by design: not upstream drift.
             off -= sum(d for start, d in shifts.get(current, ()) if start < hunk.source_start)
             if off:
@@ -190,7 +195,8 @@ def explain_failure(
         lines.append(f"  {f}: the patch creates it, but the tree already has it")
     for f, line_no in _FAILED_RE.findall(git_output):
         line_no = int(line_no)
-        hunk = next((h for h in patch.diff.hunks if h.file == f and h.source_start == line_no), None)
+        hunks = patch.diff.hunks if patch.diff is not None else ()
+        hunk = next((h for h in hunks if h.file == f and h.source_start == line_no), None)
         if hunk is None:
             lines.append(f"  {f}:{line_no}: a hunk does not match")
             continue

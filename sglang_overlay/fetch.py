@@ -277,4 +277,4 @@ def _commit_pristine(root: Path, pin: Pin, wheel: Path) -> None:
 def _initial_branch_ok() -> bool:
     out = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout
     m = re.search(r"(\d+)\.(\d+)", out)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (2, 28)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (2, 28)

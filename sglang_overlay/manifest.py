@@ -294,7 +294,7 @@ class _Ctx:
     def fail(self, where: str, message: str, fix: str | None = None) -> ManifestError:
         return ManifestError(f"{self.path}: {where}: {message}", hint=fix)
 
-    def check_keys(self, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
+    def check_keys(self, where: str, data: Mapping[Any, Any], allowed: tuple[str, ...]) -> None:
         for key in data:
             if key not in allowed:
                 raise self.fail(
@@ -303,7 +303,7 @@ class _Ctx:
                     f"allowed keys here: {', '.join(allowed)}",
                 )
 
-    def mapping(self, where: str, value: Any) -> Mapping:
+    def mapping(self, where: str, value: Any) -> Mapping[Any, Any]:
         if not isinstance(value, Mapping):
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         return value
@@ -337,12 +337,13 @@ def load_manifest(path: str | Path) -> Manifest:
     return _load(path, seen=())
 
 
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml: parsing is most of `status`
+# libyaml where it is built in (parsing is most of `status`): a base chosen at import, which mypy cannot follow.
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The safe loader, refusing a key given twice in one mapping (YAML would silently keep the last)."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
-            first: dict = {}
+            first: dict[Any, Any] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
@@ -458,6 +459,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
         parent = _load(parent_path, seen + (path,))
 
+    pin_source: Path | None
     if "pin" in data:
         pin, pin_source = _parse_pin(ctx, data["pin"]), path
     elif parent:

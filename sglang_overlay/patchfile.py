@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import unidiff
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet
 
 from .errors import ManifestError
 
@@ -128,8 +129,8 @@ def parse_patch_file(path: Path) -> PatchFile:
     if not diff_text.strip():
         return PatchFile(path, header, header_text, b"", (), (), (), ())
     try:
-        ps = unidiff.PatchSet(diff_text)
-    except (unidiff.UnidiffParseError, ValueError, IndexError) as e:
+        ps = PatchSet(diff_text)
+    except (UnidiffParseError, ValueError, IndexError) as e:
         raise ManifestError(
             f"{path}: the diff is corrupt: {e}",
             hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",

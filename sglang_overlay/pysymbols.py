@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
+
+Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
-def _defs(tree: ast.AST, prefix: str = ""):
+def _defs(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Def]]:
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = f"{prefix}{node.name}"
@@ -25,7 +28,7 @@ def _parse(text: str):
 
 
 @functools.lru_cache(maxsize=64)
-def _all_defs(text: str) -> tuple:
+def _all_defs(text: str) -> tuple[tuple[str, Def], ...]:
     tree = _parse(text)
     return tuple(_defs(tree)) if tree is not None else ()
 

@@ -58,7 +58,7 @@ def _last_line(path: Path) -> str:
 def healthy(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
-            return resp.status == 200
+            return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -157,11 +157,11 @@ class ServerProcess:
         self.env = env
         self.log_path = log_path
         self.grace = grace
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.stop_requested_at: float | None = None
         self.stop_signal: int | None = None
         self._killed = False
-        self._old_handlers: dict[int, object] = {}
+        self._old_handlers: dict[int, signal._HANDLER] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:

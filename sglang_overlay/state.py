@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import StateError
 from .fsio import atomic_write, is_tmp_name, read_bytes, unlink_quietly
@@ -89,7 +89,7 @@ class Shape:
     def fail(self, key: str, problem: str) -> StateError:
         return StateError(f"{self.path}: {self.what}: key {key}: {problem}", hint=self.fix)
 
-    def load(self, text: str) -> dict:
+    def load(self, text: str) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -100,12 +100,12 @@ class Shape:
             )
         return data
 
-    def keys(self, data: dict, allowed: tuple[str, ...], key: str = "(top level)") -> None:
+    def keys(self, data: dict[str, Any], allowed: tuple[str, ...], key: str = "(top level)") -> None:
         extra = sorted(set(data) - set(allowed))
         if extra:
             raise self.fail(key, f"unknown key(s) {', '.join(map(repr, extra))}")
 
-    def get(self, data: dict, key: str, kind, *, optional: bool = False) -> Any:
+    def get(self, data: dict[str, Any], key: str, kind, *, optional: bool = False) -> Any:
         if key not in data:
             if optional:
                 return None
@@ -118,6 +118,10 @@ class Shape:
             raise self.fail(repr(key), f"expected {names}, got {value!r:.80}")
         return value
 
+    @overload
+    def digest(self, value: Any, key: str, *, optional: Literal[False]) -> str: ...
+    @overload
+    def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None: ...
     def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None:
         if value is None and optional:
             return None

@@ -90,7 +90,7 @@ def rebuild_bases(store: ObjectStore, state: State, current: Contents) -> Conten
 
 
 def target_contents(
-    manifest: Manifest, target: tuple[Patch, ...], base: Contents
+    manifest: Manifest, target: tuple[PatchChange, ...], base: Contents
 ) -> tuple[Contents, list[Offset], str]:
     """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
     patch_files = sorted({f for p in target for f in p.files})
@@ -147,10 +147,11 @@ def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift
 
 
 def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileRecord]) -> tuple[bytes, ...]:
-    out = {}
+    out: dict[str, bytes] = {}
     for f, rec in records.items():
-        if rec.base is not None and rec.base not in out and not store.has(rec.base):
-            out[rec.base] = base[f]
+        data = base[f]
+        if rec.base is not None and data is not None and rec.base not in out and not store.has(rec.base):
+            out[rec.base] = data
     return tuple(out.values())
 
 
@@ -182,7 +183,7 @@ def switch(
     )
     backup_dir = None
     if writes or new_state.to_json() != state.to_json():
-        saved = {f: current[f] for f in edited if current[f] is not None}
+        saved = {f: data for f in edited if (data := current[f]) is not None}
         backup_dir = txn.commit(
             Change(op, writes, {f: current[f] for f in writes}, new_state, new_bases(txn.store, base, records), saved)
         )

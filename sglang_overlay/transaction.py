@@ -168,7 +168,8 @@ class Transaction:
                 txn._clean()
             yield txn
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     # -- recovery ----------------------------------------------------------------------------------------------
     def recover(self) -> Journal | None:
@@ -371,7 +372,7 @@ class Transaction:
             return None
         root = _real_dir(self.dir / BACKUPS) / journal.backup
         os.mkdir(root)
-        for f, data in sorted(change.backup.items()):
+        for f, data in sorted((change.backup or {}).items()):
             path = root / f
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)

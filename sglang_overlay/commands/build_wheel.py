@@ -28,9 +28,10 @@ from ..errors import BadInput
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
+from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
-from ..tree import STATE_DIR_NAME, Tree
+from ..tree import Tree
 
 NAME = "build-wheel"
 HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.<fingerprint>)"

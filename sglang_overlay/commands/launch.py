@@ -151,7 +151,9 @@ def interpreter(tree: Tree, explicit: str | None) -> str:
     )
 
 
-def child_env(base: dict[str, str], manifest, profile, fp: str, tree: Tree) -> tuple[dict[str, str], dict, list]:
+def child_env(
+    base: dict[str, str], manifest, profile, fp: str, tree: Tree
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """(environment, variables set, variables removed). See the module docstring for the rule."""
     env = dict(base)
     profile_vars = profile.as_env() if profile else {}
@@ -179,9 +181,9 @@ def default_log(tree: Tree) -> Path:
 def _wanted(m, args) -> tuple[str, ...] | None:
     """The set asked for, or None: keep the set the tree carries."""
     if args.preset:
-        return m.closure(m.preset(args.preset))
+        return tuple[str, ...](m.closure(m.preset(args.preset)))
     if args.patches is not None:
-        return m.closure([n for n in args.patches.split(",") if n])
+        return tuple[str, ...](m.closure([n for n in args.patches.split(",") if n]))
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import re
 import sys
+from pathlib import Path
 
 from ..compose import compose
 from ..diffgen import make_diff
@@ -64,12 +65,14 @@ def run(ctx, args) -> int:
     if not updates and not outcome.written:
         print(f"{patch.name}: no hand edits to capture")
         return 0
-    print(f"refreshed {patch.name}: {len(updates)} file(s) updated; fingerprint now {outcome.fingerprint[:12]}")
+    print(
+        f"refreshed {patch.name}: {len(updates)} file(s) updated; fingerprint now {(outcome.fingerprint or '-')[:12]}"
+    )
     print(f"  review it: git diff -- {patch.diff.path if patch.diff else 'overlay/'}", file=sys.stderr)
     return 0
 
 
-def _captured(m, tree, txn, patch) -> dict:
+def _captured(m, tree, txn, patch) -> dict[Path, bytes]:
     """patch file or overlay source -> its new bytes, for those the hand edits change."""
     state = txn.state
     order = [p.name for p in m.ordered(state.applied)]

@@ -4,6 +4,7 @@ stale (the patch file changed since it was applied), unavailable (hardware gate)
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..fingerprint import patch_digest, short
 from ..hardware import capabilities, gate_fails
@@ -30,13 +31,13 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def collect(ctx) -> dict:
+def collect(ctx) -> dict[str, Any]:
     m, tree = ctx.manifest, ctx.tree
     with reading(tree) as view:
         return _collect(m, tree, view)
 
 
-def _collect(m, tree, view) -> dict:
+def _collect(m, tree, view) -> dict[str, Any]:
     state, pending = view.state, view.pending
     drift = drifted_files(tree, state)
     read_base = base_reader(tree, state, view.store)

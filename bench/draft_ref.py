@@ -83,6 +83,8 @@ class Eagle3Draft(nn.Module):
     """Parameters named as LlamaForCausalLMEagle3.named_parameters(); embed_tokens (the target's) is frozen,
     and lm_head too when the config lets SGLang share the target's."""
 
+    embed: torch.Tensor  # a registered buffer: declared so it reads as a tensor, not Tensor | Module
+
     def __init__(self, arch: DraftArch, embed: torch.Tensor, head: torch.Tensor, seed: int = 0):
         super().__init__()
         a = self.arch = arch

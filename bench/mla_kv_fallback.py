@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = "overlay/python/sglang/srt/layers/attention/mla_kv_step.py"
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
             f"{'before s':>9} {'MB':>6} | {'after s':>8} {'MB':>6}"
         )
         for case in CASES:
-            row = {"pool_rows": case[0], "index_entries": case[1], "rows_in_use": case[2]}
+            row: dict[str, Any] = {"pool_rows": case[0], "index_entries": case[1], "rows_in_use": case[2]}
             for impl, module in (("pristine", after), ("before", before), ("after", after)):
                 row[impl] = measure(impl, module, case, a.repeats)
             results.append(row)

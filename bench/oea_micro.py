@@ -86,8 +86,8 @@ def load_oea(path: Path):
     if not path.is_file():
         raise FileNotFoundError(f"OEA module not found at {path} (the oea_topk patch's overlay file); pass --oea-file")
     spec = importlib.util.spec_from_file_location("overlay_oea", path)
+    assert spec is not None and spec.loader is not None, f"{path}: not importable as a module"
     mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     spec.loader.exec_module(mod)
     fn = getattr(mod, "opportunistic_expert_activation", None)
     if fn is None:

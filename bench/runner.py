@@ -159,7 +159,7 @@ def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> lis
     if "error" in overlay:
         return [f"could not read server_info: {overlay['error']}"]
     out = []
-    fps = {overlay.get("launch_fingerprint"), overlay.get("fingerprint")} - {None}
+    fps = {f for f in (overlay.get("launch_fingerprint"), overlay.get("fingerprint")) if f is not None}
     if fps and printed_fp not in fps:
         out.append(f"launcher printed fingerprint {printed_fp}, server reports {sorted(fps)}")
     if overlay.get("patches") is not None and set(overlay["patches"]) != set(patches):

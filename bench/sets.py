@@ -16,8 +16,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import SetError
+
+if TYPE_CHECKING:  # imported where a catalog is loaded: the set grammar itself needs no manifest
+    from sglang_overlay.manifest import Manifest
 
 EMPTY_NAMES = ("none", "pristine")
 _TERM_RE = re.compile(r"([+-]?)([^+-]+)")
@@ -30,7 +34,7 @@ class Catalog:
     names: tuple[str, ...]
     presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     applies_change: Mapping[str, bool] = field(default_factory=dict)  # False for `upstreamed` entries
-    manifest: object = None  # the loaded sglang_overlay Manifest, for its closure
+    manifest: Manifest | None = None  # the loaded sglang_overlay Manifest, for its closure
 
     @classmethod
     def from_manifest(cls, path: str | Path) -> Catalog:
@@ -54,6 +58,8 @@ class Catalog:
         """`names` plus what they require, in manifest order: the manifest's own closure (conflicts refused)."""
         for n in names:
             self._check(n)
+        if self.manifest is None:
+            raise SetError("this catalog was built without a manifest: it cannot take a closure")
         try:
             return self.manifest.closure(names)
         except Exception as e:  # ManifestError (a conflicting pair): one clear line

@@ -13,6 +13,7 @@ import itertools
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 _LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[^\]]*?)\]\s*(.*)$")
 _EDGE = re.compile(r"^(?P<what>[A-Z][\w /+-]*?) (?P<edge>begin|end|ends)\b")
@@ -76,7 +77,7 @@ def gaps(lines: list[tuple[float, str]], n: int = 5, at_least: float = 2.0) -> l
     """The longest silences between consecutive log lines up to the server being ready, with the lines around
     them: the phases SGLang does not bracket (a spawned scheduler importing sglang before its first line took
     28 of a 76 s warm start on the H200) show up here."""
-    out = []
+    out: list[dict[str, Any]] = []
     for (t0, before), (t1, after) in itertools.pairwise(lines):
         if before.startswith(READY):
             break

@@ -104,8 +104,13 @@ def place_probe(
     from .replication import lower_is_better
 
     lib = lower_is_better(metric)
-    kw = dict(metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect)
-    vg, vb = compare_starts(good, probe, **kw), compare_starts(bad, probe, **kw)
+
+    def vs(ref: Sequence[float | None]) -> Comparison:
+        return compare_starts(
+            ref, probe, metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect
+        )
+
+    vg, vb = vs(good), vs(bad)
     g, b, p = clean(good), clean(bad), clean(probe)
     nan = math.nan
     if min(len(g), len(b), len(p)) < MIN_STARTS:

@@ -5,7 +5,9 @@ import _signal  # type: ignore[import-not-found]  # typeshed has no stub for it;
 import os
 
 
-def _interrupted_at_start(signum, frame):  # nothing is written before main() installs its own handlers
+def _interrupted_at_start(
+    signum: int, frame: object
+) -> None:  # nothing is written before main() installs its own handlers
     os.write(2, b"interrupted\n")
     os._exit(130)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from . import scratch as scratch_dirs
@@ -61,7 +61,7 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     out: list[tuple[str, tuple[str, ...]]] = []
     seen: set[tuple[str, ...]] = set()
 
-    def add(label: str, names) -> None:
+    def add(label: str, names: Iterable[str]) -> None:
         try:
             s = m.closure(names)
         except Exception:

@@ -18,6 +18,7 @@ from .errors import Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Change
+from .patchfile import Hunk
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
@@ -159,7 +160,7 @@ def _read(scratch: Path, repo_path: str) -> str | None:
     return f.read_text(errors="replace") if f.is_file() else None
 
 
-def hunk_symbol(hunk, original: str | None) -> str | None:
+def hunk_symbol(hunk: Hunk, original: str | None) -> str | None:
     """The Python symbol a hunk was written for: from the release it was made against, else git's context."""
     if not hunk.file.endswith(".py"):
         return None

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -84,7 +85,7 @@ def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -
 
 
 @contextmanager
-def _locked(directory: Path):
+def _locked(directory: Path) -> Iterator[None]:
     """One fetch at a time per directory; what a killed one left (its `.tmp-`/`.download-` entries) is then
     known to be stale and removed."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 
 from .manifest import Change, EnvProfile, Manifest, Patch
 
@@ -25,7 +26,7 @@ def patch_digest(patch: Patch) -> str:
     return h.hexdigest()
 
 
-def fingerprint(manifest: Manifest, names, env_profile: EnvProfile | None = None) -> str:
+def fingerprint(manifest: Manifest, names: Iterable[str], env_profile: EnvProfile | None = None) -> str:
     pin = manifest.pin
     doc = {
         "pin": [pin.package, pin.version, pin.sha256],

@@ -32,7 +32,7 @@ def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
-def _die_with_parent():
+def _die_with_parent() -> None:
     """In the child: a long git (fetch's commit of the release) outliving a killed tool would go on writing into
     what the next fetch cleans up. Not for every git: it costs a fork instead of a vfork (~6 ms a call here)."""
     import ctypes

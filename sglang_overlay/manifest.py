@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
@@ -232,14 +232,14 @@ class Manifest:
             hint="`python apply.py status` lists the patches",
         )
 
-    def ordered(self, names) -> tuple[Patch, ...]:
+    def ordered(self, names: Iterable[str]) -> tuple[Patch, ...]:
         """The named patches in manifest order: the one order in which files are composed."""
         wanted = set(names)
         for n in wanted:
             self.patch(n)
         return tuple(p for p in self.patches if p.name in wanted)
 
-    def changes(self, names) -> tuple[Change, ...]:
+    def changes(self, names: Iterable[str]) -> tuple[Change, ...]:
         """The named entries that write files, in manifest order (upstreamed entries change nothing)."""
         return tuple(p for p in self.ordered(names) if isinstance(p, Change))
 
@@ -259,7 +259,7 @@ class Manifest:
             )
         return self.env_profiles[name]
 
-    def closure(self, names) -> tuple[str, ...]:
+    def closure(self, names: Iterable[str]) -> tuple[str, ...]:
         """`names` plus everything they require, transitively; refuses a set that holds a conflicting pair."""
         out: list[str] = []
         stack = list(names)
@@ -280,7 +280,7 @@ class Manifest:
         return ordered
 
 
-def _did_you_mean(word: str, choices) -> str:
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -341,7 +341,7 @@ def load_manifest(path: str | Path) -> Manifest:
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The safe loader, refusing a key given twice in one mapping (YAML would silently keep the last)."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             first: dict[Any, Any] = {}
             for key_node, _ in node.value:
@@ -354,16 +354,17 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
                     continue  # an unhashable key: the base class says so
                 if seen is not key_node.start_mark:
                     raise _DuplicateKey(key, seen, key_node.start_mark)
-        return super().construct_mapping(node, deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep)  # the base is Any to mypy (above)
+        return mapping
 
 
 class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key, first, again):
+    def __init__(self, key: object, first: yaml.Mark, again: yaml.Mark):
         super().__init__(f"duplicate key {key!r}")
         self.key, self.first, self.again = key, first, again
 
 
-def _check_size(path: Path, root) -> None:
+def _check_size(path: Path, root: yaml.Node) -> None:
     """Walk the node graph as the data would expand, stopping at the first bound it crosses."""
     seen: set[int] = set()
     aliases = nodes = 0

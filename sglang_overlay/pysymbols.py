@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
@@ -19,7 +19,7 @@ def _defs(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Def]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _parse(text: str):
+def _parse(text: str) -> ast.Module | None:
     # The radar asks about the same 9000-line files many times; parsing dominates its run time otherwise.
     try:
         return ast.parse(text)
@@ -74,7 +74,7 @@ def defined_names(text: str) -> set[str]:
     return names
 
 
-def has_symbols(text: str, qualnames) -> list[str]:
+def has_symbols(text: str, qualnames: Iterable[str]) -> list[str]:
     """The qualified names from `qualnames` that the module does NOT define."""
     defined = defined_names(text)
     return [q for q in qualnames if q not in defined]

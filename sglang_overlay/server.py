@@ -176,7 +176,7 @@ class ServerProcess:
             signal.signal(sig, old)
         self._old_handlers.clear()
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop_requested_at is not None:  # a second signal: no more waiting
             print(
                 f"sglang-overlay: second signal ({signal.Signals(signum).name}): killing the server's process group",

@@ -105,7 +105,7 @@ class Shape:
         if extra:
             raise self.fail(key, f"unknown key(s) {', '.join(map(repr, extra))}")
 
-    def get(self, data: dict[str, Any], key: str, kind, *, optional: bool = False) -> Any:
+    def get(self, data: dict[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
         if key not in data:
             if optional:
                 return None

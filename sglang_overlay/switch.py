@@ -9,7 +9,7 @@ hands the result to one commit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +59,7 @@ def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
-def target_patches(manifest: Manifest, names) -> tuple[PatchChange, ...]:
+def target_patches(manifest: Manifest, names: Iterable[str]) -> tuple[PatchChange, ...]:
     """The named patches, what they require, in manifest order; upstreamed entries change nothing."""
     return manifest.changes(manifest.closure(names))
 
@@ -156,7 +156,13 @@ def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileReco
 
 
 def switch(
-    txn: Transaction, manifest: Manifest, names, *, op: str, force: bool = False, ignore_hardware: bool = False
+    txn: Transaction,
+    manifest: Manifest,
+    names: Iterable[str],
+    *,
+    op: str,
+    force: bool = False,
+    ignore_hardware: bool = False,
 ) -> Outcome:
     """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
     state, tree = txn.state, txn.tree
@@ -207,7 +213,7 @@ def switch(
     )
 
 
-def base_reader(tree: Tree, state: State, store: ObjectStore):
+def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:
     """Read a file as it was before any patch (from the saved base when the tool manages it)."""
 
     def read(repo_path: str) -> bytes | None:

@@ -38,6 +38,8 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     python3 -m bench tinymodel "$TINY"
     python3 -m bench tinymodel "$KIMI" --profile kimi-width
     python3 tests/sglang_patches/gpu_check.py 2>&1 | tee "$OUT/gpu_check.txt"
+    # the 0.5.23 pin's overlays on this torch (its SGLang needs torch 2.14.1, which this host lacks)
+    python3 tests/sglang_patches/gpu_check.py --overlay pins/0.5.23/overlay 2>&1 | tee "$OUT/gpu_check_0.5.23.txt"
     python3 apply.py --tree /tmp/site status | tee "$OUT/status_installed.txt"
     ;;
   run)

@@ -8,7 +8,10 @@ StoreLab is the bench.replication.Lab over this: plans ask for "one more start o
 medians; the lab serves them from the store when they are already there (a --resume, or --reuse of another
 run's starts under the same measurement signature) and measures only what is missing. Before its first real
 start in an invocation it runs one throwaway start: a machine's first start pays FlashInfer JIT and CUDA-graph
-compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's.
+compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's. A resumed
+invocation on a machine that served a start of the same measurement minutes ago (a marker in the machine's temp
+dir, keyed by signature and boot id: a fresh machine has neither) skips it: its caches are what the throwaway
+would warm, and a session's budget holds only about 13 starts.
 """
 
 from __future__ import annotations
@@ -405,6 +408,11 @@ class Runner:
         if self.warmed:
             return
         self.warmed = True
+        age = warm_machine_age(self.sig)
+        if age is not None:
+            progress(f"[warm-up start] skipped: this machine served a start of this measurement {age:.0f}s ago")
+            self.rec({"type": "warmup_skipped", "age_s": round(age, 1), "arm_key": arm.key})
+            return
         self.run_unit(arm, -1, "[warm-up start]", warmup=True)
 
     def run_unit(self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False) -> list[RepMetrics]:
@@ -524,6 +532,7 @@ class Runner:
             }
         )
         self._progress_line(arm, rnd, srv.startup_s, wall, label, warmup)
+        mark_warm_machine(self.sig)
         return reps
 
     def _stop(self, srv: launcher.Server) -> int | None:
@@ -607,3 +616,47 @@ class StoreLab:
 
     def note(self, record: dict) -> None:
         self.runner.rec(record)
+
+
+WARM_MAX_AGE_S = 20 * 60  # a session's calls follow each other within seconds; a machine idle longer is given back
+
+
+WARM_DIR_ENV = "SGLANG_OVERLAY_BENCH_WARM_DIR"  # tests point it at their own dir: one test's starts warm no other
+
+
+def _warm_marker(sig: str) -> Path:
+    import tempfile
+
+    return Path(os.environ.get(WARM_DIR_ENV) or Path(tempfile.gettempdir()) / "sglang-overlay-bench-warm") / sig
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def mark_warm_machine(sig: str) -> None:
+    """Note that this machine (this boot) has served a start of measurement `sig`; best effort."""
+    m = _warm_marker(sig)
+    try:
+        m.parent.mkdir(parents=True, exist_ok=True)
+        tmp = m.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"boot_id": _boot_id(), "time": time.time()}))
+        os.replace(tmp, m)
+    except OSError:
+        pass
+
+
+def warm_machine_age(sig: str) -> float | None:
+    """Seconds since this boot served a start of `sig`, or None (never, another boot, too long ago, unreadable)."""
+    try:
+        rec = json.loads(_warm_marker(sig).read_text())
+        age = time.time() - float(rec["time"])
+        boot = rec["boot_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not boot or boot != _boot_id() or not 0 <= age <= WARM_MAX_AGE_S:
+        return None
+    return age

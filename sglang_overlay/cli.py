@@ -43,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="SGLang tree: a git checkout, site-packages, or the embedded default (env "
         "SGLANG_OVERLAY_TREE); default: the embedded tree made by `fetch`",
     )
+    parser.add_argument(
+        "--pin",
+        default=None,
+        metavar="VERSION",
+        help="the patch set of another pin (pins/VERSION/; the top level when VERSION is its pin)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for module in COMMANDS:
@@ -63,7 +69,11 @@ def _context(args) -> Context:
             "--manifest is empty (an unset shell variable?)",
             hint="pass the manifest's path, or leave --manifest out to use ./manifest.yaml",
         )
-    return Context(manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(), tree_arg=args.tree)
+    return Context(
+        manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(),
+        tree_arg=args.tree,
+        pin=args.pin,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

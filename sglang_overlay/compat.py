@@ -6,17 +6,13 @@ Both read pristine files straight from release wheels and reuse `compose` — th
 from __future__ import annotations
 
 import itertools
-import re
-import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from . import scratch as scratch_dirs
-from .compose import compose, hunk_symbol
+from .carry import carry
+from .compose import compose
 from .errors import Conflict
-from .gitcmd import git
-from .manifest import Change, Manifest, Patch, UpstreamedPatch
-from .pysymbols import symbol_span
+from .manifest import Manifest, Patch
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -142,7 +138,7 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
 
 
 # ---------------------------------------------------------------------------------------------- radar
-STATUSES = ("clean", "offset", "needs-3way", "conflict", "upstreamed", "target-missing")
+STATUSES = ("clean", "offset", "needs-3way", "conflict", "upstreamed", "upstreamed-moved", "target-missing")
 
 
 @dataclass
@@ -152,115 +148,41 @@ class Verdict:
     status: str
     detail: str = ""
     max_offset: int = 0
+    files: dict[str, str] = field(default_factory=dict)  # repo path -> that file's own result
 
 
-def classify(p: Patch, release: Reader, version: str, original: Reader) -> Verdict:
-    """How one patch fares against one release's pristine files (the patch alone)."""
-    if isinstance(p, UpstreamedPatch):
-        res = prove(p, release)
-        if p.proof and release(p.proof.file) is None:
-            return Verdict(p.name, version, "target-missing", f"{p.proof.file} is gone")
-        return Verdict(p.name, version, "upstreamed" if res.holds else "conflict", res.detail)
-    diff = p.diff
-    targets = [f for f in (diff.files if diff else ()) if f not in (diff.created if diff else ())]
-    missing = [f for f in targets if release(f) is None]
-    if missing:
-        return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
-    for f in p.overlay:
-        data = release(f)
-        if data is not None:
-            same = data == p.overlay_source(f).read_bytes()
-            return Verdict(
-                p.name,
-                version,
-                "upstreamed" if same else "conflict",
-                f"{f} now ships upstream" + ("" if same else " with other content"),
-            )
-    base = {f: release(f) for f in p.files}
-    try:
-        composed = compose(base, [p])
-        offs = [o.offset for o in composed.offsets]
-        if offs:
-            worst = max(offs, key=abs)
-            return Verdict(
-                p.name, version, "offset", f"{len(offs)} hunk(s) moved, up to {worst:+d} lines", max_offset=worst
-            )
-        return Verdict(p.name, version, "clean")
-    except Conflict as forward_error:
-        forward = str(forward_error)
-    if diff is not None and diff.body:
-        try:
-            compose({f: release(f) for f in diff.files}, [p], reverse=True)
-            return Verdict(p.name, version, "upstreamed", "the change is already there (it reverse-applies)")
-        except Conflict:
-            pass
-    merged, why = three_way(p, release, original)
-    if merged:
-        return Verdict(p.name, version, "needs-3way", "applies with a 3-way merge against the pinned release")
-    return Verdict(p.name, version, "conflict", _locate_conflict(p, forward, release, original) + why)
+def classify(
+    p: Patch, release: Reader, version: str, original: Reader, paths: Callable[[], list[str]] | None = None
+) -> Verdict:
+    """How one patch fares against one release's pristine files (the patch alone); `paths` lists the release's
+    files, where a moved proof is looked for."""
+    if p.kind != "upstreamed" and p.diff is not None:
+        missing = [f for f in p.diff.files if f not in p.diff.created and release(f) is None]
+        if missing:
+            return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
+    step = carry(p, original, release, paths or (lambda: []), version)
+    status = _RADAR.get(step.status, step.status)
+    if step.status == "proof-failed" and p.proof and release(p.proof.file) is None:
+        status, detail = "target-missing", f"{p.proof.file} is gone"
+    else:
+        detail = step.detail
+    return Verdict(p.name, version, status, detail, step.max_offset, dict(step.files))
 
 
-def three_way(p: Change, release: Reader, original: Reader) -> tuple[bool, str]:
-    """`git apply --3way` in a scratch repo that holds the release's files and the pin's blobs."""
-    if p.diff is None:
-        return False, " (no diff to merge)"
-    scratch = scratch_dirs.make("3way")
-    try:
-        env_repo = ["-c", "user.name=x", "-c", "user.email=x@localhost"]
-        git("init", "-q", "--template=", cwd=scratch, env={"GIT_CEILING_DIRECTORIES": str(scratch.parent)})
-        for f in p.diff.files:
-            data = original(f)
-            if data is not None:  # the blobs the patch's index lines name, so git can merge
-                blob = scratch / ".pin-blob"
-                blob.write_bytes(data)
-                git("hash-object", "-w", str(blob), cwd=scratch)
-                blob.unlink()
-            cur = release(f)
-            if cur is not None:
-                dst = scratch / f
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(cur)
-        git(*env_repo, "add", "-A", cwd=scratch)
-        git(*env_repo, "commit", "-q", "-m", "release", "--allow-empty", cwd=scratch)
-        pf = scratch / ".git" / "change.patch"
-        pf.write_bytes(p.diff.body)
-        res = git("apply", "--3way", "--whitespace=nowarn", str(pf), cwd=scratch, check=False)
-        if res.returncode == 0:
-            return True, ""
-        if "lacks the necessary blob" in res.stderr:
-            return False, " (3-way impossible: the patch's index lines do not name the pinned blobs)"
-        return False, ""
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+_RADAR = {"upstream": "upstreamed", "collision": "conflict", "proof-failed": "conflict"}
 
 
-def _locate_conflict(p: Change, forward: str, release: Reader, original: Reader) -> str:
-    """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
-    out = []
-    hunks = p.diff.hunks if p.diff is not None else ()
-    for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.M):
-        hunk = next((h for h in hunks if h.file == f and h.source_start == int(line)), None)
-        if hunk is None:
-            continue
-        pin_text = (original(f) or b"").decode("utf-8", "replace")
-        rel_text = (release(f) or b"").decode("utf-8", "replace")
-        sym = hunk_symbol(hunk, pin_text or None)
-        where = f"{f} hunk #{hunk.index} {hunk.header}"
-        if sym:
-            pin_span = symbol_span(pin_text, sym)
-            rel_span = symbol_span(rel_text, sym)
-            where += f" in `{sym}`"
-            if pin_span:
-                where += f" (pin: lines {pin_span[0]}-{pin_span[1]}"
-            where += f"; release: lines {rel_span[0]}-{rel_span[1]})" if rel_span else "; release: gone)"
-        out.append(where)
-    return "; ".join(out) or forward.splitlines()[-1].strip()
-
-
-def radar(m: Manifest, versions: list[str], reader_for: Callable[[str], Reader], original: Reader) -> list[Verdict]:
+def radar(
+    m: Manifest,
+    versions: list[str],
+    reader_for: Callable[[str], Reader],
+    original: Reader,
+    paths_for: Callable[[str], Callable[[], list[str]]] | None = None,
+) -> list[Verdict]:
     verdicts = []
     for v in versions:
         read = reader_for(v)
+        paths = paths_for(v) if paths_for else None
         for p in m.patches:
-            verdicts.append(classify(p, read, v, original))
+            verdicts.append(classify(p, read, v, original, paths))
     return verdicts

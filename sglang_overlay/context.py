@@ -25,15 +25,30 @@ def default_manifest_path() -> Path:
 class Context:
     manifest_path: Path
     tree_arg: str | None = None
+    pin: str | None = None  # --pin VERSION: the set in pins/VERSION/ (the top level when it is its pin)
 
     @property
     def project_root(self) -> Path:
-        """Where the embedded default tree lives (.sglang/ beside the manifest that holds the pin)."""
-        return self.manifest.project_root
+        """Where the embedded trees live (.sglang/ beside the top-level manifest, shared by every pin)."""
+        return self.top_manifest.project_root
+
+    @functools.cached_property
+    def top_manifest(self) -> Manifest:
+        return load_manifest(self.manifest_path)
+
+    @functools.cached_property
+    def selected_manifest_path(self) -> Path:
+        if self.pin is None:
+            return self.manifest_path
+        from .pins import pin_manifest_path
+
+        return pin_manifest_path(self.top_manifest, self.pin)
 
     @functools.cached_property
     def manifest(self) -> Manifest:
-        return load_manifest(self.manifest_path)
+        if self.pin is None:
+            return self.top_manifest
+        return load_manifest(self.selected_manifest_path)
 
     @functools.cached_property
     def tree(self) -> Tree:

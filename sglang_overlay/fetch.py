@@ -209,6 +209,10 @@ class WheelSource:
         member = repo_path[len("python/") :]
         return self._zip.read(member) if member in self._names else None
 
+    def paths(self) -> list[str]:
+        """Repository paths of every file of the release, sorted."""
+        return sorted("python/" + n for n in self._names if n.startswith(WHEEL_PREFIX) and not n.endswith("/"))
+
     def version(self) -> str:
         m = re.match(r"^[^-]+-([^-]+)-", self.wheel.name)
         return m.group(1) if m else "?"

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StateError
-from .fsio import read_bytes
-from .state import Shape, parse_state
+from .state import Shape, parse_state, read_own_file
 
 JOURNAL_VERSION = 1
 BACKUP_NAME = re.compile(r"\d{8}T\d{6}Z-\d+(-\d+)?")
@@ -97,8 +96,5 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
 
 
 def read_journal(path: Path) -> Journal | None:
-    try:
-        raw = read_bytes(path)
-    except OSError as e:
-        raise StateError(f"{path}: the journal cannot be read ({e.strerror})", hint=JOURNAL_FIX) from e
+    raw = read_own_file(path, "the journal", JOURNAL_FIX)
     return None if raw is None else parse_journal(raw, path)

@@ -171,11 +171,16 @@ def parse_state(text: str, path: Path) -> State:
     return State(applied, files, fingerprint, pin_version, digests)
 
 
-def load_state(path: Path) -> State:
+def read_own_file(path: Path, what: str, fix: str) -> bytes | None:
+    """One of the tool's own files (state, journal, rebase progress); None if absent, unreadable is bad input."""
     try:
-        raw = read_bytes(path)
+        return read_bytes(path)
     except OSError as e:
-        raise StateError(f"{path}: the state file cannot be read ({e.strerror})", hint=STATE_FIX) from e
+        raise StateError(f"{path}: {what} cannot be read ({e.strerror})", hint=fix) from e
+
+
+def load_state(path: Path) -> State:
+    raw = read_own_file(path, "the state file", STATE_FIX)
     if raw is None:
         return State()
     try:

@@ -17,6 +17,12 @@ sys.path.insert(0, str(ROOT))
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
+
+# The 0.5.23 pin's SGLang tests need their own virtualenv (torch 2.14.1, requirements-sglang-0.5.23-cpu.txt):
+# `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
+# given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).
+collect_ignore = ["sglang_patches_0523"]
+
 FAULT_COUNTS: list[dict] = []  # filled by test_engine_faults: what each sweep tried and what passed
 
 
@@ -93,3 +99,9 @@ def copy_project(dst: Path) -> Path:
         if (ROOT / d).exists():
             shutil.copytree(ROOT / d, dst / d)
     return dst
+
+
+@pytest.fixture(autouse=True)
+def _own_bench_warm_dir(tmp_path_factory, monkeypatch):
+    """The bench's warm-machine markers per test: a start one test served must not skip another's throwaway."""
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path_factory.mktemp("bench-warm")))

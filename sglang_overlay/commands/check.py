@@ -12,8 +12,10 @@ import sys
 import time
 
 from ..compat import STATUSES, check_pin, radar
-from ..errors import CheckFailed
+from ..errors import BadInput, CheckFailed
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
+from ..manifest import load_manifest
+from ..pins import all_pins
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
@@ -26,16 +28,50 @@ def add_arguments(p) -> None:
         metavar="VERSION",
         help="classify each patch against these releases ('latest': the newest on the index)",
     )
+    p.add_argument(
+        "--all-pins",
+        action="store_true",
+        help="check every pin of the project: the top level and each pins/VERSION/ (what CI runs)",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--markdown", action="store_true", help="print a markdown table (for a pull-request comment)")
 
 
 def run(ctx, args) -> int:
+    if args.all_pins:
+        if args.against:
+            raise BadInput("check: --all-pins checks each pin on its own release; --against is for one set")
+        return _all_pins(ctx, args)
     m = ctx.manifest
     pin_source = WheelSource(pinned_wheel(m.pin))
     if args.against:
         return _radar(ctx, args, pin_source)
+    if not _check_one(m, pin_source, args):
+        raise CheckFailed(
+            f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
+            hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one",
+        )
+    return 0
+
+
+def _all_pins(ctx, args) -> int:
+    failed = []
+    for version, path in all_pins(ctx.top_manifest):
+        m = load_manifest(path)
+        if not args.json:
+            print(f"== pin {version} ({path})")
+        if not _check_one(m, WheelSource(pinned_wheel(m.pin)), args):
+            failed.append(version)
+    if failed:
+        raise CheckFailed(
+            f"the patch set does not hold on pin(s) {', '.join(failed)} (failures above)",
+            hint="`python apply.py --pin VERSION check` shows one pin",
+        )
+    return 0
+
+
+def _check_one(m, pin_source, args) -> bool:
     t0 = time.monotonic()
     rep = check_pin(m, pin_source.read, m.pin.version)
     elapsed = time.monotonic() - t0
@@ -57,12 +93,7 @@ def run(ctx, args) -> int:
             f"check {m.pin.package} {m.pin.version}: {passed} of {len(rep.items)} checks passed in {elapsed:.2f}s"
             + ("" if rep.ok else f"; {len(rep.items) - passed} FAILED")
         )
-    if not rep.ok:
-        raise CheckFailed(
-            f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
-            hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one",
-        )
-    return 0
+    return rep.ok
 
 
 def _radar(ctx, args, pin_source) -> int:
@@ -73,7 +104,7 @@ def _radar(ctx, args, pin_source) -> int:
         print(f"sglang-overlay: [{i}/{len(versions)}] release {v}", file=sys.stderr, flush=True)
         sources[v] = WheelSource(release_wheel(m.pin, v))
     t0 = time.monotonic()
-    verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read)
+    verdicts = radar(m, versions, lambda v: sources[v].read, pin_source.read, lambda v: sources[v].paths)
     elapsed = time.monotonic() - t0
     if args.json:
         print(
@@ -95,7 +126,7 @@ def _radar(ctx, args, pin_source) -> int:
         print("| patch | " + " | ".join(versions) + " |\n|---|" + "---|" * len(versions))
         for p in m.patches:
             print(f"| {p.name} | " + " | ".join(_cell(table[(p.name, v)]) for v in versions) + " |")
-        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way")]
+        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved")]
         if details:
             print("\n<details><summary>why</summary>\n")
             for v in details:
@@ -104,11 +135,11 @@ def _radar(ctx, args, pin_source) -> int:
         print(f"\nlegend: {', '.join(STATUSES)}")
         return 0
     width = max(len(p.name) for p in m.patches)
-    print(f"{'patch':<{width}}  " + "  ".join(f"{v:<14}" for v in versions))
+    print(f"{'patch':<{width}}  " + "  ".join(f"{v:<17}" for v in versions))
     for p in m.patches:
-        print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<14}" for v in versions))
+        print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<17}" for v in versions))
     for v in verdicts:
-        if v.status in ("conflict", "target-missing", "needs-3way"):
+        if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved"):
             print(f"  {v.patch} on {v.version}: {v.status}: {v.detail}")
     print(f"radar: {len(m.patches)} patches x {len(versions)} releases classified in {elapsed:.2f}s", file=sys.stderr)
     return 0

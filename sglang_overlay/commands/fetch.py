@@ -20,6 +20,6 @@ def add_arguments(p) -> None:
 
 def run(ctx, args) -> int:
     m = ctx.manifest
-    tree, created = ensure_embedded(m.project_root, m.pin, args.wheel)
+    tree, created = ensure_embedded(ctx.project_root, m.pin, args.wheel)
     print(f"{'fetched' if created else 'cached '} {m.pin.package} {m.pin.version} -> {tree.root}")
     return 0

@@ -61,7 +61,7 @@ def run(ctx, args) -> int:
         if patch.diff is not None and patch.diff.path in updates:
             parse_patch_file(patch.diff.path)  # what we wrote must read back
         # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
-        outcome = switch(txn, load_manifest(ctx.manifest_path), state.applied, op="refresh")
+        outcome = switch(txn, load_manifest(ctx.selected_manifest_path), state.applied, op="refresh")
     if not updates and not outcome.written:
         print(f"{patch.name}: no hand edits to capture")
         return 0

@@ -267,6 +267,8 @@ def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launc
         fake,
     )
     n1 = len(starts1)
+    # another machine (no warm marker): the bisect pays its own throwaway start
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path / "another-machine"))
     out2, recs2, starts2 = _run(
         tmp_path,
         manifest,
@@ -327,13 +329,33 @@ def test_failed_launch_aborts_keeps_data_and_resume_continues(tmp_path, manifest
     f = next(r for r in recs if r["type"] == "failure")
     assert f["arm"] == "b" and f["stage"] == "launch" and "crashing on purpose" in f["log_tail"]
     assert "## Failures" in (out / "report.md").read_text()
-    # resume with the failure gone: a throwaway start, then only the 3 missing starts
+    # resume with the failure gone, on the same machine minutes later: no second throwaway start (this machine
+    # served a start of this measurement), only the 3 missing starts
     monkeypatch.setenv("FAKE_BENCH", "{}")
     assert main(["ab", "--resume", str(out)]) == 0
     recs = list(store.read(out / "results.jsonl"))
     v = store.view(recs)
     assert sorted((u.arm, u.round) for u in v.units.values()) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    assert len(v.warmup_units) == 2 and len([r for r in recs if r["type"] == "run"]) == 2
+    assert len(v.warmup_units) == 1 and len([r for r in recs if r["type"] == "run"]) == 2
+    assert [r["type"] for r in recs].count("warmup_skipped") == 1
+
+
+def test_a_resume_on_a_fresh_machine_throws_a_start_away_again(tmp_path, manifest, launcher_arg, monkeypatch):
+    args = ["--arms", "a=base", "b=base+beta", "--restarts", "2", "--max-starts", "2", "--time-budget", "0.5"]
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, {"start_s": 0.3}, rc=4)
+    assert len(store.view(recs).warmup_units) == 1
+    # the store travels to another machine (RESUME_FROM): its temp dir holds no marker
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path / "another-machine"))
+    # the resumed command keeps the 0.5 s budget: a throwaway and about one start per invocation
+    resumes = 0
+    while resumes < 12:
+        resumes += 1
+        if main(["ab", "--resume", str(out)]) == 0:
+            break
+    recs = list(store.read(out / "results.jsonl"))
+    # one throwaway per machine; the later resumes on the second machine skip theirs
+    assert len(store.view(recs).warmup_units) == 2, resumes
+    assert [r["type"] for r in recs].count("warmup_skipped") == resumes - 1 >= 1
 
 
 def test_missing_step_time_fails_loudly(tmp_path, manifest, launcher_arg, monkeypatch):

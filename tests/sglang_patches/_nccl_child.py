@@ -1,5 +1,6 @@
 """Runs in a `spawn`ed child, as SGLang starts its scheduler processes (see test_sglang_nccl_env.py)."""
 
+import inspect
 import logging
 import os
 import sys
@@ -31,11 +32,13 @@ def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
     sched.logger.addHandler(keep)
     sched.logger.setLevel(logging.INFO)
     sched.load_plugins = lambda: None
-    sched.configure_scheduler_process = lambda *a, **k: a[7]  # returns dp_rank
+    # 0.5.17's returns dp_rank (its 8th argument); 0.5.23's returns nothing anyone reads
+    sched.configure_scheduler_process = lambda *a, **k: a[7] if len(a) > 7 else None
     sched.publish = lambda *a, **k: None
 
     class FakeScheduler:
         gracefully_exit = False
+        async_d2h_worker = None
 
         def __init__(self, *a, **k):
             self.metrics_reporter = type("M", (), {"_shutdown_fpm": lambda self: None})()
@@ -51,16 +54,21 @@ def run_patched_scheduler_entry(py_dir: str, here: str, pipe_writer) -> None:
             return None
 
     sched.Scheduler = FakeScheduler
+    # 0.5.23's entry places the process first and reads tracing from the runtime context
+    for name, fake in (
+        ("spawn_world_rank", lambda *a, **k: 0),
+        ("resolve_spawn_dp_rank", lambda dp_rank: dp_rank),
+        ("get_observability", lambda: type("O", (), {"enable_trace": False})()),
+    ):
+        if hasattr(sched, name):
+            setattr(sched, name, fake)
     server_args = type("SA", (), {"enable_trace": False})()
+    ranks = {"gpu_id": 3, "tp_rank": 1, "attn_cp_rank": 0, "moe_dp_rank": 0, "moe_ep_rank": 0, "pp_rank": 0}
+    accepted = inspect.signature(sched.run_scheduler_process).parameters
     sched.run_scheduler_process(
         server_args,
         None,
-        gpu_id=3,
-        tp_rank=1,
-        attn_cp_rank=0,
-        moe_dp_rank=0,
-        moe_ep_rank=0,
-        pp_rank=0,
+        **{k: v for k, v in ranks.items() if k in accepted},
         dp_rank=None,
         pipe_writer=pipe_writer,
     )
@@ -110,6 +118,13 @@ def run_engine_env(py_dir: str, here: str, cases, pipe_writer) -> None:
             attention_backend="triton",
             custom_sigquit_handler=None,
             gc_threshold=None,
+            # read by 0.5.23's _set_envs_and_config (through resolving_view) too
+            enable_kv_cache_sharding=False,
+            enable_memory_saver=False,
+            dsa_topk_backend=None,
+            speculative_dsa_topk_backend=None,
+            prefill_attention_backend=None,
+            decode_attention_backend=None,
         )
         for k, v in flags.items():
             setattr(server_args, k, v)

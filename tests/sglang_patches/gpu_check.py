@@ -1,6 +1,6 @@
 """GPU check of the patch set's own GPU-side code (not collected by pytest; needs CUDA, no SGLang).
 
-    python tests/sglang_patches/gpu_check.py
+    python tests/sglang_patches/gpu_check.py [--overlay pins/0.5.23/overlay]
 
 Loads the overlay modules (torch; Triton for the fp8 KV rows) and checks
 on a GPU, with torch.cuda.set_sync_debug_mode("error") so any host synchronization raises:
@@ -259,15 +259,21 @@ def check_kv(kv):
     )
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description="GPU check of a pin's overlay modules")
+    # Another pin's overlays (pins/0.5.23/overlay) need no SGLang of that release: they run on this torch.
+    ap.add_argument("--overlay", default=str(ROOT / "overlay"), help="the pin's overlay/ directory")
+    overlay = Path(ap.parse_args(argv).overlay) / "python/sglang/srt"
     assert torch.cuda.is_available(), "needs a GPU"
-    print("torch", torch.__version__, torch.cuda.get_device_name(0))
-    oea = load(ROOT / "overlay/python/sglang/srt/layers/moe/oea.py", "oea")
-    timer = load(ROOT / "overlay/python/sglang/srt/speculative/eagle_phase_timer.py", "eagle_phase_timer")
+    print("torch", torch.__version__, torch.cuda.get_device_name(0), "overlay", overlay)
+    oea = load(overlay / "layers/moe/oea.py", "oea")
+    timer = load(overlay / "speculative/eagle_phase_timer.py", "eagle_phase_timer")
     check_oea(oea)
     check_oea_stats(oea)
     check_timer(timer)
-    check_kv(load(ROOT / "overlay/python/sglang/srt/layers/attention/mla_kv_step.py", "mla_kv_step"))
+    check_kv(load(overlay / "layers/attention/mla_kv_step.py", "mla_kv_step"))
 
 
 if __name__ == "__main__":

@@ -149,7 +149,11 @@ def eagle3(patched, monkeypatch):
     monkeypatch.setattr(mod, "LlamaModel", FakeModel)
     monkeypatch.setattr(mod, "ParallelLMHead", FakeHead)
     monkeypatch.setattr(mod, "LogitsProcessor", FakeLogits)
-    monkeypatch.setattr(mod, "get_pp_group", lambda: SimpleNamespace(is_first_rank=True, is_last_rank=True))
+    pp_group = SimpleNamespace(is_first_rank=True, is_last_rank=True)
+    if hasattr(mod, "get_pp_group"):  # 0.5.17; 0.5.23 reads it from the runtime context (get_parallel)
+        monkeypatch.setattr(mod, "get_pp_group", lambda: pp_group)
+    else:
+        monkeypatch.setattr(mod, "get_parallel", lambda: SimpleNamespace(pp_group=pp_group))
     monkeypatch.setattr(mod, "get_spec", lambda: SimpleNamespace(speculative_draft_window_size=None))
     return mod, seen
 

@@ -1,0 +1,144 @@
+"""One patch against another release: what it becomes there, decided from the pin's files and the release's.
+The release radar (`check --against`) and `rebase` both ask this, so they can never disagree.
+
+clean/offset: the diff applies with zero fuzz; needs-3way: every file merges with the pin's file as the base;
+conflict: at least one file does not (the others still merge: each file has its own result); upstream: the
+diff reverse-applies on the release; collision: an overlay file's path now ships upstream with other
+content; upstreamed / upstreamed-moved (the proved code is in another file now, located and the proof
+rewritten) / proof-failed for upstreamed entries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .compose import compose, hunk_symbol
+from .errors import Conflict
+from .manifest import Patch, Proof
+from .merge3 import merge_file
+from .proofmove import locate
+from .pysymbols import symbol_span
+from .upstream import prove
+
+Reader = Callable[[str], "bytes | None"]
+STOPS = ("conflict", "upstream", "collision", "proof-failed")  # results that need the user before going on
+
+
+@dataclass(frozen=True)
+class Step:
+    patch: str
+    status: str  # clean | offset | needs-3way | conflict | upstream | collision | upstreamed | upstreamed-moved | proof-failed
+    detail: str = ""
+    files: tuple[tuple[str, str], ...] = ()  # (repo path, that file's own result)
+    contents: Mapping[str, bytes | None] = dataclasses.field(default_factory=dict)  # the diff's files on the release
+    proof: Proof | None = None  # the rewritten proof (upstreamed-moved)
+    max_offset: int = 0
+
+    @property
+    def stops(self) -> bool:
+        return self.status in STOPS
+
+
+def carry(p: Patch, pin: Reader, release: Reader, release_paths: Callable[[], list[str]], version: str) -> Step:
+    if p.kind == "upstreamed":
+        return _upstreamed(p, release, release_paths)
+    shipped, collide = [], []
+    for f in p.overlay:
+        data = release(f)
+        if data is not None:
+            (shipped if data == p.overlay_source(f).read_bytes() else collide).append(f)
+    if collide:
+        return Step(
+            p.name,
+            "collision",
+            f"overlay file(s) {', '.join(collide)} now ship upstream in {version} with other content: "
+            f"the overlay would replace upstream's file",
+            tuple((f, "collision") for f in collide),
+        )
+    if p.diff is None or not p.diff.body:
+        if shipped and len(shipped) == len(p.overlay):
+            return Step(p.name, "upstream", f"{version} ships every overlay file of it, byte for byte")
+        return Step(p.name, "clean", "overlay files only")
+    diff_only = dataclasses.replace(p, overlay=())
+    base = {f: release(f) for f in p.diff.files}
+    try:
+        composed = compose(base, [diff_only])
+    except Conflict as e:
+        forward = str(e)
+    else:
+        moved = {o.file for o in composed.offsets}
+        files = tuple((f, "offset" if f in moved else "clean") for f in p.diff.files)
+        contents = {f: composed.contents.get(f) for f in p.diff.files}
+        if composed.offsets:
+            worst = max((o.offset for o in composed.offsets), key=abs)
+            detail = f"{len(composed.offsets)} hunk(s) moved, up to {worst:+d} lines"
+            return Step(p.name, "offset", detail, files, contents, max_offset=worst)
+        return Step(p.name, "clean", "", files, contents)
+    try:
+        compose(base, [diff_only], reverse=True)
+        return Step(p.name, "upstream", f"the change is already in {version} (its diff reverse-applies)")
+    except Conflict:
+        pass
+    originals = {f: pin(f) for f in p.diff.files}
+    patched = compose(originals, [diff_only]).contents
+    merges = [
+        merge_file(f, base[f], originals[f], patched.get(f), release_label=f"sglang {version}", pin_label="pin")
+        for f in p.diff.files
+    ]
+    files = tuple((m.path, m.status if m.status != "unchanged" else "clean") for m in merges)
+    contents = {m.path: m.data for m in merges}
+    bad = [m.path for m in merges if m.status == "conflict"]
+    if not bad:
+        return Step(p.name, "needs-3way", "merged: " + ", ".join(f for f, s in files if s == "merged"), files, contents)
+    where = [w for w in locate_conflicts(p, forward, release, pin) if w.split(" ", 1)[0] in bad]
+    gone = [f for f in bad if base[f] is None]
+    detail = "; ".join(where) or ", ".join(bad)
+    if gone:
+        detail += f" (not in {version}: {', '.join(gone)})"
+    merged = [f for f, st in files if st == "merged"]
+    if merged:
+        detail += f"; merges cleanly: {', '.join(merged)}"
+    return Step(p.name, "conflict", detail, files, contents)
+
+
+def _upstreamed(p: Patch, release: Reader, release_paths: Callable[[], list[str]]) -> Step:
+    res = prove(p, release)
+    if res.holds:
+        return Step(p.name, "upstreamed", res.detail)
+    if p.proof is None:
+        return Step(p.name, "proof-failed", res.detail)
+    found = locate(p.proof, release, release_paths())
+    if len(found) == 1 and prove(dataclasses.replace(p, proof=found[0].proof, diff=None), release).holds:
+        return Step(p.name, "upstreamed-moved", found[0].describe(), proof=found[0].proof)
+    if found:
+        return Step(
+            p.name,
+            "proof-failed",
+            f"{res.detail}; the code is in several files: {', '.join(m.proof.file for m in found)}",
+        )
+    return Step(p.name, "proof-failed", res.detail)
+
+
+def locate_conflicts(p: Patch, forward: str, release: Reader, original: Reader) -> list[str]:
+    """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
+    out = []
+    for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.MULTILINE):
+        hunk = next((h for h in p.diff.hunks if h.file == f and h.source_start == int(line)), None)
+        if hunk is None:
+            continue
+        pin_text = (original(f) or b"").decode("utf-8", "replace")
+        rel_text = (release(f) or b"").decode("utf-8", "replace")
+        sym = hunk_symbol(hunk, pin_text or None)
+        where = f"{f} hunk #{hunk.index} {hunk.header}"
+        if sym:
+            pin_span = symbol_span(pin_text, sym)
+            rel_span = symbol_span(rel_text, sym)
+            where += f" in `{sym}`"
+            if pin_span:
+                where += f" (pin: lines {pin_span[0]}-{pin_span[1]}"
+            where += f"; release: lines {rel_span[0]}-{rel_span[1]})" if rel_span else "; release: gone)"
+        out.append(where)
+    return out

@@ -1,0 +1,477 @@
+"""Carry the whole patch set to another SGLang release, git-rebase-like, into the pin directory pins/VERSION/.
+
+Each patch in manifest order: clean or offset -> rewritten against VERSION; needs-3way -> merged file by file
+with the pin's file as the base, and rewritten; conflict -> the rebase stops, the release's tree
+(.sglang/sglang-VERSION) carries the patch's files with diff3 markers (the pin's text as the base), and the
+message names file, hunk, Python symbol and the patch's Description: edit them, then `rebase --continue`
+(any file of the release tree you change becomes part of the patch), or `rebase --abort`. An upstreamed
+entry's proof is checked again and rewritten where its code moved; a patch whose change VERSION already has
+is offered to become `upstreamed` (`--continue` accepts); an overlay file that now ships upstream stops it.
+
+Nothing of the project changes before the end: pins/VERSION/ is built in pins/.rebase-VERSION/ (its
+manifest, with the new pin, written last) and renamed into place. Killed anywhere, the project is as before,
+and `rebase --continue` goes on from the last finished step (`--abort` drops it all)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from ..carry import Step, carry
+from ..diffgen import make_diff
+from ..errors import BadInput, Conflict, ManifestError
+from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
+from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes
+from ..gitcmd import git
+from ..manifest import Manifest, Pin, Proof, load_manifest
+from ..manifest_edit import set_entry_key, set_pin
+from ..merge3 import marker_lines
+from ..rebase_state import (
+    Progress,
+    Result,
+    Stop,
+    check_version_arg,
+    in_progress,
+    pin_dir,
+    progress_path,
+    read_progress,
+    staging_dir,
+)
+from ..rebase_step import describe_stop, env_notes, rebased_header
+from ..state import FileRecord, State, sha256
+from ..transaction import Change, Transaction
+from ..tree import Tree, embedded_path
+from ..upstream import prove
+
+NAME = "rebase"
+HELP = "carry the patch set to another SGLang release into pins/VERSION/ (--continue, --abort, --status)"
+PROOFS = ".proofs"  # in the staging directory: proofs the user is asked to rewrite
+
+
+def add_arguments(p) -> None:
+    p.add_argument("version", nargs="?", metavar="VERSION", help="the release to carry the patch set to")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a stop")
+    g.add_argument("--abort", action="store_true", help="drop the rebase: the project is as it was before it")
+    g.add_argument("--status", action="store_true", help="where the rebase in progress is")
+
+
+def run(ctx, args) -> int:
+    root = ctx.project_root
+    if not (args.resume or args.abort or args.status):
+        if not args.version:
+            raise BadInput("rebase: name the release", hint="e.g. `python apply.py rebase 0.5.23`")
+        return _start(ctx, check_version_arg(args.version))
+    version = _which(root, args.version)
+    if args.status:
+        return _status(root, version)
+    progress = read_progress(progress_path(root, version))
+    if progress is None:  # killed after the new pin was renamed into place: nothing is left to do
+        print(
+            f"no rebase to {version} in progress"
+            + (f"; {pin_dir(root, version)} exists" if pin_dir(root, version).is_dir() else "")
+        )
+        return 0 if args.resume else 1
+    source = load_manifest(root / progress.source)
+    tree = _release_tree(root, source.pin, progress)
+    with Transaction.open(tree) as txn:
+        progress = read_progress(progress_path(root, version))  # decided under the lock
+        if progress is None:
+            print(f"no rebase to {version} in progress")
+            return 0
+        if args.abort:
+            return _abort(root, tree, txn, progress)
+        return _continue(root, source, tree, txn, progress)
+
+
+def _which(root: Path, version: str | None) -> str:
+    going = in_progress(root)
+    if version:
+        version = check_version_arg(version)
+        if version not in going and not pin_dir(root, version).is_dir():
+            raise BadInput(f"no rebase to {version} in progress", hint=f"start one: `python apply.py rebase {version}`")
+        return version
+    if len(going) != 1:
+        raise BadInput(
+            "no rebase in progress" if not going else f"rebases in progress to {', '.join(going)}: name one",
+            hint="`python apply.py rebase VERSION` starts one" if not going else f"e.g. `rebase --continue {going[0]}`",
+        )
+    return going[0]
+
+
+# -- start ------------------------------------------------------------------------------------------------------
+def _start(ctx, version: str) -> int:
+    m, root = ctx.manifest, ctx.project_root
+    if version == m.pin.version:
+        raise BadInput(f"rebase: {m.path} is already pinned to {version}", hint="name a newer release")
+    if m.pin_source is not None and m.pin_source != m.path:
+        raise BadInput(
+            f"rebase: {m.path} extends another manifest: rebase the one that holds the pin",
+            hint=f"`python apply.py --manifest {m.pin_source} rebase {version}`",
+        )
+    _refuse_taken(root, version)
+    t0 = time.monotonic()
+    wheel = release_wheel(m.pin, version)
+    rel_pin = Pin(m.pin.package, version, f"v{version}", wheel.name, file_sha256(wheel))
+    tree, _ = ensure_embedded(root, rel_pin, wheel)
+    with Transaction.open(tree) as txn:
+        _refuse_taken(root, version)  # again under the lock: a second rebase may have started meanwhile
+        _refuse_dirty(tree, txn)
+        staging = staging_dir(root, version)
+        if staging.exists():
+            shutil.rmtree(staging)  # a killed start or abort left it; no progress file refers to it
+        staging.mkdir(parents=True)
+        progress = Progress(
+            target=version,
+            source=os.path.relpath(m.path, root),
+            source_pin=m.pin.version,
+            wheel=wheel.name,
+            sha256=rel_pin.sha256,
+            order=m.names,
+            started=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        )
+        _save(root, progress)
+        print(f"rebase {m.pin.version} -> {version}: {len(m.names)} entries, tree {tree.root}", file=sys.stderr)
+        return _go(root, m, tree, txn, progress, t0)
+
+
+def _refuse_taken(root: Path, version: str) -> None:
+    if read_progress(progress_path(root, version)) is not None:
+        raise BadInput(
+            f"a rebase to {version} is already in progress",
+            hint="`python apply.py rebase --status`, then `--continue` or `--abort`",
+        )
+    if pin_dir(root, version).exists():
+        raise BadInput(
+            f"{pin_dir(root, version)} exists: the project already carries a pin for {version}",
+            hint=f"use it (`--pin {version}`), or remove the directory to rebase again",
+        )
+
+
+def _refuse_dirty(tree: Tree, txn: Transaction) -> None:
+    changed = _changed(tree)
+    if txn.state.files or changed:
+        raise BadInput(
+            f"{tree.root}: the release tree carries changes ({', '.join(sorted(set(txn.state.files) | set(changed))[:5])}): "
+            f"a rebase needs it as the release ships it",
+            hint=f"revert them (`python apply.py --tree {tree.root} revert --all`, `git -C {tree.root} status`)",
+        )
+
+
+def _release_tree(root: Path, pin: Pin, progress: Progress) -> Tree:
+    rel_pin = Pin(pin.package, progress.target, f"v{progress.target}", progress.wheel, progress.sha256)
+    dest = embedded_path(root, progress.target)
+    if (dest / "python" / "sglang").is_dir():
+        return Tree(dest.resolve(), "embedded")
+    wheel = release_wheel(pin, progress.target)
+    return ensure_embedded(root, rel_pin, wheel)[0]
+
+
+# -- the steps ------------------------------------------------------------------------------------------------
+def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress, t0: float | None = None) -> int:
+    version = progress.target
+    pin_src = WheelSource(pinned_wheel(m.pin))
+    rel_src = WheelSource(release_wheel(m.pin, version))
+    staging = staging_dir(root, version)
+    for name in progress.order[progress.next :]:
+        p = m.patch(name)
+        step = carry(p, pin_src.read, rel_src.read, rel_src.paths, version)
+        if step.stops:
+            return _stop(root, p, step, tree, txn, progress, staging, t0)
+        _stage(p, step, staging, progress.source_pin, rel_src.read)
+        progress = progress.advanced(name, Result(step.status, step.detail, step.files, step.proof))
+        _save(root, progress)
+        print(f"  {step.status:<17}{name}" + (f": {step.detail}" if step.detail else ""))
+    return _finish(root, m, tree, txn, progress, rel_src)
+
+
+def _stage(p, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:
+    """Write what the entry becomes in the new pin's directory (the same paths, relative to it)."""
+    src_dir = p.source_dir
+    if p.diff is not None and p.diff.body and not as_upstreamed and p.kind != "upstreamed":
+        body = make_diff({f: release(f) for f in step.contents}, step.contents)
+        header = rebased_header(p.diff.header_text, from_version)
+        _write(staging / os.path.relpath(p.diff.path, src_dir), (header + body).encode())
+    elif p.diff is not None and step.status != "upstreamed-moved":
+        _write(staging / os.path.relpath(p.diff.path, src_dir), p.diff.path.read_bytes())  # the original change
+    if p.kind != "upstreamed" and not as_upstreamed:
+        for f in p.overlay:
+            _write(staging / "overlay" / f, p.overlay_source(f).read_bytes())
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, data)
+
+
+def _save(root: Path, progress: Progress) -> None:
+    atomic_write(progress_path(root, progress.target), progress.to_bytes())
+    fsync_dir(progress_path(root, progress.target).parent)
+
+
+def _stop(root, p, step: Step, tree: Tree, txn: Transaction, progress: Progress, staging: Path, t0) -> int:
+    version = progress.target
+    files: tuple[str, ...] = ()
+    if step.status == "conflict":
+        # the whole patch as it would stand on the release: its files merged or marked, its overlay files too,
+        # so the user edits (and can run) all of it; any of them edited becomes the patch's new content
+        writes = {f: step.contents[f] for f, _ in step.files if step.contents.get(f) is not None}
+        writes |= {f: p.overlay_source(f).read_bytes() for f in p.overlay}
+        files = tuple(writes)
+        _put_in_tree(tree, txn, p.name, writes)
+    if step.status == "proof-failed" and p.proof is not None:
+        ask = staging / PROOFS / f"{p.name}.yaml"
+        if not ask.exists():
+            proof = {"file": p.proof.file, "symbols": list(p.proof.symbols), "contains": list(p.proof.contains)}
+            _write(ask, yaml.safe_dump(proof, sort_keys=False, width=1000).encode())
+    message = describe_stop(p, step, tree.root, version)
+    progress = replace(progress, next=progress.order.index(p.name), stop=Stop(step.status, p.name, files, message))
+    _save(root, progress)
+    print(message)
+    print(_what_now(step.status, p.name, staging), file=sys.stderr)
+    if t0 is not None:
+        print(f"rebase: stopped at {p.name} after {time.monotonic() - t0:.2f}s", file=sys.stderr)
+    return 1
+
+
+def _what_now(kind: str, name: str, staging: Path) -> str:
+    return {
+        "conflict": "resolve the conflict markers in the files above (any file of the release tree you change "
+        f"becomes part of {name}), then `python apply.py rebase --continue`; or `rebase --abort`",
+        "upstream": f"`python apply.py rebase --continue` makes {name} an `upstreamed` entry of the new pin "
+        "(its diff kept as the proof); or `rebase --abort`",
+        "proof-failed": f"point the proof at the release's code in {staging / PROOFS / (name + '.yaml')} "
+        "(file, symbols, contains), then `python apply.py rebase --continue`; or `rebase --abort`",
+        "collision": "the overlay file would replace the release's own file: `rebase --abort`, move the overlay "
+        "file to a new path in the source pin (its `overlay:` entry and the imports of it), and rebase again",
+    }[kind]
+
+
+def _put_in_tree(tree: Tree, txn: Transaction, owner: str, writes: dict) -> None:
+    """The stopped patch's files into the release tree, recorded in its state (the bases kept to restore)."""
+    before = {f: read_bytes(tree.managed_file(f)) for f in writes}
+    files = {
+        f: FileRecord(sha256(before[f]) if before[f] is not None else None, sha256(d), (owner,))
+        for f, d in writes.items()
+    }
+    bases = tuple(b for b in before.values() if b is not None)
+    txn.commit(Change("rebase", writes, before, State(files=files, pin_version=tree_version(tree)), bases))
+
+
+def tree_version(tree: Tree) -> str | None:
+    return tree.version()
+
+
+def _restore(tree: Tree, txn: Transaction, release) -> None:
+    """Put the release tree back as the release ships it: the files a stop wrote, and any the user changed."""
+    paths = set(txn.state.files) | set(_changed(tree))
+    writes = {f: release(f) for f in sorted(paths)}
+    before = {f: read_bytes(tree.managed_file(f)) for f in writes}
+    writes = {f: d for f, d in writes.items() if before[f] != d}
+    if writes or txn.state.files:
+        txn.commit(Change("rebase", writes, {f: before[f] for f in writes}, State(pin_version=txn.state.pin_version)))
+
+
+def _changed(tree: Tree) -> list[str]:
+    """Repository paths under python/sglang that differ from the release's commit (untracked ones too)."""
+    res = git(
+        "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames", "--", "python/sglang", cwd=tree.root
+    )
+    out = []
+    for entry in res.stdout.split("\0"):
+        if len(entry) > 3:
+            path = entry[3:]
+            if "/__pycache__/" not in path and not path.endswith(".pyc"):
+                out.append(path)
+    return out
+
+
+# -- continue / abort / status ------------------------------------------------------------------------------------
+def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress) -> int:
+    rel_src = WheelSource(release_wheel(m.pin, progress.target))
+    if not staging_dir(root, progress.target).is_dir():  # killed after the new pin was renamed into place
+        _restore(tree, txn, rel_src.read)
+        return _cleanup_finished(root, progress)
+    _drop_tmp(staging_dir(root, progress.target))
+    stop = progress.stop
+    if stop is None:
+        _restore(tree, txn, rel_src.read)  # a kill after a resolution was captured, before the tree went back
+        return _go(root, m, tree, txn, progress)
+    p = m.patch(stop.patch)
+    staging = staging_dir(root, progress.target)
+    if stop.kind == "conflict":
+        result = _capture(p, tree, txn, stop, staging, progress, rel_src.read)
+    elif stop.kind == "upstream":
+        step = Step(p.name, "upstream", stop.message)
+        _stage(p, step, staging, progress.source_pin, rel_src.read, as_upstreamed=True)
+        result = Result("upstream", f"accepted: upstreamed in {progress.target}")
+    elif stop.kind == "proof-failed":
+        result = _asked_proof(p, staging, rel_src.read, progress)
+        if result is None:
+            return 1
+    else:
+        step = carry(p, WheelSource(pinned_wheel(m.pin)).read, rel_src.read, rel_src.paths, progress.target)
+        if step.stops:
+            print(describe_stop(p, step, tree.root, progress.target))
+            print(_what_now(step.status, p.name, staging), file=sys.stderr)
+            return 1
+        _stage(p, step, staging, progress.source_pin, rel_src.read)
+        result = Result(step.status, step.detail, step.files, step.proof)
+    progress = progress.advanced(p.name, result)
+    _save(root, progress)
+    print(f"  {result.status:<17}{p.name}: {result.detail}")
+    _restore(tree, txn, rel_src.read)
+    return _go(root, m, tree, txn, progress)
+
+
+def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progress: Progress, release) -> Result:
+    """The user's resolution, read from the release tree like `refresh` reads hand edits."""
+    paths = sorted(set(stop.files) | set(_changed(tree)))
+    now = {f: read_bytes(tree.managed_file(f)) for f in paths}
+    for f, data in now.items():
+        left = marker_lines(data) if data is not None else []
+        if left:
+            raise Conflict(
+                f"{tree.path_of(f)}: conflict markers left at line(s) {', '.join(map(str, left[:8]))}",
+                hint="edit the file until no <<<<<<< ||||||| ======= >>>>>>> line is left, then `rebase --continue`",
+            )
+        if f.endswith(".py") and data is not None:
+            try:
+                compile(data, str(tree.path_of(f)), "exec", dont_inherit=True)
+            except SyntaxError as e:
+                raise Conflict(
+                    f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
+                    hint="fix it, then `python apply.py rebase --continue`",
+                )
+    diffed = [f for f in paths if f not in p.overlay]
+    body = make_diff({f: release(f) for f in diffed}, {f: now[f] for f in diffed})
+    if not body:
+        raise BadInput(
+            f"{p.name}: the release tree holds none of its changes now, so the patch would be empty",
+            hint="put the resolved change back into the files, or `rebase --abort`",
+        )
+    if p.diff is None:
+        raise BadInput(f"{p.name}: only a diff entry can stop at a conflict")
+    _write(
+        staging / os.path.relpath(p.diff.path, p.source_dir),
+        (rebased_header(p.diff.header_text, progress.source_pin) + body).encode(),
+    )
+    for f in p.overlay:  # as the user left it in the release tree (it was put there at the stop)
+        _write(staging / "overlay" / f, now[f] if now.get(f) is not None else p.overlay_source(f).read_bytes())
+    files = tuple((f, "resolved") for f in paths)
+    return Result("resolved", f"resolved by hand: {', '.join(paths)}", files)
+
+
+def _asked_proof(p, staging: Path, release, progress: Progress) -> Result | None:
+    ask = staging / PROOFS / f"{p.name}.yaml"
+    try:
+        raw = yaml.safe_load(ask.read_text())
+        proof = Proof(str(raw["file"]), tuple(raw.get("symbols") or ()), tuple(raw.get("contains") or ()))
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
+        raise BadInput(
+            f"{ask}: not a proof ({e})",
+            hint="keys: file (a repo path), symbols (a list), contains (a list of exact lines)",
+        )
+    res = prove(replace(p, proof=proof, diff=None), release)
+    if not res.holds:
+        print(f"{p.name}: the proof in {ask} does not hold on {progress.target}: {res.detail}")
+        return None
+    return Result("upstreamed-moved", f"proof rewritten by hand: {proof.file}", (), proof)
+
+
+def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
+    rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, progress.target))
+    _restore(tree, txn, rel_src.read)
+    os.unlink(progress_path(root, progress.target))  # from here the staging directory is garbage
+    fsync_dir(progress_path(root, progress.target).parent)
+    shutil.rmtree(staging_dir(root, progress.target), ignore_errors=True)
+    try:
+        os.rmdir(staging_dir(root, progress.target).parent)  # pins/ goes too if the rebase made it
+    except OSError:
+        pass
+    print(f"rebase to {progress.target} aborted: the project and {tree.root} are as before it")
+    return 0
+
+
+def _status(root: Path, version: str) -> int:
+    progress = read_progress(progress_path(root, version))
+    if progress is None:
+        print(
+            f"no rebase to {version} in progress"
+            + (f"; {pin_dir(root, version)} exists" if pin_dir(root, version).is_dir() else "")
+        )
+        return 0
+    print(f"rebase {progress.source_pin} -> {progress.target} ({progress.source}), started {progress.started}")
+    for i, name in enumerate(progress.order):
+        r = progress.results.get(name)
+        if r is not None:
+            print(f"  done     {r.status:<17}{name}" + (f": {r.detail}" if r.detail else ""))
+        elif progress.stop is not None and progress.stop.patch == name:
+            print(f"  stopped  {progress.stop.kind:<17}{name}")
+        else:
+            print(f"  to do    {'':<17}{name}")
+    if progress.stop is not None:
+        print(progress.stop.message)
+        print(_what_now(progress.stop.kind, progress.stop.patch, staging_dir(root, version)))
+    return 0
+
+
+# -- the end ----------------------------------------------------------------------------------------------------
+def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress, rel_src) -> int:
+    version, staging = progress.target, staging_dir(root, progress.target)
+    text = set_pin(
+        m.path.read_text(), Pin(m.pin.package, version, f"v{version}", progress.wheel, progress.sha256), str(m.path)
+    )
+    for name, r in progress.results.items():
+        if r.proof is not None:
+            text = set_entry_key(text, name, "proof", r.proof, str(m.path))
+            if m.patch(name).diff is not None:
+                text = set_entry_key(text, name, "file", None, str(m.path))
+        if r.status == "upstream":
+            text = set_entry_key(text, name, "kind", "upstreamed", str(m.path))
+            text = set_entry_key(text, name, "upstream", {"status": "upstreamed", "release": version}, str(m.path))
+            text = set_entry_key(text, name, "overlay", None, str(m.path))
+    shutil.rmtree(staging / PROOFS, ignore_errors=True)
+    _drop_tmp(staging)
+    target = staging / "manifest.yaml"
+    _write(target, text.encode())
+    try:
+        load_manifest(target)
+    except ManifestError as e:
+        raise ManifestError(
+            f"the new pin's manifest does not load: {e}",
+            hint=f"a bug in rebase: the rebase stays resumable; report it with {target}",
+        )
+    for line in env_notes(load_manifest(target), rel_src.read, rel_src.paths):
+        print(f"  note     {line}")
+    fsync_dir(staging)
+    os.rename(staging, pin_dir(root, version))  # the new pin appears whole
+    fsync_dir(staging.parent)
+    _restore(tree, txn, rel_src.read)
+    return _cleanup_finished(root, progress)
+
+
+def _cleanup_finished(root: Path, progress: Progress) -> int:
+    path = progress_path(root, progress.target)
+    if path.exists():
+        os.unlink(path)
+        fsync_dir(path.parent)
+    done = pin_dir(root, progress.target)
+    print(
+        f"rebased {progress.source_pin} -> {progress.target}: {done} (`python apply.py --pin {progress.target} check`)"
+    )
+    return 0
+
+
+def _drop_tmp(directory: Path) -> None:
+    for dirpath, _dirs, names in os.walk(directory):
+        for n in names:
+            if is_tmp_name(n):
+                os.unlink(Path(dirpath) / n)

@@ -1,0 +1,94 @@
+"""Edits of a manifest's YAML text that keep everything else of it (comments, order, layout) as written:
+the pin's values, and one key of one patch entry replaced or removed. The result is always loaded again
+(`load_manifest`) before anything uses it."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from .errors import ManifestError
+from .manifest import Pin, Proof
+
+_TOP_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*:")
+
+
+def _block(lines: list[str], start: int, indent: int) -> int:
+    """The end (exclusive) of the block that starts at line `start`: the next line indented at most `indent`
+    that is not blank or a comment."""
+    end = start + 1
+    while end < len(lines):
+        line = lines[end]
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and len(line) - len(line.lstrip()) <= indent:
+            break
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1  # blank lines before the next block belong to it
+    return end
+
+
+def set_pin(text: str, pin: Pin, where: str) -> str:
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, l in enumerate(lines) if l.startswith("pin:")]
+    if len(starts) != 1:
+        raise ManifestError(f"{where}: expected one top-level `pin:`", hint="declare the pin in this manifest")
+    start = starts[0]
+    end = _block(lines, start, 0)
+    notes = [l for l in lines[start + 1 : end] if l.strip().startswith("#")]  # why the pin is what it is
+    lines[start:end] = [
+        "pin:\n",
+        *notes,
+        f"  package: {pin.package}\n",
+        f"  version: {_scalar(pin.version)}\n",
+        f"  git_tag: {_scalar(pin.git_tag)}\n",
+        f"  wheel: {pin.wheel}\n",
+        f"  sha256: {pin.sha256}\n",
+    ]
+    return "".join(lines)
+
+
+def _scalar(value: str) -> str:
+    return yaml.safe_dump(value, default_style=None).strip().removesuffix("...").strip()
+
+
+def set_entry_key(text: str, name: str, key: str, value, where: str) -> str:
+    """Replace (or add, or with value None remove) `key` of the entry `name`; the value is written as YAML."""
+    lines = text.splitlines(keepends=True)
+    heads = [i for i, l in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", l)]
+    if len(heads) != 1:
+        raise ManifestError(
+            f"{where}: cannot find the entry `- name: {name}` to rewrite",
+            hint="write each entry as a block starting with `  - name: NAME`",
+        )
+    head = heads[0]
+    end = _block(lines, head, 2)
+    at = next((i for i in range(head + 1, end) if lines[i].startswith(f"    {key}:")), None)
+    new = [] if value is None else _yaml_key(key, value)
+    if at is None:
+        lines[end:end] = new
+    else:
+        lines[at : _block(lines, at, 4)] = new
+    return "".join(lines)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Lines of code quoted as they read: a multi-line string as a block (`|-`), not one escaped line."""
+
+
+def _str(dumper, value: str):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _yaml_key(key: str, value) -> list[str]:
+    if isinstance(value, Proof):
+        value = {"file": value.file, "symbols": list(value.symbols), "contains": list(value.contains)}
+        value = {k: v for k, v in value.items() if v}
+    dumped = yaml.dump(
+        {key: value}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True
+    )
+    return ["    " + line + "\n" for line in dumped.splitlines()]

@@ -1,0 +1,75 @@
+"""The patched SGLang 0.5.23 tree (pins/0.5.23), imported on the CPU.
+
+The same fixtures as tests/sglang_patches (the 0.5.17 pin), built by the same helper (pintree.py) from
+pins/0.5.23/manifest.yaml, so the 0.5.17 tests whose property holds unchanged run here against 0.5.23 as
+they are (imported by name), next to the 0.5.23 versions of those whose code moved.
+
+Needs its own virtualenv with requirements-sglang-0.5.23-cpu.txt (torch 2.14.1, transformers 5.19.0, ...):
+.ci/run makes .venv-ci-0523 and runs `pytest tests/sglang_patches_0523` in it. Run from the 0.5.17
+virtualenv these tests fail at the first fixture (the torch check below); nothing is skipped. A plain
+`pytest tests` in the 0.5.17 virtualenv does not collect this directory (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SHARED = HERE.parent / "sglang_patches"
+for _p in (ROOT, SHARED):  # the engine; the shared helpers and the 0.5.17 tests reused here
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+import pintree
+
+# The module fixtures the reused 0.5.17 tests ask for, resolved here against this directory's tree.
+from test_sglang_eagle_profiling import timer_mod  # noqa: F401
+from test_sglang_engine_env import engine_runs  # noqa: F401
+from test_sglang_models import dsv2, eagle3, kvstep, mla  # noqa: F401
+from test_sglang_oea import oea, topk_mods  # noqa: F401
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as for 0.5.17: routing semantics, not inductor
+
+PIN = "0.5.23"
+MANIFEST = ROOT / "pins" / PIN / "manifest.yaml"
+PRESET = "full"
+TORCH = "2.14.1"  # what sglang 0.5.23 pins (requirements-sglang-0.5.23-cpu.txt)
+
+
+@pytest.fixture(scope="session")
+def pristine_sglang_tree() -> Path:
+    """The engine's embedded pristine 0.5.23 tree (a git checkout tagged v0.5.23)."""
+    return pintree.pristine_tree(MANIFEST)
+
+
+@pytest.fixture(scope="session")
+def patched_sglang_tree(pristine_sglang_tree, tmp_path_factory) -> Path:
+    dst = tmp_path_factory.mktemp("sglang_patched") / f"sglang-{PIN}"
+    return pintree.patched_tree(pristine_sglang_tree, dst, MANIFEST, PRESET)
+
+
+@pytest.fixture(scope="session")
+def sglang_patched(patched_sglang_tree):
+    import torch
+
+    if torch.__version__.split("+")[0] != TORCH:
+        pytest.fail(
+            f"the 0.5.23 tests need torch {TORCH} (sglang 0.5.23's pin), found {torch.__version__}: "
+            "run them in a virtualenv made from requirements-sglang-0.5.23-cpu.txt (.ci/run: .venv-ci-0523)"
+        )
+    return pintree.import_patched(patched_sglang_tree)
+
+
+@pytest.fixture(scope="session")
+def patched(sglang_patched):
+    return pintree.module_loader()
+
+
+@pytest.fixture(scope="session")
+def pristine_module(pristine_sglang_tree, sglang_patched):
+    return pintree.pristine_loader(pristine_sglang_tree)

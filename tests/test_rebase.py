@@ -1,0 +1,351 @@
+"""`rebase VERSION` on fixture releases made from the real SGLang 0.5.17 files: real wheels (a few of the
+pin's files, some edited the way upstream edits them) in a private cache, the real CLI in real processes."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_cli
+
+from sglang_overlay.fetch import WheelSource, pinned_wheel
+from sglang_overlay.manifest import load_manifest
+
+FIX = ROOT / "tests" / "fixtures" / "engine"
+SARGS = "python/sglang/srt/server_args.py"
+TOPK = "python/sglang/srt/layers/moe/topk.py"
+KIMI = "python/sglang/srt/models/kimi_k25.py"
+COMMON = "python/sglang/srt/utils/common.py"
+OVERLAY = "python/sglang/srt/fx_overlay_module.py"
+BASE_FILES = ("python/sglang/__init__.py", SARGS, TOPK, KIMI, COMMON)
+TAG = "cp312-cp312-manylinux_2_34_x86_64"
+
+
+@pytest.fixture(scope="module")
+def pin_source(project_manifest):
+    return WheelSource(pinned_wheel(project_manifest.pin))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, pin_source):
+    """A private release cache: the real pinned wheel (linked) and the fixture releases the tests add."""
+    root = tmp_path_factory.mktemp("cache")
+    (root / "wheels").mkdir()
+    os.symlink(pin_source.wheel, root / "wheels" / pin_source.wheel.name)
+    return root
+
+
+def pin_text(pin_source, path: str) -> str:
+    return pin_source.read(path).decode()
+
+
+def make_release(cache: Path, pin_source, version: str, **changes) -> Path:
+    """A release wheel of the fixture's files: the pin's bytes, `changes` (repo path -> bytes, or None to
+    leave a file out) applied, and _version.py saying `version`."""
+    files = {f: pin_source.read(f) for f in BASE_FILES}
+    files.update(changes)
+    files["python/sglang/_version.py"] = f'__version__ = version = "{version}"\n'.encode()
+    folder = cache / "releases" / version
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"sglang-{version}-{TAG}.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for path, data in sorted(files.items()):
+            if data is not None:
+                z.writestr(path[len("python/") :], data)
+    (folder / "SHA256").write_text(f"{hashlib.sha256(wheel.read_bytes()).hexdigest()}  {wheel.name}\n")
+    return wheel
+
+
+def project(tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    for item in ("manifest.yaml", "patches", "overlay"):
+        src = FIX / item
+        if src.is_dir():
+            subprocess.run(["cp", "-r", str(src), str(proj / item)], check=True)
+        else:
+            (proj / item).write_bytes(src.read_bytes())
+    return proj
+
+
+def cli(proj: Path, cache: Path, *args, rc=None):
+    return run_cli(*args, cwd=proj, env={"SGLANG_OVERLAY_CACHE": str(cache)}, check_rc=rc)
+
+
+def project_files(proj: Path) -> dict[str, bytes]:
+    out = {}
+    for p in sorted(proj.rglob("*")):
+        rel = p.relative_to(proj)
+        if p.is_file() and rel.parts[0] != ".sglang":
+            out[str(rel)] = p.read_bytes()
+    return out
+
+
+def tree_is_pristine(proj: Path, version: str) -> bool:
+    tree = proj / ".sglang" / f"sglang-{version}"
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], check=False, cwd=tree, capture_output=True, text=True
+    ).stdout
+    state = tree / ".sglang-overlay" / "state.json"
+    return status == "" and (not state.exists() or json.loads(state.read_text())["files"] == {})
+
+
+def with_context_edit(text: str, line: int, note: str = "upstream edit") -> str:
+    """Upstream edited line `line` (1-based), a context line of a hunk: zero-fuzz apply fails, merges succeed."""
+    lines = text.splitlines(keepends=True)
+    lines[line - 1] = lines[line - 1].rstrip("\n") + f"  # {note}\n"
+    return "".join(lines)
+
+
+def with_insert_after(text: str, line: int, note: str = "upstream inserted this") -> str:
+    """Upstream added a line where a hunk adds its own: a real conflict."""
+    lines = text.splitlines(keepends=True)
+    indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
+    lines.insert(line, f"{indent}# {note}\n")
+    return "".join(lines)
+
+
+# -- clean, offset, 3-way -----------------------------------------------------------------------------------------
+def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_source):
+    moved = ("# a new header line\n" * 7 + pin_text(pin_source, TOPK)).encode()
+    reworded = pin_text(pin_source, SARGS).replace(
+        "    Prepare the server arguments from the command line arguments.",
+        "    Prepare the server arguments from argv (reworded upstream).",
+    )
+    reads_it = b'import os\n\nON = os.environ.get("FX_OVERLAY_ON", "0")  # upstream reads the patch\'s variable\n'
+    wheel = make_release(
+        cache, pin_source, "9.0.1", **{TOPK: moved, SARGS: reworded.encode(), "python/sglang/srt/envs2.py": reads_it}
+    )
+    proj = project(tmp_path)
+    before = project_files(proj)
+    res = cli(proj, cache, "rebase", "9.0.1", rc=0)
+    out = res.stdout
+    assert "offset           fx_topk" in out and "+7" in out
+    assert "needs-3way       fx_args_b" in out and "clean            fx_args_a" in out
+    assert "upstreamed       fx_kimi" in out
+    # the environment the patches read, checked against the release's code
+    assert "note     fx_overlay: FX_OVERLAY_ON: the release reads it too (python/sglang/srt/envs2.py)" in out
+    new = proj / "pins" / "9.0.1"
+    m = load_manifest(new / "manifest.yaml")
+    assert (m.pin.version, m.pin.git_tag, m.pin.wheel) == ("9.0.1", "v9.0.1", wheel.name)
+    assert m.pin.sha256 == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    # headers kept, Last-Update today, the release it was carried from recorded
+    old_header = (FIX / "patches" / "fx_topk.patch").read_text().split("\n---\n")[0]
+    header = (new / "patches" / "fx_topk.patch").read_text().split("\n---\n")[0]
+    assert header.startswith(old_header.split("Last-Update:")[0])
+    assert f"Last-Update: {datetime.date.today().isoformat()}" in header and "Rebased-From: sglang 0.5.17" in header
+    assert (new / "overlay" / OVERLAY).read_bytes() == (FIX / "overlay" / OVERLAY).read_bytes()
+    # the comments of the manifest survive, only the pin changed in the untouched entries
+    assert (new / "manifest.yaml").read_text().startswith("# Engine-test manifest")
+    # the project and the release tree are as before; nothing of the rebase is left
+    after = project_files(proj)
+    assert {k: v for k, v in after.items() if not k.startswith("pins/")} == before
+    assert sorted(os.listdir(proj / "pins")) == ["9.0.1"]
+    assert tree_is_pristine(proj, "9.0.1")
+    # the new pin holds on its release with zero fuzz and no offset: rewritten, not just carried
+    check = cli(proj, cache, "--pin", "9.0.1", "check", "--json", rc=0)
+    assert json.loads(check.stdout)["offsets"] == []
+    allp = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert "== pin 0.5.17" in allp.stdout and "== pin 9.0.1" in allp.stdout
+    # and it is usable: apply on the release's tree, status there
+    cli(proj, cache, "--pin", "9.0.1", "apply", "fx_args_b", rc=0)
+    patched = (proj / ".sglang" / "sglang-9.0.1" / SARGS).read_text()
+    assert "reworded upstream" in patched and "fixture b" in patched
+    assert "sglang 9.0.1 (pinned)" in cli(proj, cache, "--pin", "9.0.1", "status", rc=0).stdout
+    launch = cli(proj, cache, "--pin", "9.0.1", "launch", "--dry-run", rc=0).stdout
+    assert f"PYTHONPATH={proj / '.sglang' / 'sglang-9.0.1' / 'python'}" in launch
+    cli(proj, cache, "--pin", "9.0.1", "build-wheel", "--patches", "fx_args_b", "--out", str(tmp_path / "d"), rc=0)
+    built = [w.name for w in (tmp_path / "d").glob("*.whl")]
+    assert len(built) == 1 and built[0].startswith("sglang-9.0.1+ovl."), built
+    # the top level is still its own pin: --pin 0.5.17 is the top-level manifest
+    assert json.loads(cli(proj, cache, "--pin", "0.5.17", "check", "--json", rc=0).stdout)["version"] == "0.5.17"
+
+
+# -- conflict -> continue / abort ---------------------------------------------------------------------------------
+def test_a_stop_puts_the_overlay_files_in_the_tree_and_takes_their_edits(tmp_path, cache, pin_source):
+    """fx_overlay needs no stop, so a manifest where the conflicting patch also carries an overlay file."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    man = proj / "manifest.yaml"
+    man.write_text(
+        man.read_text().replace(
+            "    description: second of two patches on server_args.py\n",
+            "    description: second of two patches on server_args.py\n    overlay: [python/sglang/srt/fx_b_helper.py]\n",
+        )
+    )
+    helper = proj / "overlay" / "python/sglang/srt/fx_b_helper.py"
+    helper.write_text("B = 1\n")
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    tree = proj / ".sglang" / "sglang-9.0.2"
+    in_tree = tree / "python/sglang/srt/fx_b_helper.py"
+    assert in_tree.read_text() == "B = 1\n"
+    text = (tree / SARGS).read_text()
+    start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>> patched")) + 1
+    (tree / SARGS).write_text(text[:start] + "    # fixture b: resolved\n" + text[end:])
+    in_tree.write_text("B = 2  # for 9.0.2\n")
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    new = proj / "pins" / "9.0.2"
+    assert (new / "overlay" / "python/sglang/srt/fx_b_helper.py").read_text() == "B = 2  # for 9.0.2\n"
+    assert "fx_b_helper" not in (new / "patches" / "fx_args_b.patch").read_text()  # an overlay file, not a diff
+    assert helper.read_text() == "B = 1\n" and not in_tree.exists() and tree_is_pristine(proj, "9.0.2")
+
+
+def _conflicting_release(cache, pin_source, version):
+    src = pin_text(pin_source, SARGS).replace(
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # upstream wrote something else here\n",
+    )
+    make_release(cache, pin_source, version, **{SARGS: src.encode()})
+
+
+def test_conflict_stops_with_markers_then_continue_captures_the_resolution(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    res = cli(proj, cache, "rebase", "9.0.2", rc=1)
+    tree_file = proj / ".sglang" / "sglang-9.0.2" / SARGS
+    # file, hunk, Python symbol, the patch's Description
+    assert f"{tree_file}" in res.stdout and "hunk #1 @@ -9342,6 +9342,7 @@" in res.stdout
+    assert "`prepare_server_args`" in res.stdout
+    assert "Fixture fx_args_b: a harmless edit" in res.stdout and "rebase --continue" in res.stderr
+    text = tree_file.read_text()
+    assert "<<<<<<< sglang 9.0.2" in text and "||||||| pin" in text and ">>>>>>> patched" in text
+    st = cli(proj, cache, "rebase", "--status", rc=0).stdout
+    assert "done     clean            fx_topk" in st and "stopped  conflict         fx_args_b" in st
+    assert "to do                     fx_common" in st
+    assert not (proj / "pins" / "9.0.2").exists()
+    # markers left: refused, naming the lines
+    res = cli(proj, cache, "rebase", "--continue", rc=1)
+    assert "conflict markers left at line(s)" in res.stderr
+    # a resolution that does not compile: refused
+    start, end = text.index("<<<<<<<"), text.index(">>>>>>> patched")
+    end = text.index("\n", end) + 1
+    tree_file.write_text(text[:start] + "    def (:\n" + text[end:])
+    assert "does not byte-compile" in cli(proj, cache, "rebase", "--continue", rc=1).stderr
+    resolved = "    # upstream wrote something else here\n    # fixture b: resolved by hand\n"
+    tree_file.write_text(text[:start] + resolved + text[end:])
+    res = cli(proj, cache, "rebase", "--continue", rc=0)
+    assert "resolved         fx_args_b" in res.stdout and "rebased 0.5.17 -> 9.0.2" in res.stdout
+    patch = (proj / "pins" / "9.0.2" / "patches" / "fx_args_b.patch").read_text()
+    assert "+    # fixture b: resolved by hand" in patch and "Rebased-From: sglang 0.5.17" in patch
+    assert tree_is_pristine(proj, "9.0.2")
+    cli(proj, cache, "--pin", "9.0.2", "check", rc=0)
+
+
+def test_conflict_then_abort_leaves_project_and_trees_as_before(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    assert (proj / "pins" / ".rebase-9.0.2.json").is_file()
+    res = cli(proj, cache, "rebase", "--abort", rc=0)
+    assert "aborted" in res.stdout
+    assert project_files(proj) == before and not (proj / "pins").exists()
+    assert tree_is_pristine(proj, "9.0.2")
+    # and it can start again, stopping at the same place
+    assert "fx_args_b: conflict" in cli(proj, cache, "rebase", "9.0.2", rc=1).stdout
+
+
+# -- upstreamed entries, newly upstreamed patches, overlay collisions ---------------------------------------------
+def test_a_moved_proof_is_located_and_rewritten(tmp_path, cache, pin_source):
+    """The Kimi wrapper moved to another file, its hook now a method of another class, re-indented."""
+    kimi = pin_text(pin_source, KIMI)
+    moved = "class Wrapper:\n" + "".join("    " + l if l.strip() else l for l in kimi.splitlines(keepends=True))
+    new_path = "python/sglang/srt/models/kimi/k25_wrapper.py"
+    make_release(cache, pin_source, "9.0.3", **{KIMI: None, new_path: moved.encode()})
+    proj = project(tmp_path)
+    res = cli(proj, cache, "rebase", "9.0.3", rc=0)
+    assert f"upstreamed-moved fx_kimi: moved to {new_path}" in res.stdout
+    proof = load_manifest(proj / "pins" / "9.0.3" / "manifest.yaml").patch("fx_kimi").proof
+    assert proof.file == new_path
+    assert proof.symbols == ("Wrapper.KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture",)
+    cli(proj, cache, "--pin", "9.0.3", "check", rc=0)  # the rewritten proof holds on the release
+
+
+def test_a_proof_not_found_stops_and_asks(tmp_path, cache, pin_source):
+    gone = pin_text(pin_source, KIMI).replace(
+        "self.language_model.set_eagle3_layers_to_capture(layer_ids)", "self.language_model.capture_aux(layer_ids)"
+    )
+    make_release(cache, pin_source, "9.0.4", **{KIMI: gone.encode()})
+    proj = project(tmp_path)
+    res = cli(proj, cache, "rebase", "9.0.4", rc=1)
+    assert "fx_kimi: proof-failed" in res.stdout
+    ask = proj / "pins" / ".rebase-9.0.4" / ".proofs" / "fx_kimi.yaml"
+    assert yaml.safe_load(ask.read_text())["file"] == KIMI
+    ask.write_text(f"file: {KIMI}\nsymbols: [KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture]\n")
+    ask.write_text(ask.read_text() + 'contains: ["self.language_model.capture_aux(layer_ids)"]\n')
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    proof = load_manifest(proj / "pins" / "9.0.4" / "manifest.yaml").patch("fx_kimi").proof
+    assert proof.contains == ("self.language_model.capture_aux(layer_ids)",)
+
+
+def test_a_patch_upstream_now_has_is_offered_to_become_upstreamed(tmp_path, cache, pin_source):
+    src = pin_text(pin_source, SARGS).replace(
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # fixture b: inside prepare_server_args\n",
+    )
+    make_release(cache, pin_source, "9.0.5", **{SARGS: src.encode()})
+    proj = project(tmp_path)
+    res = cli(proj, cache, "rebase", "9.0.5", rc=1)
+    assert "fx_args_b: upstream on sglang 9.0.5" in res.stdout and "reverse-applies" in res.stdout
+    assert "makes fx_args_b an `upstreamed` entry" in res.stderr
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    entry = load_manifest(proj / "pins" / "9.0.5" / "manifest.yaml").patch("fx_args_b")
+    assert entry.kind == "upstreamed" and entry.upstream.release == "9.0.5" and entry.diff is not None
+    cli(proj, cache, "--pin", "9.0.5", "check", rc=0)  # proved by its diff reverse-applying
+
+
+def test_an_overlay_file_that_now_ships_upstream_stops(tmp_path, cache, pin_source):
+    make_release(cache, pin_source, "9.0.6", **{OVERLAY: b"# upstream's own module of that name\n"})
+    proj = project(tmp_path)
+    res = cli(proj, cache, "rebase", "9.0.6", rc=1)
+    assert "fx_overlay: collision" in res.stdout and OVERLAY in res.stdout
+    assert "rebase --abort" in res.stderr
+    cli(proj, cache, "rebase", "--continue", rc=1)  # still there: asked again
+    cli(proj, cache, "rebase", "--abort", rc=0)
+
+
+# -- bad input ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("rebase",), "name the release"),
+        (("rebase", "latest!"), "is not a release version"),
+        (("rebase", "0.5.17"), "already pinned to 0.5.17"),
+        (("rebase", "--continue"), "no rebase in progress"),
+        (("rebase", "--abort", "9.9.9"), "no rebase to 9.9.9 in progress"),
+        (("rebase", "9.0.1", "--abort", "--continue"), "not allowed with"),
+        (("--pin", "7.7.7", "status"), "no pin for 7.7.7"),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, cache, args, words):
+    proj = project(tmp_path)
+    res = cli(proj, cache, *args, rc=2)
+    assert words in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_damaged_progress_file_exits_2(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    data = json.loads(progress.read_text())
+    data["next"] = 99
+    progress.write_text(json.dumps(data))
+    res = cli(proj, cache, "rebase", "--continue", rc=2)
+    assert f"{progress}" in res.stderr and "'next'" in res.stderr and "Traceback" not in res.stderr
+    progress.write_text("{")
+    assert "not valid JSON" in cli(proj, cache, "rebase", "--status", rc=2).stderr
+
+
+def test_a_second_rebase_to_the_same_release_is_refused(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    assert "already in progress" in cli(proj, cache, "rebase", "9.0.2", rc=2).stderr

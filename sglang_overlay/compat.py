@@ -6,13 +6,13 @@ Both read pristine files straight from release wheels and reuse `compose` — th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from .carry import carry
 from .compose import compose
 from .errors import Conflict
-from .manifest import Manifest, Patch
+from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -156,13 +156,13 @@ def classify(
 ) -> Verdict:
     """How one patch fares against one release's pristine files (the patch alone); `paths` lists the release's
     files, where a moved proof is looked for."""
-    if p.kind != "upstreamed" and p.diff is not None:
+    if not isinstance(p, UpstreamedPatch) and p.diff is not None:
         missing = [f for f in p.diff.files if f not in p.diff.created and release(f) is None]
         if missing:
             return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
     step = carry(p, original, release, paths or (lambda: []), version)
     status = _RADAR.get(step.status, step.status)
-    if step.status == "proof-failed" and p.proof and release(p.proof.file) is None:
+    if isinstance(p, UpstreamedPatch) and p.proof and release(p.proof.file) is None and step.status == "proof-failed":
         status, detail = "target-missing", f"{p.proof.file} is gone"
     else:
         detail = step.detail

@@ -184,6 +184,13 @@ class UpstreamedPatch(_Entry):
 # One type per kind: an entry's kind is its type (`match`/isinstance), never a string to compare.
 Change = DiffPatch | OverlayPatch
 Patch = DiffPatch | OverlayPatch | UpstreamedPatch
+
+
+def patch_file(p: Patch) -> PatchFile | None:
+    """The entry's file under patches/: its diff, or an upstreamed entry's original change."""
+    return p.original if isinstance(p, UpstreamedPatch) else p.diff
+
+
 KIND_TYPES: Mapping[str, type[Patch]] = {t.kind: t for t in (DiffPatch, OverlayPatch, UpstreamedPatch)}
 KINDS = tuple(KIND_TYPES)
 

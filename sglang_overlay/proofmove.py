@@ -24,7 +24,7 @@ class Moved:
         return f"moved to {self.proof.file} ({self.how}; symbols {syms})"
 
 
-def _pattern(snippet: str) -> re.Pattern:
+def _pattern(snippet: str) -> re.Pattern[str]:
     """The snippet's lines at any indentation: a proof quotes code from where its first line's text starts,
     and a move (out of a class, into a function) re-indents every line."""
     bodies = [l.strip() for l in snippet.strip("\n").splitlines()]

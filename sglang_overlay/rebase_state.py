@@ -79,7 +79,7 @@ class Progress:
         return replace(self, next=self.order.index(name) + 1, results={**self.results, name: result}, stop=None)
 
     def to_bytes(self) -> bytes:
-        def res(r: Result) -> dict:
+        def res(r: Result) -> dict[str, object]:
             proof = None
             if r.proof is not None:
                 proof = {"file": r.proof.file, "symbols": list(r.proof.symbols), "contains": list(r.proof.contains)}

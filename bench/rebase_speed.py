@@ -74,7 +74,9 @@ def measure(version: str, rounds: int) -> dict:
             if proc.returncode not in (0, 1):
                 raise RuntimeError(f"rebase {version} failed: {proc.stderr[-800:]}")
             stops.append(s)
-            stopped_at = next((l.split(":")[0] for l in proc.stdout.splitlines() if ": conflict on" in l), "(none)")
+            stopped_at = next(
+                (line.split(":")[0] for line in proc.stdout.splitlines() if ": conflict on" in line), "(none)"
+            )
             a, _ = _run(proj, "rebase", "--abort")
             aborts.append(a)
         peer = [_git_peer(proj / ".sglang" / f"sglang-{version}", scratch / "peer") for _ in range(rounds)]

@@ -160,7 +160,7 @@ def classify(
         missing = [f for f in p.diff.files if f not in p.diff.created and release(f) is None]
         if missing:
             return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
-    step = carry(p, original, release, paths or (lambda: []), version)
+    step = carry(p, original, release, paths or (list), version)
     status = _RADAR.get(step.status, step.status)
     if isinstance(p, UpstreamedPatch) and p.proof and release(p.proof.file) is None and step.status == "proof-failed":
         status, detail = "target-missing", f"{p.proof.file} is gone"

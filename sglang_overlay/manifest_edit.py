@@ -31,12 +31,12 @@ def _block(lines: list[str], start: int, indent: int) -> int:
 
 def set_pin(text: str, pin: Pin, where: str) -> str:
     lines = text.splitlines(keepends=True)
-    starts = [i for i, l in enumerate(lines) if l.startswith("pin:")]
+    starts = [i for i, line in enumerate(lines) if line.startswith("pin:")]
     if len(starts) != 1:
         raise ManifestError(f"{where}: expected one top-level `pin:`", hint="declare the pin in this manifest")
     start = starts[0]
     end = _block(lines, start, 0)
-    notes = [l for l in lines[start + 1 : end] if l.strip().startswith("#")]  # why the pin is what it is
+    notes = [line for line in lines[start + 1 : end] if line.strip().startswith("#")]  # why the pin is what it is
     lines[start:end] = [
         "pin:\n",
         *notes,
@@ -56,7 +56,7 @@ def _scalar(value: str) -> str:
 def set_entry_key(text: str, name: str, key: str, value: object, where: str) -> str:
     """Replace (or add, or with value None remove) `key` of the entry `name`; the value is written as YAML."""
     lines = text.splitlines(keepends=True)
-    heads = [i for i, l in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", l)]
+    heads = [i for i, line in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", line)]
     if len(heads) != 1:
         raise ManifestError(
             f"{where}: cannot find the entry `- name: {name}` to rewrite",

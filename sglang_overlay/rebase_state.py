@@ -115,7 +115,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
     try:
         data = sh.load(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=PROGRESS_FIX)
+        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=PROGRESS_FIX) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
     sh.keys(data, keys + ("started",))
     if data.get("version") != PROGRESS_VERSION:

@@ -45,7 +45,7 @@ def describe_stop(p: Patch, step: Step, tree_root: Path | str, version: str) -> 
     else:
         lines.append(f"  {step.detail}")
     lines.append("  the patch's intent (Description):")
-    lines += ["    " + l for l in desc.splitlines()]
+    lines += ["    " + line for line in desc.splitlines()]
     return "\n".join(lines)
 
 
@@ -56,7 +56,9 @@ def env_notes(m: Manifest, release: Reader, release_paths: Callable[[], list[str
     names = {v.name: (p, v) for p in m.patches for v in p.env}
     if not names:
         return []
-    own = {f for p in m.patches if isinstance(p, Change) for f in p.overlay}  # the release's files are pristine; overlay ones are ours
+    own = {
+        f for p in m.patches if isinstance(p, Change) for f in p.overlay
+    }  # the release's files are pristine; overlay ones are ours
     seen: dict[str, list[str]] = {n: [] for n in names}
     for path in release_paths():
         if not path.endswith(".py") or path in own:

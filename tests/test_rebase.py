@@ -256,7 +256,9 @@ def test_conflict_then_abort_leaves_project_and_trees_as_before(tmp_path, cache,
 def test_a_moved_proof_is_located_and_rewritten(tmp_path, cache, pin_source):
     """The Kimi wrapper moved to another file, its hook now a method of another class, re-indented."""
     kimi = pin_text(pin_source, KIMI)
-    moved = "class Wrapper:\n" + "".join("    " + l if l.strip() else l for l in kimi.splitlines(keepends=True))
+    moved = "class Wrapper:\n" + "".join(
+        "    " + line if line.strip() else line for line in kimi.splitlines(keepends=True)
+    )
     new_path = "python/sglang/srt/models/kimi/k25_wrapper.py"
     make_release(cache, pin_source, "9.0.3", **{KIMI: None, new_path: moved.encode()})
     proj = project(tmp_path)

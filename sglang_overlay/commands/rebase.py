@@ -357,7 +357,7 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
                 raise Conflict(
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
                     hint="fix it, then `python apply.py rebase --continue`",
-                )
+                ) from e
     if isinstance(p, UpstreamedPatch) or p.diff is None:
         raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
     diffed = [f for f in paths if f not in p.overlay]
@@ -387,7 +387,7 @@ def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result
         raise BadInput(
             f"{ask}: not a proof ({e})",
             hint="keys: file (a repo path), symbols (a list), contains (a list of exact lines)",
-        )
+        ) from e
     if not isinstance(p, UpstreamedPatch):
         raise BadInput(f"{p.name}: only an upstreamed entry stops for its proof")
     res = prove(replace(p, proof=proof, original=None), release)  # the proof alone: the code moved
@@ -420,7 +420,7 @@ def _status(root: Path, version: str) -> int:
         )
         return 0
     print(f"rebase {progress.source_pin} -> {progress.target} ({progress.source}), started {progress.started}")
-    for i, name in enumerate(progress.order):
+    for name in progress.order:
         r = progress.results.get(name)
         if r is not None:
             print(f"  done     {r.status:<17}{name}" + (f": {r.detail}" if r.detail else ""))
@@ -459,7 +459,7 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
         raise ManifestError(
             f"the new pin's manifest does not load: {e}",
             hint=f"a bug in rebase: the rebase stays resumable; report it with {target}",
-        )
+        ) from e
     for line in env_notes(load_manifest(target), rel_src.read, rel_src.paths):
         print(f"  note     {line}")
     fsync_dir(staging)

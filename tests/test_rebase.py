@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT, run_cli
 
 from sglang_overlay.fetch import WheelSource, pinned_wheel
-from sglang_overlay.manifest import load_manifest
+from sglang_overlay.manifest import UpstreamedPatch, load_manifest
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 SARGS = "python/sglang/srt/server_args.py"
@@ -299,7 +299,7 @@ def test_a_patch_upstream_now_has_is_offered_to_become_upstreamed(tmp_path, cach
     assert "makes fx_args_b an `upstreamed` entry" in res.stderr
     cli(proj, cache, "rebase", "--continue", rc=0)
     entry = load_manifest(proj / "pins" / "9.0.5" / "manifest.yaml").patch("fx_args_b")
-    assert entry.kind == "upstreamed" and entry.upstream.release == "9.0.5" and entry.diff is not None
+    assert isinstance(entry, UpstreamedPatch) and entry.upstream.release == "9.0.5" and entry.original is not None
     cli(proj, cache, "--pin", "9.0.5", "check", rc=0)  # proved by its diff reverse-applying
 
 

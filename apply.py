@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""sglang-overlay command line: `python apply.py --help`."""
+"""sglang-overlay command line, in a checkout: `python apply.py --help` (installed: `sglang-overlay --help`).
+Run from anywhere, it works on the project that holds it unless a manifest.yaml is found from the current
+directory upward (or --project / --manifest names one)."""
 
 import _signal  # type: ignore[import-not-found]  # typeshed has no stub for it; built in, unlike `signal`: the handlers are in place before a single file is read
 import os
@@ -15,7 +17,9 @@ def _interrupted_at_start(
 for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
     _signal.signal(_sig, _interrupted_at_start)
 
+from pathlib import Path  # noqa: E402
+
 from sglang_overlay.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(home=Path(__file__).resolve().parent))

@@ -7,7 +7,8 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
-.venv/bin/python apply.py fetch
-.venv/bin/python apply.py apply --set default
-.venv/bin/python apply.py status
+# The package itself, editable (pyproject.toml: its dependencies and the sglang-overlay command in .venv/bin).
+.venv/bin/python -m pip install -q --disable-pip-version-check -e .
+.venv/bin/sglang-overlay fetch
+.venv/bin/sglang-overlay apply --set default
+.venv/bin/sglang-overlay status

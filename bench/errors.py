@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError
+from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError, PatchSetError
 
 EXIT_ABORTED = 3  # a server failed to start or to serve: the store keeps what was measured
 EXIT_BUDGET = 4  # stopped before a start that would overrun --time-budget: resumable
@@ -12,7 +12,7 @@ class BenchError(OverlayError):
     """A bench run could not go on; the message names the arm and the way out."""
 
 
-class SetError(BenchError, BadInput):
+class SetError(BenchError, PatchSetError):
     """A patch-set expression does not name a set of this manifest."""
 
     exit_code = EXIT_BAD_INPUT

@@ -1,73 +1,50 @@
-"""Patch-set expressions: what an arm carries.
-
-Syntax (patch names are [a-z][a-z0-9_]*, so '+', '-' and ',' cannot occur in them):
-  full                  a preset from the manifest
-  deepseek_v2,oea_topk  an explicit list of patches
-  full-oea_topk         a preset minus a patch;  full-oea_topk-nccl_env_log  minus two
-  base+eagle_profiling  a preset plus a patch;   base+oea_topk,eagle_profiling  plus two
-  none                  the empty set (pristine tree)
-A term after '+'/'-' may itself be a preset (its members are added/removed). The result is closed over
-`requires` and put in manifest order (Manifest.closure), which is what `apply.py launch --patches` applies.
-"""
+"""What an arm carries, in the package's one patch-set grammar (sglang_overlay.patchset: PRESET, a,b,
+PRESET-x, PRESET+x,y, none). This module only adds the bench's view of a manifest (which entries change code,
+who requires whom) and turns the grammar's errors into the bench's SetError."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from sglang_overlay.errors import OverlayError, PatchSetError
+from sglang_overlay.manifest import Manifest, load_manifest
+from sglang_overlay.patchset import PatchSet
+from sglang_overlay.patchset import resolve as _resolve
 
 from .errors import SetError
 
-if TYPE_CHECKING:  # imported where a catalog is loaded: the set grammar itself needs no manifest
-    from sglang_overlay.manifest import Manifest
-
-EMPTY_NAMES = ("none", "pristine")
-_TERM_RE = re.compile(r"([+-]?)([^+-]+)")
+__all__ = ["Catalog", "PatchSet", "SetError", "resolve"]
 
 
 @dataclass(frozen=True)
 class Catalog:
-    """The manifest facts the bench needs: patch order, presets, which entries change code, and the closure."""
+    """The loaded manifest, with the facts the bench asks of it."""
 
-    names: tuple[str, ...]
-    presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    applies_change: Mapping[str, bool] = field(default_factory=dict)  # False for `upstreamed` entries
-    manifest: Manifest | None = None  # the loaded sglang_overlay Manifest, for its closure
+    manifest: Manifest
 
     @classmethod
     def from_manifest(cls, path: str | Path) -> Catalog:
         try:
-            from sglang_overlay.manifest import UpstreamedPatch, load_manifest
-        except ImportError as e:  # pragma: no cover - only outside the repo
-            raise SetError(f"cannot import sglang_overlay.manifest ({e}); run from the repository root") from e
-        try:
-            m = load_manifest(path)
-        except Exception as e:  # ManifestError and friends: one clear line, not a traceback
-            hint = getattr(e, "hint", None)
-            raise SetError(f"{e}" + (f" ({hint})" if hint else "")) from e
-        return cls(
-            names=m.names,
-            presets=dict(m.presets),
-            applies_change={p.name: not isinstance(p, UpstreamedPatch) for p in m.patches},
-            manifest=m,
-        )
+            return cls(load_manifest(path))
+        except OverlayError as e:  # ManifestError and friends: one clear line, not a traceback
+            raise SetError(f"{e}" + (f" ({e.hint})" if e.hint else "")) from e
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.manifest.names
+
+    @property
+    def presets(self):
+        return self.manifest.presets
 
     def closure(self, names) -> tuple[str, ...]:
-        """`names` plus what they require, in manifest order: the manifest's own closure (conflicts refused)."""
-        for n in names:
-            self._check(n)
-        if self.manifest is None:
-            raise SetError("this catalog was built without a manifest: it cannot take a closure")
-        try:
-            return self.manifest.closure(names)
-        except Exception as e:  # ManifestError (a conflicting pair): one clear line
-            raise SetError(str(e)) from e
+        """`names` plus what they require, in manifest order (conflicts refused)."""
+        return resolve(self, ",".join(names) or "none").patches
 
     def dependents(self, name: str) -> set[str]:
         """The patches that require `name`, directly or through others (they cannot stay when it leaves)."""
-        req = {p.name: set(p.requires) for p in self.manifest.patches} if self.manifest is not None else {}
+        req = {p.name: set(p.requires) for p in self.manifest.patches}
         out: set[str] = set()
         todo = [name]
         while todo:
@@ -80,78 +57,11 @@ class Catalog:
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""
-        return tuple(n for n in names if self.applies_change.get(n, True))
-
-    def _check(self, name: str) -> None:
-        if name not in self.names:
-            import difflib
-
-            close = difflib.get_close_matches(name, list(self.names) + list(self.presets), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SetError(
-                f"unknown patch {name!r}{hint}; patches: {', '.join(self.names) or '(none)'}; "
-                f"presets: {', '.join(sorted(self.presets)) or '(none)'}"
-            )
-
-
-@dataclass(frozen=True)
-class PatchSet:
-    expr: str
-    patches: tuple[str, ...]  # closed over requires, manifest order
-    preset: str | None = None  # set when expr is exactly a preset name: launched with --set
-
-    def launch_flags(self) -> list[str]:
-        if self.preset is not None:
-            return ["--set", self.preset]
-        return ["--patches", ",".join(self.patches)]
-
-    @property
-    def label(self) -> str:
-        return ",".join(self.patches) if self.patches else "(none)"
-
-
-def _members(catalog: Catalog, term: str) -> list[str]:
-    out: list[str] = []
-    for name in term.split(","):
-        name = name.strip()
-        if not name:
-            continue
-        if name in EMPTY_NAMES:
-            continue
-        if name in catalog.presets:
-            if name in catalog.names:
-                raise SetError(f"{name!r} is both a preset and a patch name: ambiguous")
-            out.extend(catalog.presets[name])
-        else:
-            catalog._check(name)
-            out.append(name)
-    return out
+        return tuple(n for n in names if self.manifest.patch(n).applies_change)
 
 
 def resolve(catalog: Catalog, expr: str) -> PatchSet:
-    expr = expr.strip()
-    if not expr:
-        raise SetError("empty set expression (write 'none' for the pristine tree)")
-    if expr in catalog.presets:
-        return PatchSet(expr, catalog.closure(catalog.presets[expr]), preset=expr)
-    terms = _TERM_RE.findall(expr)
-    if "".join(op + t for op, t in terms) != expr or terms[0][0]:
-        raise SetError(f"cannot parse set {expr!r}: expected PRESET|a,b[+c|-d ...]")
-    chosen: list[str] = []
-    removed: set[str] = set()
-    for op, term in terms:
-        members = _members(catalog, term)
-        if op == "-":
-            missing = [m for m in members if m not in chosen]
-            if missing:
-                raise SetError(f"{expr!r}: cannot remove {', '.join(missing)}: not in the set so far")
-            chosen = [c for c in chosen if c not in members]
-            removed.update(members)
-        else:
-            chosen.extend(m for m in members if m not in chosen)
-    patches = catalog.closure(chosen)
-    removed_back = [p for p in patches if p in removed]
-    if removed_back:
-        # A removed patch that another member requires comes back through the closure: say so, don't hide it.
-        raise SetError(f"{expr!r}: {', '.join(removed_back)} is required by a member of the set and cannot be left out")
-    return PatchSet(expr, patches)
+    try:
+        return _resolve(catalog.manifest, expr, flag="set")
+    except PatchSetError as e:
+        raise SetError(f"{e}" + (f" ({e.hint})" if e.hint else "")) from e

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from . import __version__, interrupts
 from .commands import COMMANDS
-from .context import Context, default_manifest_path
-from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
+from .context import Context
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, OverlayError, os_failure
+from .progname import set_from_argv
+from .project import MANIFEST_ENV, manifest_path
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
 2 bad input or usage (also a damaged state or journal file); 3 internal error (a bug: please report it with
@@ -24,18 +26,27 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="apply.py",
+        prog=prog,
         description="Carry named patches on a pinned SGLang release.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sglang-overlay {__version__}")
-    parser.add_argument(
-        "--manifest",
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--project",
+        metavar="DIR",
         default=None,
-        help="manifest.yaml to use (default: ./manifest.yaml, else the project's; env SGLANG_OVERLAY_MANIFEST)",
+        help="the project directory (manifest.yaml, patches/, overlay/); default: the nearest manifest.yaml "
+        "in the current directory or above it",
+    )
+    where.add_argument(
+        "--manifest",
+        metavar="FILE",
+        default=None,
+        help=f"the manifest file itself (env {MANIFEST_ENV})",
     )
     parser.add_argument(
         "--tree",
@@ -63,23 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _context(args) -> Context:
-    if args.manifest is not None and not args.manifest.strip():
-        raise BadInput(
-            "--manifest is empty (an unset shell variable?)",
-            hint="pass the manifest's path, or leave --manifest out to use ./manifest.yaml",
-        )
-    return Context(
-        manifest_path=Path(args.manifest) if args.manifest else default_manifest_path(),
-        tree_arg=args.tree,
-        pin=args.pin,
-    )
+def _context(args, home: Path | None) -> Context:
+    found = manifest_path(manifest=args.manifest, project=args.project, home=home)
+    return Context(manifest_path=found, tree_arg=args.tree, pin=args.pin)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
+    """`home`: the project an entry script belongs to (apply.py passes its own directory), used when no
+    manifest.yaml is found from the current directory upward."""
     interrupts.install()
     try:
-        return _main(argv)
+        return _main(argv, home)
     except KeyboardInterrupt:  # a second signal while the first error was being reported
         return EXIT_INTERRUPTED
     finally:
@@ -96,10 +101,10 @@ def _drop_unwritable_output() -> None:
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - kept open to the end; the interpreter's last flush then has nothing to fail on
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, home: Path | None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        code = int(args._run(_context(args), args) or 0)
+        args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
+        code = int(args._run(_context(args, home), args) or 0)
         sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
         return code
     except OverlayError as e:
@@ -109,7 +114,7 @@ def _main(argv: list[str] | None) -> int:
         _say("interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # `apply.py status | head`: the reader left; nothing went wrong with the tree.
+        # `sglang-overlay status | head`: the reader left; nothing went wrong with the tree.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:

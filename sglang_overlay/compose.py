@@ -19,6 +19,7 @@ from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Change
 from .patchfile import Hunk
+from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
@@ -119,7 +120,7 @@ def _git_apply(
         raise Conflict(
             explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
             hint=f"the tree no longer matches what {patch.name} expects: update the patch "
-            f"(`python apply.py refresh {patch.name}` after fixing it by hand), or leave it off",
+            f"(`{prog()} refresh {patch.name}` after fixing it by hand), or leave it off",
         )
     current = None
     for line in out.splitlines():

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .manifest import Manifest, load_manifest
 from .tree import Tree, locate
-
-MANIFEST_ENV = "SGLANG_OVERLAY_MANIFEST"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-
-
-def default_manifest_path() -> Path:
-    if os.environ.get(MANIFEST_ENV):
-        return Path(os.environ[MANIFEST_ENV])
-    here = Path.cwd() / "manifest.yaml"
-    return here if here.is_file() else PACKAGE_ROOT / "manifest.yaml"
 
 
 @dataclass

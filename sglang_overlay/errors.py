@@ -36,6 +36,14 @@ class ManifestError(BadInput):
     """The manifest (or a file it names) is invalid. Raised before any tree is touched."""
 
 
+class ProjectNotFound(BadInput):
+    """No manifest.yaml was named (--project, --manifest) or found upward from the current directory."""
+
+
+class PatchSetError(BadInput):
+    """A patch-set expression or selection (NAME..., --all, --set, --patches) does not name a set of the manifest."""
+
+
 class PathEscape(BadInput):
     """A patch or overlay file would write outside the tree."""
 

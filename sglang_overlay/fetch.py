@@ -23,6 +23,7 @@ from pathlib import Path
 from .errors import FetchError
 from .gitcmd import git
 from .manifest import Pin
+from .progname import prog
 from .tree import Tree, embedded_path
 
 CACHE_ENV = "SGLANG_OVERLAY_CACHE"
@@ -229,7 +230,7 @@ def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = Non
         if dest.exists():
             raise FetchError(
                 f"{dest}: exists but is not a complete pinned tree",
-                hint=f"remove it (rm -rf {dest}) and run `python apply.py fetch` again",
+                hint=f"remove it (rm -rf {dest}) and run `{prog()} fetch` again",
             )
         return _make_embedded(dest, pin, local_wheel), True
 

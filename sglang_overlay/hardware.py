@@ -6,6 +6,9 @@ import functools
 import os
 import shutil
 import subprocess
+from typing import Iterable, Protocol
+
+from .errors import BadInput
 
 CAP_ENV = "SGLANG_OVERLAY_CUDA_CAPABILITY"  # e.g. "12.0" or "9.0,9.0": overrides detection (CI, other hosts)
 
@@ -27,6 +30,22 @@ def capabilities() -> tuple[str, ...] | None:
         return None
     caps = tuple(line.strip() for line in out.stdout.splitlines() if line.strip())
     return caps if out.returncode == 0 and caps else None
+
+
+class Gated(Protocol):
+    name: str
+    cuda_capability: tuple[str, ...]
+
+
+def blocked(patches: Iterable[Gated]) -> dict[str, str]:
+    """Patch name -> why it cannot run here, for each patch whose hardware gate fails on this machine: the one
+    place gates are evaluated (status shows it, apply --all leaves those out, a switch refuses them)."""
+    return {p.name: why for p in patches if (why := gate_fails(p.cuda_capability))}
+
+
+def refuse_blocked(patches: Iterable[Gated]) -> None:
+    for name, why in blocked(patches).items():
+        raise BadInput(f"{name}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
 
 
 def gate_fails(required: tuple[str, ...]) -> str | None:

@@ -16,6 +16,7 @@ import yaml
 
 from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
+from .progname import prog
 from .repopath import check_patchable, check_repo_path
 
 SCHEMA_VERSION = 1
@@ -236,7 +237,7 @@ class Manifest:
                 return p
         raise ManifestError(
             f"{self.path}: no patch named {name!r}{_did_you_mean(name, self.names)}",
-            hint="`python apply.py status` lists the patches",
+            hint=f"`{prog()} status` lists the patches",
         )
 
     def ordered(self, names: Iterable[str]) -> tuple[Patch, ...]:

@@ -14,6 +14,7 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchSet
 
 from .errors import ManifestError
+from .progname import prog
 
 HEADER_FIELDS = (
     "Description",
@@ -97,7 +98,7 @@ def _strip_prefix(path: str | None, side: str, where: Path) -> str | None:
         # git apply strips one leading component: without a/ b/ the file would be written one level off.
         raise ManifestError(
             f"{where}: the diff names {path!r} without git's {side!r} prefix",
-            hint="regenerate it with `git diff` (not --no-prefix), or `python apply.py refresh NAME`",
+            hint=f"regenerate it with `git diff` (not --no-prefix), or `{prog()} refresh NAME`",
         )
     return path[2:]
 
@@ -133,7 +134,7 @@ def parse_patch_file(path: Path) -> PatchFile:
     except (UnidiffParseError, ValueError, IndexError) as e:
         raise ManifestError(
             f"{path}: the diff is corrupt: {e}",
-            hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",
+            hint=f"regenerate it with `git diff` (or `{prog()} refresh NAME`)",
         ) from e
     if not len(ps):
         raise ManifestError(
@@ -158,7 +159,7 @@ def parse_patch_file(path: Path) -> PatchFile:
         if not len(pf) and not (pf.is_added_file or pf.is_removed_file):
             raise ManifestError(
                 f"{path}: the diff of {name} has no valid hunk (a damaged '@@' line?)",
-                hint="regenerate it with `git diff` (or `python apply.py refresh NAME`)",
+                hint=f"regenerate it with `git diff` (or `{prog()} refresh NAME`)",
             )
         files.append(name)
         if pf.is_added_file:

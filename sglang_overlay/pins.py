@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import BadInput
 from .manifest import Manifest
+from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 
 
@@ -28,7 +29,7 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
         known = ", ".join(v for v, _ in all_pins(top))
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
-            hint=f"pins here: {known}; `python apply.py rebase {version}` makes one",
+            hint=f"pins here: {known}; `{prog()} rebase {version}` makes one",
         )
     return path
 

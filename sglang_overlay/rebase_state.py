@@ -15,21 +15,26 @@ from pathlib import Path
 
 from .errors import BadInput, StateError
 from .manifest import Proof
+from .progname import prog
 from .state import Shape, read_own_file
 
 PROGRESS_VERSION = 1
 PINS_DIR = "pins"
 VERSION_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?")
-PROGRESS_FIX = (
-    "sglang-overlay writes this file whole and atomically, so something else changed it: "
-    "`python apply.py rebase --abort` drops the rebase (the project is as it was before it), then start again"
-)
+
+
+def progress_fix() -> str:
+    """The fix for a damaged rebase progress file (names the command the user ran)."""
+    return (
+        "sglang-overlay writes this file whole and atomically, so something else changed it: "
+        f"`{prog()} rebase --abort` drops the rebase (the project is as it was before it), then start again"
+    )
 
 
 def check_version_arg(version: str) -> str:
     if not VERSION_RE.fullmatch(version or ""):
         raise BadInput(
-            f"rebase: {version!r} is not a release version", hint="name a release, e.g. `python apply.py rebase 0.5.23`"
+            f"rebase: {version!r} is not a release version", hint=f"name a release, e.g. `{prog()} rebase 0.5.23`"
         )
     return version
 
@@ -111,11 +116,11 @@ class Progress:
 
 
 def parse_progress(raw: bytes, path: Path) -> Progress:
-    sh = Shape(path, "rebase progress", PROGRESS_FIX)
+    sh = Shape(path, "rebase progress", progress_fix())
     try:
         data = sh.load(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=PROGRESS_FIX) from e
+        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
     sh.keys(data, keys + ("started",))
     if data.get("version") != PROGRESS_VERSION:
@@ -165,7 +170,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
 
 
 def read_progress(path: Path) -> Progress | None:
-    raw = read_own_file(path, "the rebase progress", PROGRESS_FIX)
+    raw = read_own_file(path, "the rebase progress", progress_fix())
     return None if raw is None else parse_progress(raw, path)
 
 

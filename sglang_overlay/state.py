@@ -20,17 +20,22 @@ from typing import Any, Literal, overload
 
 from .errors import StateError
 from .fsio import atomic_write, is_tmp_name, read_bytes, unlink_quietly
+from .progname import prog
 from .repopath import IDENTITY_OWNER, check_repo_path
 
 STATE_VERSION = 1
 HEX64 = re.compile(r"[0-9a-f]{64}")
 PATCH_NAME = re.compile(r"[a-z][a-z0-9_]*")
-STATE_FIX = (
-    "sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
-    "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
-    "reinstall for site-packages, `rm -rf .sglang && python apply.py fetch` for the embedded tree), then "
-    "apply again"
-)
+
+
+def state_fix() -> str:
+    """The fix for a damaged state file (a function: it names the command the user ran)."""
+    return (
+        "sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
+        "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
+        f"reinstall for site-packages, `rm -rf .sglang && {prog()} fetch` for the embedded tree), then "
+        "apply again"
+    )
 
 
 def sha256(data: bytes) -> str:
@@ -139,7 +144,7 @@ class Shape:
 
 
 def parse_state(text: str, path: Path) -> State:
-    sh = Shape(path, "state file", STATE_FIX)
+    sh = Shape(path, "state file", state_fix())
     data = sh.load(text)
     sh.keys(data, ("version", "pin_version", "applied", "fingerprint", "digests", "files"))
     version = data.get("version")
@@ -180,13 +185,13 @@ def read_own_file(path: Path, what: str, fix: str) -> bytes | None:
 
 
 def load_state(path: Path) -> State:
-    raw = read_own_file(path, "the state file", STATE_FIX)
+    raw = read_own_file(path, "the state file", state_fix())
     if raw is None:
         return State()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=STATE_FIX) from e
+        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=state_fix()) from e
     return parse_state(text, path)
 
 
@@ -211,11 +216,11 @@ class ObjectStore:
         try:
             data = read_bytes(path)
         except OSError as e:
-            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=STATE_FIX) from e
+            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=state_fix()) from e
         if data is None:
-            raise StateError(f"{path}: a saved copy the state needs is missing", hint=STATE_FIX)
+            raise StateError(f"{path}: a saved copy the state needs is missing", hint=state_fix())
         if sha256(data) != digest:
-            raise StateError(f"{path}: a saved copy is corrupt (its hash does not match its name)", hint=STATE_FIX)
+            raise StateError(f"{path}: a saved copy is corrupt (its hash does not match its name)", hint=state_fix())
         return data
 
     def prune(self, keep: set[str]) -> None:

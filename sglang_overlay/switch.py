@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .compose import Offset, compose
-from .errors import BadInput, Drift
+from .errors import Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
-from .hardware import gate_fails
+from .hardware import refuse_blocked
 from .manifest import Change as PatchChange
 from .manifest import Manifest, Patch
+from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
@@ -65,10 +66,8 @@ def target_patches(manifest: Manifest, names: Iterable[str]) -> tuple[PatchChang
 
 
 def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:
-    for p in target:
-        why = gate_fails(p.cuda_capability) if p.name in added else None
-        if why:
-            raise BadInput(f"{p.name}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
+    """Only patches being added are gated: taking one off (or keeping it) is never refused for hardware."""
+    refuse_blocked(p for p in target if p.name in added)
 
 
 def files_needed(target: tuple[Patch, ...], state: State) -> list[str]:
@@ -141,7 +140,7 @@ def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift
     ]
     return Drift(
         f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-        hint="keep the edits in the patch with `python apply.py refresh NAME`, undo them, or "
+        hint=f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or "
         "pass --force (the edited files are saved to a backup first)",
     )
 

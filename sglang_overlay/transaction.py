@@ -38,6 +38,7 @@ from .fsio import (
     unlink_quietly,
 )
 from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
+from .progname import prog
 from .repopath import REPO_PACKAGE_PREFIX
 from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
 from .tree import Tree
@@ -410,7 +411,7 @@ class Transaction:
             raise OSFailure(
                 f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
                 f"{self.journal_path} is kept",
-                hint="once the cause is fixed, `python apply.py recover` "
+                hint=f"once the cause is fixed, `{prog()} recover` "
                 "(or any command that changes the tree) rolls it back",
             ) from None
         if isinstance(err, KeyboardInterrupt):

@@ -2,7 +2,7 @@
 
 - checkout:  a git checkout of upstream SGLang; files at python/sglang/...
 - installed: an installed package (site-packages); files at sglang/...
-- embedded:  the pinned release made by `apply.py fetch` under the project's .sglang/; laid out like a checkout
+- embedded:  the pinned release made by `sglang-overlay fetch` under the project's .sglang/; laid out like a checkout
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
 from .fsio import is_symlink
 from .gitcmd import git
+from .progname import prog
 from .repopath import STATE_DIR_NAME
 
 TREE_ENV = "SGLANG_OVERLAY_TREE"
@@ -116,13 +117,13 @@ class Tree:
             raise VersionMismatch(
                 f"{self.root}: cannot tell which SGLang version this tree holds "
                 f"(no python/sglang/_version.py, no dist-info, no tag); the manifest pins {expected}",
-                hint=f"use the pinned release (`python apply.py fetch`) or check out tag v{expected}",
+                hint=f"use the pinned release (`{prog()} fetch`) or check out tag v{expected}",
             )
         if found != expected:
             raise VersionMismatch(
                 f"{self.root}: this tree is SGLang {found}, the manifest pins {expected}",
-                hint=f"use a {expected} tree (`python apply.py fetch` makes one), or run "
-                f"`python apply.py check --against {found}` to see which patches survive",
+                hint=f"use a {expected} tree (`{prog()} fetch` makes one), or run "
+                f"`{prog()} check --against {found}` to see which patches survive",
             )
 
 
@@ -179,6 +180,6 @@ def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
         return Tree(default.resolve(), "embedded")
     raise TreeNotFound(
         f"no SGLang tree: {default} does not exist yet",
-        hint="run `python apply.py fetch` to make the pinned tree, or pass --tree DIR "
+        hint=f"run `{prog()} fetch` to make the pinned tree, or pass --tree DIR "
         f"(or set {TREE_ENV}) for your own checkout or site-packages",
     )

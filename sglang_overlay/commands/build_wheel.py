@@ -28,19 +28,23 @@ from ..errors import BadInput
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
-from ..repopath import STATE_DIR_NAME
+from ..patchset import resolve
 from ..switch import switch
 from ..transaction import Transaction
+from ..repopath import STATE_DIR_NAME
 from ..tree import Tree
+from ._common import add_selection, selection
 
 NAME = "build-wheel"
 HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.<fingerprint>)"
 
 
 def add_arguments(p) -> None:
-    sel = p.add_mutually_exclusive_group()
-    sel.add_argument("--set", dest="preset", metavar="PRESET", help="the preset to build (default: default)")
-    sel.add_argument("--patches", metavar="A,B,...", help="the patches to build (comma-separated)")
+    add_selection(
+        p,
+        positional=False,
+        set_help="the set to build (default: the preset default): PRESET, a,b, PRESET+x, PRESET-x or none",
+    )
     p.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where to write it (default: dist/)")
     p.add_argument("--wheel", type=Path, metavar="FILE", help="a local copy of the pinned wheel (else the cache/pip)")
 
@@ -59,10 +63,8 @@ def record_hash(data: bytes) -> str:
 
 def run(ctx, args) -> int:
     m = ctx.manifest
-    if args.patches is not None:
-        names = m.closure([n for n in args.patches.split(",") if n])
-    else:
-        names = m.closure(m.preset(args.preset or "default"))
+    chosen = selection(ctx, args, verb="build-wheel") or resolve(m, "default")
+    names = chosen.patches
     src = pinned_wheel(m.pin, args.wheel)
     out = build(m, names, src, args.out)
     print(f"sglang-overlay: wrote {out}")
@@ -99,7 +101,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         with Transaction.open(Tree(scratch, "installed")) as txn:
             outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
         # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
-        # installed copy is then a managed tree (`apply.py --tree SITE-PACKAGES status` names the set, `revert`
+        # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set, `revert`
         # gives back the pristine release).
         state_dir = scratch / "sglang" / STATE_DIR_NAME
         for leftover in state_dir.iterdir() if state_dir.is_dir() else ():

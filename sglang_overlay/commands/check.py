@@ -11,11 +11,13 @@ import json
 import sys
 import time
 
-from ..compat import STATUSES, check_pin, radar
+from .. import api
+from ..compat import STATUSES, radar
 from ..errors import BadInput, CheckFailed
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 from ..manifest import load_manifest
 from ..pins import all_pins
+from ..progname import prog
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
@@ -44,13 +46,12 @@ def run(ctx, args) -> int:
             raise BadInput("check: --all-pins checks each pin on its own release; --against is for one set")
         return _all_pins(ctx, args)
     m = ctx.manifest
-    pin_source = WheelSource(pinned_wheel(m.pin))
     if args.against:
-        return _radar(ctx, args, pin_source)
-    if not _check_one(m, pin_source, args):
+        return _radar(ctx, args, WheelSource(pinned_wheel(m.pin)))
+    if not _check_one(m, api.check(context=ctx), args):
         raise CheckFailed(
             f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
-            hint="fix or refresh the failing patches; `python apply.py diff NAME` shows one",
+            hint=f"fix or refresh the failing patches; `{prog()} diff NAME` shows one",
         )
     return 0
 
@@ -61,22 +62,20 @@ def _all_pins(ctx, args) -> int:
         m = load_manifest(path)
         if not args.json:
             print(f"== pin {version} ({path})")
-        if not _check_one(m, WheelSource(pinned_wheel(m.pin)), args):
+        if not _check_one(m, api.check(manifest=path), args):
             failed.append(version)
     if failed:
         raise CheckFailed(
             f"the patch set does not hold on pin(s) {', '.join(failed)} (failures above)",
-            hint="`python apply.py --pin VERSION check` shows one pin",
+            hint=f"`{prog()} --pin VERSION check` shows one pin",
         )
     return 0
 
 
-def _check_one(m, pin_source, args) -> bool:
-    t0 = time.monotonic()
-    rep = check_pin(m, pin_source.read, m.pin.version)
-    elapsed = time.monotonic() - t0
+def _check_one(m, rep, args) -> bool:
+    elapsed = rep.seconds
     if args.json:
-        print(json.dumps(rep.to_json() | {"seconds": round(elapsed, 3)}, indent=2))
+        print(json.dumps(rep.to_json(), indent=2))
     elif args.markdown:
         print(f"### sglang-overlay check on {m.pin.package} {m.pin.version}: {'pass' if rep.ok else 'FAIL'}\n")
         print("| check | subject | result | detail |\n|---|---|---|---|")

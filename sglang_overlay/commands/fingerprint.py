@@ -5,44 +5,25 @@ from __future__ import annotations
 
 import json
 
-from ..fingerprint import fingerprint, short
-from ..transaction import reading
+from .. import api
+from ._common import add_selection
 
 NAME = "fingerprint"
 HELP = "print the fingerprint of a patch set"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--set", dest="preset", metavar="PRESET")
-    p.add_argument("--patches", metavar="A,B,...", help="comma-separated patch names")
+    add_selection(p, positional=False, set_help="the set: PRESET, a,b, PRESET+x, PRESET-x or none")
     p.add_argument("--env-profile", metavar="NAME")
     p.add_argument("--short", action="store_true", help="print the short form")
     p.add_argument("--json", action="store_true")
 
 
 def run(ctx, args) -> int:
-    m = ctx.manifest
-    if args.preset:
-        names = m.closure(m.preset(args.preset))
-    elif args.patches is not None:
-        names = m.closure([n for n in args.patches.split(",") if n])
-    else:
-        with reading(ctx.tree) as view:
-            names = view.state.applied
-    profile = m.env_profile(args.env_profile) if args.env_profile else None
-    fp = fingerprint(m, names, profile)
+    fp = api.fingerprint(args.preset, patches=args.patches, all=args.all, env_profile=args.env_profile, context=ctx)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "fingerprint": fp,
-                    "short": short(fp),
-                    "patches": [p.name for p in m.changes(names)],
-                    "env_profile": args.env_profile,
-                    "pin": m.pin.version,
-                }
-            )
-        )
+        out = {"fingerprint": fp.value, "short": fp.short, "patches": list(fp.patches)}
+        print(json.dumps(out | {"env_profile": fp.env_profile, "pin": fp.pin}))
     else:
-        print(short(fp) if args.short else fp)
+        print(fp.short if args.short else fp.value)
     return 0

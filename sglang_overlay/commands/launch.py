@@ -2,7 +2,7 @@
 profile, start `python -m sglang.launch_server ARGS` so that it imports this tree, wait for /health, print
 the URL, fingerprint and log path, and stay in the foreground until the server exits (with its exit code).
 
-  python apply.py launch --set full --env-profile nccl_pcie -- --model-path M --tp 8
+  %(prog)s --set full --env-profile nccl_pcie -- --model-path M --tp 8
 
 Everything after `--` goes to sglang.launch_server unchanged (multi-host: --nnodes, --node-rank,
 --dist-init-addr included); `--host 127.0.0.1` is added when no --host is given.
@@ -30,10 +30,11 @@ from pathlib import Path
 from ..env_overrides import warn_profile
 from ..errors import BadInput, os_failure
 from ..fingerprint import fingerprint
-from ..switch import switch
+from ..progname import prog
+from ..switch import check_gates, switch, target_patches
 from ..transaction import reading
 from ..tree import Tree
-from ._common import open_tree
+from ._common import add_selection, open_tree, selection
 
 NAME = "launch"
 HELP = "apply a set and launch the patched SGLang server (args after --)"
@@ -47,9 +48,7 @@ DEFAULT_PORT = 30000
 
 
 def add_arguments(p) -> None:
-    sel = p.add_mutually_exclusive_group()
-    sel.add_argument("--set", dest="preset", metavar="PRESET", help="carry exactly this preset")
-    sel.add_argument("--patches", metavar="A,B,...", help="carry exactly these patches (comma-separated)")
+    add_selection(p, positional=False, set_help="carry exactly this set: PRESET, a,b, PRESET+x, PRESET-x or none")
     p.add_argument("--env-profile", metavar="NAME", help="export this env profile of the manifest")
     p.add_argument(
         "--revert-on-exit",
@@ -97,7 +96,7 @@ def passthrough(raw: list[str]) -> list[str]:
     elif args:
         raise BadInput(
             f"launch: put the server's arguments after `--` (got {args[0]!r})",
-            hint="e.g. `python apply.py launch --set full -- --model-path M`",
+            hint=f"e.g. `{prog()} launch --set full -- --model-path M`",
         )
     return args
 
@@ -178,17 +177,15 @@ def default_log(tree: Tree) -> Path:
 
 
 # -- the command ---------------------------------------------------------------------------------------------
-def _wanted(m, args) -> tuple[str, ...] | None:
+def _wanted(ctx, args) -> tuple[str, ...] | None:
     """The set asked for, or None: keep the set the tree carries."""
-    if args.preset:
-        return tuple[str, ...](m.closure(m.preset(args.preset)))
-    if args.patches is not None:
-        return tuple[str, ...](m.closure([n for n in args.patches.split(",") if n]))
-    return None
+    chosen = selection(ctx, args, verb="launch")
+    return None if chosen is None else chosen.patches
 
 
 def run(ctx, args) -> int:
     m = ctx.manifest
+    wanted = _wanted(ctx, args)  # bad input is refused before any tree is looked at
     server_args = with_host(passthrough(args.server_args))
     url = server_url(server_args)
     tree = ctx.tree
@@ -196,7 +193,6 @@ def run(ctx, args) -> int:
     profile = m.env_profile(args.env_profile) if args.env_profile else None
     module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
     argv = [interpreter(tree, args.python), "-m", module, *server_args]
-    wanted = _wanted(m, args)
 
     if args.dry_run:
         with reading(tree) as view:
@@ -205,13 +201,8 @@ def run(ctx, args) -> int:
         warn_profile(m, names, profile, server_args)
         fp = fingerprint(m, names, profile)
         env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
-        if not args.ignore_hardware:  # refuse what the real run would refuse (switch checks the same gates)
-            from ..hardware import gate_fails
-
-            for n in names:
-                why = gate_fails(m.patch(n).cuda_capability) if n not in previous else None
-                if why:
-                    raise BadInput(f"{n}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
+        if not args.ignore_hardware:  # refuse what the real run would refuse, by the switch's own check
+            check_gates(target_patches(m, names), tuple(n for n in names if n not in previous))
         for k in removed:
             print(f"unset {k}")
         for k in sorted(sets):

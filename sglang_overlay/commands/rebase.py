@@ -33,6 +33,7 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, Proof, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import set_entry_key, set_pin
 from ..merge3 import marker_lines
+from ..progname import prog
 from ..rebase_state import (
     Progress,
     Result,
@@ -67,7 +68,7 @@ def run(ctx, args) -> int:
     root = ctx.project_root
     if not (args.resume or args.abort or args.status):
         if not args.version:
-            raise BadInput("rebase: name the release", hint="e.g. `python apply.py rebase 0.5.23`")
+            raise BadInput("rebase: name the release", hint=f"e.g. `{prog()} rebase 0.5.23`")
         return _start(ctx, check_version_arg(args.version))
     version = _which(root, args.version)
     if args.status:
@@ -96,12 +97,12 @@ def _which(root: Path, version: str | None) -> str:
     if version:
         version = check_version_arg(version)
         if version not in going and not pin_dir(root, version).is_dir():
-            raise BadInput(f"no rebase to {version} in progress", hint=f"start one: `python apply.py rebase {version}`")
+            raise BadInput(f"no rebase to {version} in progress", hint=f"start one: `{prog()} rebase {version}`")
         return version
     if len(going) != 1:
         raise BadInput(
             "no rebase in progress" if not going else f"rebases in progress to {', '.join(going)}: name one",
-            hint="`python apply.py rebase VERSION` starts one" if not going else f"e.g. `rebase --continue {going[0]}`",
+            hint=f"`{prog()} rebase VERSION` starts one" if not going else f"e.g. `rebase --continue {going[0]}`",
         )
     return going[0]
 
@@ -114,7 +115,7 @@ def _start(ctx, version: str) -> int:
     if m.pin_source is not None and m.pin_source != m.path:
         raise BadInput(
             f"rebase: {m.path} extends another manifest: rebase the one that holds the pin",
-            hint=f"`python apply.py --manifest {m.pin_source} rebase {version}`",
+            hint=f"`{prog()} --manifest {m.pin_source} rebase {version}`",
         )
     _refuse_taken(root, version)
     t0 = time.monotonic()
@@ -146,7 +147,7 @@ def _refuse_taken(root: Path, version: str) -> None:
     if read_progress(progress_path(root, version)) is not None:
         raise BadInput(
             f"a rebase to {version} is already in progress",
-            hint="`python apply.py rebase --status`, then `--continue` or `--abort`",
+            hint=f"`{prog()} rebase --status`, then `--continue` or `--abort`",
         )
     if pin_dir(root, version).exists():
         raise BadInput(
@@ -161,7 +162,7 @@ def _refuse_dirty(tree: Tree, txn: Transaction) -> None:
         raise BadInput(
             f"{tree.root}: the release tree carries changes ({', '.join(sorted(set(txn.state.files) | set(changed))[:5])}): "
             f"a rebase needs it as the release ships it",
-            hint=f"revert them (`python apply.py --tree {tree.root} revert --all`, `git -C {tree.root} status`)",
+            hint=f"revert them (`{prog()} --tree {tree.root} revert --all`, `git -C {tree.root} status`)",
         )
 
 
@@ -251,11 +252,11 @@ def _stop(root, p: Patch, step: Step, tree: Tree, txn: Transaction, progress: Pr
 def _what_now(kind: str, name: str, staging: Path) -> str:
     return {
         "conflict": "resolve the conflict markers in the files above (any file of the release tree you change "
-        f"becomes part of {name}), then `python apply.py rebase --continue`; or `rebase --abort`",
-        "upstream": f"`python apply.py rebase --continue` makes {name} an `upstreamed` entry of the new pin "
+        f"becomes part of {name}), then `{prog()} rebase --continue`; or `rebase --abort`",
+        "upstream": f"`{prog()} rebase --continue` makes {name} an `upstreamed` entry of the new pin "
         "(its diff kept as the proof); or `rebase --abort`",
         "proof-failed": f"point the proof at the release's code in {staging / PROOFS / (name + '.yaml')} "
-        "(file, symbols, contains), then `python apply.py rebase --continue`; or `rebase --abort`",
+        f"(file, symbols, contains), then `{prog()} rebase --continue`; or `rebase --abort`",
         "collision": "the overlay file would replace the release's own file: `rebase --abort`, move the overlay "
         "file to a new path in the source pin (its `overlay:` entry and the imports of it), and rebase again",
     }[kind]
@@ -356,7 +357,7 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
             except SyntaxError as e:
                 raise Conflict(
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
-                    hint="fix it, then `python apply.py rebase --continue`",
+                    hint=f"fix it, then `{prog()} rebase --continue`",
                 ) from e
     if isinstance(p, UpstreamedPatch) or p.diff is None:
         raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
@@ -475,9 +476,7 @@ def _cleanup_finished(root: Path, progress: Progress) -> int:
         os.unlink(path)
         fsync_dir(path.parent)
     done = pin_dir(root, progress.target)
-    print(
-        f"rebased {progress.source_pin} -> {progress.target}: {done} (`python apply.py --pin {progress.target} check`)"
-    )
+    print(f"rebased {progress.source_pin} -> {progress.target}: {done} (`{prog()} --pin {progress.target} check`)")
     return 0
 
 

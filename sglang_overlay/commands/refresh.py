@@ -19,6 +19,7 @@ from ..errors import BadInput, Conflict, os_failure
 from ..fsio import atomic_write
 from ..manifest import UpstreamedPatch, load_manifest
 from ..patchfile import parse_patch_file
+from ..progname import prog
 from ..switch import base_reader, read_file, switch
 from ._common import open_tree
 
@@ -45,7 +46,7 @@ def run(ctx, args) -> int:
         if patch.name not in state.applied:
             raise BadInput(
                 f"{patch.name} is not applied, so there are no edits of it to capture",
-                hint=f"`python apply.py apply {patch.name}`, edit its files, then refresh",
+                hint=f"`{prog()} apply {patch.name}`, edit its files, then refresh",
             )
         updates = _captured(m, tree, txn, patch)
         for path, data in updates.items():
@@ -97,7 +98,7 @@ def _captured(m, tree, txn, patch) -> dict[Path, bytes]:
         if not body:
             raise BadInput(
                 f"refreshing {patch.name} would leave an empty patch",
-                hint=f"revert it instead: `python apply.py revert {patch.name}`",
+                hint=f"revert it instead: `{prog()} revert {patch.name}`",
             )
         if body.encode() != patch.diff.body:
             header = re.sub(

@@ -3,9 +3,8 @@ same files stay. Refuses files edited by hand since (drift) unless --force, whic
 
 from __future__ import annotations
 
-from ..errors import BadInput
-from ..manifest import UpstreamedPatch
-from ._common import add_force, add_selection, change_tree, report, selected
+from .. import api
+from ._common import add_force, add_selection, report
 
 NAME = "revert"
 HELP = "revert patches (NAME... or --all)"
@@ -16,25 +15,6 @@ def add_arguments(p) -> None:
     add_force(p)
 
 
-def target(m, args, names: tuple[str, ...], state) -> tuple[str, ...]:
-    for n in names:
-        if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not getattr(args, "all", False):
-            print(f"not applied: {n}")
-    remaining = tuple(n for n in state.applied if n not in names)
-    for n in remaining:
-        needs = [r for r in m.patch(n).requires if r in names]
-        if needs:
-            raise BadInput(
-                f"cannot revert {', '.join(needs)}: {n} requires it",
-                hint=f"revert {n} too: `python apply.py revert {n} {' '.join(needs)}`",
-            )
-    return remaining
-
-
 def run(ctx, args) -> int:
-    names = selected(ctx, args, verb="revert")
-    outcome = change_tree(
-        ctx, lambda state: target(ctx.manifest, args, names, state), op="revert", force=args.force, ignore_hardware=True
-    )
-    report(outcome, "reverted")
+    report(api.revert(*args.names, all=args.all, force=args.force, context=ctx), "reverted")
     return 0

@@ -1,0 +1,471 @@
+"""The Python API: what the commands do, as functions that return frozen results (docs/api.md).
+
+    from sglang_overlay import api
+    api.apply("deepseek_v2", project="path/to/project", tree="path/to/sglang")
+    print(api.status(project="path/to/project", tree="path/to/sglang").applied)
+
+Every function finds the project as the command line does (`project=` a directory, `manifest=` a file, else the
+nearest manifest.yaml from the current directory upward) and the tree likewise (`tree=`, else
+$SGLANG_OVERLAY_TREE, else the project's embedded tree). Sets are named in the one grammar of patchset.py.
+Failures raise the package's OverlayError hierarchy (errors.py) with the same message and hint the CLI prints;
+nothing here prints or exits. The CLI commands are thin callers of these functions (they pass `context=`).
+Heavy modules are imported inside the functions that need them, so `import sglang_overlay.api` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from .context import Context
+from .patchset import from_options
+from .project import manifest_path
+
+PathLike = str | os.PathLike
+
+
+def locate(
+    project: PathLike | None = None, *, manifest: PathLike | None = None, tree: PathLike | None = None
+) -> Context:
+    """The project and tree to work on, found as the command line finds them."""
+    found = manifest_path(manifest=None if manifest is None else str(manifest), project=project)
+    return Context(manifest_path=found, tree_arg=None if tree is None else str(tree))
+
+
+def _ctx(c: Context | None, project, manifest, tree) -> Context:
+    return c if c is not None else locate(project, manifest=manifest, tree=tree)
+
+
+# -- results -----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PatchStatus:
+    name: str
+    kind: str
+    category: str
+    default: bool
+    description: str
+    files: tuple[str, ...]
+    upstream: str
+    state: str  # applied | not-applied | upstreamed | drifted | stale | unavailable | proof-failed
+    detail: str = ""
+    drifted_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Status:
+    pin_package: str
+    pin_version: str
+    pin_wheel: str
+    tree_path: str
+    tree_kind: str
+    tree_version: str | None
+    fingerprint: str | None
+    applied: tuple[str, ...]
+    patches: tuple[PatchStatus, ...]
+    drifted_files: tuple[str, ...]
+    identity_file: str | None
+    interrupted_transaction: bool
+    cuda_capability: tuple[str, ...]
+    presets: Mapping[str, tuple[str, ...]]
+    env_profiles: tuple[str, ...]
+
+    def patch(self, name: str) -> PatchStatus:
+        return next(p for p in self.patches if p.name == name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object `status --json` prints."""
+        rows = []
+        for p in self.patches:
+            row: dict[str, Any] = {
+                "name": p.name,
+                "kind": p.kind,
+                "category": p.category,
+                "default": p.default,
+                "description": p.description,
+                "files": list(p.files),
+                "upstream": p.upstream,
+                "detail": p.detail,
+                "state": p.state,
+            }
+            if p.drifted_files:
+                row["drifted_files"] = list(p.drifted_files)
+            rows.append(row)
+        return {
+            "pin": {"package": self.pin_package, "version": self.pin_version, "wheel": self.pin_wheel},
+            "tree": {"path": self.tree_path, "kind": self.tree_kind, "version": self.tree_version},
+            "fingerprint": self.fingerprint,
+            "applied": list(self.applied),
+            "patches": rows,
+            "drifted_files": list(self.drifted_files),
+            "identity_file": self.identity_file,
+            "interrupted_transaction": self.interrupted_transaction,
+            "cuda_capability": list(self.cuda_capability),
+            "presets": {k: list(v) for k, v in self.presets.items()},
+            "env_profiles": list(self.env_profiles),
+        }
+
+
+@dataclass(frozen=True)
+class SwitchResult:
+    """What an apply, revert or toggle did. `notes`: what the CLI prints before its summary ("already applied:
+    x"); `left_out`: (patch, why) for patches `--all` left out on this hardware."""
+
+    carried: tuple[str, ...]
+    applied: tuple[str, ...]
+    reverted: tuple[str, ...]
+    written: tuple[str, ...]
+    offsets: tuple[str, ...]
+    fingerprint: str | None
+    backup_dir: Path | None
+    notes: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    what: str
+    subject: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    package: str
+    version: str
+    ok: bool
+    items: tuple[CheckItem, ...]
+    offsets: tuple[str, ...]
+    seconds: float
+
+    @property
+    def failures(self) -> tuple[CheckItem, ...]:
+        return tuple(i for i in self.items if not i.ok)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "ok": self.ok,
+            "items": [vars(i) for i in self.items],
+            "offsets": list(self.offsets),
+            "failures": len(self.failures),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    value: str
+    short: str
+    patches: tuple[str, ...]
+    env_profile: str | None
+    pin: str
+
+
+# -- the tree, locked ------------------------------------------------------------------------------------------
+@contextmanager
+def open_tree(ctx: Context) -> Iterator[Any]:
+    """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
+    leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
+    from .fsio import tmp_path, unlink_quietly
+    from .transaction import Transaction
+
+    with Transaction.open(ctx.tree) as txn:
+        for p in ctx.manifest.patches:
+            for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
+                if os.path.lexists(tmp_path(src)):
+                    unlink_quietly(tmp_path(src))
+        yield txn
+
+
+def change_tree(
+    ctx: Context,
+    decide: Callable[[Any], tuple[str, ...]],
+    *,
+    op: str,
+    force: bool = False,
+    ignore_hardware: bool = False,
+):
+    """Lock the tree, roll back what a killed command left, then decide on the state as it is now, and switch."""
+    from .switch import switch
+
+    ctx.tree.check_version(ctx.manifest.pin.version)
+    with open_tree(ctx) as txn:
+        return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
+
+
+def _result(outcome, notes: list[str], left_out: Mapping[str, str] | None = None) -> SwitchResult:
+    return SwitchResult(
+        carried=tuple(outcome.target),
+        applied=tuple(outcome.added),
+        reverted=tuple(outcome.removed),
+        written=tuple(outcome.written),
+        offsets=tuple(str(o) for o in outcome.offsets),
+        fingerprint=outcome.fingerprint,
+        backup_dir=outcome.backup_dir,
+        notes=tuple(notes),
+        left_out=tuple((left_out or {}).items()),
+    )
+
+
+# -- the commands ----------------------------------------------------------------------------------------------
+def status(
+    project: PathLike | None = None,
+    *,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> Status:
+    """What the tree carries and the state of every patch (read-only)."""
+    from .fingerprint import patch_digest
+    from .hardware import blocked, capabilities
+    from .repopath import IDENTITY_PATH
+    from .switch import base_reader, drifted_files
+    from .transaction import reading
+    from .upstream import prove
+
+    ctx = _ctx(context, project, manifest, tree)
+    m, t = ctx.manifest, ctx.tree
+    with reading(t) as view:
+        state = view.state
+        drift = drifted_files(t, state)
+        read_base = base_reader(t, state, view.store)
+        unavailable = blocked(m.patches)
+        rows = []
+        for p in m.patches:
+            detail, mine = "", ()
+            if p.kind == "upstreamed":
+                res = prove(p, read_base)
+                st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
+            elif p.name in state.applied:
+                mine = tuple(sorted(f for f, r in drift.items() if p.name in r.patches))
+                if mine:
+                    st, detail = "drifted", "edited by hand: " + ", ".join(mine)
+                elif state.digests.get(p.name) != patch_digest(p):
+                    st, detail = "stale", "the patch changed since it was applied: apply again"
+                else:
+                    st = "applied"
+            else:
+                why = unavailable.get(p.name)
+                st, detail = ("unavailable", why) if why else ("not-applied", "")
+            rows.append(
+                PatchStatus(
+                    p.name,
+                    p.kind,
+                    p.category,
+                    p.default,
+                    p.description,
+                    tuple(p.files),
+                    p.upstream.status,
+                    st,
+                    detail,
+                    mine,
+                )
+            )
+        return Status(
+            pin_package=m.pin.package,
+            pin_version=m.pin.version,
+            pin_wheel=m.pin.wheel,
+            tree_path=str(t.root),
+            tree_kind=t.kind,
+            tree_version=t.version(),
+            fingerprint=state.fingerprint,
+            applied=tuple(state.applied),
+            patches=tuple(rows),
+            drifted_files=tuple(sorted(drift)),
+            identity_file=IDENTITY_PATH if state.applied else None,
+            interrupted_transaction=bool(view.pending),
+            cuda_capability=tuple(capabilities() or ()),
+            presets={k: tuple(v) for k, v in m.presets.items()},
+            env_profiles=tuple(sorted(m.env_profiles)),
+        )
+
+
+def _apply_target(exact: bool, names: tuple[str, ...], state, notes: list[str]) -> tuple[str, ...]:
+    if exact:
+        return names
+    notes.extend(f"already applied: {n}" for n in names if n in state.applied)
+    return tuple(state.applied) + names
+
+
+def _revert_target(m, names: tuple[str, ...], every: bool, state, notes: list[str]) -> tuple[str, ...]:
+    from .errors import BadInput
+    from .progname import prog
+
+    notes.extend(
+        f"not applied: {n}" for n in names if n not in state.applied and m.patch(n).applies_change and not every
+    )
+    remaining = tuple(n for n in state.applied if n not in names)
+    for n in remaining:
+        needs = [r for r in m.patch(n).requires if r in names]
+        if needs:
+            raise BadInput(
+                f"cannot revert {', '.join(needs)}: {n} requires it",
+                hint=f"revert {n} too: `{prog()} revert {n} {' '.join(needs)}`",
+            )
+    return remaining
+
+
+def _apply_names(ctx: Context, chosen, every: bool, ignore_hardware: bool, notes: list[str]):
+    from .hardware import blocked
+
+    names = chosen.patches
+    for n in names:
+        p = ctx.manifest.patch(n)
+        if not p.applies_change:
+            notes.append(f"upstream {n}: {p.upstream.describe()}; nothing to apply")
+    left_out = {} if not every or ignore_hardware else blocked(ctx.manifest.patch(n) for n in names)
+    return tuple(n for n in names if n not in left_out), left_out
+
+
+def _need(chosen, verb: str):
+    from .errors import BadInput
+    from .progname import prog
+
+    if chosen is None:
+        raise BadInput(
+            f"{verb}: name patches, or give one of --all / --set EXPR / --patches A,B",
+            hint=f"e.g. `{prog()} {verb} deepseek_v2` (see `{prog()} status`)",
+        )
+    return chosen
+
+
+def apply(
+    *names: str,
+    all: bool = False,
+    expr: str | None = None,
+    patches: str | None = None,
+    force: bool = False,
+    ignore_hardware: bool = False,
+    project: PathLike | None = None,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> SwitchResult:
+    """`apply NAME...` adds patches (and what they require); `all=True` adds every patch (leaving out those whose
+    hardware gate fails here); `expr="full-oea_topk"` or `patches="a,b"` makes the tree carry exactly that set."""
+    ctx = _ctx(context, project, manifest, tree)
+    chosen = _need(
+        from_options(ctx.manifest, names=names, all=all, preset=expr, patches=patches, verb="apply", close=False),
+        "apply",
+    )
+    notes: list[str] = []
+    wanted, left_out = _apply_names(ctx, chosen, all, ignore_hardware, notes)
+    exact = expr is not None or patches is not None
+    outcome = change_tree(
+        ctx,
+        lambda state: _apply_target(exact, wanted, state, notes),
+        op="apply",
+        force=force,
+        ignore_hardware=ignore_hardware,
+    )
+    return _result(outcome, notes, left_out)
+
+
+def revert(
+    *names: str,
+    all: bool = False,
+    force: bool = False,
+    project: PathLike | None = None,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> SwitchResult:
+    """Revert the named patches (or `all=True`): their files go back byte for byte; refuses hand edits unless
+    `force=True` (which saves them to a backup first)."""
+    ctx = _ctx(context, project, manifest, tree)
+    chosen = _need(from_options(ctx.manifest, names=names, all=all, verb="revert", close=False), "revert")
+    notes: list[str] = []
+    outcome = change_tree(
+        ctx,
+        lambda state: _revert_target(ctx.manifest, chosen.patches, all, state, notes),
+        op="revert",
+        force=force,
+        ignore_hardware=True,
+    )
+    return _result(outcome, notes)
+
+
+def toggle(
+    name: str,
+    *,
+    force: bool = False,
+    ignore_hardware: bool = False,
+    project: PathLike | None = None,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> SwitchResult:
+    """Revert `name` if the tree carries it, apply it if not (decided under the tree's lock)."""
+    ctx = _ctx(context, project, manifest, tree)
+    ctx.manifest.patch(name)
+    chosen = from_options(ctx.manifest, names=[name], verb="toggle", close=False)
+    notes: list[str] = []
+    wanted, _ = _apply_names(ctx, chosen, False, ignore_hardware, notes)
+
+    def decide(state) -> tuple[str, ...]:
+        if name in state.applied:
+            return _revert_target(ctx.manifest, chosen.patches, False, state, notes)
+        return _apply_target(False, wanted, state, notes)
+
+    # Gates are checked for added patches only, so a revert is never refused for hardware.
+    outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)
+    return _result(outcome, notes)
+
+
+def check(
+    project: PathLike | None = None, *, manifest: PathLike | None = None, context: Context | None = None
+) -> CheckResult:
+    """Prove the patch set against the pristine pinned release (alone, full, leave-one-out, pairs, order, compile,
+    upstreamed proofs, overlay collisions). Returns the result; `ok` is False on any failure (nothing raised)."""
+    from .compat import check_pin
+    from .fetch import WheelSource, pinned_wheel
+
+    ctx = _ctx(context, project, manifest, None)
+    m = ctx.manifest
+    source = WheelSource(pinned_wheel(m.pin))
+    t0 = time.monotonic()
+    rep = check_pin(m, source.read, m.pin.version)
+    return CheckResult(
+        package=m.pin.package,
+        version=m.pin.version,
+        ok=rep.ok,
+        items=tuple(CheckItem(i.what, i.subject, i.ok, i.detail) for i in rep.items),
+        offsets=tuple(rep.offsets),
+        seconds=time.monotonic() - t0,
+    )
+
+
+def fingerprint(
+    expr: str | None = None,
+    *,
+    patches: str | None = None,
+    all: bool = False,
+    env_profile: str | None = None,
+    project: PathLike | None = None,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> Fingerprint:
+    """The fingerprint of a set (`expr` in the set grammar, or `patches="a,b"`); with neither, of the set the tree
+    carries now. Includes the env profile when one is named."""
+    from .fingerprint import fingerprint as compute
+    from .fingerprint import short
+    from .transaction import reading
+
+    ctx = _ctx(context, project, manifest, tree)
+    m = ctx.manifest
+    chosen = from_options(m, all=all, preset=expr, patches=patches, verb="fingerprint")
+    if chosen is not None:
+        names = chosen.patches
+    else:
+        with reading(ctx.tree) as view:
+            names = view.state.applied
+    profile = m.env_profile(env_profile) if env_profile else None
+    fp = compute(m, names, profile)
+    carried = tuple(p.name for p in m.ordered(names) if p.applies_change)
+    return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

@@ -1,0 +1,192 @@
+"""The one grammar for naming a patch set, shared by every command, the Python API and the bench.
+
+On the command line:
+  NAME...           these patches (each may be a comma list: `deepseek_v2,oea_topk`)
+  --all             every patch of the manifest
+  --patches A,B     exactly these patches
+  --set EXPR        a set expression:
+      full                    a preset of the manifest
+      deepseek_v2,oea_topk    a list of patches (and presets: their members)
+      full-oea_topk           a preset minus a patch (or minus a preset's members); `full-a-b` minus two
+      base+eagle_profiling    plus a patch; `base+oea_topk,eagle_profiling` plus two
+      none                    the empty set (the pristine tree; `pristine` says the same)
+Patch and preset names are [a-z][a-z0-9_]*, so '+', '-' and ',' cannot occur in them. A resolved set is closed
+over `requires` and put in manifest order; a patch taken out with '-' that a member requires is refused rather
+than quietly put back. Every error is exit 2 and names the token and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from .errors import ManifestError, PatchSetError
+from .manifest import Manifest
+
+EMPTY_NAMES = ("none", "pristine")
+_TERM_RE = re.compile(r"([+-]?)([^+-]+)")
+FORMS = "PRESET, a,b, PRESET+x, PRESET-x or none"
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    expr: str  # as written (for --all: "all")
+    patches: tuple[str, ...]  # closed over requires, in manifest order (unclosed for a `members` resolve)
+    preset: str | None = None  # set when expr is exactly a preset name
+
+    def launch_flags(self) -> list[str]:
+        """The `launch` options that carry exactly this set."""
+        if self.preset is not None:
+            return ["--set", self.preset]
+        return ["--patches", ",".join(self.patches)]
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.patches) if self.patches else "(none)"
+
+
+def _unknown(m: Manifest, flag: str, expr: str, name: str) -> PatchSetError:
+    close = difflib.get_close_matches(name, list(m.names) + list(m.presets), n=1)
+    mean = f" (did you mean {close[0]!r}?)" if close else ""
+    return PatchSetError(
+        f"{flag} {expr}: {name!r} is neither a patch nor a preset of {m.path}{mean}",
+        hint=f"patches: {', '.join(m.names) or '(none)'}; presets: {', '.join(sorted(m.presets)) or '(none)'}",
+    )
+
+
+def _members(m: Manifest, flag: str, expr: str, term: str) -> list[str]:
+    out: list[str] = []
+    for raw in term.split(","):
+        name = raw.strip()
+        if not name:
+            raise PatchSetError(
+                f"{flag} {expr!r}: an empty name (a stray ',' or an unset shell variable?)",
+                hint=f"write {FORMS}",
+            )
+        if name in EMPTY_NAMES:
+            continue
+        if name in m.presets:
+            if name in m.names:
+                raise PatchSetError(
+                    f"{flag} {expr}: {name!r} is both a preset and a patch of {m.path}",
+                    hint="rename the preset or the patch in the manifest",
+                )
+            out.extend(m.presets[name])
+        elif name in m.names:
+            out.append(name)
+        else:
+            raise _unknown(m, flag, expr, name)
+    return out
+
+
+def _closure(m: Manifest, flag: str, expr: str, names: Iterable[str]) -> tuple[str, ...]:
+    try:
+        return m.closure(names)
+    except ManifestError as e:  # a conflicting pair
+        raise PatchSetError(f"{flag} {expr}: {e}", hint=e.hint) from None
+
+
+def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) -> PatchSet:
+    """An expression of the grammar above. `close=False`: the members as named (for `revert`/`apply NAME`),
+    validated, without adding what they require."""
+    text = expr.strip()
+    if not text:
+        raise PatchSetError(
+            f"{flag}: the set is empty (an unset shell variable?)", hint=f"write {FORMS} (none: the pristine tree)"
+        )
+    if text in m.presets and text not in m.names:
+        members = tuple(m.presets[text])
+        return PatchSet(text, _closure(m, flag, text, members) if close else members, preset=text)
+    terms = _TERM_RE.findall(text)
+    if "".join(op + t for op, t in terms) != text or terms[0][0]:
+        raise PatchSetError(f"{flag} {text!r}: cannot parse it", hint=f"write {FORMS}")
+    chosen: list[str] = []
+    removed: set[str] = set()
+    for op, term in terms:
+        members = _members(m, flag, text, term)
+        if op == "-":
+            missing = [x for x in members if x not in chosen]
+            if missing:
+                raise PatchSetError(
+                    f"{flag} {text}: cannot take out {', '.join(missing)}: not in the set so far",
+                    hint="take out only what the preset or list before it holds",
+                )
+            chosen = [c for c in chosen if c not in members]
+            removed.update(members)
+        else:
+            chosen.extend(x for x in members if x not in chosen)
+    if not close:
+        return PatchSet(text, tuple(chosen))
+    patches = _closure(m, flag, text, chosen)
+    back = [p for p in patches if p in removed]
+    if back:
+        needs = sorted({q for q in patches if set(m.patch(q).requires) & set(back)})
+        raise PatchSetError(
+            f"{flag} {text}: {', '.join(back)} cannot be left out: it is required by {', '.join(needs)}",
+            hint=f"take out {', '.join(needs)} too",
+        )
+    return PatchSet(text, patches)
+
+
+def from_options(
+    m: Manifest,
+    *,
+    names: Iterable[str] = (),
+    all: bool = False,
+    preset: str | None = None,
+    patches: str | None = None,
+    verb: str,
+    close: bool = True,
+) -> PatchSet | None:
+    """The command-line forms (NAME..., --all, --set EXPR, --patches A,B): at most one; None when none is given."""
+    names = tuple(names)
+    given = [
+        f
+        for f, on in (
+            ("NAME", names),
+            ("--all", all),
+            ("--set", preset is not None),
+            ("--patches", patches is not None),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise PatchSetError(
+            f"{verb}: {' and '.join(given)} both name a set: give one", hint=f"one of NAME..., --all, --set {FORMS}"
+        )
+    if all:
+        return PatchSet("all", _closure(m, "--all", "", m.names) if close else m.names)
+    if preset is not None:
+        return resolve(m, preset, flag="--set", close=close)
+    if patches is not None:
+        if not patches.strip():
+            return PatchSet("none", ())  # `--patches ''`: the empty set, as launch has always taken it
+        return resolve(m, _only_names(m, "--patches", patches), flag="--patches", close=close)
+    if names:
+        return resolve(m, _only_names(m, verb, ",".join(names)), flag=verb, close=close)
+    return None
+
+
+def _only_names(m: Manifest, flag: str, text: str) -> str:
+    """--patches and NAME... take patch names only; the expression forms belong to --set."""
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            raise PatchSetError(
+                f"{flag}: {text!r} holds an empty patch name (an unset shell variable?)",
+                hint="name the patches, e.g. deepseek_v2,oea_topk",
+            )
+        if name not in m.names and (name in m.presets or name in EMPTY_NAMES or re.search(r"[+-]", name)):
+            raise PatchSetError(
+                f"{flag} {text}: {name!r} is not a patch name",
+                hint=f"name patches here; a preset or an expression goes to --set ({FORMS})",
+            )
+        if name not in m.names:
+            close = difflib.get_close_matches(name, list(m.names), n=1)
+            raise PatchSetError(
+                f"{flag} {text}: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                hint=f"patches: {', '.join(m.names) or '(none)'}",
+            )
+    return text

@@ -1,0 +1,65 @@
+"""Which project (manifest.yaml, patches/, overlay/) a command works on, found the way pre-commit finds its config.
+
+In order: --manifest FILE; --project DIR (DIR/manifest.yaml); $SGLANG_OVERLAY_MANIFEST; the nearest manifest.yaml
+in the current directory or above it; for `python apply.py` only, the project that holds that apply.py (so it
+works from anywhere, as it always did). Nothing is looked up next to the installed package: a wheel holds code,
+not a user's patches. The embedded tree (.sglang/) and the tree state are placed relative to the project found.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import BadInput, ProjectNotFound
+from .progname import prog
+
+MANIFEST_NAME = "manifest.yaml"
+MANIFEST_ENV = "SGLANG_OVERLAY_MANIFEST"
+
+
+def _nonempty(value: str | None, flag: str, fix: str) -> str | None:
+    if value is not None and not value.strip():
+        raise BadInput(f"{flag} is empty (an unset shell variable?)", hint=fix)
+    return value
+
+
+def find_upward(start: Path) -> Path | None:
+    for d in (start, *start.parents):
+        if (d / MANIFEST_NAME).is_file():
+            return d / MANIFEST_NAME
+    return None
+
+
+def manifest_path(
+    *,
+    manifest: str | None = None,
+    project: str | os.PathLike | None = None,
+    cwd: Path | None = None,
+    home: Path | None = None,
+) -> Path:
+    """The manifest to load. `home`: the project an entry script belongs to (apply.py's own directory)."""
+    if _nonempty(manifest, "--manifest", "pass the manifest's path, or leave --manifest out to search upward"):
+        return Path(manifest)  # type: ignore[arg-type]
+    if project is not None:
+        _nonempty(str(project), "--project", "pass the project directory, or leave --project out to search upward")
+        found = Path(project) / MANIFEST_NAME
+        if not found.is_file():
+            raise ProjectNotFound(
+                f"--project {project}: there is no {found}",
+                hint=f"pass the directory that holds {MANIFEST_NAME}, patches/ and overlay/",
+            )
+        return found
+    if os.environ.get(MANIFEST_ENV):
+        return Path(os.environ[MANIFEST_ENV])
+    start = (cwd or Path.cwd()).absolute()
+    found = find_upward(start)
+    if found is None and home is not None and (home / MANIFEST_NAME).is_file():
+        found = home / MANIFEST_NAME
+    if found is None:
+        raise ProjectNotFound(
+            f"no {MANIFEST_NAME} in {start} or any directory above it",
+            hint=f"run {prog()} inside a project (a directory with {MANIFEST_NAME}, patches/, overlay/), or pass "
+            f"--project DIR (or --manifest FILE, or set {MANIFEST_ENV})",
+        )
+    return found

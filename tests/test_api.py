@@ -1,0 +1,89 @@
+"""The Python API (sglang_overlay/api.py): frozen results, the package's errors, the CLI as its caller, and the
+example of docs/api.md executed as it stands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_project, run_cli
+from sglang_overlay import api
+from sglang_overlay.errors import EXIT_BAD_INPUT, OverlayError
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures" / "engine"
+
+
+def test_docs_example_runs_as_written(tmp_path, sglang_tree):
+    block = re.search(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), re.S).group(1)
+    project = copy_project(tmp_path / "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY_")}
+    env.update(PYTHONPATH=str(ROOT), SGLANG_OVERLAY_TREE=str(sglang_tree))
+    res = subprocess.run([sys.executable, "-c", block], cwd=project, capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    assert "pin 0.5.17 carries ()" in out
+    assert "applied ('deepseek_v2', 'llama_eagle3', 'flashinfer_mla')" in out
+    assert "refused 2 " in out and "no patch named 'deepseek_v3'" in out and "did you mean 'deepseek_v2'" in out
+    assert re.search(r"check ok \d+ checks", out), out
+
+
+def test_results_are_frozen_and_errors_are_the_package_hierarchy(sglang_tree):
+    where = dict(project=FIX, tree=sglang_tree)
+    res = api.apply(expr="default", **where)
+    assert res.carried == ("fx_topk", "fx_args_a") and res.applied == res.carried
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.carried = ()  # type: ignore[misc]
+    st = api.status(**where)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.patches[0].state = "x"  # type: ignore[misc]
+    again = api.apply("fx_topk", **where)
+    assert again.notes == ("already applied: fx_topk",) and again.written == ()
+    with pytest.raises(OverlayError) as e:
+        api.apply("fx_topk", all=True, **where)
+    assert e.value.exit_code == EXIT_BAD_INPUT and "NAME and --all" in str(e.value)
+    with pytest.raises(OverlayError) as e:
+        api.status(project=FIX / "patches")  # no manifest there: ProjectNotFound, a BadInput
+    assert "there is no" in str(e.value) and e.value.exit_code == EXIT_BAD_INPUT
+    flipped = api.toggle("fx_topk", **where)
+    assert flipped.reverted == ("fx_topk",) and api.status(**where).applied == ("fx_args_a",)
+    assert api.revert(all=True, **where).carried == ()
+
+
+def test_the_cli_prints_what_the_api_returns(sglang_tree):
+    where = dict(project=FIX, tree=sglang_tree)
+    api.apply(expr="default", **where)
+    cli = json.loads(run_cli("--project", str(FIX), "--tree", str(sglang_tree), "status", "--json", check_rc=0).stdout)
+    assert cli == api.status(**where).to_json()
+    fp = run_cli("--project", str(FIX), "fingerprint", "--set", "args", check_rc=0).stdout.strip()
+    assert fp == api.fingerprint("args", project=FIX).value
+
+
+def test_check_returns_a_result_rather_than_raising(tmp_path):
+    project = tmp_path / "p"
+    import shutil
+
+    shutil.copytree(FIX, project)
+    patch = project / "patches" / "fx_topk.patch"
+    patch.write_text(patch.read_text().replace(" def select_experts(", " def select_expertz("))
+    rep = api.check(project=project)
+    assert not rep.ok and any("fx_topk does not apply cleanly" in i.detail for i in rep.failures)
+    assert rep.to_json()["failures"] == len(rep.failures) > 0
+
+
+def test_the_api_takes_no_argparse_namespace():
+    import ast
+
+    tree = ast.parse((ROOT / "sglang_overlay" / "api.py").read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    }
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert not {"print", "Namespace", "exit"} & names and "argparse" not in imported

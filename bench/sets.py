@@ -57,7 +57,7 @@ class Catalog:
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""
-        return tuple(n for n in names if self.manifest.patch(n).applies_change)
+        return tuple(p.name for p in self.manifest.changes(names))
 
 
 def resolve(catalog: Catalog, expr: str) -> PatchSet:

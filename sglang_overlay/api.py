@@ -175,7 +175,7 @@ def open_tree(ctx: Context) -> Iterator[Any]:
     from .transaction import Transaction
 
     with Transaction.open(ctx.tree) as txn:
-        for p in ctx.manifest.patches:
+        for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
                     unlink_quietly(tmp_path(src))
@@ -223,6 +223,7 @@ def status(
     """What the tree carries and the state of every patch (read-only)."""
     from .fingerprint import patch_digest
     from .hardware import blocked, capabilities
+    from .manifest import UpstreamedPatch
     from .repopath import IDENTITY_PATH
     from .switch import base_reader, drifted_files
     from .transaction import reading
@@ -238,7 +239,7 @@ def status(
         rows = []
         for p in m.patches:
             detail, mine = "", ()
-            if p.kind == "upstreamed":
+            if isinstance(p, UpstreamedPatch):
                 res = prove(p, read_base)
                 st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
             elif p.name in state.applied:
@@ -294,10 +295,13 @@ def _apply_target(exact: bool, names: tuple[str, ...], state, notes: list[str]) 
 
 def _revert_target(m, names: tuple[str, ...], every: bool, state, notes: list[str]) -> tuple[str, ...]:
     from .errors import BadInput
+    from .manifest import UpstreamedPatch
     from .progname import prog
 
     notes.extend(
-        f"not applied: {n}" for n in names if n not in state.applied and m.patch(n).applies_change and not every
+        f"not applied: {n}"
+        for n in names
+        if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not every
     )
     remaining = tuple(n for n in state.applied if n not in names)
     for n in remaining:
@@ -312,11 +316,12 @@ def _revert_target(m, names: tuple[str, ...], every: bool, state, notes: list[st
 
 def _apply_names(ctx: Context, chosen, every: bool, ignore_hardware: bool, notes: list[str]):
     from .hardware import blocked
+    from .manifest import UpstreamedPatch
 
     names = chosen.patches
     for n in names:
         p = ctx.manifest.patch(n)
-        if not p.applies_change:
+        if isinstance(p, UpstreamedPatch):
             notes.append(f"upstream {n}: {p.upstream.describe()}; nothing to apply")
     left_out = {} if not every or ignore_hardware else blocked(ctx.manifest.patch(n) for n in names)
     return tuple(n for n in names if n not in left_out), left_out
@@ -467,5 +472,5 @@ def fingerprint(
             names = view.state.applied
     profile = m.env_profile(env_profile) if env_profile else None
     fp = compute(m, names, profile)
-    carried = tuple(p.name for p in m.ordered(names) if p.applies_change)
+    carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

@@ -33,8 +33,11 @@ def capabilities() -> tuple[str, ...] | None:
 
 
 class Gated(Protocol):
-    name: str
-    cuda_capability: tuple[str, ...]
+    # read-only members: a frozen patch type satisfies them
+    @property
+    def name(self) -> str: ...
+    @property
+    def cuda_capability(self) -> tuple[str, ...]: ...
 
 
 def blocked(patches: Iterable[Gated]) -> dict[str, str]:

@@ -6,7 +6,8 @@ import functools
 import os
 import shutil
 import subprocess
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from .errors import BadInput
 

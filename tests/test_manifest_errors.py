@@ -230,7 +230,9 @@ def test_every_command_has_help():
 
     for module in COMMANDS:
         res = run_cli(module.NAME, "--help")
-        assert res.returncode == 0 and "usage: python apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout
+        assert (
+            res.returncode == 0 and "usage: python apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout
+        )
 
 
 def test_no_tree_yet_says_how_to_make_one(tmp_path):

@@ -29,9 +29,9 @@ from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
 from ..patchset import resolve
+from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
-from ..repopath import STATE_DIR_NAME
 from ..tree import Tree
 from ._common import add_selection, selection
 

@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def collect(ctx) -> dict:
+def collect(ctx) -> dict[str, Any]:
     return api.status(context=ctx).to_json()
 
 

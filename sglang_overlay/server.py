@@ -8,7 +8,7 @@ Kept apart from `commands/launch.py` (which decides *what* to run) so the proces
   the group gets SIGKILL;
 - the exit code is the server's (a server killed by signal N reads as 128+N, as a shell reports it).
 
-The bench's launcher (bench/launcher.py) starts and stops `apply.py launch` with the same pieces: start_group,
+The bench's launcher (bench/launcher.py) starts and stops the `launch` command with the same pieces: start_group,
 stop_group and Announcements (the `sglang-overlay: url|fingerprint|log` lines launch prints once healthy).
 """
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_overlay.errors import OverlayError, PatchSetError
-from sglang_overlay.manifest import Manifest, load_manifest
+from sglang_overlay.manifest import Manifest, UpstreamedPatch, load_manifest
 from sglang_overlay.patchset import PatchSet
 from sglang_overlay.patchset import resolve as _resolve
 
@@ -57,7 +57,7 @@ class Catalog:
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""
-        return tuple(p.name for p in self.manifest.changes(names))
+        return tuple(n for n in names if not isinstance(self.manifest.patch(n), UpstreamedPatch))
 
 
 def resolve(catalog: Catalog, expr: str) -> PatchSet:

@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, interrupts
-from .commands import COMMANDS
+from . import __version__, commands, interrupts
 from .context import Context
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, OverlayError, os_failure
 from .progname import set_from_argv
@@ -26,8 +25,38 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+class _CommandParser(_Parser):
+    """A command's parser, filled in from its module only when that command is parsed or its help shown."""
+
+    command: str | None = None
+
+    def _fill(self) -> None:
+        if self.command is not None:
+            module, self.command = commands.load(self.command), None
+            self.description = module.__doc__
+            module.add_arguments(self)
+            self.set_defaults(_run=module.run)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._fill()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._fill()
+        return super().format_help()
+
+
+class _MainParser(_Parser):
+    commands_action: argparse.Action | None = None
+
+    def format_help(self) -> str:  # the one place every command's module is imported: to list their HELP
+        for choice in getattr(self.commands_action, "_choices_actions", ()):
+            choice.help = commands.load(choice.dest).HELP
+        return super().format_help()
+
+
 def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = _MainParser(
         prog=prog,
         description="Carry named patches on a pinned SGLang release.",
         epilog=EPILOG,
@@ -60,17 +89,12 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
         metavar="VERSION",
         help="the patch set of another pin (pins/VERSION/; the top level when VERSION is its pin)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     sub.required = True
-    for module in COMMANDS:
-        p = sub.add_parser(
-            module.NAME,
-            help=module.HELP,
-            description=module.__doc__,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+    parser.commands_action = sub
+    for name in commands.NAMES:
+        p = sub.add_parser(name, help="", formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.command = name
     return parser
 
 

@@ -60,14 +60,17 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
     scratch = holder / "tree"
     try:
         present = {f: data for f, data in base.items() if data is not None}
-        for d in sorted({scratch} | {p for f in present for p in (scratch / f).parents if scratch in p.parents}):
-            d.mkdir()
-        for repo_path, data in present.items():
-            write_plain(scratch / repo_path, data)
+        _fill(scratch, present)
+        batch = _batchable(patches)
+        outputs = _git_apply_all(scratch, patches, reverse) if batch else None
+        if batch and outputs is None:  # one fails (or git said the unexpected): start over one by one, to say which
+            shutil.rmtree(scratch)
+            _fill(scratch, present)
         shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
         for patch in patches:
             if patch.diff is not None and patch.diff.body:
-                _git_apply(scratch, patch, reverse, result.offsets, shifts)
+                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, reverse)
+                _offsets(patch, out, result.offsets, shifts)
                 for h in patch.diff.hunks:
                     delta = len(h.added) - len(h.removed)
                     shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
@@ -105,11 +108,53 @@ def _check_created(patches: list[Change], contents: dict[str, bytes | None], rev
                 )
 
 
-def _git_apply(
-    scratch: Path, patch: Change, reverse: bool, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
-) -> None:
-    assert patch.diff is not None, "compose applies only entries with a diff body"
-    diff = patch.diff
+def _fill(scratch: Path, present: Mapping[str, bytes]) -> None:
+    for d in sorted({scratch} | {p for f in present for p in (scratch / f).parents if scratch in p.parents}):
+        d.mkdir()
+    for repo_path, data in present.items():
+        write_plain(scratch / repo_path, data)
+
+
+def _batchable(patches: list[Patch]) -> bool:
+    """Two diffs or more, none writing a path some patch adds as an overlay file (their order would matter)."""
+    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    overlay = {f for p in patches for f in p.overlay}
+    return len(diffs) > 1 and not any(overlay.intersection(p.diff.files) for p in diffs)
+
+
+def _git_apply_all(scratch: Path, patches: list[Patch], reverse: bool) -> dict[str, str] | None:
+    """Every diff in one `git apply` (one process instead of one per patch): patch name -> its part of git's
+    output; None when a diff fails or the output is not the expected one "Checking patch" line per file diff.
+
+    git applies its input files in turn, each on what the ones before wrote (a file several patches change
+    included), and stops at the first that fails, leaving the earlier ones written: the caller starts over."""
+    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    files = []
+    for i, patch in enumerate(diffs):
+        files.append(scratch.parent / f"change-{i}.patch")
+        write_plain(files[-1], patch.diff.body)
+    res = git_outside_repo(
+        "apply", "--verbose", "--whitespace=nowarn", *(["--reverse"] if reverse else []), *map(str, files), cwd=scratch
+    )
+    if res.returncode != 0:
+        return None
+    expected = [(p.name, f) for p in diffs for f in p.diff.files]
+    parts: dict[str, list[str]] = {p.name: [] for p in diffs}
+    at = -1
+    for line in (res.stdout + res.stderr).splitlines():
+        m = _CHECKING_RE.match(line)
+        if m:
+            at += 1
+            if at >= len(expected) or expected[at][1] != m.group(1):
+                return None
+        if at >= 0:
+            parts[expected[at][0]].append(line)
+    if at != len(expected) - 1:
+        return None
+    return {name: "\n".join(lines) for name, lines in parts.items()}
+
+
+def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
     pfile = scratch.parent / "change.patch"
     write_plain(pfile, diff.body)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
@@ -122,6 +167,10 @@ def _git_apply(
             hint=f"the tree no longer matches what {patch.name} expects: update the patch "
             f"(`{prog()} refresh {patch.name}` after fixing it by hand), or leave it off",
         )
+    return out
+
+
+def _offsets(patch: Patch, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]) -> None:
     current = None
     for line in out.splitlines():
         m = _CHECKING_RE.match(line)

@@ -20,19 +20,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .cachedir import CACHE_ENV, cache_dir  # noqa: F401  (CACHE_ENV: where callers have looked for it)
 from .errors import FetchError
 from .gitcmd import git
 from .manifest import Pin
 from .progname import prog
 from .tree import Tree, embedded_path
 
-CACHE_ENV = "SGLANG_OVERLAY_CACHE"
 STALE = ".tmp-"  # what a fetch is still making: removed, under the fetch lock, if its maker was killed
 WHEEL_PREFIX = "sglang/"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sglang-overlay").expanduser()
 
 
 def file_sha256(path: Path) -> str:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
 
-import yaml
-
+from . import yamlfile
 from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
 from .progname import prog
@@ -24,11 +23,6 @@ CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
 UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
-# A manifest is a few hundred nodes. These bounds refuse "billion laughs" alias bombs and deep nesting before
-# anything walks the data (an expanded bomb would hang every command that reads the manifest).
-MAX_ALIASES = 100
-MAX_NODES = 100_000
-MAX_DEPTH = 64
 
 TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
@@ -345,65 +339,6 @@ def load_manifest(path: str | Path) -> Manifest:
     return _load(path, seen=())
 
 
-# libyaml where it is built in (parsing is most of `status`): a base chosen at import, which mypy cannot follow.
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """The safe loader, refusing a key given twice in one mapping (YAML would silently keep the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            first: dict[Any, Any] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    seen = first.setdefault(key, key_node.start_mark)
-                except TypeError:
-                    continue  # an unhashable key: the base class says so
-                if seen is not key_node.start_mark:
-                    raise _DuplicateKey(key, seen, key_node.start_mark)
-        mapping: dict[Any, Any] = super().construct_mapping(node, deep)  # the base is Any to mypy (above)
-        return mapping
-
-
-class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: object, first: yaml.Mark, again: yaml.Mark):
-        super().__init__(f"duplicate key {key!r}")
-        self.key, self.first, self.again = key, first, again
-
-
-def _check_size(path: Path, root: yaml.Node) -> None:
-    """Walk the node graph as the data would expand, stopping at the first bound it crosses."""
-    seen: set[int] = set()
-    aliases = nodes = 0
-    stack = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        nodes += 1
-        line = node.start_mark.line + 1
-        if id(node) in seen:
-            aliases += 1
-        seen.add(id(node))
-        problem = (
-            f"more than {MAX_ALIASES} alias uses"
-            if aliases > MAX_ALIASES
-            else f"nesting deeper than {MAX_DEPTH} levels"
-            if depth > MAX_DEPTH
-            else f"more than {MAX_NODES} values once its aliases are expanded"
-            if nodes > MAX_NODES
-            else None
-        )
-        if problem:
-            raise ManifestError(
-                f"{path}: line {line}: the YAML holds {problem}; a manifest needs none of that",
-                hint="write the entries out (aliases `*name` and anchors `&name` are rarely needed in a manifest)",
-            )
-        if isinstance(node, yaml.SequenceNode):
-            stack.extend((child, depth + 1) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            stack.extend((child, depth + 1) for pair in node.value for child in pair)
-
-
 def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_bytes().decode("utf-8")
@@ -420,30 +355,8 @@ def _read_yaml(path: Path) -> Any:
             f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions"
         ) from e
     except UnicodeDecodeError as e:
-        raise ManifestError(
-            f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8"
-        ) from e
-    loader = _StrictLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_size(path, node)
-        return loader.construct_document(node)
-    except _DuplicateKey as e:
-        raise ManifestError(
-            f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line {e.first.line + 1})",
-            hint="keep one of them: YAML would silently use the last one",
-        ) from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        raise ManifestError(
-            f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
-            hint="fix the YAML syntax (indentation, quoting) at that line",
-        ) from e
-    finally:
-        loader.dispose()
+        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8")
+    return yamlfile.load(path, text)
 
 
 def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:

@@ -10,10 +10,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from unidiff.errors import UnidiffParseError
-from unidiff.patch import PatchSet
-
 from .errors import ManifestError
+from .parsecache import cached
 from .progname import prog
 
 HEADER_FIELDS = (
@@ -129,6 +127,16 @@ def parse_patch_file(path: Path) -> PatchFile:
         )
     if not diff_text.strip():
         return PatchFile(path, header, header_text, b"", (), (), (), ())
+    files, created, deleted, hunks = cached("patch", diff_text, lambda: _structure(path, diff_text))
+    hunks = [Hunk(h[0], h[1], h[2], h[3], h[4], tuple(h[5]), tuple(h[6]), h[7], h[8]) for h in hunks]
+    body = diff_text.encode("utf-8")
+    return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))
+
+
+def _structure(path: Path, diff_text: str) -> list:
+    """[files, created, deleted, hunks] of the diff, as lists (what the parse cache keeps as JSON)."""
+    import unidiff
+
     try:
         ps = PatchSet(diff_text)
     except (UnidiffParseError, ValueError, IndexError) as e:
@@ -175,18 +183,7 @@ def parse_patch_file(path: Path) -> PatchFile:
                     first_change = max(line_no - (line.line_type == "+"), h.source_start)
                     break
                 line_no += 1
-            hunks.append(
-                Hunk(
-                    name,
-                    i,
-                    h.source_start,
-                    h.source_length,
-                    f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@",
-                    removed,
-                    added,
-                    (h.section_header or "").strip(),
-                    first_change,
-                )
-            )
-    body = diff_text.encode("utf-8")
-    return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))
+            header = f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"
+            section = (h.section_header or "").strip()
+            hunks.append([name, i, h.source_start, h.source_length, header, removed, added, section, first_change])
+    return [files, created, deleted, hunks]

@@ -226,9 +226,9 @@ def test_unknown_patch_name_suggests(project, sglang_tree):
 
 
 def test_every_command_has_help():
-    from sglang_overlay.commands import COMMANDS
+    from sglang_overlay import commands
 
-    for module in COMMANDS:
+    for module in map(commands.load, commands.NAMES):
         res = run_cli(module.NAME, "--help")
         assert (
             res.returncode == 0 and "usage: python apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout

@@ -1,33 +1,27 @@
-"""One module per command. Each has NAME, HELP, add_arguments(parser) and run(ctx, args) -> exit code."""
+"""One module per command. Each has NAME, HELP, add_arguments(parser) and run(ctx, args) -> exit code.
 
-from . import (
-    apply,
-    build_wheel,
-    check,
-    diff,
-    fetch,
-    fingerprint,
-    launch,
-    rebase,
-    recover,
-    refresh,
-    revert,
-    status,
-    toggle,
+NAMES lists them without importing them: the command line imports only the one it runs (a command's imports,
+e.g. `check`'s wheel reader, are no part of what `status` costs)."""
+
+import importlib
+
+NAMES = (
+    "fetch",
+    "status",
+    "apply",
+    "revert",
+    "toggle",
+    "diff",
+    "refresh",
+    "recover",
+    "fingerprint",
+    "check",
+    "rebase",
+    "launch",
+    "build-wheel",
 )
 
-COMMANDS = (
-    fetch,
-    status,
-    apply,
-    revert,
-    toggle,
-    diff,
-    refresh,
-    recover,
-    fingerprint,
-    check,
-    rebase,
-    launch,
-    build_wheel,
-)
+
+def load(name: str):
+    """The module of the command NAME (build-wheel: build_wheel.py)."""
+    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")

@@ -1,0 +1,162 @@
+"""What keeps `status` fast, and that it changes nothing it shows: the command line imports only the command it
+runs, and the manifest's YAML is parsed once per content (a cache keyed by its bytes, safe to lose or tear)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, copy_project, run_cli
+
+from sglang_overlay import commands, parsecache, yamlfile
+from sglang_overlay.cli import build_parser
+from sglang_overlay.errors import ManifestError
+from sglang_overlay.manifest import load_manifest
+from sglang_overlay.patchfile import parse_patch_file
+
+PROBE = """import sys
+from sglang_overlay.cli import main
+rc = main(sys.argv[1:])
+loaded = sorted(m for m in sys.modules if m.startswith(("sglang_overlay.commands.", "yaml", "zipfile", "unidiff")))
+print("MODULES", " ".join(loaded), file=sys.stderr)
+raise SystemExit(rc)
+"""
+
+
+def modules_after(*args: str, env: dict) -> tuple[subprocess.CompletedProcess, set[str]]:
+    p = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **env),
+        check=False,
+    )
+    line = next(x for x in p.stderr.splitlines() if x.startswith("MODULES"))
+    return p, set(line.split()[1:])
+
+
+def test_status_imports_its_own_command_module_only_and_no_yaml_once_cached(sglang_tree, tmp_path):
+    env = {"SGLANG_OVERLAY_CACHE": str(tmp_path / "cache")}
+    first, mods = modules_after("--tree", str(sglang_tree), "status", env=env)
+    assert first.returncode == 0, first.stderr
+    assert {m for m in mods if m.startswith("sglang_overlay.commands.")} == {"sglang_overlay.commands.status"}
+    assert "yaml" in mods  # the cache was empty: parsed, then stored
+    again, mods = modules_after("--tree", str(sglang_tree), "status", env=env)
+    assert again.stdout == first.stdout
+    assert not {m for m in mods if m.startswith("yaml")} and "zipfile" not in mods, mods
+    # apply runs apply's module (and _common), not check's or launch's
+    _, mods = modules_after("--tree", str(sglang_tree), "apply", "--all", env=env)
+    assert {m for m in mods if m.startswith("sglang_overlay.commands.")} == {
+        "sglang_overlay.commands.apply",
+        "sglang_overlay.commands._common",
+    }
+
+
+def test_every_command_is_listed_with_its_help_and_parses():
+    assert len(set(commands.NAMES)) == len(commands.NAMES)
+    helptext = build_parser().format_help()
+    for name in commands.NAMES:
+        module = commands.load(name)
+        assert module.NAME == name and module.HELP.split()[0] in helptext
+        assert callable(module.run) and callable(module.add_arguments)
+    args = build_parser().parse_args(["--tree", "/x", "status", "--json"])
+    assert args.json is True and args.tree == "/x" and args._run is commands.load("status").run
+    assert run_cli("status", "--help", check_rc=0).stdout.startswith("usage: python apply.py status")
+    assert "invalid choice: 'nope'" in run_cli("nope", check_rc=2).stderr
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "parsed" / "manifest"
+
+
+def test_the_cache_gives_back_what_the_yaml_says(cache, tmp_path):
+    proj = copy_project(tmp_path / "p")
+    m1 = load_manifest(proj / "manifest.yaml")
+    (entry,) = cache.glob("*.json")
+    m2 = load_manifest(proj / "manifest.yaml")
+    assert m1 == m2 and m1.patches == m2.patches
+    assert json.loads(entry.read_text())["data"] == yamlfile.parse(
+        proj / "manifest.yaml", (proj / "manifest.yaml").read_text()
+    )
+    # an edit is a new key: never the old data
+    text = (proj / "manifest.yaml").read_text().replace("default: true", "default: false", 1)
+    (proj / "manifest.yaml").write_text(text)
+    m3 = load_manifest(proj / "manifest.yaml")
+    assert [p.default for p in m3.patches] != [p.default for p in m1.patches]
+    assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_a_torn_or_foreign_cache_entry_is_ignored(cache, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("a: 1\nb: [x, y]\n")
+    assert yamlfile.load(path, path.read_text()) == {"a": 1, "b": ["x", "y"]}
+    (entry,) = cache.glob("*.json")
+    for damaged in (entry.read_text()[:-5], "[]", json.dumps({"format": 0, "data": {"a": 2}}), ""):
+        entry.write_text(damaged)
+        assert yamlfile.load(path, path.read_text()) == {"a": 1, "b": ["x", "y"]}
+    other = json.loads(entry.read_text()) | {"sha256": "0" * 64}  # another text's entry under this name
+    entry.write_text(json.dumps(other | {"data": {"a": 3}}))
+    assert yamlfile.load(path, path.read_text()) == {"a": 1, "b": ["x", "y"]}
+
+
+def test_data_json_cannot_hold_is_not_cached(cache, tmp_path):
+    path = tmp_path / "m.yaml"
+    for text, data in (("when: 2026-12-01\n", {"when": datetime.date(2026, 12, 1)}), ("1: one\n", {1: "one"})):
+        path.write_text(text)
+        assert yamlfile.load(path, text) == data
+        assert yamlfile.load(path, text) == data
+    assert not list(cache.glob("*.json"))
+
+
+def test_an_unwritable_cache_costs_only_the_parse(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(blocker))
+    path = tmp_path / "m.yaml"
+    path.write_text("a: 1\n")
+    assert yamlfile.load(path, "a: 1\n") == {"a": 1}
+    assert not list(tmp_path.glob("**/.tmp-*"))
+
+
+def test_errors_are_the_parser_s_and_never_cached(cache, tmp_path):
+    path = tmp_path / "m.yaml"
+    for text, msg in (("a: 1\na: 2\n", "duplicate key 'a'"), ("a: [\n", "not valid YAML")):
+        for _ in range(2):
+            with pytest.raises(ManifestError, match=msg):
+                yamlfile.load(path, text)
+    assert not list(cache.glob("*.json"))
+
+
+def test_old_entries_are_pruned(cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(parsecache, "KEEP", 8)
+    path = tmp_path / "m.yaml"
+    for i in range(12):
+        yamlfile.load(path, f"n: {i}\n")
+    assert len(list(cache.glob("*.json"))) == 12  # pruned once a process, not at every entry
+    monkeypatch.setattr(parsecache, "_pruned", set())
+    torn = cache / ".tmp-killed"
+    torn.write_text("{")
+    os.utime(torn, (0, 0))
+    yamlfile.load(path, "n: last\n")
+    assert len(list(cache.glob("*.json"))) == 8 and not torn.exists()
+    assert yamlfile.load(path, "n: last\n") == {"n": "last"}
+
+
+def test_patch_files_parse_once_and_the_same(cache, tmp_path):
+    proj = copy_project(tmp_path / "p")
+    patches = sorted((proj / "patches").glob("*.patch"))
+    fresh = [parse_patch_file(p) for p in patches]
+    assert len(list((cache.parent / "patch").glob("*.json"))) == len(patches)
+    assert [parse_patch_file(p) for p in patches] == fresh  # from the cache: equal, hunks and all
+    broken = proj / "patches" / "broken.patch"
+    broken.write_text(patches[0].read_text().replace("diff --git a/", "diff --git ", 1))
+    for _ in range(2):
+        with pytest.raises(ManifestError, match="broken.patch"):
+            parse_patch_file(broken)

@@ -115,8 +115,8 @@ class GroupComposer:
         self.read, self.groups = read, groups
         self.memo: dict[tuple[str, ...], Composed | Conflict] = {}
 
-    def __call__(self, patches: list[Patch]) -> Composed:
-        parts: dict[int, list[Patch]] = {}
+    def __call__(self, patches: list[Change]) -> Composed:
+        parts: dict[int, list[Change]] = {}
         for p in patches:
             parts.setdefault(self.groups[p.name], []).append(p)
         contents: dict[str, bytes | None] = {}
@@ -138,7 +138,7 @@ class GroupComposer:
         return Composed(contents, offsets)
 
 
-def _files(patches: list[Patch]) -> list[str]:
+def _files(patches: list[Change]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 

@@ -12,15 +12,18 @@ import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import scratch as scratch_dirs
 from .errors import Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Change
-from .patchfile import Hunk
 from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
+
+if TYPE_CHECKING:
+    from .patchfile import Hunk, PatchFile
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 _CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
@@ -68,10 +71,11 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
             _fill(scratch, present)
         shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
         for patch in patches:
-            if patch.diff is not None and patch.diff.body:
-                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, reverse)
-                _offsets(patch, out, result.offsets, shifts)
-                for h in patch.diff.hunks:
+            diff = patch.diff
+            if diff is not None and diff.body:
+                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, diff, reverse)
+                _offsets(patch.name, diff, out, result.offsets, shifts)
+                for h in diff.hunks:
                     delta = len(h.added) - len(h.removed)
                     shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
             if not reverse:
@@ -115,31 +119,36 @@ def _fill(scratch: Path, present: Mapping[str, bytes]) -> None:
         write_plain(scratch / repo_path, data)
 
 
-def _batchable(patches: list[Patch]) -> bool:
+def _diffs(patches: list[Change]) -> list[tuple[str, PatchFile]]:
+    """(name, diff) of each patch with a diff body, in order."""
+    return [(p.name, p.diff) for p in patches if p.diff is not None and p.diff.body]
+
+
+def _batchable(patches: list[Change]) -> bool:
     """Two diffs or more, none writing a path some patch adds as an overlay file (their order would matter)."""
-    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    diffs = _diffs(patches)
     overlay = {f for p in patches for f in p.overlay}
-    return len(diffs) > 1 and not any(overlay.intersection(p.diff.files) for p in diffs)
+    return len(diffs) > 1 and not any(overlay.intersection(d.files) for _, d in diffs)
 
 
-def _git_apply_all(scratch: Path, patches: list[Patch], reverse: bool) -> dict[str, str] | None:
+def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[str, str] | None:
     """Every diff in one `git apply` (one process instead of one per patch): patch name -> its part of git's
     output; None when a diff fails or the output is not the expected one "Checking patch" line per file diff.
 
     git applies its input files in turn, each on what the ones before wrote (a file several patches change
     included), and stops at the first that fails, leaving the earlier ones written: the caller starts over."""
-    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    diffs = _diffs(patches)
     files = []
-    for i, patch in enumerate(diffs):
+    for i, (_, diff) in enumerate(diffs):
         files.append(scratch.parent / f"change-{i}.patch")
-        write_plain(files[-1], patch.diff.body)
+        write_plain(files[-1], diff.body)
     res = git_outside_repo(
         "apply", "--verbose", "--whitespace=nowarn", *(["--reverse"] if reverse else []), *map(str, files), cwd=scratch
     )
     if res.returncode != 0:
         return None
-    expected = [(p.name, f) for p in diffs for f in p.diff.files]
-    parts: dict[str, list[str]] = {p.name: [] for p in diffs}
+    expected = [(name, f) for name, d in diffs for f in d.files]
+    parts: dict[str, list[str]] = {name: [] for name, _ in diffs}
     at = -1
     for line in (res.stdout + res.stderr).splitlines():
         m = _CHECKING_RE.match(line)
@@ -154,7 +163,7 @@ def _git_apply_all(scratch: Path, patches: list[Patch], reverse: bool) -> dict[s
     return {name: "\n".join(lines) for name, lines in parts.items()}
 
 
-def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
+def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool) -> str:
     pfile = scratch.parent / "change.patch"
     write_plain(pfile, diff.body)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
@@ -170,7 +179,9 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
     return out
 
 
-def _offsets(patch: Patch, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]) -> None:
+def _offsets(
+    name: str, diff: PatchFile, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
+) -> None:
     current = None
     for line in out.splitlines():
         m = _CHECKING_RE.match(line)
@@ -183,7 +194,7 @@ def _offsets(patch: Patch, out: str, offsets: list[Offset], shifts: dict[str, li
             # Lines added above by earlier patches of this set move the hunk by design: not upstream drift.
             off -= sum(d for start, d in shifts.get(current, ()) if start < hunk.source_start)
             if off:
-                offsets.append(Offset(patch.name, current, index, at, off))
+                offsets.append(Offset(name, current, index, at, off))
 
 
 _IO_ERRORS = {

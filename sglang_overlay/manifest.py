@@ -355,7 +355,9 @@ def _read_yaml(path: Path) -> Any:
             f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions"
         ) from e
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8")
+        raise ManifestError(
+            f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8"
+        ) from e
     return yamlfile.load(path, text)
 
 

@@ -9,6 +9,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ManifestError
 from .parsecache import cached
@@ -133,9 +134,10 @@ def parse_patch_file(path: Path) -> PatchFile:
     return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))
 
 
-def _structure(path: Path, diff_text: str) -> list:
+def _structure(path: Path, diff_text: str) -> list[Any]:
     """[files, created, deleted, hunks] of the diff, as lists (what the parse cache keeps as JSON)."""
-    import unidiff
+    from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
         ps = PatchSet(diff_text)
@@ -175,8 +177,8 @@ def _structure(path: Path, diff_text: str) -> list:
         if pf.is_removed_file:
             deleted.append(name)
         for i, h in enumerate(pf, 1):
-            removed = tuple(line.value.rstrip("\n") for line in h if line.line_type in (" ", "-"))
-            added = tuple(line.value.rstrip("\n") for line in h if line.line_type in (" ", "+"))
+            removed = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "-")]
+            added = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "+")]
             first_change, line_no = h.source_start, h.source_start
             for line in h:
                 if line.line_type in ("-", "+"):

@@ -3,11 +3,13 @@
 Run from anywhere, it works on the project that holds it unless a manifest.yaml is found from the current
 directory upward (or --project / --manifest names one)."""
 
-import _signal  # built in, unlike `signal`: the handlers are in place before a single file is read
+import _signal  # type: ignore[import-not-found]  # typeshed has no stub for it; built in, unlike `signal`: the handlers are in place before a single file is read
 import os
 
 
-def _interrupted_at_start(signum, frame):  # nothing is written before main() installs its own handlers
+def _interrupted_at_start(
+    signum: int, frame: object
+) -> None:  # nothing is written before main() installs its own handlers
     os.write(2, b"interrupted\n")
     os._exit(130)
 

@@ -18,8 +18,8 @@ reported as an interaction. Every other outcome names nobody and says which prob
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from .verdicts import Place
 

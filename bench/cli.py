@@ -242,7 +242,7 @@ def _arms_and_comparisons(kind: str, a, catalog):
         return ArmSpec(name, resolve(catalog, expr), profile, _arm_env(a, name))
 
     if kind == "ab":
-        arms = []
+        arms: list[ArmSpec] = []
         for spec in a.arms:
             name, sep, rest = spec.partition("=")
             if not sep or not name:
@@ -263,14 +263,16 @@ def _arms_and_comparisons(kind: str, a, catalog):
         extra = [p for p in full.pset.patches if p not in base.pset.patches]
         if a.patches:
             cands = [p.strip() for p in a.patches.split(",") if p.strip()]
-            bad = [p for p in cands if p not in extra]
-            if bad:
-                raise SystemExit(f"--patches {','.join(bad)}: not in full minus base ({','.join(extra)})")
+            unknown = [p for p in cands if p not in extra]
+            if unknown:
+                raise SystemExit(f"--patches {','.join(unknown)}: not in full minus base ({','.join(extra)})")
         else:
             cands = list(catalog.changing(extra))
         if not cands:
             raise SystemExit(f"nothing to ablate: full minus base is {extra or 'empty'}")
-        alone, leave, skipped = {}, {}, []
+        alone: dict[str, ArmSpec | None] = {}
+        leave: dict[str, ArmSpec | None] = {}
+        skipped: list[str] = []
         for p in cands:
             for table, name, expr in ((alone, f"+{p}", f"{a.base}+{p}"), (leave, f"-{p}", f"{a.full}-{p}")):
                 try:
@@ -281,8 +283,8 @@ def _arms_and_comparisons(kind: str, a, catalog):
         arms = [base, full]
         arms += [x for p in cands for x in (alone[p], leave[p]) if x is not None]
         comps = [("full vs base", "base", "full")]
-        comps += [("alone", "base", alone[p].name) for p in cands if alone[p] is not None]
-        comps += [("leave-out", "full", leave[p].name) for p in cands if leave[p] is not None]
+        comps += [("alone", "base", x.name) for p in cands if (x := alone[p]) is not None]
+        comps += [("leave-out", "full", x.name) for p in cands if (x := leave[p]) is not None]
         return arms, comps, {"ablated": cands, "skipped": skipped, "mode": a.mode, "alone": alone, "leave": leave}
     good, bad = arm("good", a.good, a.env_profile), arm("bad", a.bad, a.env_profile)
     return [good, bad], [("bisect endpoints", "good", "bad")], {}

@@ -42,7 +42,7 @@ class DraftArch:
     own_head: bool  # draft_vocab_size present: its own lm_head; absent: SGLang shares the target's
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "DraftArch":
+    def from_config(cls, cfg: dict) -> DraftArch:
         if cfg.get("architectures") != ["LlamaForCausalLMEagle3"]:
             raise ConfigProblem('architectures must be ["LlamaForCausalLMEagle3"]')
         if cfg.get("num_hidden_layers") != 1:
@@ -82,6 +82,8 @@ class DraftArch:
 class Eagle3Draft(nn.Module):
     """Parameters named as LlamaForCausalLMEagle3.named_parameters(); embed_tokens (the target's) is frozen,
     and lm_head too when the config lets SGLang share the target's."""
+
+    embed: torch.Tensor  # a registered buffer: declared so it reads as a tensor, not Tensor | Module
 
     def __init__(self, arch: DraftArch, embed: torch.Tensor, head: torch.Tensor, seed: int = 0):
         super().__init__()

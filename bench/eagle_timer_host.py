@@ -62,6 +62,7 @@ class Counts:
 
 def _load(path: Path, alias: str):
     spec = importlib.util.spec_from_file_location(alias, path)
+    assert spec is not None and spec.loader is not None, f"{path}: not importable as a module"
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -10,19 +10,15 @@ tests substitute a stand-in (tests/bench/fake_apply.py) through `LaunchConfig.la
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from .sets import PatchSet
+from sglang_overlay.server import Announcements, start_group, stop_group
 
-PREFIX = "sglang-overlay: "
+from .sets import PatchSet
 
 
 class LaunchError(RuntimeError):
@@ -76,17 +72,25 @@ def launch_command(cfg: LaunchConfig, arm: ArmSpec, log_path: Path | None) -> li
 
 @dataclass
 class Server:
-    proc: subprocess.Popen
+    proc: subprocess.Popen[str]
     cmd: list[str]
-    url: str = ""
-    fingerprint: str = ""
-    log: str = ""
+    output: Announcements
     startup_s: float = 0.0
-    tail: deque = field(default_factory=lambda: deque(maxlen=60))
-    _reader: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return self.output.values.get("url", "").rstrip("/")
+
+    @property
+    def fingerprint(self) -> str:
+        return self.output.values.get("fingerprint", "")
+
+    @property
+    def log(self) -> str:
+        return self.output.values.get("log", "")
 
     def tail_text(self) -> str:
-        return "".join(self.tail)
+        return self.output.tail_text()
 
 
 def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Path) -> Server:
@@ -94,53 +98,22 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
     console_log.parent.mkdir(parents=True, exist_ok=True)
     cmd = launch_command(cfg, arm, console_log.with_suffix(".server.log"))
     t0 = time.monotonic()
-    # New session: the launcher and everything it starts form one group we can signal as a last resort.
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=cfg.cwd,
-        start_new_session=True,
-        text=True,
-        bufsize=1,
-    )
-    srv = Server(proc=proc, cmd=cmd)
-    ready = threading.Event()
-    fh = console_log.open("a")
-
-    def pump() -> None:
-        # Drain stdout for the whole life of the process: a full pipe would block the server.
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            fh.write(line)
-            fh.flush()
-            srv.tail.append(line)
-            if line.startswith(PREFIX):
-                key, _, val = line[len(PREFIX) :].strip().partition(" ")
-                if key == "url":
-                    srv.url = val.rstrip("/")
-                elif key == "fingerprint":
-                    srv.fingerprint = val
-                elif key == "log":
-                    srv.log = val
-                if srv.url and srv.fingerprint:
-                    ready.set()
-        fh.close()
-        ready.set()
-
-    srv._reader = threading.Thread(target=pump, daemon=True)
-    srv._reader.start()
-    deadline = t0 + cfg.start_timeout_s
-    while not ready.wait(timeout=1.0):
-        if time.monotonic() > deadline:
+    # The package's own process handling: a new session (the launcher and what it starts form one group, to
+    # signal as a last resort), its output drained into the console log, its announcements collected.
+    proc = start_group(cmd, env=env, stdout=subprocess.PIPE, cwd=cfg.cwd, text=True)
+    try:
+        output = Announcements(proc, console_log)
+    except OSError:
+        stop_group(proc, cfg.stop_timeout_s)
+        raise
+    srv = Server(proc=proc, cmd=cmd, output=output)
+    if not srv.output.wait_for(("url", "fingerprint"), cfg.start_timeout_s):
+        if not srv.output.ended:
             stop(srv, cfg)
             raise LaunchError(
                 f"no url/fingerprint line within {cfg.start_timeout_s:.0f}s from: {' '.join(cmd)}\n"
                 f"--- last output ---\n{srv.tail_text()}"
             )
-    if not (srv.url and srv.fingerprint):
         rc = proc.wait(timeout=30)
         raise LaunchError(
             f"launcher exited with {rc} before printing url and fingerprint: {' '.join(cmd)}\n"
@@ -151,18 +124,7 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
 
 
 def stop(srv: Server, cfg: LaunchConfig) -> int | None:
-    """SIGTERM the launcher (it forwards to the server group and waits for it); SIGKILL the group if stuck."""
-    p = srv.proc
-    if p.poll() is None:
-        try:
-            p.send_signal(signal.SIGTERM)
-            p.wait(timeout=cfg.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
-    if srv._reader is not None:
-        srv._reader.join(timeout=10)
-    return p.returncode
+    """SIGTERM the launcher's group (it forwards to the server's group and waits for it); SIGKILL if stuck."""
+    stop_group(srv.proc, cfg.stop_timeout_s)
+    srv.output.join(timeout=10)
+    return srv.proc.returncode

@@ -86,8 +86,8 @@ def load_oea(path: Path):
     if not path.is_file():
         raise FileNotFoundError(f"OEA module not found at {path} (the oea_topk patch's overlay file); pass --oea-file")
     spec = importlib.util.spec_from_file_location("overlay_oea", path)
+    assert spec is not None and spec.loader is not None, f"{path}: not importable as a module"
     mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     spec.loader.exec_module(mod)
     fn = getattr(mod, "opportunistic_expert_activation", None)
     if fn is None:
@@ -105,7 +105,7 @@ def _experts_impl(kind: str):
                 return fused_experts_impl(x, w1, w2, tw, ti, inplace=False, activation="silu")
 
             return "triton", triton_fn, "sglang fused_experts_impl"
-        except Exception as e:  # noqa: BLE001 - any import failure means: use the fallback, and say why
+        except Exception as e:
             if kind == "triton":
                 raise
             why = f"sglang fused MoE not importable ({type(e).__name__}: {e})"
@@ -144,7 +144,7 @@ class Cell:
 
 def _percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))]
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
 
 
 def run_sweep(a) -> dict:
@@ -171,7 +171,7 @@ def run_sweep(a) -> dict:
             experts_fn(
                 torch.zeros(1, H, device=dev, dtype=dtype), w1, w2, torch.full((1, K), 1.0 / K, device=dev), probe_ids
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             impl_name, experts_fn, _ = _experts_impl("torch")
             impl_why = f"sglang fused MoE failed on a probe call ({type(e).__name__}: {e})"
             use_graph = False
@@ -246,7 +246,7 @@ def run_sweep(a) -> dict:
             )
             cells.append(c)
             print(
-                f"[oea] B={B:3d} K0={'off' if not k0 else k0:>3}: layer {c.layer_us:8.1f} us "
+                f"[oea] B={B:3d} K0={k0 if k0 else 'off':>3}: layer {c.layer_us:8.1f} us "
                 f"(p10 {c.layer_p10_us:.1f}, p90 {c.layer_p90_us:.1f}), experts {c.experts_us:8.1f} us, "
                 f"distinct experts {c.distinct_mean:6.1f} (uniform routing would give "
                 f"{c.distinct_uniform_expect:.1f})",

@@ -275,7 +275,8 @@ def _cli(a) -> int:
             ops = commands(ps, trees, tools)
             keep = set(tools) | set(a.peers.split(","))
             ops = {op: {who: c for who, c in cs.items() if who in keep} for op, cs in ops.items()}
-            rec = payload["sets"][ps.label] = {"patches": ps.n}
+            rec: dict[str, object] = {"patches": ps.n}
+            payload["sets"][ps.label] = rec
             for op in [o for o in a.ops.split(",") if o]:
                 res = measure(ops[op], a.check_runs if op == "check" else a.runs)
                 rat = ratios(res, "ours")

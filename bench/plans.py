@@ -10,8 +10,9 @@ when only one mode was asked for.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Any
 
 from . import bisect as bis
 from .errors import BudgetExhausted
@@ -269,7 +270,7 @@ def run_bisect(
     endpoint = compare(lab, good, bad, metric, pol)
     if endpoint_regressed(lab, good, bad, metric, pol) and not why:
         endpoint = compare(lab, good, bad, metric, pol, confidence=pol.confidence)
-    out = {
+    out: dict[str, Any] = {
         "type": "conclusion",
         "kind": "bisect",
         "good": good.name,

@@ -41,14 +41,14 @@ def _git_peer(tree: Path, work: Path) -> tuple[float, str]:
     """git alone: a clone of the release tree, `git apply --3way` of each diff in manifest order, to the first
     failure (what an engineer without the tool types)."""
     sys.path.insert(0, str(ROOT))
-    from sglang_overlay.manifest import load_manifest
+    from sglang_overlay.manifest import UpstreamedPatch, load_manifest
 
     m = load_manifest(ROOT / "manifest.yaml")
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(tree), str(work)], check=True)
     t0 = time.perf_counter()
     for p in m.patches:
-        if p.kind == "upstreamed" or p.diff is None or not p.diff.body:
+        if isinstance(p, UpstreamedPatch) or p.diff is None or not p.diff.body:
             continue
         res = subprocess.run(
             ["git", "apply", "--3way", str(p.diff.path)], check=False, cwd=work, capture_output=True, text=True
@@ -74,7 +74,9 @@ def measure(version: str, rounds: int) -> dict:
             if proc.returncode not in (0, 1):
                 raise RuntimeError(f"rebase {version} failed: {proc.stderr[-800:]}")
             stops.append(s)
-            stopped_at = next((l.split(":")[0] for l in proc.stdout.splitlines() if ": conflict on" in l), "(none)")
+            stopped_at = next(
+                (line.split(":")[0] for line in proc.stdout.splitlines() if ": conflict on" in line), "(none)"
+            )
             a, _ = _run(proj, "rebase", "--abort")
             aborts.append(a)
         peer = [_git_peer(proj / ".sglang" / f"sglang-{version}", scratch / "peer") for _ in range(rounds)]

@@ -14,8 +14,9 @@ store (--resume, --reuse) takes the same decisions and measures only what is mis
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from .launcher import ArmSpec
 from .stats import DECIDED, MIN_STARTS, Comparison, compare_starts

@@ -52,7 +52,7 @@ class ArmRow:
         return out
 
     def hashes(self, which: str = "hash_b1") -> set[str]:
-        return {r.get(which) for u in self.units for r in u.reps if r.get(which)}
+        return {h for u in self.units for r in u.reps if (h := r.get(which))}
 
     @property
     def n_reps(self) -> int:

@@ -23,10 +23,10 @@ import shlex
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Sequence
 
 from . import launcher, placement, startup, store
 from .errors import BudgetExhausted, RunAborted
@@ -99,13 +99,13 @@ def launch_fingerprinter(manifest: str | None):
         from sglang_overlay.manifest import load_manifest
 
         m = load_manifest(manifest or "manifest.yaml")
-    except Exception:  # noqa: BLE001 - a launcher with its own manifest: nothing to compare against
+    except Exception:
         return None
 
     def fp(patches, profile) -> str | None:
         try:
             return fingerprint(m, list(patches), m.env_profile(profile) if profile else None)
-        except Exception:  # noqa: BLE001 - a patch or profile this manifest no longer has
+        except Exception:
             return None
 
     return fp
@@ -162,7 +162,7 @@ def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> lis
     if "error" in overlay:
         return [f"could not read server_info: {overlay['error']}"]
     out = []
-    fps = {overlay.get("launch_fingerprint"), overlay.get("fingerprint")} - {None}
+    fps = {f for f in (overlay.get("launch_fingerprint"), overlay.get("fingerprint")) if f is not None}
     if fps and printed_fp not in fps:
         out.append(f"launcher printed fingerprint {printed_fp}, server reports {sorted(fps)}")
     if overlay.get("patches") is not None and set(overlay["patches"]) != set(patches):
@@ -244,7 +244,7 @@ class Runner:
             "run_id": cfg.run_id,
             "kind": cfg.kind,
             "resumed": resumed,
-            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "time": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": cfg.argv,
             "signature": self.sig,
             "host": self.host,
@@ -449,7 +449,7 @@ class Runner:
                 si = server_info(srv.url)
                 info_version = si.get("version")
                 overlay = si.get("overlay")
-            except Exception as e:  # noqa: BLE001 - recorded, and the first rep will fail loudly if it persists
+            except Exception as e:
                 info_version, overlay = None, {"error": repr(e)}
             placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid())
             self.rec(

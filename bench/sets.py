@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_overlay.errors import OverlayError, PatchSetError
-from sglang_overlay.manifest import Manifest, load_manifest
+from sglang_overlay.manifest import Manifest, UpstreamedPatch, load_manifest
 from sglang_overlay.patchset import PatchSet
 from sglang_overlay.patchset import resolve as _resolve
 
@@ -24,7 +24,7 @@ class Catalog:
     manifest: Manifest
 
     @classmethod
-    def from_manifest(cls, path: str | Path) -> "Catalog":
+    def from_manifest(cls, path: str | Path) -> Catalog:
         try:
             return cls(load_manifest(path))
         except OverlayError as e:  # ManifestError and friends: one clear line, not a traceback
@@ -57,7 +57,7 @@ class Catalog:
 
     def changing(self, names) -> tuple[str, ...]:
         """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""
-        return tuple(n for n in names if self.manifest.patch(n).applies_change)
+        return tuple(n for n in names if not isinstance(self.manifest.patch(n), UpstreamedPatch))
 
 
 def resolve(catalog: Catalog, expr: str) -> PatchSet:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 from .launcher import ArmSpec
 from .sets import PatchSet
@@ -193,13 +194,13 @@ def add_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
-def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, settings) -> dict:
+def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, settings) -> dict[str, Any]:
     """Run bench.plans.run_bisect `trials` times; count named / right / wrong culprits and starts used."""
     from .plans import run_bisect
 
     good_p = ("g",)
     cands = [f"p{i}" for i in range(n_cands)]
-    out = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "starts": []}
+    out: dict[str, Any] = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "starts": []}
     for t in range(trials):
         lab = SimLab(world_of(t), seed=t)
         res = run_bisect(

@@ -9,9 +9,11 @@ the tool's switch of the tree) is the launch-to-first-line gap, measured by the 
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 _LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[^\]]*?)\]\s*(.*)$")
 _EDGE = re.compile(r"^(?P<what>[A-Z][\w /+-]*?) (?P<edge>begin|end|ends)\b")
@@ -75,8 +77,8 @@ def gaps(lines: list[tuple[float, str]], n: int = 5, at_least: float = 2.0) -> l
     """The longest silences between consecutive log lines up to the server being ready, with the lines around
     them: the phases SGLang does not bracket (a spawned scheduler importing sglang before its first line took
     28 of a 76 s warm start on the H200) show up here."""
-    out = []
-    for (t0, before), (t1, after) in zip(lines, lines[1:]):
+    out: list[dict[str, Any]] = []
+    for (t0, before), (t1, after) in itertools.pairwise(lines):
         if before.startswith(READY):
             break
         if t1 - t0 >= at_least:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 
 def append(path: Path, record: dict) -> None:
@@ -47,7 +47,7 @@ def read(path: Path) -> Iterator[dict]:
             except json.JSONDecodeError:
                 # A line cut by a kill -9 mid-write: everything before it is intact.
                 if f.read().strip():
-                    raise ValueError(f"{path}:{n}: corrupt JSONL line in the middle of the store")
+                    raise ValueError(f"{path}:{n}: corrupt JSONL line in the middle of the store") from None
                 return
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -77,7 +78,7 @@ class TargetArch:
     max_pos: int
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "TargetArch":
+    def from_config(cls, cfg: dict) -> TargetArch:
         missing = [k for k in _REQUIRED if cfg.get(k) is None]
         if missing:
             raise ConfigProblem(
@@ -312,7 +313,12 @@ class TargetRef:
         return out.reshape(shape)
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, capture: list[int] = (), logits: str = "last"
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        capture: Sequence[int] = (),
+        logits: str = "last",
     ):
         """ids, positions [B, T]. Returns (logits or None, aux [B, T, len(capture) * hidden] or None).
 

@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import DraftInputError
 
@@ -64,9 +65,13 @@ def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise DraftInputError(f"{path}: not found", hint="write the model dir with `python -m bench tinymodel DIR`")
+        raise DraftInputError(
+            f"{path}: not found", hint="write the model dir with `python -m bench tinymodel DIR`"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DraftInputError(f"{path}: unreadable JSON ({e})", hint="rewrite it with `python -m bench tinymodel DIR`")
+        raise DraftInputError(
+            f"{path}: unreadable JSON ({e})", hint="rewrite it with `python -m bench tinymodel DIR`"
+        ) from e
 
 
 def load_archs(model_dir: Path, draft: str = "draft"):
@@ -76,7 +81,7 @@ def load_archs(model_dir: Path, draft: str = "draft"):
 
     tpath, dpath = model_dir / "target" / "config.json", model_dir / draft / "config.json"
     tcfg, dcfg = _read_json(tpath), _read_json(dpath)
-    archs = []
+    archs: list[Any] = []  # (TargetArch, DraftArch), built in one loop for one error message
     for path, cfg, cls in ((tpath, tcfg, TargetArch), (dpath, dcfg, DraftArch)):
         try:
             archs.append(cls.from_config(cfg))
@@ -128,9 +133,9 @@ def _tokenizer(model_dir: Path):
 
 @dataclass
 class Data:
-    tokens: object  # [N, T] long, right-padded with 0
-    nxt: object  # [N, T] long: the target's greedy token after each position, -1 past the row's end
-    aux: object  # [N, T, K*H] (the target's dtype)
+    tokens: Any  # torch.Tensor [N, T] long, right-padded with 0 (torch is imported only where it runs)
+    nxt: Any  # [N, T] long: the target's greedy token after each position, -1 past the row's end
+    aux: Any  # [N, T, K*H] (the target's dtype)
     lens: list[int]
     prompt_lens: list[int]
 
@@ -199,7 +204,7 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
             aux, tokens, labels = _batch(data, order[s : s + opts.batch], opts.steps)
             with _autocast(device):
                 logits = draft(aux, tokens)
-            loss = 0.0
+            loss: Any = 0.0  # a tensor after the first step
             for k, (lg, lab) in enumerate(zip(logits, labels)):
                 valid = lab >= 0
                 loss = loss + 0.8**k * F.cross_entropy(lg[valid], lab[valid])
@@ -323,8 +328,8 @@ def save_draft(out: Path, draft, dcfg: dict, model_dir: Path, record: dict, draf
                     if src.exists():
                         shutil.copyfile(src, tmp / f)
                 (tmp / "train.json").write_text(json.dumps(record, indent=2) + "\n")
-                for f in tmp.iterdir():
-                    with open(f, "rb") as fh:
+                for written in tmp.iterdir():
+                    with open(written, "rb") as fh:
                         os.fsync(fh.fileno())
                 if out.exists():
                     os.replace(out, old)

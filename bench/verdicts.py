@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .launcher import ArmSpec
 from .replication import LABELS, METRICS, PHASES, Lab, Policy, compare
@@ -65,7 +65,7 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
     return out
 
 
-class Place(str, enum.Enum):
+class Place(str, enum.Enum):  # noqa: UP042 - a StrEnum would change str() of the members, which reports print
     GOOD = "good"  # the probe carries none of the regression (nearer good, with confidence)
     BAD = "bad"  # it carries the regression (nearer bad, with confidence)
     BETWEEN = "between"  # clearly away from both: part of the regression, the rest elsewhere
@@ -104,8 +104,13 @@ def place_probe(
     from .replication import lower_is_better
 
     lib = lower_is_better(metric)
-    kw = dict(metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect)
-    vg, vb = compare_starts(good, probe, **kw), compare_starts(bad, probe, **kw)
+
+    def vs(ref: Sequence[float | None]) -> Comparison:
+        return compare_starts(
+            ref, probe, metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect
+        )
+
+    vg, vb = vs(good), vs(bad)
     g, b, p = clean(good), clean(bad), clean(probe)
     nan = math.nan
     if min(len(g), len(b), len(p)) < MIN_STARTS:

@@ -16,16 +16,23 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .context import Context
 from .patchset import from_options
 from .project import manifest_path
 
-PathLike = str | os.PathLike
+if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs them
+    from .manifest import Manifest
+    from .patchset import PatchSet
+    from .state import State
+    from .switch import Outcome
+
+PathLike = str | os.PathLike[str]
 
 
 def locate(
@@ -36,7 +43,7 @@ def locate(
     return Context(manifest_path=found, tree_arg=None if tree is None else str(tree))
 
 
-def _ctx(c: Context | None, project, manifest, tree) -> Context:
+def _ctx(c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None) -> Context:
     return c if c is not None else locate(project, manifest=manifest, tree=tree)
 
 
@@ -175,7 +182,7 @@ def open_tree(ctx: Context) -> Iterator[Any]:
     from .transaction import Transaction
 
     with Transaction.open(ctx.tree) as txn:
-        for p in ctx.manifest.patches:
+        for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
                     unlink_quietly(tmp_path(src))
@@ -184,12 +191,12 @@ def open_tree(ctx: Context) -> Iterator[Any]:
 
 def change_tree(
     ctx: Context,
-    decide: Callable[[Any], tuple[str, ...]],
+    decide: Callable[[State], tuple[str, ...]],
     *,
     op: str,
     force: bool = False,
     ignore_hardware: bool = False,
-):
+) -> Outcome:
     """Lock the tree, roll back what a killed command left, then decide on the state as it is now, and switch."""
     from .switch import switch
 
@@ -198,7 +205,7 @@ def change_tree(
         return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
 
 
-def _result(outcome, notes: list[str], left_out: Mapping[str, str] | None = None) -> SwitchResult:
+def _result(outcome: Outcome, notes: list[str], left_out: Mapping[str, str] | None = None) -> SwitchResult:
     return SwitchResult(
         carried=tuple(outcome.target),
         applied=tuple(outcome.added),
@@ -223,6 +230,7 @@ def status(
     """What the tree carries and the state of every patch (read-only)."""
     from .fingerprint import patch_digest
     from .hardware import blocked, capabilities
+    from .manifest import UpstreamedPatch
     from .repopath import IDENTITY_PATH
     from .switch import base_reader, drifted_files
     from .transaction import reading
@@ -237,8 +245,8 @@ def status(
         unavailable = blocked(m.patches)
         rows = []
         for p in m.patches:
-            detail, mine = "", ()
-            if p.kind == "upstreamed":
+            detail, mine = "", tuple[str, ...]()
+            if isinstance(p, UpstreamedPatch):
                 res = prove(p, read_base)
                 st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
             elif p.name in state.applied:
@@ -285,19 +293,22 @@ def status(
         )
 
 
-def _apply_target(exact: bool, names: tuple[str, ...], state, notes: list[str]) -> tuple[str, ...]:
+def _apply_target(exact: bool, names: tuple[str, ...], state: State, notes: list[str]) -> tuple[str, ...]:
     if exact:
         return names
     notes.extend(f"already applied: {n}" for n in names if n in state.applied)
     return tuple(state.applied) + names
 
 
-def _revert_target(m, names: tuple[str, ...], every: bool, state, notes: list[str]) -> tuple[str, ...]:
+def _revert_target(m: Manifest, names: tuple[str, ...], every: bool, state: State, notes: list[str]) -> tuple[str, ...]:
     from .errors import BadInput
+    from .manifest import UpstreamedPatch
     from .progname import prog
 
     notes.extend(
-        f"not applied: {n}" for n in names if n not in state.applied and m.patch(n).applies_change and not every
+        f"not applied: {n}"
+        for n in names
+        if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not every
     )
     remaining = tuple(n for n in state.applied if n not in names)
     for n in remaining:
@@ -310,19 +321,22 @@ def _revert_target(m, names: tuple[str, ...], every: bool, state, notes: list[st
     return remaining
 
 
-def _apply_names(ctx: Context, chosen, every: bool, ignore_hardware: bool, notes: list[str]):
+def _apply_names(
+    ctx: Context, chosen: PatchSet, every: bool, ignore_hardware: bool, notes: list[str]
+) -> tuple[tuple[str, ...], Mapping[str, str]]:
     from .hardware import blocked
+    from .manifest import UpstreamedPatch
 
     names = chosen.patches
     for n in names:
         p = ctx.manifest.patch(n)
-        if not p.applies_change:
+        if isinstance(p, UpstreamedPatch):
             notes.append(f"upstream {n}: {p.upstream.describe()}; nothing to apply")
     left_out = {} if not every or ignore_hardware else blocked(ctx.manifest.patch(n) for n in names)
     return tuple(n for n in names if n not in left_out), left_out
 
 
-def _need(chosen, verb: str):
+def _need(chosen: PatchSet | None, verb: str) -> PatchSet:
     from .errors import BadInput
     from .progname import prog
 
@@ -403,11 +417,11 @@ def toggle(
     """Revert `name` if the tree carries it, apply it if not (decided under the tree's lock)."""
     ctx = _ctx(context, project, manifest, tree)
     ctx.manifest.patch(name)
-    chosen = from_options(ctx.manifest, names=[name], verb="toggle", close=False)
+    chosen = _need(from_options(ctx.manifest, names=[name], verb="toggle", close=False), "toggle")
     notes: list[str] = []
     wanted, _ = _apply_names(ctx, chosen, False, ignore_hardware, notes)
 
-    def decide(state) -> tuple[str, ...]:
+    def decide(state: State) -> tuple[str, ...]:
         if name in state.applied:
             return _revert_target(ctx.manifest, chosen.patches, False, state, notes)
         return _apply_target(False, wanted, state, notes)
@@ -467,5 +481,5 @@ def fingerprint(
             names = view.state.applied
     profile = m.env_profile(env_profile) if env_profile else None
     fp = compute(m, names, profile)
-    carried = tuple(p.name for p in m.ordered(names) if p.applies_change)
+    carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .compose import compose, hunk_symbol
 from .errors import Conflict
-from .manifest import Patch, Proof
+from .manifest import Change, Patch, Proof, UpstreamedPatch
 from .merge3 import merge_file
 from .proofmove import locate
 from .pysymbols import symbol_span
@@ -43,9 +43,10 @@ class Step:
 
 
 def carry(p: Patch, pin: Reader, release: Reader, release_paths: Callable[[], list[str]], version: str) -> Step:
-    if p.kind == "upstreamed":
+    if isinstance(p, UpstreamedPatch):
         return _upstreamed(p, release, release_paths)
-    shipped, collide = [], []
+    shipped: list[str] = []
+    collide: list[str] = []
     for f in p.overlay:
         data = release(f)
         if data is not None:
@@ -104,14 +105,15 @@ def carry(p: Patch, pin: Reader, release: Reader, release_paths: Callable[[], li
     return Step(p.name, "conflict", detail, files, contents)
 
 
-def _upstreamed(p: Patch, release: Reader, release_paths: Callable[[], list[str]]) -> Step:
+def _upstreamed(p: UpstreamedPatch, release: Reader, release_paths: Callable[[], list[str]]) -> Step:
     res = prove(p, release)
     if res.holds:
         return Step(p.name, "upstreamed", res.detail)
     if p.proof is None:
         return Step(p.name, "proof-failed", res.detail)
     found = locate(p.proof, release, release_paths())
-    if len(found) == 1 and prove(dataclasses.replace(p, proof=found[0].proof, diff=None), release).holds:
+    # The moved proof alone must hold: the original change may not reverse-apply where the code moved.
+    if len(found) == 1 and prove(dataclasses.replace(p, proof=found[0].proof, original=None), release).holds:
         return Step(p.name, "upstreamed-moved", found[0].describe(), proof=found[0].proof)
     if found:
         return Step(
@@ -122,11 +124,12 @@ def _upstreamed(p: Patch, release: Reader, release_paths: Callable[[], list[str]
     return Step(p.name, "proof-failed", res.detail)
 
 
-def locate_conflicts(p: Patch, forward: str, release: Reader, original: Reader) -> list[str]:
+def locate_conflicts(p: Change, forward: str, release: Reader, original: Reader) -> list[str]:
     """Name each failing hunk by its Python symbol in the pin, and where that symbol is in the release."""
     out = []
+    hunks = p.diff.hunks if p.diff is not None else ()
     for f, line in re.findall(r"^  (\S+): hunk #\d+ @@ -(\d+)", forward, re.MULTILINE):
-        hunk = next((h for h in p.diff.hunks if h.file == f and h.source_start == int(line)), None)
+        hunk = next((h for h in hunks if h.file == f and h.source_start == int(line)), None)
         if hunk is None:
             continue
         pin_text = (original(f) or b"").decode("utf-8", "replace")

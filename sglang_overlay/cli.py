@@ -122,7 +122,7 @@ def _drop_unwritable_output() -> None:
         try:
             getattr(sys, name).flush()
         except (OSError, ValueError):
-            setattr(sys, name, open(os.devnull, "w"))  # the interpreter's last flush then has nothing to fail on
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - kept open to the end; the interpreter's last flush then has nothing to fail on
 
 
 def _main(argv: list[str] | None, home: Path | None) -> int:

@@ -6,13 +6,13 @@ Both read pristine files straight from release wheels and reuse `compose` — th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from .carry import carry
 from .compose import Composed, compose
 from .errors import Conflict
-from .manifest import Manifest, Patch
+from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -37,7 +37,7 @@ class CheckReport:
     def ok(self) -> bool:
         return all(i.ok for i in self.items)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "version": self.version,
             "ok": self.ok,
@@ -49,7 +49,7 @@ class CheckReport:
 
 def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     """Every patch alone, the full set, leave-one-out, and every pair sharing a file (requires/conflicts kept)."""
-    changing = [p for p in m.patches if p.applies_change]
+    changing = [p for p in m.patches if isinstance(p, Change)]
     full: list[str] = []
     for p in changing:  # the full set: every patch that does not conflict with one already in it
         if not any(c in full for c in p.conflicts) and not any(p.name in m.patch(f).conflicts for f in full):
@@ -57,7 +57,7 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     out: list[tuple[str, tuple[str, ...]]] = []
     seen: set[tuple[str, ...]] = set()
 
-    def add(label: str, names) -> None:
+    def add(label: str, names: Iterable[str]) -> None:
         try:
             s = m.closure(names)
         except Exception:
@@ -115,8 +115,8 @@ class GroupComposer:
         self.read, self.groups = read, groups
         self.memo: dict[tuple[str, ...], Composed | Conflict] = {}
 
-    def __call__(self, patches: list[Patch]) -> Composed:
-        parts: dict[int, list[Patch]] = {}
+    def __call__(self, patches: list[Change]) -> Composed:
+        parts: dict[int, list[Change]] = {}
         for p in patches:
             parts.setdefault(self.groups[p.name], []).append(p)
         contents: dict[str, bytes | None] = {}
@@ -138,7 +138,7 @@ class GroupComposer:
         return Composed(contents, offsets)
 
 
-def _files(patches: list[Patch]) -> list[str]:
+def _files(patches: list[Change]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 
@@ -146,9 +146,10 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
     rep = CheckReport(version)
     compiled: set[int] = set()
     for p in m.patches:
-        if p.kind == "upstreamed":
+        if isinstance(p, UpstreamedPatch):
             res = prove(p, read)
             rep.items.append(CheckItem("upstreamed", p.name, res.holds, res.detail))
+            continue
         for f in p.overlay:
             if read(f) is not None:
                 rep.items.append(
@@ -156,7 +157,7 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
                 )
     compose_set = GroupComposer(read, file_groups(m))
     for label, names in subsets_that_matter(m):
-        patches = list(m.ordered(names))
+        patches = list(m.changes(names))
         try:
             composed = compose_set(patches)
         except Conflict as e:
@@ -219,13 +220,13 @@ def classify(
 ) -> Verdict:
     """How one patch fares against one release's pristine files (the patch alone); `paths` lists the release's
     files, where a moved proof is looked for."""
-    if p.kind != "upstreamed" and p.diff is not None:
+    if not isinstance(p, UpstreamedPatch) and p.diff is not None:
         missing = [f for f in p.diff.files if f not in p.diff.created and release(f) is None]
         if missing:
             return Verdict(p.name, version, "target-missing", "not in this release: " + ", ".join(missing))
-    step = carry(p, original, release, paths or (lambda: []), version)
+    step = carry(p, original, release, paths or (list), version)
     status = _RADAR.get(step.status, step.status)
-    if step.status == "proof-failed" and p.proof and release(p.proof.file) is None:
+    if isinstance(p, UpstreamedPatch) and p.proof and release(p.proof.file) is None and step.status == "proof-failed":
         status, detail = "target-missing", f"{p.proof.file} is gone"
     else:
         detail = step.detail

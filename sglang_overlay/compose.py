@@ -9,17 +9,21 @@ from __future__ import annotations
 import errno
 import re
 import shutil
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from . import scratch as scratch_dirs
 from .errors import Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
-from .manifest import Patch
+from .manifest import Change
 from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
+
+if TYPE_CHECKING:
+    from .patchfile import Hunk, PatchFile
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 _CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
@@ -44,7 +48,7 @@ class Composed:
     offsets: list[Offset] = field(default_factory=list)
 
 
-def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, reverse: bool = False) -> Composed:
+def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reverse: bool = False) -> Composed:
     """Apply `patches` in order to `base` (repo path -> content, None if absent).
 
     `base` must hold every file the patches touch. With reverse=True each diff is reverse-applied (to prove
@@ -67,10 +71,11 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
             _fill(scratch, present)
         shifts: dict[str, list[tuple[int, int]]] = {}  # file -> (source line, lines added) of earlier patches
         for patch in patches:
-            if patch.diff is not None and patch.diff.body:
-                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, reverse)
-                _offsets(patch, out, result.offsets, shifts)
-                for h in patch.diff.hunks:
+            diff = patch.diff
+            if diff is not None and diff.body:
+                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, diff, reverse)
+                _offsets(patch.name, diff, out, result.offsets, shifts)
+                for h in diff.hunks:
                     delta = len(h.added) - len(h.removed)
                     shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
             if not reverse:
@@ -93,13 +98,16 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Patch], *, rever
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _check_created(patches: list[Patch], contents: dict[str, bytes | None], reverse: bool) -> None:
+def _check_created(patches: list[Change], contents: dict[str, bytes | None], reverse: bool) -> None:
     # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
     for patch in patches:
-        for f in patch.diff.created if patch.diff is not None and not reverse else ():
+        diff = patch.diff
+        if diff is None or reverse:
+            continue
+        for f in diff.created:
             if contents.get(f) is None:
                 raise Conflict(
-                    f"{patch.name}: {patch.diff.path} creates {f}, but git apply wrote it elsewhere",
+                    f"{patch.name}: {diff.path} creates {f}, but git apply wrote it elsewhere",
                     hint="regenerate the patch with `git diff` (paths a/python/sglang/... b/python/...)",
                 )
 
@@ -111,31 +119,36 @@ def _fill(scratch: Path, present: Mapping[str, bytes]) -> None:
         write_plain(scratch / repo_path, data)
 
 
-def _batchable(patches: list[Patch]) -> bool:
+def _diffs(patches: list[Change]) -> list[tuple[str, PatchFile]]:
+    """(name, diff) of each patch with a diff body, in order."""
+    return [(p.name, p.diff) for p in patches if p.diff is not None and p.diff.body]
+
+
+def _batchable(patches: list[Change]) -> bool:
     """Two diffs or more, none writing a path some patch adds as an overlay file (their order would matter)."""
-    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    diffs = _diffs(patches)
     overlay = {f for p in patches for f in p.overlay}
-    return len(diffs) > 1 and not any(overlay.intersection(p.diff.files) for p in diffs)
+    return len(diffs) > 1 and not any(overlay.intersection(d.files) for _, d in diffs)
 
 
-def _git_apply_all(scratch: Path, patches: list[Patch], reverse: bool) -> dict[str, str] | None:
+def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[str, str] | None:
     """Every diff in one `git apply` (one process instead of one per patch): patch name -> its part of git's
     output; None when a diff fails or the output is not the expected one "Checking patch" line per file diff.
 
     git applies its input files in turn, each on what the ones before wrote (a file several patches change
     included), and stops at the first that fails, leaving the earlier ones written: the caller starts over."""
-    diffs = [p for p in patches if p.diff is not None and p.diff.body]
+    diffs = _diffs(patches)
     files = []
-    for i, patch in enumerate(diffs):
+    for i, (_, diff) in enumerate(diffs):
         files.append(scratch.parent / f"change-{i}.patch")
-        write_plain(files[-1], patch.diff.body)
+        write_plain(files[-1], diff.body)
     res = git_outside_repo(
         "apply", "--verbose", "--whitespace=nowarn", *(["--reverse"] if reverse else []), *map(str, files), cwd=scratch
     )
     if res.returncode != 0:
         return None
-    expected = [(p.name, f) for p in diffs for f in p.diff.files]
-    parts: dict[str, list[str]] = {p.name: [] for p in diffs}
+    expected = [(name, f) for name, d in diffs for f in d.files]
+    parts: dict[str, list[str]] = {name: [] for name, _ in diffs}
     at = -1
     for line in (res.stdout + res.stderr).splitlines():
         m = _CHECKING_RE.match(line)
@@ -150,9 +163,9 @@ def _git_apply_all(scratch: Path, patches: list[Patch], reverse: bool) -> dict[s
     return {name: "\n".join(lines) for name, lines in parts.items()}
 
 
-def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
+def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool) -> str:
     pfile = scratch.parent / "change.patch"
-    write_plain(pfile, patch.diff.body)
+    write_plain(pfile, diff.body)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
     res = git_outside_repo(*args, cwd=scratch)
     out = res.stdout + res.stderr
@@ -166,7 +179,9 @@ def _git_apply(scratch: Path, patch: Patch, reverse: bool) -> str:
     return out
 
 
-def _offsets(patch: Patch, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]) -> None:
+def _offsets(
+    name: str, diff: PatchFile, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
+) -> None:
     current = None
     for line in out.splitlines():
         m = _CHECKING_RE.match(line)
@@ -175,11 +190,11 @@ def _offsets(patch: Patch, out: str, offsets: list[Offset], shifts: dict[str, li
         m = _OFFSET_RE.match(line)
         if m and current:
             index, at, off = int(m.group(1)), int(m.group(2)), int(m.group(3))
-            hunk = [h for h in patch.diff.hunks if h.file == current][index - 1]
+            hunk = [h for h in diff.hunks if h.file == current][index - 1]
             # Lines added above by earlier patches of this set move the hunk by design: not upstream drift.
             off -= sum(d for start, d in shifts.get(current, ()) if start < hunk.source_start)
             if off:
-                offsets.append(Offset(patch.name, current, index, at, off))
+                offsets.append(Offset(name, current, index, at, off))
 
 
 _IO_ERRORS = {
@@ -206,7 +221,7 @@ def _read(scratch: Path, repo_path: str) -> str | None:
     return f.read_text(errors="replace") if f.is_file() else None
 
 
-def hunk_symbol(hunk, original: str | None) -> str | None:
+def hunk_symbol(hunk: Hunk, original: str | None) -> str | None:
     """The Python symbol a hunk was written for: from the release it was made against, else git's context."""
     if not hunk.file.endswith(".py"):
         return None
@@ -225,7 +240,7 @@ def hunk_symbol(hunk, original: str | None) -> str | None:
 
 
 def explain_failure(
-    patch: Patch,
+    patch: Change,
     git_output: str,
     read: Callable[[str], str | None],
     reverse: bool = False,
@@ -242,7 +257,8 @@ def explain_failure(
         lines.append(f"  {f}: the patch creates it, but the tree already has it")
     for f, line_no in _FAILED_RE.findall(git_output):
         line_no = int(line_no)
-        hunk = next((h for h in patch.diff.hunks if h.file == f and h.source_start == line_no), None)
+        hunks = patch.diff.hunks if patch.diff is not None else ()
+        hunk = next((h for h in hunks if h.file == f and h.source_start == line_no), None)
         if hunk is None:
             lines.append(f"  {f}:{line_no}: a hunk does not match")
             continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import scratch as scratch_dirs
 from .gitcmd import git_outside_repo

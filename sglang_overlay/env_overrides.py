@@ -9,13 +9,18 @@ profile, the fingerprint and the launch command say otherwise.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
+
+from .manifest import EnvProfile, Manifest
 
 
 def _given(flag: str, server_args: list[str]) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in server_args)
 
 
-def profile_warnings(manifest, names, profile, server_args: list[str]) -> list[str]:
+def profile_warnings(
+    manifest: Manifest, names: Iterable[str], profile: EnvProfile | None, server_args: list[str]
+) -> list[str]:
     if profile is None:
         return []
     carried = set(names)
@@ -41,6 +46,6 @@ def profile_warnings(manifest, names, profile, server_args: list[str]) -> list[s
     return out
 
 
-def warn_profile(manifest, names, profile, server_args: list[str]) -> None:
+def warn_profile(manifest: Manifest, names: Iterable[str], profile: EnvProfile | None, server_args: list[str]) -> None:
     for line in profile_warnings(manifest, names, profile, server_args):
         print(f"sglang-overlay: warning: {line}", file=sys.stderr)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -
 
 
 @contextmanager
-def _locked(directory: Path):
+def _locked(directory: Path) -> Iterator[None]:
     """One fetch at a time per directory; what a killed one left (its `.tmp-`/`.download-` entries) is then
     known to be stale and removed."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,7 @@ class WheelSource:
             raise FetchError(
                 f"{wheel}: not a readable wheel ({e})",
                 hint=f"remove it (rm {wheel}); the next command fetches it again",
-            )
+            ) from e
         self._names = set(self._zip.namelist())
 
     def read(self, repo_path: str) -> bytes | None:
@@ -278,4 +279,4 @@ def _commit_pristine(root: Path, pin: Pin, wheel: Path) -> None:
 def _initial_branch_ok() -> bool:
     out = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout
     m = re.search(r"(\d+)\.(\d+)", out)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (2, 28)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (2, 28)

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 
-from .manifest import EnvProfile, Manifest, Patch
+from .manifest import Change, EnvProfile, Manifest, Patch
 
 SHORT = 12
 
 
 def patch_digest(patch: Patch) -> str:
     h = hashlib.sha256()
-    if patch.diff is not None and patch.applies_change:
+    if not isinstance(patch, Change):
+        return h.hexdigest()  # an upstreamed entry writes nothing
+    if patch.diff is not None:
         h.update(patch.diff.body)
     for repo_path in sorted(patch.overlay):
         h.update(b"\0" + repo_path.encode() + b"\0")
@@ -23,12 +26,12 @@ def patch_digest(patch: Patch) -> str:
     return h.hexdigest()
 
 
-def fingerprint(manifest: Manifest, names, env_profile: EnvProfile | None = None) -> str:
+def fingerprint(manifest: Manifest, names: Iterable[str], env_profile: EnvProfile | None = None) -> str:
     pin = manifest.pin
     doc = {
         "pin": [pin.package, pin.version, pin.sha256],
         # Upstreamed entries change nothing, so they do not change the identity either.
-        "patches": [[p.name, patch_digest(p)] for p in manifest.ordered(names) if p.applies_change],
+        "patches": [[p.name, patch_digest(p)] for p in manifest.changes(names)],
         "env": sorted(env_profile.as_env().items()) if env_profile else None,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

@@ -32,7 +32,7 @@ def _clean_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
-def _die_with_parent():
+def _die_with_parent() -> None:
     """In the child: a long git (fetch's commit of the release) outliving a killed tool would go on writing into
     what the next fetch cleans up. Not for every git: it costs a fork instead of a vfork (~6 ms a call here)."""
     import ctypes
@@ -53,7 +53,7 @@ def git(
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
     except FileNotFoundError:
-        raise OverlayError("git is not installed", hint="install git (apt-get install git)")
+        raise OverlayError("git is not installed", hint="install git (apt-get install git)") from None
     res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
     if proc.returncode < 0:  # git itself was stopped: a Ctrl-C reaches the whole process group
         if -proc.returncode in SIGNALS:

@@ -6,7 +6,8 @@ import functools
 import os
 import shutil
 import subprocess
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from .errors import BadInput
 
@@ -33,8 +34,11 @@ def capabilities() -> tuple[str, ...] | None:
 
 
 class Gated(Protocol):
-    name: str
-    cuda_capability: tuple[str, ...]
+    # read-only members: a frozen patch type satisfies them
+    @property
+    def name(self) -> str: ...
+    @property
+    def cuda_capability(self) -> tuple[str, ...]: ...
 
 
 def blocked(patches: Iterable[Gated]) -> dict[str, str]:

@@ -9,6 +9,7 @@ back; the rollback itself runs held, so a second Ctrl-C cannot cut it short. Eit
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -23,7 +24,7 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
-def _on_signal(signum, _frame) -> None:
+def _on_signal(signum: int, _frame: object) -> None:
     global _pending
     if _depth:
         _pending = _pending or signum
@@ -45,7 +46,7 @@ def checkpoint() -> None:
 
 
 @contextmanager
-def held():
+def held() -> Iterator[None]:
     global _depth
     _depth += 1
     try:
@@ -59,7 +60,7 @@ def held():
 def exit_at_start() -> None:
     """Until main() installs `install`'s handlers: exit 130 quietly (nothing is written before that)."""
 
-    def stop(signum, _frame):
+    def stop(signum: int, _frame: object) -> None:
         import os
 
         os.write(2, b"interrupted\n")

@@ -61,7 +61,7 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the journal is not UTF-8 text ({e})", hint=JOURNAL_FIX)
+        raise StateError(f"{path}: the journal is not UTF-8 text ({e})", hint=JOURNAL_FIX) from e
     data = sh.load(text)
     sh.keys(data, ("version", "op", "pid", "files", "new_dirs", "state_before", "backup"))
     if data.get("version") != JOURNAL_VERSION:

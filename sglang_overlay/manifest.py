@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Literal, TypedDict
 
 from . import yamlfile
 from .errors import ManifestError, PathEscape
@@ -18,7 +19,6 @@ from .progname import prog
 from .repopath import check_patchable, check_repo_path
 
 SCHEMA_VERSION = 1
-KINDS = ("diff", "overlay", "upstreamed")
 CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
 UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
@@ -92,37 +92,102 @@ class Proof:
     contains: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Patch:
+@dataclass(frozen=True, kw_only=True)
+class _Entry:
+    """What every kind of entry has: its name, relations, environment, gate and upstream record."""
+
     name: str
     description: str
-    kind: str
     category: str
     default: bool
-    requires: tuple[str, ...]
-    conflicts: tuple[str, ...]
-    overlay: tuple[str, ...]  # repo paths of whole files this entry adds
-    env: tuple[EnvVar, ...]
-    cuda_capability: tuple[str, ...]  # empty: no hardware gate
-    upstream: Upstream
-    proof: Proof | None
-    diff: PatchFile | None  # parsed patches/NAME.patch (for upstreamed: the original change, optional)
+    requires: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    cuda_capability: tuple[str, ...] = ()  # empty: no hardware gate
+    upstream: Upstream = Upstream("not-forwarded")
     source_dir: Path  # directory of the manifest that declared it: overlay/ and patches/ are relative to it
-
-    @property
-    def applies_change(self) -> bool:
-        return self.kind != "upstreamed"
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """Repo paths this entry writes when applied (derived from the diff, never typed twice)."""
-        if not self.applies_change:
-            return ()
-        diff_files = self.diff.files if self.diff else ()
-        return tuple(sorted(set(diff_files) | set(self.overlay)))
 
     def overlay_source(self, repo_path: str) -> Path:
         return self.source_dir / "overlay" / repo_path
+
+
+def _written(diff: PatchFile | None, overlay: tuple[str, ...]) -> tuple[str, ...]:
+    """Repo paths an entry writes when applied (derived from the diff, never typed twice)."""
+    return tuple(sorted(set(diff.files if diff is not None else ()) | set(overlay)))
+
+
+# Each kind declares its own fields (none inherited with a default: a dataclass would keep the default).
+@dataclass(frozen=True, kw_only=True)
+class DiffPatch(_Entry):
+    """`kind: diff`: a diff that changes at least one file (and, optionally, whole files it adds)."""
+
+    kind: ClassVar[Literal["diff"]] = "diff"
+    diff: PatchFile  # parsed patches/NAME.patch
+    overlay: tuple[str, ...] = ()  # repo paths of whole files this entry adds
+
+    def __post_init__(self) -> None:
+        if not self.diff.files:
+            raise ValueError(f"{self.name}: a diff entry's diff must change a file")
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return _written(self.diff, self.overlay)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlayPatch(_Entry):
+    """`kind: overlay`: whole files added from overlay/ (at least one), optionally with a diff beside them."""
+
+    kind: ClassVar[Literal["overlay"]] = "overlay"
+    overlay: tuple[str, ...]
+    diff: PatchFile | None = None
+
+    def __post_init__(self) -> None:
+        if not self.overlay:
+            raise ValueError(f"{self.name}: an overlay entry must add a file")
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return _written(self.diff, self.overlay)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamedPatch(_Entry):
+    """`kind: upstreamed`: upstream has the change, so it writes nothing; a proof, the original change, or both
+    show that a tree has it."""
+
+    kind: ClassVar[Literal["upstreamed"]] = "upstreamed"
+    proof: Proof | None = None
+    original: PatchFile | None = None  # the change as it was carried, shown to reverse-apply
+
+    def __post_init__(self) -> None:
+        if self.proof is None and self.original is None:
+            raise ValueError(f"{self.name}: an upstreamed entry needs a proof or its original change")
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return ()
+
+    def original_change(self) -> DiffPatch | None:
+        """The original change as the diff entry it was, to reverse-apply it (None without one)."""
+        if self.original is None or not self.original.files:
+            return None
+        common = {f.name: getattr(self, f.name) for f in fields(_Entry)}
+        return DiffPatch(**common, diff=self.original)
+
+
+# One type per kind: an entry's kind is its type (`match`/isinstance), never a string to compare.
+Change = DiffPatch | OverlayPatch
+Patch = DiffPatch | OverlayPatch | UpstreamedPatch
+
+
+def patch_file(p: Patch) -> PatchFile | None:
+    """The entry's file under patches/: its diff, or an upstreamed entry's original change."""
+    return p.original if isinstance(p, UpstreamedPatch) else p.diff
+
+
+KIND_TYPES: Mapping[str, type[Patch]] = {t.kind: t for t in (DiffPatch, OverlayPatch, UpstreamedPatch)}
+KINDS = tuple(KIND_TYPES)
 
 
 @dataclass(frozen=True)
@@ -169,12 +234,16 @@ class Manifest:
             hint=f"`{prog()} status` lists the patches",
         )
 
-    def ordered(self, names) -> tuple[Patch, ...]:
+    def ordered(self, names: Iterable[str]) -> tuple[Patch, ...]:
         """The named patches in manifest order: the one order in which files are composed."""
         wanted = set(names)
         for n in wanted:
             self.patch(n)
         return tuple(p for p in self.patches if p.name in wanted)
+
+    def changes(self, names: Iterable[str]) -> tuple[Change, ...]:
+        """The named entries that write files, in manifest order (upstreamed entries change nothing)."""
+        return tuple(p for p in self.ordered(names) if isinstance(p, Change))
 
     def preset(self, name: str) -> tuple[str, ...]:
         if name not in self.presets:
@@ -192,7 +261,7 @@ class Manifest:
             )
         return self.env_profiles[name]
 
-    def closure(self, names) -> tuple[str, ...]:
+    def closure(self, names: Iterable[str]) -> tuple[str, ...]:
         """`names` plus everything they require, transitively; refuses a set that holds a conflicting pair."""
         out: list[str] = []
         stack = list(names)
@@ -213,7 +282,7 @@ class Manifest:
         return ordered
 
 
-def _did_you_mean(word: str, choices) -> str:
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -227,7 +296,7 @@ class _Ctx:
     def fail(self, where: str, message: str, fix: str | None = None) -> ManifestError:
         return ManifestError(f"{self.path}: {where}: {message}", hint=fix)
 
-    def check_keys(self, where: str, data: Mapping, allowed: tuple[str, ...]) -> None:
+    def check_keys(self, where: str, data: Mapping[Any, Any], allowed: tuple[str, ...]) -> None:
         for key in data:
             if key not in allowed:
                 raise self.fail(
@@ -236,18 +305,24 @@ class _Ctx:
                     f"allowed keys here: {', '.join(allowed)}",
                 )
 
-    def mapping(self, where: str, value: Any) -> Mapping:
+    def mapping(self, where: str, value: Any) -> Mapping[Any, Any]:
         if not isinstance(value, Mapping):
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         return value
 
-    def string(self, where: str, value: Any, *, required: bool = True) -> str | None:
-        if value is None and not required:
+    def string(self, where: str, value: Any) -> str:
+        text = self.optional_string(where, value)
+        if text is None or not text.strip():
+            raise self.fail(where, f"expected a non-empty string, got {value!r}")
+        return text
+
+    def optional_string(self, where: str, value: Any) -> str | None:
+        if value is None:
             return None
         # YAML reads 0.5.17 as a string but 1.0 as a float: accept numbers where a version is meant.
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
-        if not isinstance(value, str) or (required and not value.strip()):
+        if not isinstance(value, str):
             raise self.fail(where, f"expected a non-empty string, got {value!r}")
         return value
 
@@ -268,13 +343,21 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ManifestError(f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root")
+        raise ManifestError(
+            f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root"
+        ) from None
     except IsADirectoryError:
-        raise ManifestError(f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it")
+        raise ManifestError(
+            f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it"
+        ) from None
     except OSError as e:
-        raise ManifestError(f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions")
+        raise ManifestError(
+            f"{path}: cannot read the manifest ({e.strerror})", hint="check the file's permissions"
+        ) from e
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8")
+        raise ManifestError(
+            f"{path}: not UTF-8 text (byte {e.start}: {e.reason})", hint="save the manifest as UTF-8"
+        ) from e
     return yamlfile.load(path, text)
 
 
@@ -300,6 +383,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
         parent = _load(parent_path, seen + (path,))
 
+    pin_source: Path | None
     if "pin" in data:
         pin, pin_source = _parse_pin(ctx, data["pin"]), path
     elif parent:
@@ -350,7 +434,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         try:
             manifest.closure(members)
         except ManifestError as e:
-            raise ctx.fail(f"presets.{name}", str(e), "remove one of the conflicting patches from the preset")
+            raise ctx.fail(f"presets.{name}", str(e), "remove one of the conflicting patches from the preset") from e
     return manifest
 
 
@@ -394,17 +478,95 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
+    common = _Common(
+        name=name,
+        description=ctx.string(f"{where}.description", raw["description"]),
+        category=category,
+        default=default,
+        requires=ctx.string_list(f"{where}.requires", raw.get("requires")),
+        conflicts=ctx.string_list(f"{where}.conflicts", raw.get("conflicts")),
+        env=_parse_env(ctx, where, raw.get("env")),
+        cuda_capability=_parse_hardware(ctx, where, raw.get("hardware")),
+        upstream=_parse_upstream(ctx, where, raw.get("upstream")),
+        source_dir=ctx.path.parent,
+    )
+    rel = ctx.string(f"{where}.file", raw.get("file", f"patches/{name}.patch"))
+    # Each kind takes what it may carry and refuses the rest, so its type holds only what makes sense.
+    if kind == "upstreamed":
+        if raw.get("overlay"):
+            raise ctx.fail(f"{where}.overlay", "an upstreamed entry adds no files", "remove `overlay`, or change kind")
+        proof = _parse_proof(ctx, where, raw["proof"]) if raw.get("proof") is not None else None
+        original = _read_diff(ctx, where, rel, required=False)
+        if proof is None and original is None:
+            raise ctx.fail(
+                f"{where}.proof",
+                "an upstreamed entry needs a proof",
+                f"add `proof:` (file + symbols/contains), or keep the original change in {rel} so it can be "
+                "shown to reverse-apply",
+            )
+        return UpstreamedPatch(**common, proof=proof, original=original)
+    if raw.get("proof") is not None:
+        raise ctx.fail(f"{where}.proof", f"only upstreamed entries carry a proof (this one is {kind})")
+    overlay = _parse_overlay(ctx, where, raw.get("overlay"))
+    diff = _read_diff(ctx, where, rel, required=kind == "diff")
+    for f in diff.created if diff is not None else ():
+        if f in overlay:
+            raise ctx.fail(where, f"{f} is both created by the diff and listed in overlay")
+    if kind == "overlay":
+        if not overlay:
+            raise ctx.fail(
+                f"{where}.overlay", "kind overlay needs at least one file", "list the repo paths under overlay/"
+            )
+        return OverlayPatch(**common, overlay=overlay, diff=diff)
+    if diff is None or not diff.files:
+        raise ctx.fail(where, f"kind diff but {rel} changes no file")
+    return DiffPatch(**common, diff=diff, overlay=overlay)
 
+
+class _Common(TypedDict):
+    """The fields every kind shares, parsed once (keyword arguments of each kind's constructor)."""
+
+    name: str
+    description: str
+    category: str
+    default: bool
+    requires: tuple[str, ...]
+    conflicts: tuple[str, ...]
+    env: tuple[EnvVar, ...]
+    cuda_capability: tuple[str, ...]
+    upstream: Upstream
+    source_dir: Path
+
+
+def _read_diff(ctx: _Ctx, where: str, rel: str, *, required: bool) -> PatchFile | None:
+    """patches/NAME.patch parsed (None if absent and not required), its paths inside the package."""
+    patch_path = ctx.path.parent / rel
+    if not required and not patch_path.exists():
+        return None
+    if not patch_path.is_file():
+        raise ctx.fail(
+            f"{where}.file",
+            f"patch file {patch_path} does not exist",
+            f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind",
+        )
+    diff = parse_patch_file(patch_path)
+    for f in diff.files:
+        check_patchable(f, f"{patch_path}")
+    return diff
+
+
+def _parse_overlay(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
     overlay = tuple(
-        check_patchable(p, f"{ctx.path}: {where}.overlay")
-        for p in ctx.string_list(f"{where}.overlay", raw.get("overlay"))
+        check_patchable(p, f"{ctx.path}: {where}.overlay") for p in ctx.string_list(f"{where}.overlay", raw)
     )
     for p in overlay:
-        src = ctx.path.parent / "overlay" / p
-        _check_overlay_source(ctx, where, ctx.path.parent / "overlay", src)
+        _check_overlay_source(ctx, where, ctx.path.parent / "overlay", ctx.path.parent / "overlay" / p)
+    return overlay
 
+
+def _parse_env(ctx: _Ctx, where: str, raw: Any) -> tuple[EnvVar, ...]:
     env = []
-    for var, spec in ctx.mapping(f"{where}.env", raw.get("env") or {}).items():
+    for var, spec in ctx.mapping(f"{where}.env", raw or {}).items():
         if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.env", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.env.{var}", spec)
@@ -420,33 +582,38 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
         env.append(
             EnvVar(
                 str(var),
-                ctx.string(f"{where}.env.{var}.default", spec.get("default", ""), required=False) or "",
+                ctx.optional_string(f"{where}.env.{var}.default", spec.get("default", "")) or "",
                 ctx.string(f"{where}.env.{var}.help", spec.get("help")),
                 forces,
             )
         )
+    return tuple(env)
 
-    caps: tuple[str, ...] = ()
-    if raw.get("hardware") is not None:
-        hw = ctx.mapping(f"{where}.hardware", raw["hardware"])
-        ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
-        raw_caps = hw.get("cuda_capability") or []
-        if not isinstance(raw_caps, list):
+
+def _parse_hardware(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    hw = ctx.mapping(f"{where}.hardware", raw)
+    ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
+    raw_caps = hw.get("cuda_capability") or []
+    if not isinstance(raw_caps, list):
+        raise ctx.fail(
+            f"{where}.hardware.cuda_capability",
+            f"expected a list, got {raw_caps!r}",
+            "write it as a list of quoted strings: ['9.0', '10.0']",
+        )
+    for c in raw_caps:
+        if not isinstance(c, str) or not re.fullmatch(r"\d+\.\d+", c):
             raise ctx.fail(
                 f"{where}.hardware.cuda_capability",
-                f"expected a list, got {raw_caps!r}",
-                "write it as a list of quoted strings: ['9.0', '10.0']",
+                f"{c!r} is not a compute capability like '9.0'",
+                "quote capabilities as strings: ['9.0', '10.0']",
             )
-        caps = tuple(raw_caps)
-        for c in caps:
-            if not isinstance(c, str) or not re.fullmatch(r"\d+\.\d+", c):
-                raise ctx.fail(
-                    f"{where}.hardware.cuda_capability",
-                    f"{c!r} is not a compute capability like '9.0'",
-                    "quote capabilities as strings: ['9.0', '10.0']",
-                )
+    return tuple(raw_caps)
 
-    up_raw = ctx.mapping(f"{where}.upstream", raw.get("upstream") or {"status": "not-forwarded"})
+
+def _parse_upstream(ctx: _Ctx, where: str, raw: Any) -> Upstream:
+    up_raw = ctx.mapping(f"{where}.upstream", raw or {"status": "not-forwarded"})
     ctx.check_keys(f"{where}.upstream", up_raw, UPSTREAM_KEYS)
     status = ctx.string(f"{where}.upstream.status", up_raw.get("status"))
     if status not in UPSTREAM_STATUSES:
@@ -454,82 +621,30 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     pr = up_raw.get("pr")
     if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool)):
         raise ctx.fail(f"{where}.upstream.pr", f"expected a pull-request number, got {pr!r}")
-    upstream = Upstream(
+    return Upstream(
         status,
-        ctx.string(f"{where}.upstream.release", up_raw.get("release"), required=False),
+        ctx.optional_string(f"{where}.upstream.release", up_raw.get("release")),
         pr,
-        ctx.string(f"{where}.upstream.url", up_raw.get("url"), required=False),
+        ctx.optional_string(f"{where}.upstream.url", up_raw.get("url")),
     )
 
-    proof = None
-    if raw.get("proof") is not None:
-        pr_raw = ctx.mapping(f"{where}.proof", raw["proof"])
-        ctx.check_keys(f"{where}.proof", pr_raw, PROOF_KEYS)
-        pfile = check_repo_path(
-            ctx.string(f"{where}.proof.file", pr_raw.get("file")), f"{ctx.path}: {where}.proof.file"
-        )
-        proof = Proof(
-            pfile,
-            ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
-            ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")),
-        )
-        if not proof.symbols and not proof.contains:
-            raise ctx.fail(
-                f"{where}.proof",
-                "names no symbols and no contains: it would prove nothing",
-                "list the qualified names (symbols) or exact lines (contains) upstream must have",
-            )
 
-    rel = raw.get("file", f"patches/{name}.patch")
-    rel = ctx.string(f"{where}.file", rel)
-    patch_path = ctx.path.parent / rel
-    diff = None
-    if kind == "diff" or patch_path.exists():
-        if not patch_path.is_file():
-            raise ctx.fail(
-                f"{where}.file",
-                f"patch file {patch_path} does not exist",
-                f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind",
-            )
-        diff = parse_patch_file(patch_path)
-        for f in diff.files:
-            check_patchable(f, f"{patch_path}")
-        for f in diff.created:
-            if f in overlay:
-                raise ctx.fail(where, f"{f} is both created by the diff and listed in overlay")
-
-    if kind == "diff" and (diff is None or not diff.files):
-        raise ctx.fail(where, f"kind diff but {rel} changes no file")
-    if kind == "overlay" and not overlay:
-        raise ctx.fail(f"{where}.overlay", "kind overlay needs at least one file", "list the repo paths under overlay/")
-    if kind == "upstreamed":
-        if overlay:
-            raise ctx.fail(f"{where}.overlay", "an upstreamed entry adds no files", "remove `overlay`, or change kind")
-        if proof is None and diff is None:
-            raise ctx.fail(
-                f"{where}.proof",
-                "an upstreamed entry needs a proof",
-                f"add `proof:` (file + symbols/contains), or keep the original change in {rel} so it can be shown to reverse-apply",
-            )
-    elif proof is not None:
-        raise ctx.fail(f"{where}.proof", f"only upstreamed entries carry a proof (this one is {kind})")
-
-    return Patch(
-        name=name,
-        description=ctx.string(f"{where}.description", raw["description"]),
-        kind=kind,
-        category=category,
-        default=default,
-        requires=ctx.string_list(f"{where}.requires", raw.get("requires")),
-        conflicts=ctx.string_list(f"{where}.conflicts", raw.get("conflicts")),
-        overlay=overlay,
-        env=tuple(env),
-        cuda_capability=caps,
-        upstream=upstream,
-        proof=proof,
-        diff=diff,
-        source_dir=ctx.path.parent,
+def _parse_proof(ctx: _Ctx, where: str, raw: Any) -> Proof:
+    pr_raw = ctx.mapping(f"{where}.proof", raw)
+    ctx.check_keys(f"{where}.proof", pr_raw, PROOF_KEYS)
+    pfile = check_repo_path(ctx.string(f"{where}.proof.file", pr_raw.get("file")), f"{ctx.path}: {where}.proof.file")
+    proof = Proof(
+        pfile,
+        ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
+        ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")),
     )
+    if not proof.symbols and not proof.contains:
+        raise ctx.fail(
+            f"{where}.proof",
+            "names no symbols and no contains: it would prove nothing",
+            "list the qualified names (symbols) or exact lines (contains) upstream must have",
+        )
+    return proof
 
 
 def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) -> None:
@@ -602,8 +717,10 @@ def _validate_relations(ctx: _Ctx, patches: list[Patch]) -> None:
 def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
     owner: dict[str, str] = {}
     for p in patches:
+        if not isinstance(p, Change):
+            continue
         for f in p.files:
-            if f in p.overlay or (p.diff and f in p.diff.created):
+            if f in p.overlay or (p.diff is not None and f in p.diff.created):
                 if f in owner:
                     raise ctx.fail(
                         f"patches ({p.name}).overlay",

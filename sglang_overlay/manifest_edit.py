@@ -31,12 +31,12 @@ def _block(lines: list[str], start: int, indent: int) -> int:
 
 def set_pin(text: str, pin: Pin, where: str) -> str:
     lines = text.splitlines(keepends=True)
-    starts = [i for i, l in enumerate(lines) if l.startswith("pin:")]
+    starts = [i for i, line in enumerate(lines) if line.startswith("pin:")]
     if len(starts) != 1:
         raise ManifestError(f"{where}: expected one top-level `pin:`", hint="declare the pin in this manifest")
     start = starts[0]
     end = _block(lines, start, 0)
-    notes = [l for l in lines[start + 1 : end] if l.strip().startswith("#")]  # why the pin is what it is
+    notes = [line for line in lines[start + 1 : end] if line.strip().startswith("#")]  # why the pin is what it is
     lines[start:end] = [
         "pin:\n",
         *notes,
@@ -53,10 +53,10 @@ def _scalar(value: str) -> str:
     return yaml.safe_dump(value, default_style=None).strip().removesuffix("...").strip()
 
 
-def set_entry_key(text: str, name: str, key: str, value, where: str) -> str:
+def set_entry_key(text: str, name: str, key: str, value: object, where: str) -> str:
     """Replace (or add, or with value None remove) `key` of the entry `name`; the value is written as YAML."""
     lines = text.splitlines(keepends=True)
-    heads = [i for i, l in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", l)]
+    heads = [i for i, line in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", line)]
     if len(heads) != 1:
         raise ManifestError(
             f"{where}: cannot find the entry `- name: {name}` to rewrite",
@@ -77,14 +77,14 @@ class _Dumper(yaml.SafeDumper):
     """Lines of code quoted as they read: a multi-line string as a block (`|-`), not one escaped line."""
 
 
-def _str(dumper, value: str):
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
 
 _Dumper.add_representer(str, _str)
 
 
-def _yaml_key(key: str, value) -> list[str]:
+def _yaml_key(key: str, value: object) -> list[str]:
     if isinstance(value, Proof):
         value = {"file": value.file, "symbols": list(value.symbols), "contains": list(value.contains)}
         value = {k: v for k, v in value.items() if v}

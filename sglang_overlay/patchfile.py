@@ -9,6 +9,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import ManifestError
 from .parsecache import cached
@@ -106,9 +107,11 @@ def parse_patch_file(path: Path) -> PatchFile:
         raw = path.read_bytes()
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs")
+        raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs") from e
     except OSError as e:
-        raise ManifestError(f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions")
+        raise ManifestError(
+            f"{path}: cannot read the patch ({e.strerror})", hint="check the file and its permissions"
+        ) from e
     header_text, diff_text = split_header(text)
     if re.search(r"^(diff --git |--- |\+\+\+ |@@ )[^\n]*\r$", diff_text, re.M):
         raise ManifestError(
@@ -131,17 +134,18 @@ def parse_patch_file(path: Path) -> PatchFile:
     return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))
 
 
-def _structure(path: Path, diff_text: str) -> list:
+def _structure(path: Path, diff_text: str) -> list[Any]:
     """[files, created, deleted, hunks] of the diff, as lists (what the parse cache keeps as JSON)."""
-    import unidiff
+    from unidiff.errors import UnidiffParseError
+    from unidiff.patch import PatchSet
 
     try:
-        ps = unidiff.PatchSet(diff_text)
-    except (unidiff.UnidiffParseError, ValueError, IndexError) as e:
+        ps = PatchSet(diff_text)
+    except (UnidiffParseError, ValueError, IndexError) as e:
         raise ManifestError(
             f"{path}: the diff is corrupt: {e}",
             hint=f"regenerate it with `git diff` (or `{prog()} refresh NAME`)",
-        )
+        ) from e
     if not len(ps):
         raise ManifestError(
             f"{path}: no file diffs found after the header", hint="the diff must start with 'diff --git a/... b/...'"
@@ -173,12 +177,12 @@ def _structure(path: Path, diff_text: str) -> list:
         if pf.is_removed_file:
             deleted.append(name)
         for i, h in enumerate(pf, 1):
-            removed = [l.value.rstrip("\n") for l in h if l.line_type in (" ", "-")]
-            added = [l.value.rstrip("\n") for l in h if l.line_type in (" ", "+")]
+            removed = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "-")]
+            added = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "+")]
             first_change, line_no = h.source_start, h.source_start
-            for l in h:
-                if l.line_type in ("-", "+"):
-                    first_change = max(line_no - (l.line_type == "+"), h.source_start)
+            for line in h:
+                if line.line_type in ("-", "+"):
+                    first_change = max(line_no - (line.line_type == "+"), h.source_start)
                     break
                 line_no += 1
             header = f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"

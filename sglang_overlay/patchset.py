@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .errors import ManifestError, PatchSetError
 from .manifest import Manifest
@@ -97,8 +97,8 @@ def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) 
             f"{flag}: the set is empty (an unset shell variable?)", hint=f"write {FORMS} (none: the pristine tree)"
         )
     if text in m.presets and text not in m.names:
-        members = tuple(m.presets[text])
-        return PatchSet(text, _closure(m, flag, text, members) if close else members, preset=text)
+        listed = tuple(m.presets[text])
+        return PatchSet(text, _closure(m, flag, text, listed) if close else listed, preset=text)
     terms = _TERM_RE.findall(text)
     if "".join(op + t for op, t in terms) != text or terms[0][0]:
         raise PatchSetError(f"{flag} {text!r}: cannot parse it", hint=f"write {FORMS}")

@@ -34,7 +34,7 @@ def find_upward(start: Path) -> Path | None:
 def manifest_path(
     *,
     manifest: str | None = None,
-    project: str | os.PathLike | None = None,
+    project: str | os.PathLike[str] | None = None,
     cwd: Path | None = None,
     home: Path | None = None,
 ) -> Path:
@@ -43,13 +43,13 @@ def manifest_path(
         return Path(manifest)  # type: ignore[arg-type]
     if project is not None:
         _nonempty(str(project), "--project", "pass the project directory, or leave --project out to search upward")
-        found = Path(project) / MANIFEST_NAME
-        if not found.is_file():
+        given = Path(project) / MANIFEST_NAME
+        if not given.is_file():
             raise ProjectNotFound(
-                f"--project {project}: there is no {found}",
+                f"--project {project}: there is no {given}",
                 hint=f"pass the directory that holds {MANIFEST_NAME}, patches/ and overlay/",
             )
-        return found
+        return given
     if os.environ.get(MANIFEST_ENV):
         return Path(os.environ[MANIFEST_ENV])
     start = (cwd or Path.cwd()).absolute()

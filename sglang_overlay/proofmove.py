@@ -24,16 +24,16 @@ class Moved:
         return f"moved to {self.proof.file} ({self.how}; symbols {syms})"
 
 
-def _pattern(snippet: str) -> re.Pattern:
+def _pattern(snippet: str) -> re.Pattern[str]:
     """The snippet's lines at any indentation: a proof quotes code from where its first line's text starts,
     and a move (out of a class, into a function) re-indents every line."""
-    bodies = [l.strip() for l in snippet.strip("\n").splitlines()]
+    bodies = [line.strip() for line in snippet.strip("\n").splitlines()]
     return re.compile("^[ \t]*" + "\n[ \t]*".join(re.escape(b) for b in bodies) + "$", re.MULTILINE)
 
 
 def _probe(snippet: str) -> bytes:
     """The longest stripped line of a snippet: a cheap byte test before any regular expression runs."""
-    return max((l.strip() for l in snippet.splitlines()), key=len).encode()
+    return max((line.strip() for line in snippet.splitlines()), key=len).encode()
 
 
 def locate(proof: Proof, read: Reader, paths: Iterable[str]) -> list[Moved]:
@@ -49,7 +49,7 @@ def locate(proof: Proof, read: Reader, paths: Iterable[str]) -> list[Moved]:
             continue
         if probes and not all(p in data for p in probes):
             continue
-        if not probes and not all(re.search(rb"\b(def|class)\s+" + l.encode() + rb"\b", data) for l in lasts):
+        if not probes and not all(re.search(rb"\b(def|class)\s+" + line.encode() + rb"\b", data) for line in lasts):
             continue
         text = data.decode("utf-8", "replace")
         moved = _rewrite(proof, path, text)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterable, Iterator
+
+Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
-def _defs(tree: ast.AST, prefix: str = ""):
+def _defs(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Def]]:
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = f"{prefix}{node.name}"
@@ -73,7 +76,7 @@ def defined_names(text: str) -> set[str]:
     return names
 
 
-def has_symbols(text: str, qualnames) -> list[str]:
+def has_symbols(text: str, qualnames: Iterable[str]) -> list[str]:
     """The qualified names from `qualnames` that the module does NOT define."""
     defined = defined_names(text)
     return [q for q in qualnames if q not in defined]

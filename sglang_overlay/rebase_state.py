@@ -84,7 +84,7 @@ class Progress:
         return replace(self, next=self.order.index(name) + 1, results={**self.results, name: result}, stop=None)
 
     def to_bytes(self) -> bytes:
-        def res(r: Result) -> dict:
+        def res(r: Result) -> dict[str, object]:
             proof = None
             if r.proof is not None:
                 proof = {"file": r.proof.file, "symbols": list(r.proof.symbols), "contains": list(r.proof.contains)}
@@ -120,7 +120,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
     try:
         data = sh.load(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix())
+        raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
     sh.keys(data, keys + ("started",))
     if data.get("version") != PROGRESS_VERSION:

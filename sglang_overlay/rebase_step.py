@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from .carry import Step
-from .manifest import Patch
+from .manifest import Change, Manifest, Patch, patch_file
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -32,9 +33,10 @@ def rebased_header(header_text: str, from_version: str, today: datetime.date | N
     return body + dashes
 
 
-def describe_stop(p: Patch, step: Step, tree_root, version: str) -> str:
+def describe_stop(p: Patch, step: Step, tree_root: Path | str, version: str) -> str:
     """What the user reads when the rebase stops at this patch: where, why, and what the patch meant to do."""
-    desc = (p.diff.field("Description") if p.diff else None) or p.description
+    change = patch_file(p)
+    desc = (change.field("Description") if change else None) or p.description
     lines = [f"{p.name}: {step.status} on sglang {version}"]
     if step.status == "conflict":
         for f, st in step.files:
@@ -43,18 +45,20 @@ def describe_stop(p: Patch, step: Step, tree_root, version: str) -> str:
     else:
         lines.append(f"  {step.detail}")
     lines.append("  the patch's intent (Description):")
-    lines += ["    " + l for l in desc.splitlines()]
+    lines += ["    " + line for line in desc.splitlines()]
     return "\n".join(lines)
 
 
-def env_notes(m, release: Reader, release_paths: Callable[[], list[str]]) -> list[str]:
+def env_notes(m: Manifest, release: Reader, release_paths: Callable[[], list[str]]) -> list[str]:
     """Environment variables the patches read, checked against the release's own code: one the release now
     reads too (the patch and upstream would both act on it), and one the manifest says upstream forces that
     the release no longer names (its `sglang_forces` is stale)."""
     names = {v.name: (p, v) for p in m.patches for v in p.env}
     if not names:
         return []
-    own = {f for p in m.patches for f in p.overlay}  # the release's files are pristine; overlay ones are ours
+    own = {
+        f for p in m.patches if isinstance(p, Change) for f in p.overlay
+    }  # the release's files are pristine; overlay ones are ours
     seen: dict[str, list[str]] = {n: [] for n in names}
     for path in release_paths():
         if not path.endswith(".py") or path in own:
@@ -63,7 +67,7 @@ def env_notes(m, release: Reader, release_paths: Callable[[], list[str]]) -> lis
         for n in names:
             if n.encode() in data:
                 seen[n].append(path)
-    notes = []
+    notes: list[str] = []
     for n, (p, v) in sorted(names.items()):
         if v.sglang_forces and not seen[n]:
             notes.append(

@@ -7,6 +7,9 @@ Kept apart from `commands/launch.py` (which decides *what* to run) so the proces
 - SIGINT/SIGTERM received by the launcher go to the whole group; after `grace` seconds (or at a second signal)
   the group gets SIGKILL;
 - the exit code is the server's (a server killed by signal N reads as 128+N, as a shell reports it).
+
+The bench's launcher (bench/launcher.py) starts and stops the `launch` command with the same pieces: start_group,
+stop_group and Announcements (the `sglang-overlay: url|fingerprint|log` lines launch prints once healthy).
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections import deque
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import IO, Any
 
 from .errors import ChildFailed
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 POLL_S = 0.25
+# `launch` tells the program that started it where the server is: `sglang-overlay: url URL`, `... fingerprint HEX`,
+# `... log PATH` on stdout, once healthy. Announcements (below) reads them back.
+ANNOUNCE_PREFIX = "sglang-overlay: "
 
 
 def exit_code(returncode: int) -> int:
@@ -52,9 +61,97 @@ def _last_line(path: Path) -> str:
 def healthy(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout) as resp:
-            return resp.status == 200
+            return bool(resp.status == 200)
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+# -- a child in its own process group: the one way this package and the bench start and stop servers ---------
+def start_group(
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    stdout: int | IO[Any],
+    cwd: str | Path | None = None,
+    text: bool = False,
+) -> subprocess.Popen[Any]:
+    """Start `argv` in a new session: it and whatever it starts form one group that can be signalled at once."""
+    return subprocess.Popen(
+        argv,
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=text,
+        bufsize=1 if text else -1,
+    )
+
+
+def signal_group(proc: subprocess.Popen[Any], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the child leads its own session: its pid is the group id
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float, sig: int = signal.SIGTERM) -> int:
+    """`sig` to the group, SIGKILL after `grace` seconds; the exit code (as a shell reports it)."""
+    if proc.poll() is None:
+        signal_group(proc, sig)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    return exit_code(proc.returncode)
+
+
+class Announcements:
+    """Drains a child's text stdout for its whole life (a full pipe would block it) into a log file and a tail,
+    and collects its `sglang-overlay: KEY VALUE` lines."""
+
+    def __init__(self, proc: subprocess.Popen[str], log_path: Path, tail_lines: int = 60):
+        assert proc.stdout is not None, "start the child with stdout=subprocess.PIPE, text=True"
+        self.values: dict[str, str] = {}
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self._stream = proc.stdout
+        self._log = open(log_path, "a")  # noqa: SIM115 - closed by the reader thread; opened here: a log that cannot be written fails the start, not a thread
+        self._changed = threading.Condition()
+        self.ended = False
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        with self._log as log:
+            for line in self._stream:
+                log.write(line)
+                log.flush()
+                with self._changed:
+                    self.tail.append(line)
+                    if line.startswith(ANNOUNCE_PREFIX):
+                        key, _, value = line[len(ANNOUNCE_PREFIX) :].strip().partition(" ")
+                        self.values.setdefault(key, value)
+                        self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, keys: Iterable[str], timeout: float) -> bool:
+        """True once every key was announced; False when the output ends first or `timeout` seconds pass."""
+        wanted = tuple(keys)
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self.ended or all(k in self.values for k in wanted), timeout=timeout
+            ) and all(k in self.values for k in wanted)
+
+    def tail_text(self) -> str:
+        with self._changed:
+            return "".join(self.tail)
+
+    def join(self, timeout: float) -> None:
+        self._reader.join(timeout=timeout)
 
 
 class ServerProcess:
@@ -63,11 +160,11 @@ class ServerProcess:
         self.env = env
         self.log_path = log_path
         self.grace = grace
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.stop_requested_at: float | None = None
         self.stop_signal: int | None = None
         self._killed = False
-        self._old_handlers: dict[int, object] = {}
+        self._old_handlers: dict[int, signal._HANDLER] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,21 +172,14 @@ class ServerProcess:
         for sig in FORWARDED:  # installed first: a signal during start-up is forwarded too, never lost
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
         with open(self.log_path, "ab", buffering=0) as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self.proc = start_group(self.argv, env=self.env, stdout=log)
 
     def restore_signals(self) -> None:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
 
-    def _on_signal(self, signum, _frame) -> None:
+    def _on_signal(self, signum: int, _frame: object) -> None:
         if self.stop_requested_at is not None:  # a second signal: no more waiting
             print(
                 f"sglang-overlay: second signal ({signal.Signals(signum).name}): killing the server's process group",
@@ -111,10 +201,7 @@ class ServerProcess:
     def _kill_group(self, sig: int) -> None:
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, sig)  # the child leads its own session: its pid is the group id
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.proc, sig)
         if sig == signal.SIGKILL:
             self._killed = True
 
@@ -211,13 +298,8 @@ class ServerProcess:
 
     def ensure_stopped(self) -> None:
         """Last resort (the launcher itself failed): the server must not outlive it unnoticed."""
-        if self.proc is not None and self.proc.poll() is None:
-            self._kill_group(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=self.grace)
-            except subprocess.TimeoutExpired:
-                self._kill_group(signal.SIGKILL)
-                self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, self.grace)
 
 
 class Stopped(Exception):

@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import StateError
 from .fsio import atomic_write, is_tmp_name, read_bytes, unlink_quietly
@@ -94,23 +94,23 @@ class Shape:
     def fail(self, key: str, problem: str) -> StateError:
         return StateError(f"{self.path}: {self.what}: key {key}: {problem}", hint=self.fix)
 
-    def load(self, text: str) -> dict:
+    def load(self, text: str) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix)
+            raise StateError(f"{self.path}: {self.what} is not valid JSON ({e}; truncated?)", hint=self.fix) from e
         if not isinstance(data, dict):
             raise StateError(
                 f"{self.path}: {self.what}: expected a JSON object, got {type(data).__name__}", hint=self.fix
             )
         return data
 
-    def keys(self, data: dict, allowed: tuple[str, ...], key: str = "(top level)") -> None:
+    def keys(self, data: dict[str, Any], allowed: tuple[str, ...], key: str = "(top level)") -> None:
         extra = sorted(set(data) - set(allowed))
         if extra:
             raise self.fail(key, f"unknown key(s) {', '.join(map(repr, extra))}")
 
-    def get(self, data: dict, key: str, kind, *, optional: bool = False) -> Any:
+    def get(self, data: dict[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
         if key not in data:
             if optional:
                 return None
@@ -118,11 +118,15 @@ class Shape:
         value = data[key]
         if value is None and optional:
             return None
-        if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
             raise self.fail(repr(key), f"expected {names}, got {value!r:.80}")
         return value
 
+    @overload
+    def digest(self, value: Any, key: str, *, optional: Literal[False]) -> str: ...
+    @overload
+    def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None: ...
     def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None:
         if value is None and optional:
             return None
@@ -177,7 +181,7 @@ def read_own_file(path: Path, what: str, fix: str) -> bytes | None:
     try:
         return read_bytes(path)
     except OSError as e:
-        raise StateError(f"{path}: {what} cannot be read ({e.strerror})", hint=fix)
+        raise StateError(f"{path}: {what} cannot be read ({e.strerror})", hint=fix) from e
 
 
 def load_state(path: Path) -> State:
@@ -187,7 +191,7 @@ def load_state(path: Path) -> State:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=state_fix())
+        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=state_fix()) from e
     return parse_state(text, path)
 
 
@@ -212,7 +216,7 @@ class ObjectStore:
         try:
             data = read_bytes(path)
         except OSError as e:
-            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=state_fix())
+            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=state_fix()) from e
         if data is None:
             raise StateError(f"{path}: a saved copy the state needs is missing", hint=state_fix())
         if sha256(data) != digest:

@@ -9,15 +9,16 @@ hands the result to one commit.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from .compose import Offset, compose
 from .errors import Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
 from .hardware import refuse_blocked
+from .manifest import Change as PatchChange
 from .manifest import Manifest, Patch
 from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
@@ -59,9 +60,9 @@ def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
-def target_patches(manifest: Manifest, names) -> tuple[Patch, ...]:
+def target_patches(manifest: Manifest, names: Iterable[str]) -> tuple[PatchChange, ...]:
     """The named patches, what they require, in manifest order; upstreamed entries change nothing."""
-    return tuple(p for p in manifest.ordered(manifest.closure(names)) if p.applies_change)
+    return manifest.changes(manifest.closure(names))
 
 
 def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:
@@ -88,7 +89,7 @@ def rebuild_bases(store: ObjectStore, state: State, current: Contents) -> Conten
 
 
 def target_contents(
-    manifest: Manifest, target: tuple[Patch, ...], base: Contents
+    manifest: Manifest, target: tuple[PatchChange, ...], base: Contents
 ) -> tuple[Contents, list[Offset], str]:
     """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
     patch_files = sorted({f for p in target for f in p.files})
@@ -145,15 +146,22 @@ def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift
 
 
 def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileRecord]) -> tuple[bytes, ...]:
-    out = {}
+    out: dict[str, bytes] = {}
     for f, rec in records.items():
-        if rec.base is not None and rec.base not in out and not store.has(rec.base):
-            out[rec.base] = base[f]
+        data = base[f]
+        if rec.base is not None and data is not None and rec.base not in out and not store.has(rec.base):
+            out[rec.base] = data
     return tuple(out.values())
 
 
 def switch(
-    txn: Transaction, manifest: Manifest, names, *, op: str, force: bool = False, ignore_hardware: bool = False
+    txn: Transaction,
+    manifest: Manifest,
+    names: Iterable[str],
+    *,
+    op: str,
+    force: bool = False,
+    ignore_hardware: bool = False,
 ) -> Outcome:
     """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
     state, tree = txn.state, txn.tree
@@ -180,7 +188,7 @@ def switch(
     )
     backup_dir = None
     if writes or new_state.to_json() != state.to_json():
-        saved = {f: current[f] for f in edited if current[f] is not None}
+        saved = {f: data for f in edited if (data := current[f]) is not None}
         backup_dir = txn.commit(
             Change(op, writes, {f: current[f] for f in writes}, new_state, new_bases(txn.store, base, records), saved)
         )
@@ -204,7 +212,7 @@ def switch(
     )
 
 
-def base_reader(tree: Tree, state: State, store: ObjectStore):
+def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:
     """Read a file as it was before any patch (from the saved base when the tool manages it)."""
 
     def read(repo_path: str) -> bytes | None:

@@ -19,10 +19,10 @@ import shutil
 import stat
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterator, Mapping
 
 from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
@@ -157,7 +157,7 @@ class Transaction:
 
     @classmethod
     @contextmanager
-    def open(cls, tree: Tree) -> Iterator["Transaction"]:
+    def open(cls, tree: Tree) -> Iterator[Transaction]:
         """Lock the tree, roll back what a killed command left, clean up, read the state."""
         state_dir = tree.checked_state_dir()
         fd = _lock(tree, state_dir, exclusive=True)
@@ -169,7 +169,8 @@ class Transaction:
                 txn._clean()
             yield txn
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
 
     # -- recovery ----------------------------------------------------------------------------------------------
     def recover(self) -> Journal | None:
@@ -372,7 +373,7 @@ class Transaction:
             return None
         root = _real_dir(self.dir / BACKUPS) / journal.backup
         os.mkdir(root)
-        for f, data in sorted(change.backup.items()):
+        for f, data in sorted((change.backup or {}).items()):
             path = root / f
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .compose import compose
 from .errors import Conflict
-from .manifest import Patch
+from .manifest import UpstreamedPatch
 from .pysymbols import has_symbols
 
 
@@ -17,7 +17,7 @@ class ProofResult:
     detail: str
 
 
-def prove(patch: Patch, read: Callable[[str], bytes | None]) -> ProofResult:
+def prove(patch: UpstreamedPatch, read: Callable[[str], bytes | None]) -> ProofResult:
     """`read(repo_path)` gives a file of the tree to test (None if absent)."""
     problems: list[str] = []
     evidence: list[str] = []
@@ -34,10 +34,11 @@ def prove(patch: Patch, read: Callable[[str], bytes | None]) -> ProofResult:
             evidence.append(f"{len(proof.symbols)} symbol(s) present")
         if proof.contains and all(c in text for c in proof.contains):
             evidence.append(f"{len(proof.contains)} line(s) present")
-    if patch.diff is not None and patch.diff.body:
-        base = {f: read(f) for f in patch.diff.files}
+    original = patch.original_change()
+    if original is not None and original.diff.body:
+        base = {f: read(f) for f in original.diff.files}
         try:
-            compose(base, [patch], reverse=True)
+            compose(base, [original], reverse=True)
             evidence.append("the original change reverse-applies")
         except Conflict as e:
             problems.append(f"the original change does not reverse-apply: {str(e).splitlines()[-1].strip()}")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ManifestError
 from .parsecache import cached
+
+if TYPE_CHECKING:  # imported where a text is parsed: a cache hit needs no PyYAML
+    import yaml
 
 # A manifest is a few hundred nodes. These bounds refuse "billion laughs" alias bombs and deep nesting before
 # anything walks the data (an expanded bomb would hang every command that reads the manifest).
@@ -36,24 +39,24 @@ def parse(path: Path, text: str) -> Any:
         raise ManifestError(
             f"{path}: line {e.again.line + 1}: duplicate key {e.key!r} (first at line {e.first.line + 1})",
             hint="keep one of them: YAML would silently use the last one",
-        )
+        ) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         raise ManifestError(
             f"{path}: not valid YAML at {where}: {getattr(e, 'problem', e)}",
             hint="fix the YAML syntax (indentation, quoting) at that line",
-        )
+        ) from e
     finally:
         loader.dispose()
 
 
 @functools.cache
-def _duplicate_key() -> type:
+def _duplicate_key() -> Any:  # a yaml.YAMLError subclass, made once yaml is imported
     import yaml
 
     class DuplicateKey(yaml.YAMLError):
-        def __init__(self, key, first, again):
+        def __init__(self, key: object, first: yaml.Mark, again: yaml.Mark) -> None:
             super().__init__(f"duplicate key {key!r}")
             self.key, self.first, self.again = key, first, again
 
@@ -61,17 +64,18 @@ def _duplicate_key() -> type:
 
 
 @functools.cache
-def _strict_loader() -> type:
+def _strict_loader() -> Any:  # a yaml loader class, made once yaml is imported
     import yaml
 
     duplicate = _duplicate_key()
 
-    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml where it is built
+    # libyaml where it is built in: a base chosen at run time, which mypy cannot follow
+    class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
         """The safe loader, refusing a key given twice in one mapping (YAML would silently keep the last)."""
 
-        def construct_mapping(self, node, deep=False):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             if isinstance(node, yaml.MappingNode):
-                first: dict = {}
+                first: dict[Any, Any] = {}
                 for key_node, _ in node.value:
                     if key_node.tag == "tag:yaml.org,2002:merge":
                         continue
@@ -82,12 +86,13 @@ def _strict_loader() -> type:
                         continue  # an unhashable key: the base class says so
                     if seen is not key_node.start_mark:
                         raise duplicate(key, seen, key_node.start_mark)
-            return super().construct_mapping(node, deep)
+            mapping: dict[Any, Any] = super().construct_mapping(node, deep)  # the base is Any to mypy
+            return mapping
 
     return StrictLoader
 
 
-def _check_size(path: Path, root) -> None:
+def _check_size(path: Path, root: yaml.Node) -> None:
     """Walk the node graph as the data would expand, stopping at the first bound it crosses."""
     import yaml
 

@@ -17,7 +17,6 @@ sys.path.insert(0, str(ROOT))
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
-
 # The 0.5.23 pin's SGLang tests need their own virtualenv (torch 2.14.1, requirements-sglang-0.5.23-cpu.txt):
 # `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
 # given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).

@@ -111,10 +111,10 @@ def inject(
         sig = action.split("=", 1)[1]
         hit = (f"killed by SIG{sig}" in text) if sig == "KILL" else (f"--- SIG{sig} " in text)
     else:
-        own = [l for l in text.splitlines() if "(INJECTED)" in l]
+        own = [line for line in text.splitlines() if "(INJECTED)" in line]
         if follow:
             main = _main_pid(text.splitlines())
-            own = [l for l in own if l.split(None, 1)[0] == main]
+            own = [line for line in own if line.split(None, 1)[0] == main]
         hit = bool(own)
     return Injected(point, action, proc.returncode, proc.stdout, proc.stderr, hit)
 
@@ -137,7 +137,7 @@ class Snapshot:
     backups: tuple[str, ...]
     project: dict[str, str | None]  # project files a command may rewrite (refresh)
 
-    def same_tree(self, other: "Snapshot") -> bool:
+    def same_tree(self, other: Snapshot) -> bool:
         return self.files == other.files and self.state == other.state and self.project == other.project
 
 
@@ -231,7 +231,7 @@ class Saved:
     state_dir: dict[str, bytes | None] | None  # relative path -> bytes (None: a directory); None: no state dir
 
     @classmethod
-    def take(cls, layout: Layout) -> "Saved":
+    def take(cls, layout: Layout) -> Saved:
         files = {layout.tree / f: _read(layout.tree / f) for f in layout.files}
         files.update({p: _read(p) for p in layout.project_files})
         sd = layout.tree / STATE_DIR

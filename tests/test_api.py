@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, run_cli
+
 from sglang_overlay import api
 from sglang_overlay.errors import EXIT_BAD_INPUT, OverlayError
 

@@ -7,16 +7,15 @@ import base64
 import csv
 import hashlib
 import io
+import os
 import re
 import shutil
-import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 from test_launch import make_project  # the same small project: the pin and overlay_identity
 

@@ -50,7 +50,9 @@ def both(m, read, monkeypatch):
 
 
 def same_findings(fast, slow):
-    key = lambda i: (i.what, i.subject, i.ok, i.detail)
+    def key(i):
+        return (i.what, i.subject, i.ok, i.detail)
+
     assert [key(i) for i in fast.items if i.what != "compile"] == [key(i) for i in slow.items if i.what != "compile"]
     # several files of one subset that fail to compile are listed in the order of a dict built from a set
     assert sorted(map(key, fast.items)) == sorted(map(key, slow.items))

@@ -6,8 +6,8 @@ import json
 import shutil
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from sglang_overlay.compat import check_pin, classify, subsets_that_matter
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest

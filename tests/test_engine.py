@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli, tree_snapshot
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
@@ -173,7 +172,10 @@ def test_refresh_captures_hand_edits_and_keeps_the_header(sglang_tree, tmp_path)
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
     man = proj / "manifest.yaml"
-    run = lambda *a, rc=0: run_cli("--manifest", str(man), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(man), "--tree", str(sglang_tree), *a, check_rc=rc)
+
     run("apply", "fx_args_a", "fx_args_b")
     f = sglang_tree / SERVER_ARGS
     text = f.read_text().replace(
@@ -200,9 +202,10 @@ def test_stale_when_patch_file_changes_after_apply(sglang_tree, tmp_path):
 
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
-    run = lambda *a, rc=0: run_cli(
-        "--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc
-    )
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
     run("apply", "fx_overlay")
     src = proj / "overlay/python/sglang/srt/fx_overlay_module.py"
     src.write_text(src.read_text() + "CHANGED = 1\n")
@@ -287,9 +290,10 @@ def test_refresh_captures_edits_of_an_overlay_file(sglang_tree, tmp_path):
 
     proj = tmp_path / "proj"
     shutil.copytree(FIX.parent, proj)
-    run = lambda *a, rc=0: run_cli(
-        "--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc
-    )
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
     run("apply", "fx_overlay")
     f = sglang_tree / "python/sglang/srt/fx_overlay_module.py"
     f.write_text(f.read_text() + "EDITED = True\n")
@@ -342,7 +346,7 @@ def test_an_edit_made_after_a_kill_survives_the_rollback(sglang_tree, tmp_path):
     f = sglang_tree / SERVER_ARGS
     f.write_text(f.read_text() + "# my edit after the crash\n")
     err = cli(sglang_tree, "recover").stderr
-    line = next(l for l in err.splitlines() if "were edited after the interrupted `apply`" in l)
+    line = next(line for line in err.splitlines() if "were edited after the interrupted `apply`" in line)
     saved = Path(line.rsplit(" under ", 1)[1].split(" before rolling back")[0]) / SERVER_ARGS
     assert saved.read_text().endswith("# my edit after the crash\n")
     assert f.read_bytes() == pristine

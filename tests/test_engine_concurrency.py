@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 from faultlib import STRACE, trace_points
 
@@ -233,7 +232,7 @@ def test_two_forced_reverts_in_one_second_keep_both_edits(sglang_tree):
         cli(sglang_tree, "apply", "fx_topk")
         f.write_text(f.read_text() + edit)
         err = cli(sglang_tree, "revert", "fx_topk", "--force").stderr
-        line = next(l for l in err.splitlines() if "--force: saved 1 hand-edited file(s) under" in l)
+        line = next(line for line in err.splitlines() if "--force: saved 1 hand-edited file(s) under" in line)
         saved.append(Path(line.split(" under ", 1)[1]))
     assert saved[0] != saved[1] and all(d.is_dir() for d in saved)
     assert [

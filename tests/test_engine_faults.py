@@ -11,7 +11,6 @@ copies, new directories, scratch in $TMPDIR). Points run on two workers, each wi
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -21,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import FAULT_COUNTS, ROOT
 from faultlib import (
     ERROR_SYSCALLS,
@@ -345,7 +343,7 @@ def test_ctrl_c_at_start_up(workers):
     imports, the manifest, the patches): exit 130, one line, no traceback, nothing changed."""
     w = workers[0]
     case = w.prepare("apply --all")
-    opens = [p for p in _all_opens(w, case)]
+    opens = list(_all_opens(w, case))
     # from the last time Python opens the script (to read it): before its first line runs, Python's own
     # start-up answers a signal, and no code of this tool can be there to catch it
     start = max(i for i, p in enumerate(opens) if p.call.split(",")[1].strip().strip('"').endswith("/apply.py"))
@@ -395,5 +393,5 @@ def _all_opens(w: Worker, case: Prepared) -> list[Point]:
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    lines = [l for l in w.log.read_text().splitlines() if l.startswith("openat(")]
-    return [Point("openat", n, l) for n, l in enumerate(lines, 1)]
+    lines = [line for line in w.log.read_text().splitlines() if line.startswith("openat(")]
+    return [Point("openat", n, line) for n, line in enumerate(lines, 1)]

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
-from conftest import ROOT, run_cli
+from conftest import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
 FILES = (

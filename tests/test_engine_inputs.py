@@ -4,14 +4,12 @@ line) and the fix, no traceback, and the tree, the files outside it and the stat
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine"

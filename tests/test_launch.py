@@ -20,7 +20,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli, tree_snapshot
 
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -122,6 +121,18 @@ CASES = {
         lambda d: entry(d, "fx_topk").update(proof={"file": "python/sglang/x.py", "symbols": ["f"]}),
         ["fx_topk).proof", "only upstreamed entries carry a proof"],
     ),
+    "overlay on an upstreamed entry": (
+        lambda d: entry(d, "fx_kimi").update(overlay=["python/sglang/srt/fx_overlay_module.py"]),
+        ["fx_kimi).overlay", "an upstreamed entry adds no files"],
+    ),
+    "overlay entry without files": (
+        lambda d: entry(d, "fx_overlay").update(overlay=[]),
+        ["fx_overlay).overlay", "kind overlay needs at least one file"],
+    ),
+    "proof naming nothing": (
+        lambda d: entry(d, "fx_kimi").update(proof={"file": "python/sglang/srt/models/kimi_k25.py"}),
+        ["fx_kimi).proof", "it would prove nothing"],
+    ),
     "env var name": (
         lambda d: entry(d, "fx_overlay").update(env={"lower": {"help": "x"}}),
         ["is not an environment variable name"],
@@ -197,7 +208,7 @@ def test_corrupt_patch_file_is_a_clear_error(project):
 
 def test_patch_without_description_header(project):
     p = project / "patches" / "fx_topk.patch"
-    p.write_text("\n".join(l for l in p.read_text().splitlines() if not l.startswith("Description")) + "\n")
+    p.write_text("\n".join(line for line in p.read_text().splitlines() if not line.startswith("Description")) + "\n")
     err = status_fails(project)
     assert "fx_topk.patch: the DEP-3 header has no Description" in err
 
@@ -219,7 +230,9 @@ def test_every_command_has_help():
 
     for module in map(commands.load, commands.NAMES):
         res = run_cli(module.NAME, "--help")
-        assert res.returncode == 0 and "usage: python apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout
+        assert (
+            res.returncode == 0 and "usage: python apply.py" in res.stdout and module.__doc__.split()[0] in res.stdout
+        )
 
 
 def test_no_tree_yet_says_how_to_make_one(tmp_path):

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
+
 from sglang_overlay.errors import EXIT_BAD_INPUT, PatchSetError
 from sglang_overlay.manifest import load_manifest
 from sglang_overlay.patchset import from_options, resolve

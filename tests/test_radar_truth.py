@@ -65,7 +65,7 @@ def test_server_args_glm4_moved_to_model_hook_is_upstreamed_moved(project_manife
         "def handle_model_specific_adjustments(server_args):\n"
         "    model_arch = server_args.get_model_config().hf_config.architectures[0]\n"
         '    if model_arch in ["DeepseekV3ForCausalLM"]:\n'
-        "        pass\n" + "".join(l[4:] for l in block.splitlines(keepends=True))
+        "        pass\n" + "".join(line[4:] for line in block.splitlines(keepends=True))
     )
     read, paths = release(pin, **{SARGS: (src[:start] + src[end:]).encode(), HOOK: hook.encode()})
     v = classify(project_manifest.patch("server_args_glm4"), read, "0.5.19", pin.read, paths)

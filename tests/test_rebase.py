@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT, run_cli
 
 from sglang_overlay.fetch import WheelSource, pinned_wheel
-from sglang_overlay.manifest import load_manifest
+from sglang_overlay.manifest import UpstreamedPatch, load_manifest
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 SARGS = "python/sglang/srt/server_args.py"
@@ -256,7 +256,9 @@ def test_conflict_then_abort_leaves_project_and_trees_as_before(tmp_path, cache,
 def test_a_moved_proof_is_located_and_rewritten(tmp_path, cache, pin_source):
     """The Kimi wrapper moved to another file, its hook now a method of another class, re-indented."""
     kimi = pin_text(pin_source, KIMI)
-    moved = "class Wrapper:\n" + "".join("    " + l if l.strip() else l for l in kimi.splitlines(keepends=True))
+    moved = "class Wrapper:\n" + "".join(
+        "    " + line if line.strip() else line for line in kimi.splitlines(keepends=True)
+    )
     new_path = "python/sglang/srt/models/kimi/k25_wrapper.py"
     make_release(cache, pin_source, "9.0.3", **{KIMI: None, new_path: moved.encode()})
     proj = project(tmp_path)
@@ -297,7 +299,7 @@ def test_a_patch_upstream_now_has_is_offered_to_become_upstreamed(tmp_path, cach
     assert "makes fx_args_b an `upstreamed` entry" in res.stderr
     cli(proj, cache, "rebase", "--continue", rc=0)
     entry = load_manifest(proj / "pins" / "9.0.5" / "manifest.yaml").patch("fx_args_b")
-    assert entry.kind == "upstreamed" and entry.upstream.release == "9.0.5" and entry.diff is not None
+    assert isinstance(entry, UpstreamedPatch) and entry.upstream.release == "9.0.5" and entry.original is not None
     cli(proj, cache, "--pin", "9.0.5", "check", rc=0)  # proved by its diff reverse-applying
 
 

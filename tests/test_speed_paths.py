@@ -62,7 +62,7 @@ def test_every_command_is_listed_with_its_help_and_parses():
     helptext = build_parser().format_help()
     for name in commands.NAMES:
         module = commands.load(name)
-        assert module.NAME == name and module.HELP.split()[0] in helptext
+        assert name == module.NAME and module.HELP.split()[0] in helptext
         assert callable(module.run) and callable(module.add_arguments)
     args = build_parser().parse_args(["--tree", "/x", "status", "--json"])
     assert args.json is True and args.tree == "/x" and args._run is commands.load("status").run
@@ -158,7 +158,7 @@ def test_patch_files_parse_once_and_the_same(cache, tmp_path):
     broken = proj / "patches" / "broken.patch"
     broken.write_text(patches[0].read_text().replace("diff --git a/", "diff --git ", 1))
     for _ in range(2):
-        with pytest.raises(ManifestError, match="broken.patch"):
+        with pytest.raises(ManifestError, match=r"broken\.patch"):
             parse_patch_file(broken)
 
 

@@ -29,9 +29,10 @@ from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
 from ..patchset import resolve
+from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
-from ..tree import STATE_DIR_NAME, Tree
+from ..tree import Tree
 from ._common import add_selection, selection
 
 NAME = "build-wheel"

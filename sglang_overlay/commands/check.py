@@ -72,7 +72,7 @@ def _all_pins(ctx, args) -> int:
     return 0
 
 
-def _check_one(m, rep, args) -> bool:
+def _check_one(m, rep: api.CheckResult, args) -> bool:
     elapsed = rep.seconds
     if args.json:
         print(json.dumps(rep.to_json(), indent=2))

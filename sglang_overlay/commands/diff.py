@@ -7,6 +7,7 @@ import sys
 
 from ..compose import compose
 from ..diffgen import make_diff
+from ..manifest import UpstreamedPatch
 from ..switch import base_reader
 from ..transaction import reading
 
@@ -21,7 +22,7 @@ def add_arguments(p) -> None:
 def run(ctx, args) -> int:
     m = ctx.manifest
     patch = m.patch(args.name)
-    if not patch.applies_change:
+    if isinstance(patch, UpstreamedPatch):
         print(f"{patch.name} is upstream ({patch.upstream.describe()}): it changes nothing", file=sys.stderr)
         return 0
     with reading(ctx.tree) as view:
@@ -32,8 +33,8 @@ def _show(m, tree, view, patch) -> int:
     state = view.state
     applied = [n for n in state.applied if n != patch.name]
     files = sorted(set(patch.files))
-    without = m.ordered(applied)
-    with_it = m.ordered(applied + [patch.name])
+    without = m.changes(applied)
+    with_it = m.changes(applied + [patch.name])
     read = base_reader(tree, state, view.store)
     needed = sorted({f for p in with_it for f in p.files})
     base = {f: read(f) for f in needed}

@@ -150,7 +150,9 @@ def interpreter(tree: Tree, explicit: str | None) -> str:
     )
 
 
-def child_env(base: dict[str, str], manifest, profile, fp: str, tree: Tree) -> tuple[dict[str, str], dict, list]:
+def child_env(
+    base: dict[str, str], manifest, profile, fp: str, tree: Tree
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """(environment, variables set, variables removed). See the module docstring for the rule."""
     env = dict(base)
     profile_vars = profile.as_env() if profile else {}

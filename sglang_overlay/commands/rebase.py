@@ -30,7 +30,7 @@ from ..errors import BadInput, Conflict, ManifestError
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
 from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes
 from ..gitcmd import git
-from ..manifest import Manifest, Pin, Proof, load_manifest
+from ..manifest import Manifest, Patch, Pin, Proof, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import set_entry_key, set_pin
 from ..merge3 import marker_lines
 from ..progname import prog
@@ -193,18 +193,23 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
     return _finish(root, m, tree, txn, progress, rel_src)
 
 
-def _stage(p, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:
+def _stage(p: Patch, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:
     """Write what the entry becomes in the new pin's directory (the same paths, relative to it)."""
     src_dir = p.source_dir
-    if p.diff is not None and p.diff.body and not as_upstreamed and p.kind != "upstreamed":
+    change = patch_file(p)
+    if isinstance(p, UpstreamedPatch) or as_upstreamed:
+        # the original change kept (it reverse-applies: the proof); a moved proof replaces it
+        if change is not None and step.status != "upstreamed-moved":
+            _write(staging / os.path.relpath(change.path, src_dir), change.path.read_bytes())
+        return
+    if p.diff is not None and p.diff.body:
         body = make_diff({f: release(f) for f in step.contents}, step.contents)
         header = rebased_header(p.diff.header_text, from_version)
         _write(staging / os.path.relpath(p.diff.path, src_dir), (header + body).encode())
-    elif p.diff is not None and step.status != "upstreamed-moved":
-        _write(staging / os.path.relpath(p.diff.path, src_dir), p.diff.path.read_bytes())  # the original change
-    if p.kind != "upstreamed" and not as_upstreamed:
-        for f in p.overlay:
-            _write(staging / "overlay" / f, p.overlay_source(f).read_bytes())
+    elif p.diff is not None:
+        _write(staging / os.path.relpath(p.diff.path, src_dir), p.diff.path.read_bytes())
+    for f in p.overlay:
+        _write(staging / "overlay" / f, p.overlay_source(f).read_bytes())
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -217,17 +222,19 @@ def _save(root: Path, progress: Progress) -> None:
     fsync_dir(progress_path(root, progress.target).parent)
 
 
-def _stop(root, p, step: Step, tree: Tree, txn: Transaction, progress: Progress, staging: Path, t0) -> int:
+def _stop(root, p: Patch, step: Step, tree: Tree, txn: Transaction, progress: Progress, staging: Path, t0) -> int:
     version = progress.target
     files: tuple[str, ...] = ()
     if step.status == "conflict":
         # the whole patch as it would stand on the release: its files merged or marked, its overlay files too,
         # so the user edits (and can run) all of it; any of them edited becomes the patch's new content
-        writes = {f: step.contents[f] for f, _ in step.files if step.contents.get(f) is not None}
-        writes |= {f: p.overlay_source(f).read_bytes() for f in p.overlay}
+        merged = {f: step.contents.get(f) for f, _ in step.files}
+        writes = {f: d for f, d in merged.items() if d is not None}
+        if not isinstance(p, UpstreamedPatch):
+            writes |= {f: p.overlay_source(f).read_bytes() for f in p.overlay}
         files = tuple(writes)
         _put_in_tree(tree, txn, p.name, writes)
-    if step.status == "proof-failed" and p.proof is not None:
+    if step.status == "proof-failed" and isinstance(p, UpstreamedPatch) and p.proof is not None:
         ask = staging / PROOFS / f"{p.name}.yaml"
         if not ask.exists():
             proof = {"file": p.proof.file, "symbols": list(p.proof.symbols), "contains": list(p.proof.contains)}
@@ -255,11 +262,11 @@ def _what_now(kind: str, name: str, staging: Path) -> str:
     }[kind]
 
 
-def _put_in_tree(tree: Tree, txn: Transaction, owner: str, writes: dict) -> None:
+def _put_in_tree(tree: Tree, txn: Transaction, owner: str, writes: dict[str, bytes]) -> None:
     """The stopped patch's files into the release tree, recorded in its state (the bases kept to restore)."""
     before = {f: read_bytes(tree.managed_file(f)) for f in writes}
     files = {
-        f: FileRecord(sha256(before[f]) if before[f] is not None else None, sha256(d), (owner,))
+        f: FileRecord(None if (base := before[f]) is None else sha256(base), sha256(d), (owner,))
         for f, d in writes.items()
     }
     bases = tuple(b for b in before.values() if b is not None)
@@ -307,6 +314,7 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
         return _go(root, m, tree, txn, progress)
     p = m.patch(stop.patch)
     staging = staging_dir(root, progress.target)
+    result: Result | None
     if stop.kind == "conflict":
         result = _capture(p, tree, txn, stop, staging, progress, rel_src.read)
     elif stop.kind == "upstream":
@@ -332,7 +340,7 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
     return _go(root, m, tree, txn, progress)
 
 
-def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progress: Progress, release) -> Result:
+def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progress: Progress, release) -> Result:
     """The user's resolution, read from the release tree like `refresh` reads hand edits."""
     paths = sorted(set(stop.files) | set(_changed(tree)))
     now = {f: read_bytes(tree.managed_file(f)) for f in paths}
@@ -350,7 +358,9 @@ def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progres
                 raise Conflict(
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
                     hint=f"fix it, then `{prog()} rebase --continue`",
-                )
+                ) from e
+    if isinstance(p, UpstreamedPatch) or p.diff is None:
+        raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
     diffed = [f for f in paths if f not in p.overlay]
     body = make_diff({f: release(f) for f in diffed}, {f: now[f] for f in diffed})
     if not body:
@@ -358,19 +368,18 @@ def _capture(p, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progres
             f"{p.name}: the release tree holds none of its changes now, so the patch would be empty",
             hint="put the resolved change back into the files, or `rebase --abort`",
         )
-    if p.diff is None:
-        raise BadInput(f"{p.name}: only a diff entry can stop at a conflict")
     _write(
         staging / os.path.relpath(p.diff.path, p.source_dir),
         (rebased_header(p.diff.header_text, progress.source_pin) + body).encode(),
     )
     for f in p.overlay:  # as the user left it in the release tree (it was put there at the stop)
-        _write(staging / "overlay" / f, now[f] if now.get(f) is not None else p.overlay_source(f).read_bytes())
+        data = now.get(f)
+        _write(staging / "overlay" / f, data if data is not None else p.overlay_source(f).read_bytes())
     files = tuple((f, "resolved") for f in paths)
     return Result("resolved", f"resolved by hand: {', '.join(paths)}", files)
 
 
-def _asked_proof(p, staging: Path, release, progress: Progress) -> Result | None:
+def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result | None:
     ask = staging / PROOFS / f"{p.name}.yaml"
     try:
         raw = yaml.safe_load(ask.read_text())
@@ -379,8 +388,10 @@ def _asked_proof(p, staging: Path, release, progress: Progress) -> Result | None
         raise BadInput(
             f"{ask}: not a proof ({e})",
             hint="keys: file (a repo path), symbols (a list), contains (a list of exact lines)",
-        )
-    res = prove(replace(p, proof=proof, diff=None), release)
+        ) from e
+    if not isinstance(p, UpstreamedPatch):
+        raise BadInput(f"{p.name}: only an upstreamed entry stops for its proof")
+    res = prove(replace(p, proof=proof, original=None), release)  # the proof alone: the code moved
     if not res.holds:
         print(f"{p.name}: the proof in {ask} does not hold on {progress.target}: {res.detail}")
         return None
@@ -410,7 +421,7 @@ def _status(root: Path, version: str) -> int:
         )
         return 0
     print(f"rebase {progress.source_pin} -> {progress.target} ({progress.source}), started {progress.started}")
-    for i, name in enumerate(progress.order):
+    for name in progress.order:
         r = progress.results.get(name)
         if r is not None:
             print(f"  done     {r.status:<17}{name}" + (f": {r.detail}" if r.detail else ""))
@@ -433,7 +444,7 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
     for name, r in progress.results.items():
         if r.proof is not None:
             text = set_entry_key(text, name, "proof", r.proof, str(m.path))
-            if m.patch(name).diff is not None:
+            if patch_file(m.patch(name)) is not None:
                 text = set_entry_key(text, name, "file", None, str(m.path))
         if r.status == "upstream":
             text = set_entry_key(text, name, "kind", "upstreamed", str(m.path))
@@ -449,7 +460,7 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
         raise ManifestError(
             f"the new pin's manifest does not load: {e}",
             hint=f"a bug in rebase: the rebase stays resumable; report it with {target}",
-        )
+        ) from e
     for line in env_notes(load_manifest(target), rel_src.read, rel_src.paths):
         print(f"  note     {line}")
     fsync_dir(staging)

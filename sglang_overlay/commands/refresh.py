@@ -11,12 +11,13 @@ from __future__ import annotations
 import datetime
 import re
 import sys
+from pathlib import Path
 
 from ..compose import compose
 from ..diffgen import make_diff
 from ..errors import BadInput, Conflict, os_failure
 from ..fsio import atomic_write
-from ..manifest import load_manifest
+from ..manifest import UpstreamedPatch, load_manifest
 from ..patchfile import parse_patch_file
 from ..progname import prog
 from ..switch import base_reader, read_file, switch
@@ -33,6 +34,12 @@ def add_arguments(p) -> None:
 def run(ctx, args) -> int:
     m, tree = ctx.manifest, ctx.tree
     patch = m.patch(args.name)
+    if isinstance(patch, UpstreamedPatch):
+        raise BadInput(
+            f"{patch.name} is upstream ({patch.upstream.describe()}): it changes nothing, so there is nothing "
+            "to refresh",
+            hint="edit the entry's proof in manifest.yaml instead",
+        )
     tree.check_version(m.pin.version)
     with open_tree(ctx) as txn:
         state = txn.state
@@ -59,17 +66,19 @@ def run(ctx, args) -> int:
     if not updates and not outcome.written:
         print(f"{patch.name}: no hand edits to capture")
         return 0
-    print(f"refreshed {patch.name}: {len(updates)} file(s) updated; fingerprint now {outcome.fingerprint[:12]}")
+    print(
+        f"refreshed {patch.name}: {len(updates)} file(s) updated; fingerprint now {(outcome.fingerprint or '-')[:12]}"
+    )
     print(f"  review it: git diff -- {patch.diff.path if patch.diff else 'overlay/'}", file=sys.stderr)
     return 0
 
 
-def _captured(m, tree, txn, patch) -> dict:
+def _captured(m, tree, txn, patch) -> dict[Path, bytes]:
     """patch file or overlay source -> its new bytes, for those the hand edits change."""
     state = txn.state
     order = [p.name for p in m.ordered(state.applied)]
-    before = m.ordered(order[: order.index(patch.name)])
-    after = m.ordered(order[order.index(patch.name) + 1 :])
+    before = m.changes(order[: order.index(patch.name)])
+    after = m.changes(order[order.index(patch.name) + 1 :])
     read = base_reader(tree, state, txn.store)
     diff_files = list(patch.diff.files) if patch.diff else []
     base = {f: read(f) for f in {f for p in before for f in p.files} | set(diff_files)}
@@ -82,7 +91,7 @@ def _captured(m, tree, txn, patch) -> dict:
         raise Conflict(
             f"cannot separate {patch.name}'s edits from later patches on the same lines:\n{e}",
             hint="revert the later patches, refresh, then apply them again",
-        )
+        ) from e
     updates = {}
     if patch.diff is not None:
         body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})

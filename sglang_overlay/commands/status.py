@@ -4,6 +4,7 @@ stale (the patch file changed since it was applied), unavailable (hardware gate)
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .. import api
 from ..fingerprint import short
@@ -26,7 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def collect(ctx) -> dict:
+def collect(ctx) -> dict[str, Any]:
     return api.status(context=ctx).to_json()
 
 

@@ -244,7 +244,7 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                 state["active"] -= 1
                 for _ in range(n // interval):
                     steps[bs].append(step_s * (1 + 0.03 * (bs - 1)) * (1 + rng.gauss(0, noise)))
-                verify = int(round(n / accept)) if spec else 0
+                verify = round(n / accept) if spec else 0
                 if oea_per_row is not None:
                     oea["calls"] += 2 * n
                     oea["distinct_experts_sum"] += 2 * n * oea_per_row * bs

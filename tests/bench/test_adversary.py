@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
+from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
 from scipy import stats as sst
 
 from bench import bisect as bis
 from bench import plans, stats
 from bench.replication import Policy, compare, decide_pairs
 from bench.simulate import Plant, SimLab, World, host_slowdown, sim_arm
-from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 ALPHA = 0.05  # the configured alpha: 95% intervals
 SETTINGS = plans.Settings(Policy(initial=3, max_starts=8, confidence=1 - ALPHA, min_effect=0.02))

@@ -9,10 +9,9 @@ import statistics
 from pathlib import Path
 
 import pytest
+from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 from bench.cli import main
-
-from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
 def _start_medians(metric: str, arm: str) -> list[float]:

@@ -10,10 +10,10 @@ import json
 import re
 
 import pytest
+from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import store
 from bench.cli import main
-from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 FULL = ["alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "epsilon", "zeta"]
 QUIET = {"noise": 0.002}

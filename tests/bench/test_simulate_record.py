@@ -75,7 +75,7 @@ def test_plants_scale_every_repetition_of_a_drawn_start(pool):
 def test_a_bad_record_is_exit_2_naming_the_file(tmp_path):
     bad = tmp_path / "results.jsonl"
     bad.write_text('{"type": "start", "start_id": "a"\n')
-    with pytest.raises(RecordError, match="results.jsonl"):
+    with pytest.raises(RecordError, match=r"results\.jsonl"):
         s.recorded_starts(str(bad))
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"type": "run"}) + "\n")

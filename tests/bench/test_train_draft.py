@@ -39,7 +39,9 @@ SPEC = TinyModelSpec(
     vocab=10000,
 )
 # a cap against a hang only: the assertions need all 12 epochs, which a loaded machine takes longer to run
-TRAIN = dict(prompts=64, eval_prompts=12, new_tokens=48, epochs=12, batch=4, lr=5e-3, device="cpu", train_seconds=3600.0)
+TRAIN = dict(
+    prompts=64, eval_prompts=12, new_tokens=48, epochs=12, batch=4, lr=5e-3, device="cpu", train_seconds=3600.0
+)
 
 
 @pytest.fixture(scope="module")

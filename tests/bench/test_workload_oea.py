@@ -8,12 +8,11 @@ import math
 import statistics
 
 import pytest
+from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 from bench.cli import main
 from bench.report import build_markdown
 from bench.workload import WorkloadError, oea_phase_delta
-
-from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 
 
 def _snap(calls, distinct, rows, k0=3):

@@ -18,7 +18,6 @@ Prints one line per check and exits non-zero on the first failure.
 """
 
 import importlib.util
-import re
 import sys
 import time
 from pathlib import Path
@@ -104,9 +103,12 @@ def check_oea_stats(oea):
     results = {}
     for k0 in (0, 3):
         oea._stats = None
-        call = lambda: oea.maybe_apply_oea(
-            ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True, num_token_non_padded=nbuf, k0=k0
-        )
+
+        def call():
+            return oea.maybe_apply_oea(
+                ww, i, lg, scoring_func="sigmoid", correction_bias=b, renormalize=True, num_token_non_padded=nbuf, k0=k0
+            )
+
         call()  # eager: creates the counter, as SGLang's warm-up forwards do before capture
         torch.cuda.set_sync_debug_mode("error")
         try:
@@ -153,7 +155,7 @@ def check_timer(timer_mod):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for step in range(20):
+        for _step in range(20):
             timer.begin_step()
             for _ in range(2):
                 a = (a @ a).tanh()

@@ -240,7 +240,7 @@ def test_worker_without_timer_does_nothing_extra(worker_env):
 def test_get_internal_state_returns_eagle_phase_timing(patched, monkeypatch):
     """Scheduler.get_internal_state is what /get_server_info returns as internal_states[i]."""
     sched = patched("sglang.srt.managers.scheduler")
-    monkeypatch.setattr(sched, "get_context", lambda: SimpleNamespace(resolved_server_args_dict=lambda: {}))
+    monkeypatch.setattr(sched, "get_context", lambda: SimpleNamespace(resolved_server_args_dict=dict))
     monkeypatch.setattr(sched, "build_memory_usage", lambda **kw: {"fake": True})
     monkeypatch.setattr(sched, "get_exec", lambda: SimpleNamespace(moe=SimpleNamespace(elastic_ep_backend=None)))
     summary = {"draft": {"p50_ms": 1.0, "p99_ms": 2.0, "mean_ms": 1.5, "count": 3}, "window": 3}

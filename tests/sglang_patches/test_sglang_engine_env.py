@@ -8,11 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _nccl_child
 import pytest
-
 from test_sglang_nccl_env import HERE, ROOT, _spawn
-
-import _nccl_child  # noqa: E402
 
 USER = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
 CASES = [

@@ -7,7 +7,6 @@ import re
 from types import SimpleNamespace
 
 import pytest
-
 import torch
 
 
@@ -60,10 +59,7 @@ def as_rows(w, i):
 
 def routed(T, E, k, gen, scoring="softmax", bias=False):
     logits = torch.randn(T, E, generator=gen)
-    if scoring == "softmax":
-        weight = logits.softmax(-1)
-    else:
-        weight = logits.sigmoid()
+    weight = logits.softmax(-1) if scoring == "softmax" else logits.sigmoid()
     choice = weight + (torch.randn(E, generator=gen) * 0.3).unsqueeze(0) if bias else weight
     ids = choice.topk(k, dim=1).indices
     w = weight.gather(1, ids)
@@ -434,7 +430,7 @@ def test_stats_count_matches_python_on_random_batches(oea, monkeypatch):
             max_tokens=max_tokens,
         )
         n_eff = T if pad == "none" else n_valid
-        if T > max_tokens:
+        if max_tokens < T:
             seen["gated"] += 1
         else:
             d = reference_distinct(out_i, E, n_eff, n_shared)
@@ -602,7 +598,7 @@ def test_get_internal_state_returns_oea_stats(patched, monkeypatch):
     oea = patched("sglang.srt.layers.moe.oea")
     from types import SimpleNamespace
 
-    monkeypatch.setattr(sched, "get_context", lambda: SimpleNamespace(resolved_server_args_dict=lambda: {}))
+    monkeypatch.setattr(sched, "get_context", lambda: SimpleNamespace(resolved_server_args_dict=dict))
     monkeypatch.setattr(sched, "build_memory_usage", lambda **kw: {"fake": True})
     monkeypatch.setattr(sched, "get_exec", lambda: SimpleNamespace(moe=SimpleNamespace(elastic_ep_backend=None)))
     fake_self = SimpleNamespace(
@@ -833,8 +829,9 @@ def test_custom_routing_function_and_unknown_scoring_warn(topk_mods, fresh_warni
 
 def test_manifest_states_the_models_whose_padding_the_patch_keeps_out():
     """The manifest's statement names every model module whose MoE block the patch hooks, and no other."""
-    from sglang_overlay.manifest import load_manifest
     from conftest import ROOT
+
+    from sglang_overlay.manifest import load_manifest
 
     patch = load_manifest(ROOT / "manifest.yaml").patch("oea_topk")
     hooked = {f.split("/")[-1][:-3] for f in patch.diff.files if "/srt/models/" in f}

@@ -25,13 +25,13 @@ for _p in (ROOT, SHARED):  # the engine; the shared helpers and the 0.5.17 tests
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-import pintree
+import pintree  # noqa: E402
 
 # The module fixtures the reused 0.5.17 tests ask for, resolved here against this directory's tree.
-from test_sglang_eagle_profiling import timer_mod  # noqa: F401
-from test_sglang_engine_env import engine_runs  # noqa: F401
-from test_sglang_models import dsv2, eagle3, kvstep, mla  # noqa: F401
-from test_sglang_oea import oea, topk_mods  # noqa: F401
+from test_sglang_eagle_profiling import timer_mod  # noqa: E402, F401
+from test_sglang_engine_env import engine_runs  # noqa: E402, F401
+from test_sglang_models import dsv2, eagle3, kvstep, mla  # noqa: E402, F401
+from test_sglang_oea import oea, topk_mods  # noqa: E402, F401
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as for 0.5.17: routing semantics, not inductor
 

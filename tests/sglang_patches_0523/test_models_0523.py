@@ -97,7 +97,7 @@ def _run_tail(dsv2, patched, ids, *, idle=False, written=False, num_layers=4):
         hidden = fb.residual_stream.record(output, PLAIN_ADD)
     this = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=num_layers), layers_to_capture=ids, norm=_AddNorm())
     scope = {"self": this, "hidden_states": hidden, "forward_batch": fb, "aux_hidden_states": packer}
-    exec(_tail_of_forward(dsv2), {"residual_batch": rb}, scope)  # noqa: S102 (the patched source itself)
+    exec(_tail_of_forward(dsv2), {"residual_batch": rb}, scope)
     expect_final = output if written else output + residual
     return packer, inputs, scope["hidden_states"], expect_final
 
@@ -178,7 +178,10 @@ def worker_0523(patched, monkeypatch):
     """EAGLEWorkerV2.forward_batch_generation of 0.5.23 (PP proxies, draft-extend KV plans, module-level
     draft_tp_context), its GPU collaborators faked, on one PP rank."""
     mod = patched("sglang.srt.speculative.eagle_worker_v2")
-    null = lambda *a, **k: contextlib.nullcontext()
+
+    def null(*a, **k):
+        return contextlib.nullcontext()
+
     for name in ("draft_tp_context", "speculative_moe_backend_context", "speculative_moe_a2a_backend_context"):
         monkeypatch.setattr(mod, name, null)
     monkeypatch.setattr(mod, "spec_stage_span", null)

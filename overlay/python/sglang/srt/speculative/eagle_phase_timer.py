@@ -28,7 +28,8 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 ENV_ENABLE = "SGLANG_EAGLE_PHASE_TIMING"
 ENV_WINDOW = "SGLANG_EAGLE_PHASE_TIMING_WINDOW"
@@ -63,9 +64,9 @@ def _cuda_event():
 class _Slot:
     """One step's four events and its accept-length row, reused once the step was read."""
 
-    __slots__ = ("events", "recorded", "batch_size", "accept", "accept_view", "dst", "n_accept")
+    __slots__ = ("accept", "accept_view", "batch_size", "dst", "events", "n_accept", "recorded")
 
-    def __init__(self, events: List):
+    def __init__(self, events: list):
         self.events = events
         self.recorded = 0
         self.batch_size = 0
@@ -104,9 +105,9 @@ class EaglePhaseTimer:
         self,
         window: int = 1000,
         log_interval_s: float = 30.0,
-        event_factory: Optional[Callable[[], object]] = None,
+        event_factory: Callable[[], object] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        log: Optional[logging.Logger] = None,
+        log: logging.Logger | None = None,
         every: int = 1,
         slots: int = _SLOTS,
     ):
@@ -118,14 +119,14 @@ class EaglePhaseTimer:
         self._clock = clock
         self._log = log or logger
         self._lock = threading.Lock()
-        self._free: List[_Slot] = []
+        self._free: list[_Slot] = []
         self._made = 0
-        self._pending: Deque[_Slot] = deque()
-        self._current: Optional[_Slot] = None
+        self._pending: deque[_Slot] = deque()
+        self._current: _Slot | None = None
         self._steps = 0
-        self._samples: Dict[str, Deque[float]] = {name: deque(maxlen=self.window) for name in PHASES + ("step",)}
-        self._batch_sizes: Deque[int] = deque(maxlen=self.window)
-        self._accept_lengths: Deque[float] = deque(maxlen=self.window)
+        self._samples: dict[str, deque[float]] = {name: deque(maxlen=self.window) for name in PHASES + ("step",)}
+        self._batch_sizes: deque[int] = deque(maxlen=self.window)
+        self._accept_lengths: deque[float] = deque(maxlen=self.window)
         self._last_log = clock()
         self.dropped = 0  # steps not timed because every slot was still in flight
 

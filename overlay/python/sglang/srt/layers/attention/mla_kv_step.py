@@ -20,14 +20,13 @@ path does the same; its cost is bounded by the pool, never by the index buffer
 from __future__ import annotations
 
 import functools
-from typing import Dict, Optional, Tuple
 
 import torch
 
 # One scratch per pool shape: every layer of a model has the same pool shape and the
 # layers run one after the other on one stream, so they can share it. Upstream's cast
 # allocates the same size per layer, so peak memory is unchanged.
-_SCRATCH: Dict[Tuple, torch.Tensor] = {}
+_SCRATCH: dict[tuple, torch.Tensor] = {}
 
 # Programs of the grid-stride conversion kernel: enough to fill an H100/H200 (132 SMs)
 # several times over, few enough that idle programs cost nothing measurable.
@@ -139,12 +138,12 @@ class StepKV:
     """Per attention backend: the row count of the step its indices updater planned."""
 
     def __init__(self) -> None:
-        self.nnz: Optional[torch.Tensor] = None  # int32[1] on the backend's device
+        self.nnz: torch.Tensor | None = None  # int32[1] on the backend's device
         # False for layouts this module does not cover (decode context parallel):
         # those keep upstream's full cast.
         self.recorded = False
 
-    def record(self, kv_indptr: Optional[torch.Tensor], num_rows: int) -> None:
+    def record(self, kv_indptr: torch.Tensor | None, num_rows: int) -> None:
         """Called where the wrapper is planned; a device-to-device copy, no sync."""
         if kv_indptr is None:
             self.recorded = False
@@ -160,7 +159,7 @@ class StepKV:
         self,
         kv_buffer: torch.Tensor,
         dtype: torch.dtype,
-        wrapper_indices: Optional[torch.Tensor],
+        wrapper_indices: torch.Tensor | None,
     ) -> torch.Tensor:
         """The KV pool as the kernel must see it: the pool itself when no cast is needed."""
         if kv_buffer.dtype == dtype:

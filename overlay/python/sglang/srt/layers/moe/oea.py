@@ -46,7 +46,6 @@ them; only ``oea_stats_snapshot`` reads it back (and synchronizes).
 
 import logging
 import os
-from typing import Optional, Tuple, Union
 
 import torch
 
@@ -96,8 +95,8 @@ def oea_needs_num_valid_tokens() -> bool:
 def router_scores(
     router_logits: torch.Tensor,
     scoring_func: str,
-    correction_bias: Optional[torch.Tensor] = None,
-) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    correction_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(choice_scores, weight_scores) in float32, or None for an unknown scoring_func."""
     logits = router_logits.float()
     if scoring_func == "softmax":
@@ -118,10 +117,10 @@ def opportunistic_expert_activation(
     topk_ids: torch.Tensor,
     topk_weights: torch.Tensor,
     k0: int,
-    num_valid_tokens: Optional[Union[int, torch.Tensor]] = None,
+    num_valid_tokens: int | torch.Tensor | None = None,
     renormalize: bool = True,
-    weight_scores: Optional[torch.Tensor] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    weight_scores: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Apply OEA to one batch's routing; returns (topk_weights, topk_ids).
 
     choice_scores: [T, E] scores that ranked the experts.
@@ -192,10 +191,10 @@ def opportunistic_expert_activation(
     return new_weights.to(topk_weights.dtype), new_ids.to(topk_ids.dtype)
 
 
-_num_valid_tokens: Optional[torch.Tensor] = None
+_num_valid_tokens: torch.Tensor | None = None
 
 
-def set_num_valid_tokens(num_valid_tokens: Optional[torch.Tensor]) -> None:
+def set_num_valid_tokens(num_valid_tokens: torch.Tensor | None) -> None:
     """Record the current forward's non-padded token count (TP path).
 
     The TP MoE path does not hand num_token_non_padded to the router (passing it
@@ -206,7 +205,7 @@ def set_num_valid_tokens(num_valid_tokens: Optional[torch.Tensor]) -> None:
     _num_valid_tokens = num_valid_tokens
 
 
-def get_num_valid_tokens() -> Optional[torch.Tensor]:
+def get_num_valid_tokens() -> torch.Tensor | None:
     return _num_valid_tokens
 
 
@@ -233,7 +232,7 @@ def record_tp_valid_tokens(forward_batch) -> None:
 # (warm-up, CUDA-graph capture), so that is when the warning appears.
 _warned_unreachable: set = set()
 _hook_calls = 0  # maybe_apply_oea calls while OEA or its statistics are on
-_bypass_mark: Optional[int] = None
+_bypass_mark: int | None = None
 
 
 def _oea_requested() -> str:
@@ -288,14 +287,14 @@ def maybe_apply_oea(
     router_logits: torch.Tensor,
     *,
     scoring_func: str,
-    correction_bias: Optional[torch.Tensor],
+    correction_bias: torch.Tensor | None,
     renormalize: bool,
-    num_routed_topk: Optional[int] = None,
-    num_token_non_padded: Optional[torch.Tensor] = None,
-    k0: Optional[int] = None,
-    max_tokens: Optional[int] = None,
-    stats: Optional[bool] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    num_routed_topk: int | None = None,
+    num_token_non_padded: torch.Tensor | None = None,
+    k0: int | None = None,
+    max_tokens: int | None = None,
+    stats: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The select_experts hook: OEA when enabled and the batch is small, else the inputs.
 
     num_routed_topk: the router's routed columns, at the front; any further columns
@@ -343,12 +342,12 @@ def _apply_oea(
     topk_ids: torch.Tensor,
     router_logits: torch.Tensor,
     scoring_func: str,
-    correction_bias: Optional[torch.Tensor],
+    correction_bias: torch.Tensor | None,
     renormalize: bool,
-    num_routed_topk: Optional[int],
-    num_token_non_padded: Optional[torch.Tensor],
+    num_routed_topk: int | None,
+    num_token_non_padded: torch.Tensor | None,
     k0: int,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     scores = router_scores(router_logits, scoring_func, correction_bias)
     if scores is None:
         warn_oea_unreachable(f"scoring function {scoring_func!r}")
@@ -383,14 +382,14 @@ def _apply_oea(
 
 # [calls with >= 1 non-padded row, sum of distinct routed experts, sum of
 # non-padded rows]; created by the first counted call, None while stats are off.
-_stats: Optional[torch.Tensor] = None
+_stats: torch.Tensor | None = None
 _warned_capture = False
 
 
 def record_routing_stats(
     topk_ids: torch.Tensor,
     num_experts: int,
-    num_valid_tokens: Optional[Union[int, torch.Tensor]] = None,
+    num_valid_tokens: int | torch.Tensor | None = None,
 ) -> None:
     """Add one routing call to the per-process counter, on the device, without syncing.
 
@@ -435,7 +434,7 @@ def record_routing_stats(
     _stats.add_(torch.stack([n_rows.clamp(max=1), seen[1 : num_experts + 1].sum(), n_rows]))
 
 
-def oea_stats_snapshot() -> Optional[dict]:
+def oea_stats_snapshot() -> dict | None:
     """The counter since process start, or None with SGLANG_OEA_STATS off.
 
     Reads the device buffer (a synchronization): for get_internal_state, not the

@@ -15,7 +15,6 @@ values, so without user values the result is upstream's, byte for byte.
 
 import logging
 import os
-from typing import Dict, List
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +33,11 @@ _FLAG_NEEDS = (
 )
 
 
-def snapshot_user_env() -> Dict[str, str]:
+def snapshot_user_env() -> dict[str, str]:
     return {name: os.environ[name] for name in RESPECTED if name in os.environ}
 
 
-def restore_user_env(user: Dict[str, str], server_args=None) -> List[str]:
+def restore_user_env(user: dict[str, str], server_args=None) -> list[str]:
     """Put the user's values back; returns the names the engine had overwritten."""
     kept = []
     for name, value in user.items():

@@ -71,3 +71,29 @@ def run_dir(tmp_path) -> Path:
     shutil.copy(DATA / "synthetic_ab.jsonl", d / "results.jsonl")
     shutil.copy(DATA / "synthetic_ab.command.txt", d / "command.txt")
     return d
+
+
+def fake_argv(kind: str, args, manifest: Path, launcher_arg: str, out: Path, server_args=("--tp", "1")) -> list[str]:
+    """A bench command line against the fake server: short workload, few repetitions (every e2e test's shape)."""
+    return [
+        kind,
+        *args,
+        "--manifest",
+        str(manifest),
+        "--launcher",
+        launcher_arg,
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "64",
+        "--b1-requests",
+        "2",
+        "--concurrency",
+        "4",
+        "--reps-per-start",
+        "3",
+        "--warmup-reps",
+        "1",
+        "--",
+        *server_args,
+    ]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 from scipy import stats as sst
 
 from bench import bisect as bis
@@ -559,28 +559,7 @@ def e2e(tmp_path, manifest, launcher_arg, monkeypatch):
     def run(out_name, kind, args, fake, server_args=("--tp", "1")):
         monkeypatch.setenv("FAKE_BENCH", json.dumps(fake))
         out = tmp_path / out_name
-        argv = [
-            kind,
-            *args,
-            "--manifest",
-            str(manifest),
-            "--launcher",
-            launcher_arg,
-            "--out",
-            str(out),
-            "--max-new-tokens",
-            "64",
-            "--b1-requests",
-            "2",
-            "--concurrency",
-            "4",
-            "--reps-per-start",
-            "3",
-            "--warmup-reps",
-            "1",
-            "--",
-            *server_args,
-        ]
+        argv = fake_argv(kind, args, manifest, launcher_arg, out, server_args)
         rc = main(argv)
         return rc, out, list(store.read(out / "results.jsonl"))
 

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from bench_fixtures import launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import store
 from bench.cli import main
@@ -25,28 +25,7 @@ def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, server
     monkeypatch.setenv("FAKE_BENCH_LOG", str(log))
     monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
     out = tmp_path / f"run-{kind}"
-    argv = [
-        kind,
-        *args,
-        "--manifest",
-        str(manifest),
-        "--launcher",
-        launcher_arg,
-        "--out",
-        str(out),
-        "--max-new-tokens",
-        "64",
-        "--b1-requests",
-        "2",
-        "--concurrency",
-        "4",
-        "--reps-per-start",
-        "3",
-        "--warmup-reps",
-        "1",
-        "--",
-        *server_args,
-    ]
+    argv = fake_argv(kind, args, manifest, launcher_arg, out, server_args)
     assert main(argv) == rc
     starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return out, list(store.read(out / "results.jsonl")), starts

@@ -131,33 +131,29 @@ class SimLab:
 def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, list[float]]]:
     """The measured starts of a bench run (its results.jsonl), each as {metric: its measured repetitions}.
 
-    Only the metrics the simulator models (BASE); throwaway starts and warm-up repetitions left out; the starts of
-    one patch set (`patches`, comma-separated; default: the set with most starts), pooled over its arms, since a
-    null world must not carry a difference between arms.
+    The store's own view of it (bench.store): completed units only, throwaway starts and warm-up repetitions
+    left out; only the metrics the simulator models (BASE); the starts of one patch set (`patches`,
+    comma-separated; default: the set with most starts), pooled over its arms, since a null world must not
+    carry a difference between arms.
     """
-    import json
+    from pathlib import Path
 
+    from . import store
     from .errors import RecordError
 
-    starts: dict[str, tuple[str, dict[str, list[float]]]] = {}
     try:
-        with open(path, encoding="utf-8") as f:
-            recs = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError) as e:
+        if not Path(path).is_file():
+            raise OSError("no such file")
+        v = store.view(store.read(Path(path)))
+    except (OSError, ValueError, KeyError, TypeError) as e:  # KeyError/TypeError: a record missing its fields
         raise RecordError(f"{path}: cannot read a bench record ({e}); give a results.jsonl a bench run wrote") from None
-    for r in recs:
-        if r.get("type") == "start" and not r.get("warmup_start"):
-            starts[r["start_id"]] = (",".join(r.get("patches", [])), {})
-    for r in recs:
-        if r.get("type") == "rep" and not r.get("warmup") and r.get("start_id") in starts:
-            for m in BASE:
-                v = r.get("metrics", {}).get(m)
-                if isinstance(v, (int, float)):
-                    starts[r["start_id"]][1].setdefault(m, []).append(float(v))
+    set_of = {a["key"]: ",".join(a.get("patches", [])) for a in v.arms}
     by_set: dict[str, list[dict[str, list[float]]]] = {}
-    for key, reps in starts.values():
+    for u in v.units.values():
+        reps = {m: [float(r[m]) for r in u.reps if isinstance(r.get(m), (int, float))] for m in BASE}
+        reps = {m: xs for m, xs in reps.items() if xs}
         if reps:
-            by_set.setdefault(key, []).append(reps)
+            by_set.setdefault(set_of.get(u.arm_key, u.arm_key), []).append(reps)
     if not by_set:
         raise RecordError(f"{path}: no measured start with repetitions in this record")
     chosen = patches if patches is not None else max(by_set, key=lambda k: len(by_set[k]))

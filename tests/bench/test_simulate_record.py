@@ -78,9 +78,15 @@ def test_a_bad_record_is_exit_2_naming_the_file(tmp_path):
     with pytest.raises(RecordError, match=r"results\.jsonl"):
         s.recorded_starts(str(bad))
     empty = tmp_path / "empty.jsonl"
-    empty.write_text(json.dumps({"type": "run"}) + "\n")
+    empty.write_text(json.dumps({"type": "run", "run_id": "r", "arms": []}) + "\n")
     with pytest.raises(RecordError, match="no measured start"):
         s.recorded_starts(str(empty))
+    fieldless = tmp_path / "fieldless.jsonl"
+    fieldless.write_text(json.dumps({"type": "run"}) + "\n")
+    with pytest.raises(RecordError, match="fieldless.jsonl: cannot read a bench record"):
+        s.recorded_starts(str(fieldless))
+    with pytest.raises(RecordError, match="nowhere.jsonl: cannot read"):
+        s.recorded_starts(str(tmp_path / "nowhere.jsonl"))
     with pytest.raises(RecordError, match="no starts of the set"):
         s.recorded_starts(str(RECORD), "nope")
     p = subprocess.run(
@@ -90,3 +96,13 @@ def test_a_bad_record_is_exit_2_naming_the_file(tmp_path):
         text=True,
     )
     assert p.returncode == 2 and "results.jsonl" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_start_that_never_completed_is_not_drawn(tmp_path):
+    # the store's rule: an interrupted start's repetitions are not a start's (bench.store.view)
+    lines = RECORD.read_text().splitlines()
+    done = [json.loads(x) for x in lines if json.loads(x).get("type") == "unit_done"]
+    last = next(d for d in reversed(done) if not d.get("warmup_start"))
+    cut = tmp_path / "results.jsonl"
+    cut.write_text("\n".join(x for x in lines if json.loads(x) != last) + "\n")
+    assert len(s.recorded_starts(str(cut))) == 9

@@ -639,12 +639,12 @@ def _boot_id() -> str:
 
 def mark_warm_machine(sig: str) -> None:
     """Note that this machine (this boot) has served a start of measurement `sig`; best effort."""
+    from sglang_overlay.fsio import atomic_write
+
     m = _warm_marker(sig)
     try:
         m.parent.mkdir(parents=True, exist_ok=True)
-        tmp = m.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"boot_id": _boot_id(), "time": time.time()}))
-        os.replace(tmp, m)
+        atomic_write(m, json.dumps({"boot_id": _boot_id(), "time": time.time()}).encode())
     except OSError:
         pass
 

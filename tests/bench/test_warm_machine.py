@@ -38,3 +38,14 @@ def test_an_unwritable_marker_dir_is_not_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv(runner.WARM_DIR_ENV, str(blocker / "sub"))
     runner.mark_warm_machine("sig")  # best effort: the measurement goes on
     assert runner.warm_machine_age("sig") is None
+
+
+def test_a_marker_write_killed_midway_leaves_nothing_the_next_write_keeps(tmp_path, monkeypatch):
+    from sglang_overlay.fsio import tmp_path as tmp_of
+
+    monkeypatch.setenv(runner.WARM_DIR_ENV, str(tmp_path))
+    torn = tmp_of(tmp_path / "sig")
+    torn.write_text('{"boot_')  # what a kill between write and rename leaves
+    assert runner.warm_machine_age("sig") is None  # never read as a marker
+    runner.mark_warm_machine("sig")
+    assert runner.warm_machine_age("sig") is not None and not torn.exists()

@@ -83,9 +83,9 @@ def test_a_bad_record_is_exit_2_naming_the_file(tmp_path):
         s.recorded_starts(str(empty))
     fieldless = tmp_path / "fieldless.jsonl"
     fieldless.write_text(json.dumps({"type": "run"}) + "\n")
-    with pytest.raises(RecordError, match="fieldless.jsonl: cannot read a bench record"):
+    with pytest.raises(RecordError, match=r"fieldless\.jsonl: cannot read a bench record"):
         s.recorded_starts(str(fieldless))
-    with pytest.raises(RecordError, match="nowhere.jsonl: cannot read"):
+    with pytest.raises(RecordError, match=r"nowhere\.jsonl: cannot read"):
         s.recorded_starts(str(tmp_path / "nowhere.jsonl"))
     with pytest.raises(RecordError, match="no starts of the set"):
         s.recorded_starts(str(RECORD), "nope")

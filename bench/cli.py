@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import EXIT_ABORTED, EXIT_BUDGET
 from .placement import MODES
-from .replication import METRICS
+from .replication import METRICS, WARM_START_ESTIMATE_S
 
 RESULTS_ROOT = Path(__file__).resolve().parent / "results"
 
@@ -112,6 +112,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="S",
         help="stop before a server start that would end past S seconds (keeps data; --resume later)",
+    )
+    m.add_argument(
+        "--warm-start-estimate",
+        type=float,
+        default=WARM_START_ESTIMATE_S,
+        metavar="S",
+        help="what --time-budget takes a warm start to cost while only the machine's first (cold) start has been "
+        "seen (default %(default)s)",
     )
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
@@ -219,6 +227,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         min_effect=a.min_effect,
         reuse=list(a.reuse),
         time_budget_s=a.time_budget,
+        warm_start_estimate_s=a.warm_start_estimate,
     )
 
 

@@ -32,6 +32,7 @@ from . import launcher, placement, startup, store
 from .errors import BudgetExhausted, RunAborted
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
+from .replication import WARM_START_ESTIMATE_S
 from .stats import cv, start_median
 from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
@@ -70,6 +71,7 @@ class RunConfig:
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
+    warm_start_estimate_s: float = WARM_START_ESTIMATE_S
 
     @property
     def store_path(self) -> Path:
@@ -391,17 +393,30 @@ class Runner:
     def check_budget(self, arm: ArmSpec) -> None:
         if self.cfg.time_budget_s is None or self.measured_here == 0:
             return  # an invocation's first measured start always runs, or a small budget could never progress
-        units = self.view().units
-        # Estimate one more start from the starts of this invocation: a machine's first start pays the JIT
-        # compile and CUDA-graph caches, so a cold start of an earlier invocation would refuse warm ones.
-        here = [u.wall_s for u in units.values() if u.start_id in self.started_ids and u.wall_s]
-        walls = here or [u.wall_s for u in units.values() if u.wall_s]
-        need = max(walls) if walls else 0.0
+        need = self.next_unit_estimate()
         if self.elapsed() + need > self.cfg.time_budget_s:
             raise BudgetExhausted(
                 f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
                 f"the next start ({arm.name}) needs ~{need:.0f}s"
             )
+
+    def next_unit_estimate(self) -> float:
+        """Seconds one more unit (start, repetitions, stop) will take, from the units measured so far."""
+        units = self.view().units
+        # From the starts of this invocation where there are any: an earlier invocation may have paid the
+        # machine's JIT and CUDA-graph caches.
+        here = [u for u in units.values() if u.start_id in self.started_ids and u.wall_s]
+        seen = here or [u for u in units.values() if u.wall_s]
+        warm = [u.wall_s for u in seen if u.machine_warm]
+        if warm:
+            return max(warm)
+        # Only cold starts seen (the machine's first start ran 350-440 s on an H200, a warm one 57-83 s): their
+        # repetitions and stop are known, their start-up is not what the next start pays. Without this, a
+        # run with --no-warmup-start on a fresh machine stopped after its first start although most of the
+        # budget was left (bench/results/2026-12-01-h200-run4).
+        return max(
+            (u.wall_s - u.startup_s + min(u.startup_s, self.cfg.warm_start_estimate_s) for u in seen), default=0.0
+        )
 
     def warmup(self, arm: ArmSpec) -> None:
         """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured."""
@@ -426,6 +441,7 @@ class Runner:
         self.measured_here += not warmup
         self.started_ids.add(sid)
         progress(f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})")
+        machine_warm = warm_machine_age(self.sig) is not None
         try:
             srv = launcher.start(self.cfg.launch, arm, self.server_env(arm), console)
         except launcher.LaunchError as e:
@@ -460,6 +476,7 @@ class Runner:
                     "arm_key": arm.key,
                     "round": rnd,
                     "warmup_start": warmup,
+                    "machine_warm": machine_warm,
                     "patches": list(arm.pset.patches),
                     "fingerprint": srv.fingerprint,
                     "url": srv.url,

@@ -64,6 +64,7 @@ class Unit:
     nccl_env_lines: list[str] = field(default_factory=list)
     startup: dict = field(default_factory=dict)  # bench.startup.breakdown of this start
     placement: dict = field(default_factory=dict)
+    machine_warm: bool = True  # False: this boot's first start of the measurement (JIT, graph caches cold)
 
 
 @dataclass
@@ -117,6 +118,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             nccl_env_lines=d.get("nccl_env_lines") or [],
             startup=s.get("startup") or {},
             placement=s.get("placement") or {},
+            machine_warm=s.get("machine_warm", True),
         )
         if s.get("warmup_start"):
             warm.append(u)

@@ -100,6 +100,10 @@ def main() -> int:
                 f.write(
                     f"[2026] INFO sglang-overlay nccl_env tp_rank={r} pp_rank=0 dp_rank=0 gpu_id={r} pid=1 {nccl}\n"
                 )
+    cold = cfg.get("cold_marker")  # the machine's first start pays cold_start_s (JIT and graph caches cold)
+    if cold and not os.path.exists(cold):
+        open(cold, "w").close()
+        time.sleep(cfg.get("cold_start_s", 0.0))
     time.sleep(cfg.get("start_s", 0.0))
     print("starting fake sglang", flush=True)
     print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)

@@ -481,6 +481,41 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
     assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4
 
 
+def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, manifest, launcher_arg, monkeypatch):
+    # The H200 run: --no-warmup-start on a fresh machine, its first start 346 s of a 575 s budget; the next
+    # start was estimated at the cold one's 352 s and refused, though warm starts took 57-83 s.
+    args = ["--arms", "a=base", "b=base+beta", "--restarts", "1", "--max-starts", "1", "--no-warmup-start"]
+    fake = {"cold_marker": str(tmp_path / "cold-done"), "cold_start_s": 3.0}
+    out, recs, starts = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        [*args, "--time-budget", "5", "--warm-start-estimate", "1"],
+        fake,
+    )
+    done = [r for r in recs if r["type"] == "unit_done"]
+    assert len(done) == 2, "the second (warm) start fits: only the cold one's start-up was slow"
+    first = next(r for r in recs if r["type"] == "start")
+    assert first["machine_warm"] is False
+    # a fresh machine again, with a guess as large as the cold start: the warm start is refused
+    (tmp_path / "cold-done").unlink()
+    (tmp_path / "again").mkdir()
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path / "again" / "warm"))
+    out2, recs2, _ = _run(
+        tmp_path / "again",
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        [*args, "--time-budget", "5", "--warm-start-estimate", "100"],
+        fake,
+        rc=4,
+    )
+    assert len([r for r in recs2 if r["type"] == "unit_done"]) == 1
+
+
 def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, monkeypatch):
     """--env SGLANG_OEA_STATS=1: each phase's mean distinct experts per routing call, from the server's totals."""
     out, recs, starts = _run(

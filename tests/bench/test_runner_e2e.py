@@ -483,16 +483,18 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
 
 def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, manifest, launcher_arg, monkeypatch):
     # The H200 run: --no-warmup-start on a fresh machine, its first start 346 s of a 575 s budget; the next
-    # start was estimated at the cold one's 352 s and refused, though warm starts took 57-83 s.
+    # start was estimated at the cold one's 352 s and refused, though warm starts took 57-83 s. Here a cold
+    # start of 10 s in a 20 s budget: taken at its own cost the next one never fits, at its reps and stop plus
+    # the guess it does (with ~9 s to spare for a loaded machine's overhead).
     args = ["--arms", "a=base", "b=base+beta", "--restarts", "1", "--max-starts", "1", "--no-warmup-start"]
-    fake = {"cold_marker": str(tmp_path / "cold-done"), "cold_start_s": 3.0}
+    fake = {"cold_marker": str(tmp_path / "cold-done"), "cold_start_s": 10.0}
     out, recs, starts = _run(
         tmp_path,
         manifest,
         launcher_arg,
         monkeypatch,
         "ab",
-        [*args, "--time-budget", "5", "--warm-start-estimate", "1"],
+        [*args, "--time-budget", "20", "--warm-start-estimate", "0.5"],
         fake,
     )
     done = [r for r in recs if r["type"] == "unit_done"]
@@ -509,7 +511,7 @@ def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, manife
         launcher_arg,
         monkeypatch,
         "ab",
-        [*args, "--time-budget", "5", "--warm-start-estimate", "100"],
+        [*args, "--time-budget", "20", "--warm-start-estimate", "100"],
         fake,
         rc=4,
     )

@@ -121,6 +121,19 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="what --time-budget takes a warm start to cost while only the machine's first (cold) start has been "
         "seen (default %(default)s)",
     )
+    m.add_argument(
+        "--host-probe",
+        action="store_true",
+        help="run bench.hostprobe (a fixed Python work unit at ~10%% of one spare CPU) beside every measured start "
+        "and record its speed per repetition",
+    )
+    m.add_argument(
+        "--adjust",
+        choices=["none", "host"],
+        default="none",
+        help="host: verdicts at a fixed host speed (analysis of covariance on the probe; needs --host-probe; "
+        "refused per comparison when the probe differs between its arms). Default %(default)s",
+    )
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
     o.add_argument(
@@ -207,6 +220,8 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
             raise SystemExit(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
         raise SystemExit("--alpha must be in (0, 1)")
+    if a.adjust == "host" and not a.host_probe:
+        raise SystemExit("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
     return RunConfig(
         kind=kind,
         out_dir=Path(out),
@@ -228,6 +243,8 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         reuse=list(a.reuse),
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
+        host_probe=a.host_probe,
+        adjust=a.adjust,
     )
 
 
@@ -303,7 +320,8 @@ def _settings(cfg):
     from .plans import Settings
     from .replication import Policy
 
-    return Settings(Policy(cfg.initial_starts, cfg.max_starts, cfg.confidence, cfg.min_effect), cfg.metric, cfg.follow)
+    pol = Policy(cfg.initial_starts, cfg.max_starts, cfg.confidence, cfg.min_effect, adjust=cfg.adjust)
+    return Settings(pol, cfg.metric, cfg.follow)
 
 
 def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:

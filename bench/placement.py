@@ -135,21 +135,27 @@ def assign(groups: list[list[int]], procs: dict[int, str]) -> dict[int, tuple[se
     return plan
 
 
-def place(root_pid: int, mode: str, client_pid: int | None = None) -> dict:
-    """Apply `mode` to the process tree under root_pid (and the bench client); what was done, for the record."""
+def place(root_pid: int, mode: str, client_pid: int | None = None, reserve: frozenset[int] = frozenset()) -> dict:
+    """Apply `mode` to the process tree under root_pid (and the bench client); what was done, for the record.
+
+    `reserve`: CPUs none of them may use (the host probe's, bench.hostprobe), left out before cores are assigned.
+    """
     if mode == "none" or not hasattr(os, "sched_setaffinity"):
         return {"mode": "none"}
     procs = {p: role(p) for p in descendants(root_pid)}
     if client_pid is not None:
         procs[client_pid] = "other"
-    plan = assign(cores(os.sched_getaffinity(0)), procs)
+    plan = assign(cores(os.sched_getaffinity(0) - reserve), procs)
     if isinstance(plan, str):
         return {"mode": mode, "skipped": plan}
     done = {}
     for pid, (main, others) in plan.items():
         threads = _pin(pid, main, others=others)
         done[str(pid)] = {"role": procs[pid], "main": sorted(main), "threads": sorted(others), "n_threads": threads}
-    return {"mode": mode, "processes": done}
+    out: dict = {"mode": mode, "processes": done}
+    if reserve:
+        out["reserved"] = sorted(reserve)
+    return out
 
 
 def pin_process(pid: int, cpus: set[int]) -> int:

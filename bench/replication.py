@@ -65,6 +65,7 @@ class Policy:
     max_starts: int = 8  # per arm: past it a comparison stays "cannot tell"
     confidence: float = 0.95
     min_effect: float = 0.02
+    adjust: str = "none"  # "host": verdicts at a fixed host speed (bench.covariate), where admissible
 
     @property
     def looks(self) -> int:
@@ -86,9 +87,32 @@ def compare(
     lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
+    if policy.adjust == "host":
+        adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
+        if adjusted is not None:
+            return adjusted
     return compare_starts(
         lab.medians(ref, metric),
         lab.medians(arm, metric),
+        metric=metric,
+        lower_is_better=lower_is_better(metric),
+        confidence=policy.look_confidence if confidence is None else confidence,
+        min_effect=policy.min_effect,
+    )
+
+
+def compare_host_adjusted(
+    lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
+) -> Comparison | None:
+    """compare() at a fixed host speed, from a lab that has (start value, probe) pairs; None where it cannot be."""
+    from .covariate import compare_adjusted
+
+    paired = getattr(lab, "paired", None)
+    if paired is None:
+        return None
+    return compare_adjusted(
+        paired(ref, metric),
+        paired(arm, metric),
         metric=metric,
         lower_is_better=lower_is_better(metric),
         confidence=policy.look_confidence if confidence is None else confidence,

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import store
+from . import covariate, store
 from .replication import LABELS, METRICS, Policy
 from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
@@ -94,10 +94,22 @@ def _policy(cfg: dict) -> Policy:
         cfg.get("max_starts", 8),
         conf,
         cfg.get("min_effect", 0.02),
+        adjust=cfg.get("adjust", "none"),
     )
 
 
 def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
+    if pol.adjust == "host":
+        adjusted = covariate.compare_adjusted(
+            covariate.start_pairs(ref.units, metric),
+            covariate.start_pairs(arm.units, metric),
+            metric=metric,
+            lower_is_better=not metric.startswith("tok_s"),
+            confidence=pol.look_confidence,
+            min_effect=pol.min_effect,
+        )
+        if adjusted is not None:
+            return adjusted
     return compare_starts(
         ref.medians(metric),
         arm.medians(metric),
@@ -379,6 +391,90 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     return lines
 
 
+def _rank(xs: list[float], ys: list[float]) -> str:
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
+        return "- (too few values)"
+    from scipy import stats as sst
+
+    r = sst.spearmanr(xs, ys)
+    return f"{float(r.statistic):+.2f} (p = {float(r.pvalue):.2g}, n = {len(xs)})"
+
+
+def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+    """The probe against the primary metric: does the host's speed explain the spread, and may it adjust verdicts?"""
+    probed = [u for r in rows for u in r.units if u.host_probe]
+    if not probed:
+        return []
+    reps = [
+        (float(m[metric]), float(m[store.PROBE_METRIC]))
+        for u in probed
+        for m in u.reps
+        if m.get(metric) is not None and m.get(store.PROBE_METRIC) is not None
+    ]
+    pairs = {r.name: covariate.start_pairs(r.units, metric) for r in rows}
+    starts = [(y, p) for ps in pairs.values() for y, p in ps if p is not None]
+    cpus = sorted({u.host_probe.get("cpu") for u in probed}, key=str)
+    duty = _med([u.host_probe["duty"] for u in probed if u.host_probe.get("duty") is not None])
+    exclusive = all(u.placement.get("reserved") for u in probed)
+    lines = [
+        "## Host speed probe (bench.hostprobe)",
+        "",
+        f"A fixed Python work unit on CPU {', '.join(map(str, cpus))} "
+        + (
+            "(kept from every server process by `spread`)"
+            if exclusive
+            else "(**shared**: placement `none` does not keep the server off it)"
+        )
+        + f", measured duty {_fmt(duty * 100 if duty is not None else None, 1)} % of one core; "
+        f"{len(probed)} of {sum(len(r.units) for r in rows)} starts probed.",
+        "",
+        f"- rank correlation (Spearman) of `{metric}` with the probe's work-unit time: per repetition "
+        f"{_rank([a for a, _ in reps], [b for _, b in reps])}; per start {_rank([a for a, _ in starts], [b for _, b in starts])}",
+    ]
+    sp = covariate.spread([ps for ps in pairs.values() if ps])
+    if sp is not None:
+        lines.append(
+            f"- start-to-start CV around the arms' means: {sp.cv_raw * 100:.1f} % raw, {sp.cv_adjusted * 100:.1f} % "
+            f"after regressing log start value on log probe (slope {sp.probe_slope:.2f} ± {sp.probe_slope_se:.2f}, "
+            f"n = {sp.n})"
+        )
+    refused = []
+    for _section, ref, arm in _pairs(run, rows, v):
+        pr = [p for _, p in pairs.get(ref, []) if p is not None]
+        pa = [p for _, p in pairs.get(arm, []) if p is not None]
+        b = covariate.balance(pr, pa, pol.confidence)
+        if math.isnan(b.p_value):
+            lines.append(f"- probe balance {arm} vs {ref}: too few probed starts to check")
+            refused.append(f"{arm} vs {ref}")
+        elif b.admissible:
+            lines.append(
+                f"- probe balance {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}): no difference at {pol.confidence:.0%}"
+            )
+        else:
+            refused.append(f"{arm} vs {ref}")
+            lines.append(
+                f"- **PROBE DIFFERS BETWEEN ARMS {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}). The "
+                f"host probe is NOT an admissible covariate for this comparison: the arm itself moves it, and "
+                f"adjusting would remove part of the arm's own effect. Its verdicts are unadjusted.**"
+            )
+    if pol.adjust == "host":
+        lines.append(
+            "- verdicts above: **adjusted for the host probe** (`--adjust host`: log start value ~ arm + log probe, "
+            "OLS, the arm coefficient's interval)" + (f", except {', '.join(refused)} (unadjusted)" if refused else "")
+        )
+    else:
+        lines.append("- verdicts above are unadjusted (`--adjust host` would read them at a fixed host speed)")
+    lines += ["", "| arm | start | " + metric + " | probe py µs | probe mem µs |", "|---|---|---|---|---|"]
+    for r in rows:
+        for u in r.units:
+            st = u.host_probe.get("start") or {}
+            m = start_median([x.get(metric) for x in u.reps])
+            lines.append(
+                f"| {r.name} | {u.round + 1} | {_fmt(m, 4)} | {_fmt(st.get('py_us'), 1)} | {_fmt(st.get('mem_us'), 1)} |"
+            )
+    return lines + [""]
+
+
 def _startup(v: store.StoreView) -> list[str]:
     units = list(v.units.values())
     if not units and not v.warmup_units:
@@ -498,7 +594,8 @@ def build_markdown(run_dir: Path) -> str:
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(v) + _arms(rows, metric)
-    lines += _comparisons(run, rows, v, pol, metric) + _set_cv(rows, metric) + _outputs(rows)
+    lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run, rows, v, pol, metric)
+    lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
     if (run_dir / "plot.png").exists():
         lines += ["![plot](plot.png)", ""]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import launcher, placement, startup, store
+from . import covariate, hostprobe, launcher, placement, startup, store
 from .errors import BudgetExhausted, RunAborted
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
@@ -72,6 +72,8 @@ class RunConfig:
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
     warm_start_estimate_s: float = WARM_START_ESTIMATE_S
+    host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
+    adjust: str = "none"  # bench.replication.Policy.adjust
 
     @property
     def store_path(self) -> Path:
@@ -89,6 +91,8 @@ class RunConfig:
             "reps_per_start": self.reps_per_start,
             "cpu_placement": self.cpu_placement,
         }
+        if self.host_probe:  # only when on: the signatures of stores measured before the probe existed stay valid
+            sig["host_probe"] = True
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -195,6 +199,7 @@ class Runner:
         self.warmed = not cfg.warmup_start
         self._view: store.StoreView | None = None
         self._own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        self._probe: hostprobe.Probe | None = None
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         (cfg.out_dir / "raw").mkdir(exist_ok=True)
         prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
@@ -268,6 +273,8 @@ class Runner:
                 "tree": cfg.launch.tree,
                 "manifest": cfg.launch.manifest,
                 "time_budget_s": cfg.time_budget_s,
+                "host_probe": cfg.host_probe,
+                "adjust": cfg.adjust,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -289,6 +296,7 @@ class Runner:
                 "follow": c.follow,
                 "confidence": c.confidence,
                 "min_effect": c.min_effect,
+                "adjust": c.adjust,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }
@@ -467,7 +475,12 @@ class Runner:
                 overlay = si.get("overlay")
             except Exception as e:
                 info_version, overlay = None, {"error": repr(e)}
-            placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid())
+            probe_cpu = hostprobe.spare_cpu(self._own_cpus) if self.cfg.host_probe and self._own_cpus else None
+            reserve = frozenset({probe_cpu} if probe_cpu is not None else ())
+            placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid(), reserve=reserve)
+            if self.cfg.host_probe and not warmup:
+                self._probe = hostprobe.start(self.cfg.out_dir / "raw" / f"hostprobe-{sid}.txt", probe_cpu)
+            windows: list[tuple[float, float]] = []
             self.rec(
                 {
                     "type": "start",
@@ -498,7 +511,10 @@ class Runner:
             total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
             for i in range(max(total, 1)):
                 warm = warmup or i < self.cfg.warmup_reps
+                t_rep = time.monotonic()
                 m = run_rep(srv.url, self.cfg.workload)
+                if not warm:
+                    windows.append((t_rep, time.monotonic()))
                 self.rec(
                     {
                         "type": "rep",
@@ -533,7 +549,17 @@ class Runner:
         except BaseException:
             self._stop(srv)  # Ctrl-C or an abort: never leave a server holding the GPU
             raise
+        probe = self._probe
         rc = self._stop(srv)
+        if probe is not None:
+            self.rec(
+                {
+                    "type": "host_probe",
+                    "start_id": sid,
+                    **hostprobe.summary(hostprobe.read_samples(probe.path), windows, probe),
+                }
+            )
+            probe.path.unlink(missing_ok=True)  # ~100 lines a second: the record keeps what the report reads
         wall = time.monotonic() - t0
         self.rec(
             {
@@ -553,6 +579,9 @@ class Runner:
         return reps
 
     def _stop(self, srv: launcher.Server) -> int | None:
+        if self._probe is not None:
+            hostprobe.stop(self._probe)
+            self._probe = None
         rc = launcher.stop(srv, self.cfg.launch)
         if self._own_cpus is not None:
             placement.pin_process(os.getpid(), self._own_cpus)
@@ -617,6 +646,9 @@ class StoreLab:
 
     def medians(self, arm: ArmSpec, metric: str) -> list[float]:
         return self.start_medians(self._units(arm), metric)
+
+    def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float | None]]:
+        return covariate.start_pairs(self._units(arm), metric)
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         for arm in arms:

@@ -122,6 +122,18 @@ def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[fl
     return c.estimate, c.low, c.high, p
 
 
+def interval_verdict(lo: float, hi: float, min_effect: float, lower_is_better: bool) -> str:
+    """The verdict of an interval [lo, hi] of a log ratio against the minimum effect (the module's rules)."""
+    thr = math.log1p(min_effect)
+    if lo > thr:
+        return REGRESSION if lower_is_better else IMPROVEMENT
+    if hi < -thr:
+        return IMPROVEMENT if lower_is_better else REGRESSION
+    if -thr < lo and hi < thr:
+        return SAME
+    return UNDECIDED
+
+
 def compare_starts(
     ref: Sequence[float | None],
     arm: Sequence[float | None],
@@ -143,15 +155,7 @@ def compare_starts(
         diff, lo, hi, p = _log_interval(a, b, confidence)
         change = math.exp(diff) - 1
         low, high = math.exp(lo) - 1, math.exp(hi) - 1
-        thr = math.log1p(min_effect)
-        if lo > thr:
-            verdict = REGRESSION if lower_is_better else IMPROVEMENT
-        elif hi < -thr:
-            verdict = IMPROVEMENT if lower_is_better else REGRESSION
-        elif -thr < lo and hi < thr:
-            verdict = SAME
-        else:
-            verdict = UNDECIDED
+        verdict = interval_verdict(lo, hi, min_effect, lower_is_better)
     return Comparison(
         metric=metric,
         lower_is_better=lower_is_better,

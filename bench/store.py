@@ -10,6 +10,8 @@ Record types (field "type"):
   identity_warning  the server's overlay identity disagrees with the arm (or is missing)
   stale      a completed start whose fingerprint is not what its arm launches now (a patch was edited since):
              left out of every statistic, its round measured again
+  host_probe bench.hostprobe's samples over one start's measured repetitions (median work-unit times per rep and
+             for the start, its CPU and duty): the view adds each rep's median to its metrics as host_probe_us
   failure    what went wrong and the launcher's output tail
   conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
@@ -65,6 +67,7 @@ class Unit:
     startup: dict = field(default_factory=dict)  # bench.startup.breakdown of this start
     placement: dict = field(default_factory=dict)
     machine_warm: bool = True  # False: this boot's first start of the measurement (JIT, graph caches cold)
+    host_probe: dict = field(default_factory=dict)  # the start's host_probe record (empty: measured without)
 
 
 @dataclass
@@ -86,7 +89,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     """Completed units; with `signature`, only units measured under that measurement signature."""
     records = list(records)
     sig_of_run = {r["run_id"]: r.get("signature") for r in records if r.get("type") == "run"}
-    starts, reps, done = {}, defaultdict(list), {}
+    starts, reps, done, probes = {}, defaultdict(list), {}, {}
     stale = {r.get("start_id") for r in records if r.get("type") == "stale"}
     for r in records:
         t = r.get("type")
@@ -98,6 +101,8 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             reps[r["start_id"]].append(r)
         elif t == "unit_done":
             done[r["start_id"]] = r
+        elif t == "host_probe":
+            probes[r["start_id"]] = r
     units: dict[tuple[str, int], Unit] = {}
     warm: list[Unit] = []
     for sid, d in done.items():
@@ -112,13 +117,14 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             start_id=sid,
             arm=s["arm"],
             fingerprint=s.get("fingerprint", ""),
-            reps=[x["metrics"] for x in reps[sid]],
+            reps=_with_probe([x["metrics"] for x in reps[sid]], probes.get(sid)),
             wall_s=d.get("wall_s", 0.0),
             startup_s=s.get("startup_s", 0.0),
             nccl_env_lines=d.get("nccl_env_lines") or [],
             startup=s.get("startup") or {},
             placement=s.get("placement") or {},
             machine_warm=s.get("machine_warm", True),
+            host_probe=probes.get(sid) or {},
         )
         if s.get("warmup_start"):
             warm.append(u)
@@ -140,3 +146,14 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
         warmup_units=warm,
         arms=list(arms.values()),
     )
+
+
+PROBE_METRIC = "host_probe_us"  # a rep's median probe work-unit time, next to its measured metrics
+
+
+def _with_probe(reps: list[dict], probe: dict | None) -> list[dict]:
+    """Each rep's metrics with the probe's median over that rep's window (in rep order) as PROBE_METRIC."""
+    windows = (probe or {}).get("reps") or []
+    if len(windows) != len(reps):
+        return reps
+    return [{**m, PROBE_METRIC: w.get("py_us")} for m, w in zip(reps, windows)]

@@ -19,6 +19,7 @@ and by itself when its parent dies (a killed bench leaves no probe behind).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -77,7 +78,7 @@ def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float |
     work_unit(200)  # first call pays for the loop's bytecode specialisation
     t_end = None if stop_after_s is None else time.monotonic() + stop_after_s
     with out.open("a") as f:
-        last_flush = time.monotonic()
+        last_flush = -math.inf  # the first sample is flushed at once: wait_ready reads it
         while not stopping:
             if parent is not None and os.getppid() != parent:
                 break  # the bench died (kill -9): the death signal may have been lost, this is not
@@ -139,6 +140,20 @@ def start(path: Path, cpu: int | None, duty: float = DUTY) -> Probe:
     # no preexec_fn (unsafe in a threaded parent): the probe pins itself and asks for its death signal first
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     return Probe(proc, path, cpu, duty)
+
+
+def wait_ready(p: Probe, timeout_s: float = 15.0) -> bool:
+    """Until the probe's first sample is on disk (its interpreter takes ~0.1 s to start): a repetition measured
+    before that would have no probe window."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and p.proc.poll() is None:
+        try:
+            if p.path.stat().st_size > 0:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
 
 
 def stop(p: Probe, timeout_s: float = 5.0) -> None:
@@ -204,6 +219,7 @@ def summary(samples: Sequence[Sample], windows: Sequence[tuple[float, float]], p
     reps = [window(samples, a, b) for a, b in windows]
     inside = [s for s in samples if any(a <= s.t <= b for a, b in windows)]
     return {
+        "pid": probe.proc.pid,
         "cpu": probe.cpu,
         "duty_target": probe.duty,
         "duty": duty_of(samples),

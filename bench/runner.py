@@ -480,6 +480,8 @@ class Runner:
             placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid(), reserve=reserve)
             if self.cfg.host_probe and not warmup:
                 self._probe = hostprobe.start(self.cfg.out_dir / "raw" / f"hostprobe-{sid}.txt", probe_cpu)
+                if not hostprobe.wait_ready(self._probe):
+                    progress(f"WARNING arm {arm.name}: the host probe wrote no sample; its windows will be empty")
             windows: list[tuple[float, float]] = []
             self.rec(
                 {

@@ -471,6 +471,8 @@ def _dry_run(kind, cfg, arms, extra) -> int:
             f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
             f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts"
         )
+    if cfg.host_probe:
+        lines.append(f"host probe beside every measured start (bench.hostprobe); verdicts: adjust {cfg.adjust}")
     print("\n".join(lines) + f"; {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each; out: {cfg.out_dir}")
     return 0
 

@@ -12,6 +12,8 @@
 #                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
+#   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
+#                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
@@ -30,7 +32,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|hostprobe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -237,6 +239,13 @@ case "$step" in
   bisect)
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
+  hostprobe)
+    # The host-speed covariate (issue 12 item 7): a null pair of the default set, 4 starts each, no adaptive starts,
+    # the probe on a CPU spread keeps from the server. Verdicts stay unadjusted (the report shows what --adjust host
+    # would read: `python -m bench report` on a copy with config adjust host, or rerun with ADJUST=host).
+    run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
+      --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
+      --out "$OUT/hostprobe" -- "${SA[@]}" ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \

@@ -89,6 +89,16 @@ def test_envrespect_runs_one_arm_with_the_patch_and_one_without(tiny, sglang_tre
     assert "engine_env_respect" not in launches["forced"] and "nccl_env_log" in launches["forced"]
 
 
+def test_hostprobe_step_runs_a_null_pair_of_four_starts_with_the_probe(tiny, sglang_tree, tmp_path):
+    p = _dry("hostprobe", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "server starts: 1 throwaway + 2 arm(s) x 4 to 4 starts" in p.stdout
+    assert "host probe beside every measured start (bench.hostprobe); verdicts: adjust none" in p.stdout
+    cmd = next(line for line in p.stderr.splitlines() if line.startswith("+ ") and " ab " in line)
+    assert "--host-probe" in cmd and "--arm-env null:BENCH_NULL=1" in cmd and f"--out {tmp_path}/hostprobe" in cmd
+    assert "--cpu-placement" not in cmd  # spread, the default: it keeps the server off the probe's CPU
+
+
 _FAKE_BENCH = """#!/usr/bin/env bash
 # stands in for `python -m bench ab`: writes the report's nccl_env section the way bench/report.py does
 while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done

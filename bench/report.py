@@ -454,13 +454,15 @@ def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, 
             refused.append(f"{arm} vs {ref}")
             lines.append(
                 f"- **PROBE DIFFERS BETWEEN ARMS {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}). The "
-                f"host probe is NOT an admissible covariate for this comparison: the arm itself moves it, and "
-                f"adjusting would remove part of the arm's own effect. Its verdicts are unadjusted.**"
+                f"host probe is NOT an admissible covariate for this comparison: the arm moves it (adjusting would "
+                f"remove part of the arm's own effect), or the host ran at another speed during one arm's starts "
+                f"(then the unadjusted verdict is the host's too).**"
             )
     if pol.adjust == "host":
         lines.append(
             "- verdicts above: **adjusted for the host probe** (`--adjust host`: log start value ~ arm + log probe, "
-            "OLS, the arm coefficient's interval)" + (f", except {', '.join(refused)} (unadjusted)" if refused else "")
+            "OLS, the arm coefficient's interval)"
+            + (f"; {', '.join(refused)}: cannot tell (probe differs between the arms)" if refused else "")
         )
     else:
         lines.append("- verdicts above are unadjusted (`--adjust host` would read them at a fixed host speed)")

@@ -243,6 +243,12 @@ case "$step" in
     # The host-speed covariate (issue 12 item 7): a null pair of the default set, 4 starts each, no adaptive starts,
     # the probe on a CPU spread keeps from the server. Verdicts stay unadjusted (the report shows what --adjust host
     # would read: `python -m bench report` on a copy with config adjust host, or rerun with ADJUST=host).
+    # First, on this VM, whether the probe slows a host-bound process on the scheduler's CPU (10 paired rounds, ~45 s;
+    # once per output dir: a resumed call skips it).
+    if [ -n "${DRY:-}" ]; then echo "hostprobe: overhead check: $PY -m bench.hostprobe --overhead 10"
+    elif [ ! -f "$OUT/hostprobe/overhead.txt" ]; then
+      mkdir -p "$OUT/hostprobe"; run $PY -m bench.hostprobe --overhead 10 | tee "$OUT/hostprobe/overhead.txt"
+    fi
     run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
       --out "$OUT/hostprobe" -- "${SA[@]}" ;;

@@ -14,6 +14,7 @@ CPUs and adds one process's worth of memory traffic at a tenth of a core. Each s
 and by itself when its parent dies (a killed bench leaves no probe behind).
 
     python -m bench.hostprobe --out FILE --cpu N [--duty 0.1] [--parent PID]
+    python -m bench.hostprobe --overhead ROUNDS [--victim-cpu C]   # does the probe slow a host-bound process?
 """
 
 from __future__ import annotations
@@ -229,14 +230,68 @@ def summary(samples: Sequence[Sample], windows: Sequence[tuple[float, float]], p
     }
 
 
+def _victim_window(seconds: float) -> float:
+    """Median ms of a ~2 ms pure-Python "step" (5 work units: the tiny model's scheduler step) over `seconds`."""
+    times = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        for _ in range(5):
+            work_unit()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def overhead(rounds: int, victim_cpu: int | None = None, seconds: float = 2.0) -> dict:
+    """The probe's perturbation of a host-bound process on another CPU: windows without and with a probe on the
+    spare CPU, alternating (off, on, off, on ...) so that drift of the machine falls on both alike."""
+    cpus = os.sched_getaffinity(0)
+    probe_cpu = spare_cpu(cpus)
+    # the scheduler's CPU under spread (core 0 takes the interrupts); CPU 0 on a 2-CPU machine
+    victim = victim_cpu if victim_cpu is not None else sorted(cpus)[1 if len(cpus) > 2 else 0]
+    os.sched_setaffinity(0, {victim})
+    import tempfile
+
+    out: dict = {"victim_cpu": victim, "probe_cpu": probe_cpu, "rounds": []}
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(rounds):
+            off = _victim_window(seconds)
+            p = start(Path(d) / f"s{i}.txt", probe_cpu)
+            wait_ready(p)
+            on = _victim_window(seconds)
+            stop(p)
+            out["rounds"].append({"off_ms": off, "on_ms": on, "duty": duty_of(read_samples(p.path))})
+    os.sched_setaffinity(0, cpus)
+    ratios = [r["on_ms"] / r["off_ms"] for r in out["rounds"]]
+    out["ratio_median"] = statistics.median(ratios)
+    duties = [r["duty"] for r in out["rounds"] if r["duty"] is not None]
+    out["duty_median"] = statistics.median(duties) if duties else None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.hostprobe", description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, required=True, help="samples file (appended)")
+    p.add_argument("--out", type=Path, default=None, help="samples file (appended)")
     p.add_argument("--duty", type=float, default=DUTY, help="fraction of one core to use (default %(default)s)")
     p.add_argument("--cpu", type=int, default=None, help="pin to this CPU first")
     p.add_argument("--parent", type=int, default=None, help="exit when this process is no longer the parent")
     p.add_argument("--seconds", type=float, default=None, help="stop after this long (a stand-alone probe)")
+    p.add_argument("--overhead", type=int, default=None, metavar="ROUNDS", help="measure the probe's perturbation")
+    p.add_argument("--victim-cpu", type=int, default=None, help="--overhead: the CPU of the timed process")
+    p.add_argument("--window", type=float, default=2.0, help="--overhead: seconds per window (default %(default)s)")
     a = p.parse_args(argv)
+    if a.overhead is not None:
+        o = overhead(a.overhead, a.victim_cpu, a.window)
+        for i, r in enumerate(o["rounds"], 1):
+            print(f"round {i}: step median off {r['off_ms']:.3f} ms, on {r['on_ms']:.3f} ms, duty {r['duty']}")
+        print(
+            f"victim CPU {o['victim_cpu']}, probe CPU {o['probe_cpu']}; {len(o['rounds'])} paired rounds: on/off "
+            f"median {o['ratio_median']:.4f}; probe duty median {(o['duty_median'] or 0) * 100:.1f} % of one core"
+        )
+        return 0
+    if a.out is None:
+        print("hostprobe: --out FILE is needed (or --overhead ROUNDS)", file=sys.stderr)
+        return 2
     if not 0 < a.duty <= 1:
         print("hostprobe: --duty must be in (0, 1]", file=sys.stderr)
         return 2

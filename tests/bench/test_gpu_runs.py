@@ -94,6 +94,7 @@ def test_hostprobe_step_runs_a_null_pair_of_four_starts_with_the_probe(tiny, sgl
     assert p.returncode == 0, p.stdout + p.stderr
     assert "server starts: 1 throwaway + 2 arm(s) x 4 to 4 starts" in p.stdout
     assert "host probe beside every measured start (bench.hostprobe); verdicts: adjust none" in p.stdout
+    assert "overhead check: " in p.stdout and "-m bench.hostprobe --overhead 10" in p.stdout
     cmd = next(line for line in p.stderr.splitlines() if line.startswith("+ ") and " ab " in line)
     assert "--host-probe" in cmd and "--arm-env null:BENCH_NULL=1" in cmd and f"--out {tmp_path}/hostprobe" in cmd
     assert "--cpu-placement" not in cmd  # spread, the default: it keeps the server off the probe's CPU

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -231,6 +232,18 @@ def test_probe_is_pinned_samples_at_its_duty_and_stops(tmp_path):
     assert duty is not None and duty < 0.2  # ~0.1 asked; at most this on a loaded 2-core machine
     w = hostprobe.window(s, s[0].t, s[-1].t)
     assert w["n"] == len(s) and w["py_us"] > 0
+
+
+def test_overhead_mode_times_a_victim_with_and_without_the_probe():
+    p = subprocess.run(
+        [sys.executable, "-m", "bench.hostprobe", "--overhead", "1", "--window", "0.3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"1 paired rounds: on/off median \d+\.\d{4}; probe duty median \d+\.\d % of one core", p.stdout)
 
 
 def test_spread_keeps_the_server_off_the_probes_cpu():

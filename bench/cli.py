@@ -187,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p = sub.add_parser("report", help="(re)write report.md + plot.png of a run dir")
     p.add_argument("run_dir", type=Path)
+    p.add_argument(
+        "--adjust",
+        choices=["none", "host"],
+        default=None,
+        help="read the verdicts this way instead of the run's own (written to report-adjust-<X>.md beside report.md)",
+    )
     tinymodel.add_cli(sub)
     train_draft.add_cli(sub)
     oea_micro.add_cli(sub)
@@ -485,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "report":
         from .report import write_report
 
-        print(write_report(a.run_dir))
+        print(write_report(a.run_dir, a.adjust))
         return 0
     from sglang_overlay.errors import OverlayError
 

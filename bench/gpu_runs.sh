@@ -242,7 +242,7 @@ case "$step" in
   hostprobe)
     # The host-speed covariate (issue 12 item 7): a null pair of the default set, 4 starts each, no adaptive starts,
     # the probe on a CPU spread keeps from the server. Verdicts stay unadjusted (the report shows what --adjust host
-    # would read: `python -m bench report` on a copy with config adjust host, or rerun with ADJUST=host).
+    # would read: `python -m bench report DIR --adjust host` writes report-adjust-host.md; or ADJUST=host here).
     # First, on this VM, whether the probe slows a host-bound process on the scheduler's CPU (10 paired rounds, ~45 s;
     # once per output dir: a resumed call skips it).
     if [ -n "${DRY:-}" ]; then echo "hostprobe: overhead check: $PY -m bench.hostprobe --overhead 10"

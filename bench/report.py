@@ -590,9 +590,9 @@ def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
     return lines
 
 
-def build_markdown(run_dir: Path) -> str:
+def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     run, rows, v = load_rows(run_dir)
-    cfg = run.get("config", {})
+    cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(v) + _arms(rows, metric)
@@ -667,7 +667,8 @@ def plot(run_dir: Path) -> Path:
     return out
 
 
-def write_report(run_dir: Path) -> Path:
+def write_report(run_dir: Path, adjust: str | None = None) -> Path:
+    """report.md (and plot.png) of run_dir; with `adjust`, report-adjust-<adjust>.md read that way instead."""
     run_dir = Path(run_dir)
     note = ""
     try:
@@ -680,6 +681,6 @@ def write_report(run_dir: Path) -> Path:
         note = f"No plot: {e}"
     if note:
         print(f"bench report: {note}")
-    out = run_dir / "report.md"
-    out.write_text(build_markdown(run_dir) + ("\n" + note + "\n" if note else "") + "\n")
+    out = run_dir / ("report.md" if adjust is None else f"report-adjust-{adjust}.md")
+    out.write_text(build_markdown(run_dir, adjust) + ("\n" + note + "\n" if note else "") + "\n")
     return out

@@ -189,6 +189,14 @@ def test_report_refuses_the_adjustment_when_the_probe_differs_between_arms(tmp_p
     assert row.rstrip(" |").endswith("cannot tell")
 
 
+def test_report_adjust_reads_a_stored_run_the_other_way(tmp_path):
+    d = _probed_run(tmp_path, 1.0, "none")
+    assert main(["report", str(d), "--adjust", "host"]) == 0
+    assert "adjusted for the host probe" in (d / "report-adjust-host.md").read_text()
+    assert not (d / "report.md").exists()  # the run's own report is left alone
+    assert "verdicts above are unadjusted" in build_markdown(d)
+
+
 def test_records_without_the_probe_still_load_and_report(run_dir):
     md = build_markdown(run_dir)
     assert "Host speed probe" not in md and "| ab | ref | slow |" in md

@@ -1,6 +1,6 @@
 """The figures of bench/results/hostprobe/README.md's simulation table, from tests/bench/test_hostprobe.py's model.
 
-    PYTHONPATH=.:tests/bench python bench/results/hostprobe/sim_table.py
+PYTHONPATH=.:tests/bench python bench/results/hostprobe/sim_table.py
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def main() -> None:
         cr = statistics.median(r for r, _ in cvs) * 100
         ca = statistics.median(a for _, a in cvs) * 100
         for name, vs in (("none", raw), ("host", adj)):
-            print(f"| 4 starts per arm, {n} sessions | {eff:+.0%} | {name} | {dict(Counter(vs))} | {cr:.1f} % / {ca:.2f} % | 8 |")
+            print(
+                f"| 4 starts per arm, {n} sessions | {eff:+.0%} | {name} | {dict(Counter(vs))} | {cr:.1f} % / {ca:.2f} % | 8 |"
+            )
     a, b = (ArmSpec(x, PatchSet(x, ())) for x in ("ref", "arm"))
     for eff in (0.0, 0.05):
         rng = random.Random(7)
@@ -37,7 +39,9 @@ def main() -> None:
                 out[adjust].append((c["comparisons"][0]["verdict"], lab.n_starts(a) + lab.n_starts(b)))
         for adjust, rows in out.items():
             med = statistics.median(n for _, n in rows)
-            print(f"| adaptive ab 3-8 starts, 60 sessions | {eff:+.0%} | {adjust} | {dict(Counter(v for v, _ in rows))} | - | {med:g} |")
+            print(
+                f"| adaptive ab 3-8 starts, 60 sessions | {eff:+.0%} | {adjust} | {dict(Counter(v for v, _ in rows))} | - | {med:g} |"
+            )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import random
 import statistics
 from collections import Counter
 
-import test_hostprobe as t
+import test_hostprobe as t  # type: ignore[import-not-found]  # tests/bench on PYTHONPATH (the docstring)
 
 from bench.launcher import ArmSpec
 from bench.plans import Settings, run_ab

@@ -400,19 +400,38 @@ def _rank(xs: list[float], ys: list[float]) -> str:
     return f"{float(r.statistic):+.2f} (p = {float(r.pvalue):.2g}, n = {len(xs)})"
 
 
+def _centred(groups: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """Log pairs of every group, each group centred on its own means."""
+    out = []
+    for g in groups:
+        g = [(y, p) for y, p in g if y > 0 and p > 0]
+        if not g:
+            continue
+        ly, lp = [math.log(y) for y, _ in g], [math.log(p) for _, p in g]
+        my, mp = statistics.fmean(ly), statistics.fmean(lp)
+        out += [(a - my, b - mp) for a, b in zip(ly, lp)]
+    return out
+
+
 def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
     """The probe against the primary metric: does the host's speed explain the spread, and may it adjust verdicts?"""
     probed = [u for r in rows for u in r.units if u.host_probe]
     if not probed:
         return []
-    reps = [
-        (float(m[metric]), float(m[store.PROBE_METRIC]))
-        for u in probed
-        for m in u.reps
-        if m.get(metric) is not None and m.get(store.PROBE_METRIC) is not None
-    ]
+    # within arms (each arm's log values centred on its mean): an arm's own effect must not pass for the host's
+    reps = _centred(
+        [
+            [
+                (float(m[metric]), float(m[store.PROBE_METRIC]))
+                for u in r.units
+                for m in u.reps
+                if m.get(metric) is not None and m.get(store.PROBE_METRIC) is not None
+            ]
+            for r in rows
+        ]
+    )
     pairs = {r.name: covariate.start_pairs(r.units, metric) for r in rows}
-    starts = [(y, p) for ps in pairs.values() for y, p in ps if p is not None]
+    starts = _centred([[(y, p) for y, p in ps if p is not None] for ps in pairs.values()])
     cpus = sorted({u.host_probe.get("cpu") for u in probed}, key=str)
     duty = _med([u.host_probe["duty"] for u in probed if u.host_probe.get("duty") is not None])
     exclusive = all(u.placement.get("reserved") for u in probed)
@@ -423,12 +442,12 @@ def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, 
         + (
             "(kept from every server process by `spread`)"
             if exclusive
-            else "(**shared**: placement `none` does not keep the server off it)"
+            else "(**shared**: the server's processes were not kept off it: placement `none`, or `spread` skipped)"
         )
         + f", measured duty {_fmt(duty * 100 if duty is not None else None, 1)} % of one core; "
         f"{len(probed)} of {sum(len(r.units) for r in rows)} starts probed.",
         "",
-        f"- rank correlation (Spearman) of `{metric}` with the probe's work-unit time: per repetition "
+        f"- rank correlation (Spearman, within arms) of `{metric}` with the probe's work-unit time: per repetition "
         f"{_rank([a for a, _ in reps], [b for _, b in reps])}; per start {_rank([a for a, _ in starts], [b for _, b in starts])}",
     ]
     sp = covariate.spread([ps for ps in pairs.values() if ps])

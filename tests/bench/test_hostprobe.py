@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -150,7 +151,7 @@ def test_policy_adjust_host_composes_with_the_verdict_code():
 # -- the report --------------------------------------------------------------------------------------------------
 
 
-def _probed_run(tmp_path: Path, arm_probe_factor: float, adjust: str) -> Path:
+def _probed_run(tmp_path: Path, arm_probe_factor: float, adjust: str, track: bool = False) -> Path:
     """The synthetic A/B store with a host_probe record per start (the slow arm's probe scaled)."""
     d = tmp_path / "run"
     d.mkdir()
@@ -159,9 +160,21 @@ def _probed_run(tmp_path: Path, arm_probe_factor: float, adjust: str) -> Path:
     run["config"]["adjust"] = adjust
     v = store.view(recs, signature=run["signature"])
     rng = random.Random(5)
+    mean = {
+        a: statistics.fmean(m["step_ms_b1"] for u in v.units.values() if u.arm == a for m in u.reps)
+        for a in ("ref", "slow")
+    }
     for u in v.units.values():
         f = arm_probe_factor if u.arm == "slow" else 1.0
-        reps = [{"n": 50, "py_us": 400 * f * (1 + rng.gauss(0, 0.02)), "mem_us": 120.0} for _ in u.reps]
+        # track: the probe follows each rep's step around its arm's mean (the host's part, not the arm's)
+        reps = [
+            {
+                "n": 50,
+                "py_us": 400 * f * (m["step_ms_b1"] / mean[u.arm] if track else 1 + rng.gauss(0, 0.02)),
+                "mem_us": 1.0,
+            }
+            for m in u.reps
+        ]
         start = {"n": 200, "py_us": sorted(r["py_us"] for r in reps)[len(reps) // 2], "mem_us": 120.0}
         recs.append(
             {"type": "host_probe", "start_id": u.start_id, "cpu": 15, "duty": 0.1, "reps": reps, "start": start}
@@ -173,8 +186,10 @@ def _probed_run(tmp_path: Path, arm_probe_factor: float, adjust: str) -> Path:
 
 
 def test_report_relates_the_probe_to_the_metric(tmp_path):
-    md = build_markdown(_probed_run(tmp_path, 1.0, "host"))
-    assert "## Host speed probe" in md and "rank correlation (Spearman)" in md
+    md = build_markdown(_probed_run(tmp_path, 1.0, "host", track=True))
+    assert "## Host speed probe" in md
+    # a probe that tracks every repetition (within arms: the slow arm's own +5 % is not the host's)
+    assert "Spearman, within arms) of `step_ms_b1` with the probe's work-unit time: per repetition +1.00" in md
     assert "start-to-start CV around the arms' means" in md and "PROBE DIFFERS" not in md
     assert "adjusted for the host probe" in md
     v = store.view(store.read(tmp_path / "run" / "results.jsonl"))

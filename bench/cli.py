@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .errors import EXIT_ABORTED, EXIT_BUDGET
+from .errors import EXIT_ABORTED, EXIT_BUDGET, UsageError
 from .placement import MODES
 from .replication import METRICS, WARM_START_ESTIMATE_S
 
@@ -223,11 +223,11 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
     )
     for n, v in (("--restarts", a.restarts), ("--reps-per-start", a.reps_per_start), ("--max-starts", a.max_starts)):
         if v < 1:
-            raise SystemExit(f"{n} must be >= 1")
+            raise UsageError(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
-        raise SystemExit("--alpha must be in (0, 1)")
+        raise UsageError("--alpha must be in (0, 1)")
     if a.adjust == "host" and not a.host_probe:
-        raise SystemExit("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
+        raise UsageError("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
     return RunConfig(
         kind=kind,
         out_dir=Path(out),
@@ -259,7 +259,7 @@ def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
     for spec in a.arm_env:
         arm, sep, kv = spec.partition(":")
         if not sep:
-            raise SystemExit(f"--arm-env expects ARM:K=V, got {spec!r}")
+            raise UsageError(f"--arm-env expects ARM:K=V, got {spec!r}")
         if arm == name:
             out.append(_kv(kv))
     return tuple(out)
@@ -278,14 +278,14 @@ def _arms_and_comparisons(kind: str, a, catalog):
         for spec in a.arms:
             name, sep, rest = spec.partition("=")
             if not sep or not name:
-                raise SystemExit(f"--arms expects NAME=SET[@PROFILE], got {spec!r}")
+                raise UsageError(f"--arms expects NAME=SET[@PROFILE], got {spec!r}")
             expr, _, profile = rest.partition("@")
             arms.append(arm(name, expr, profile or None))
         if len({x.name for x in arms}) != len(arms):
-            raise SystemExit("arm names must be unique")
+            raise UsageError("arm names must be unique")
         same = [x.name for x in arms[1:] if x.key == arms[0].key]
         if same:
-            raise SystemExit(
+            raise UsageError(
                 f"arms {arms[0].name} and {', '.join(same)} are the same measurement (same set, profile "
                 f"and env); for a null comparison give one of them a harmless --arm-env"
             )
@@ -297,11 +297,11 @@ def _arms_and_comparisons(kind: str, a, catalog):
             cands = [p.strip() for p in a.patches.split(",") if p.strip()]
             unknown = [p for p in cands if p not in extra]
             if unknown:
-                raise SystemExit(f"--patches {','.join(unknown)}: not in full minus base ({','.join(extra)})")
+                raise UsageError(f"--patches {','.join(unknown)}: not in full minus base ({','.join(extra)})")
         else:
             cands = list(catalog.changing(extra))
         if not cands:
-            raise SystemExit(f"nothing to ablate: full minus base is {extra or 'empty'}")
+            raise UsageError(f"nothing to ablate: full minus base is {extra or 'empty'}")
         alone: dict[str, ArmSpec | None] = {}
         leave: dict[str, ArmSpec | None] = {}
         skipped: list[str] = []
@@ -369,11 +369,11 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         # Everything comes from the recorded command; only the run dir is taken from this one.
         i = own.index("--resume")
         if i + 1 >= len(own):
-            raise SystemExit("--resume needs the run dir")
+            raise UsageError("--resume needs the run dir")
         resume_dir = Path(own[i + 1])
         recs = [r for r in store.read(resume_dir / "results.jsonl") if r.get("type") == "run"]
         if not recs:
-            raise SystemExit(f"--resume {resume_dir}: no results.jsonl with a run record there")
+            raise UsageError(f"--resume {resume_dir}: no results.jsonl with a run record there")
         argv_full = recs[0]["argv"][4:]  # [python, -m, bench, kind, ...]
         own, server_args = _split_server_args(argv_full)
         a = ap.parse_args([kind, *own])
@@ -486,7 +486,11 @@ def _dry_run(kind, cfg, arms, extra) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("ab", "ablate", "bisect"):
-        return run_measurement(argv[0], argv[1:])
+        try:
+            return run_measurement(argv[0], argv[1:])
+        except UsageError as e:  # bad arguments: the message and exit 2, never a traceback
+            print(f"bench: {e}", file=sys.stderr)
+            return e.exit_code
     a = build_parser().parse_args(argv)
     if a.cmd == "report":
         from .report import write_report

@@ -30,6 +30,12 @@ class RecordError(BenchError, BadInput):
     exit_code = EXIT_BAD_INPUT
 
 
+class UsageError(BenchError, BadInput):
+    """The bench's own arguments do not make a measurement (an arm spec, a bound, a combination of flags)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 class RunAborted(BenchError):
     exit_code = EXIT_ABORTED
 

@@ -331,12 +331,12 @@ def test_bench_ab_with_host_probe_records_every_measured_start(tmp_path, manifes
     assert "## Host speed probe" in md and "adjusted for the host probe" in md
 
 
-def test_adjust_host_without_the_probe_is_refused(tmp_path, manifest, launcher_arg):
+def test_adjust_host_without_the_probe_is_refused(tmp_path, manifest, launcher_arg, capsys):
     argv = fake_argv(
         "ab", ["--arms", "a=base", "b=base+beta", "--adjust", "host"], manifest, launcher_arg, tmp_path / "r"
     )
-    with pytest.raises(SystemExit, match="--adjust host needs --host-probe"):
-        main(argv)
+    assert main(argv) == 2  # bad input: exit 2 and the message, never a traceback
+    assert "--adjust host needs --host-probe" in capsys.readouterr().err
 
 
 def test_cv_helper_agrees_with_the_spread_on_raw_values():

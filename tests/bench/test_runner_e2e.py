@@ -87,9 +87,9 @@ def test_no_difference_is_same_and_changed_output_is_flagged(tmp_path, manifest,
     assert "b: OUTPUT CHANGED vs a" in (out / "report.md").read_text()
 
 
-def test_identical_arms_are_refused_and_a_null_pair_needs_an_env(tmp_path, manifest, launcher_arg, monkeypatch):
-    with pytest.raises(SystemExit, match="same measurement"):
-        _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", ["--arms", "a=base", "b=base"], {})
+def test_identical_arms_are_refused_and_a_null_pair_needs_an_env(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", ["--arms", "a=base", "b=base"], {}, rc=2)
+    assert "same measurement" in capsys.readouterr().err
     _, recs, starts = _run(
         tmp_path,
         manifest,
@@ -556,3 +556,18 @@ def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, mon
     row = next(ln for ln in md.splitlines() if ln.startswith("| k0three |"))
     assert row.split("|")[-2].strip().startswith("3.00 / ")
     assert "| distinct experts / routing call (b1) |" in md
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--arms", "a=base", "--alpha", "2"], "--alpha must be in (0, 1)"),
+        (["--arms", "nonsense"], "--arms expects NAME=SET[@PROFILE], got 'nonsense'"),
+        (["--arms", "a=base", "b=base+beta", "--arm-env", "b=K"], "--arm-env expects ARM:K=V"),
+        (["--arms", "a=base", "--restarts", "0"], "--restarts must be >= 1"),
+    ],
+)
+def test_bad_bench_arguments_exit_2_with_the_message(tmp_path, manifest, launcher_arg, monkeypatch, capsys, args, says):
+    _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, {}, rc=2)
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

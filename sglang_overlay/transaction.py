@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (
+    Barrier,
     atomic_write,
     fsync_dir,
     is_symlink,
@@ -36,6 +37,7 @@ from .fsio import (
     tmp_path,
     unlink_if_present,
     unlink_quietly,
+    write_tmp,
 )
 from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
 from .progname import prog
@@ -270,24 +272,45 @@ class Transaction:
 
     # -- commit ------------------------------------------------------------------------------------------------
     def commit(self, change: Change) -> Path | None:
-        """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made."""
+        """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made.
+
+        Durability comes from a few barriers, not an fsync per file (fsio.Barrier). Why this order is enough
+        across a power loss (a kill loses nothing written, so only the order of what reaches the disk matters):
+        a name may only become durable after the bytes it names, and each step only after the one it relies on.
+          1. the saved copies' bytes, then their names: a copy whose name survived but whose bytes did not would
+             look present (ObjectStore.has) and be trusted by the next command's state;
+          2. the journal's bytes together with those names, then its own name: a durable journal names only
+             whole copies, so a rollback always has what it needs;
+          3. the journal's name before anything in the tree (its directory fsynced alone: nothing else is
+             pending then): the tree is never changed without a durable record of how to undo it, and no temp
+             file is left in the tree where no journal names it;
+          4. every new file's bytes (and the new state's), then all the renames at once: each file holds its
+             old bytes or its new ones, never a name over lost bytes; a crash anywhere here leaves the journal,
+             and recovery restores every file it lists;
+          5. the renames (and the state) before the journal's removal: once the journal is gone from disk the
+             change is final, so all of it must already be there (_flush_final then makes the removal durable).
+        A kill, a signal or an OS error at any point before the journal's removal rolls back as before."""
         paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
         journal = self._journal_for(change, paths)
         self._preflight(change, paths, journal)
+        anchors = sorted({self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()})
         with interrupts.held():
             try:
-                for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
-                    self.store.put(data)
-                interrupts.checkpoint()
-                atomic_write(self.journal_path, journal.to_bytes())
-                fsync_dir(self.dir)
-                backup_dir = self._write_backup(journal, change)
-                for f, path in paths.items():
-                    interrupts.checkpoint()
-                    self._replace(f, path, change, journal)
-                atomic_write(self.state_path, change.state.to_json().encode())
-                for d in sorted({p.parent for p in paths.values() if p.parent.exists()}):
-                    fsync_dir(d)
+                with Barrier(anchors) as barrier:
+                    self._save_copies(change, barrier)  # step 1
+                    barrier.add(write_tmp(self.journal_path, journal.to_bytes()))
+                    barrier.flush()  # step 2
+                    os.rename(tmp_path(self.journal_path), self.journal_path)
+                    fsync_dir(self.dir)  # step 3
+                    backup_dir = self._write_backup(journal, change)
+                    self._stage(paths, change, journal, barrier)
+                    barrier.flush()  # step 4: the bytes
+                    for f, path in paths.items():
+                        interrupts.checkpoint()
+                        self._replace(f, path, change, barrier)
+                    os.rename(tmp_path(self.state_path), self.state_path)
+                    barrier.add(self.dir)
+                    barrier.flush()  # step 5: the names
                 interrupts.checkpoint()  # the last point at which a signal still rolls the change back
                 os.unlink(self.journal_path)  # final from here on
             except BaseException as e:
@@ -296,6 +319,38 @@ class Transaction:
             self._flush_final()
             self.store.prune(change.state.bases)
         return backup_dir
+
+    def _save_copies(self, change: Change, barrier: Barrier) -> None:
+        """The bases the new state needs and the bytes every replaced file holds now, in the object store."""
+        new: dict[str, bytes] = {}
+        for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
+            digest = sha256(data)
+            if digest not in new and not self.store.has(digest):
+                new[digest] = data
+        if not new:
+            return
+        for digest, data in new.items():
+            barrier.add(write_tmp(self.store.root / digest, data))
+        barrier.flush()
+        interrupts.checkpoint()
+        for digest in new:
+            os.rename(tmp_path(self.store.root / digest), self.store.root / digest)
+        barrier.add(self.store.root)
+
+    def _stage(self, paths: Mapping[str, Path], change: Change, journal: Journal, barrier: Barrier) -> None:
+        """Every new file's bytes and the new state, beside where they go (tmp_path), not yet in place."""
+        for repo_dir in journal.new_dirs:
+            if not os.path.isdir(self.tree.path_of(repo_dir)):
+                os.mkdir(self.tree.path_of(repo_dir))
+                barrier.add(self.tree.path_of(repo_dir).parent)
+        modes = {e.path: e.mode for e in journal.entries}
+        for f, path in paths.items():
+            data = change.writes[f]
+            if data is not None:
+                interrupts.checkpoint()
+                mode = modes[f]
+                barrier.add(write_tmp(path, data, mode if mode is not None else NEW_FILE_MODE))
+        barrier.add(write_tmp(self.state_path, change.state.to_json().encode()))
 
     def _flush_final(self) -> None:
         """After the journal is gone the outcome is decided; a failing flush can only be reported."""
@@ -379,22 +434,18 @@ class Transaction:
             atomic_write(path, data)
         return root
 
-    def _replace(self, f: str, path: Path, change: Change, journal: Journal) -> None:
+    def _replace(self, f: str, path: Path, change: Change, barrier: Barrier) -> None:
         if read_bytes(path) != change.before[f]:
             raise Conflict(
                 f"{path} changed while this command ran (edited by hand, or another program wrote it)",
                 hint="nothing was changed; run the command again",
             )
-        data = change.writes[f]
-        if data is None:
+        barrier.add(path.parent)
+        if change.writes[f] is None:
             os.unlink(path)
-            remove_empty_dirs(path.parent, self.tree.package_dir)
+            barrier.add(*(d.parent for d in remove_empty_dirs(path.parent, self.tree.package_dir)))
             return
-        mode = next(e.mode for e in journal.entries if e.path == f)
-        for repo_dir in journal.new_dirs:
-            if f.startswith(repo_dir + "/") and not os.path.isdir(self.tree.path_of(repo_dir)):
-                os.mkdir(self.tree.path_of(repo_dir))
-        atomic_write(path, data, mode if mode is not None else NEW_FILE_MODE)
+        os.rename(tmp_path(path), path)
 
     def _abandon(self, err: BaseException) -> None:
         """Roll back a commit that did not finish, then report why it stopped."""

@@ -9,7 +9,7 @@ hands the result to one commit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +40,6 @@ class Outcome:
     backup_dir: Path | None = None
 
 
-def read_file(tree: Tree, repo_path: str) -> bytes | None:
-    p = tree.path_of(repo_path)
-    return p.read_bytes() if p.is_file() else None
-
-
 def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> bytes:
     names = tuple(p.name for p in patches)
     return (
@@ -53,10 +48,6 @@ def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> 
         f"FINGERPRINT = {fp!r}\n"
         f"PATCHES = {names!r}\n"
     ).encode()
-
-
-def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
-    return {f: rec for f, rec in state.files.items() if digest_of(read_file(tree, f)) != rec.applied}
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
@@ -210,15 +201,3 @@ def switch(
         fp if target else None,
         backup_dir,
     )
-
-
-def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:
-    """Read a file as it was before any patch (from the saved base when the tool manages it)."""
-
-    def read(repo_path: str) -> bytes | None:
-        rec = state.files.get(repo_path)
-        if rec is None:
-            return read_file(tree, repo_path)
-        return store.get(rec.base) if rec.base is not None else None
-
-    return read

@@ -39,16 +39,13 @@ from .fsio import (
     unlink_quietly,
     write_tmp,
 )
-from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
+from .journal import BACKUP_NAME, Entry, Journal, read_journal
 from .progname import prog
 from .repopath import REPO_PACKAGE_PREFIX
-from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
+from .state import ObjectStore, State, digest_of, load_state, sha256
 from .tree import Tree
+from .treeread import JOURNAL_NAME, OBJECTS, STATE_NAME, lock
 
-LOCK_NAME = "lock"
-STATE_NAME = "state.json"
-JOURNAL_NAME = "journal.json"
-OBJECTS = "objects"
 BACKUPS = "backups"
 GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/
 FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
@@ -65,75 +62,6 @@ class Change:
     state: State
     bases: tuple[bytes, ...] = ()  # base copies the new state refers to that are not stored yet
     backup: Mapping[str, bytes] | None = None  # hand-edited files to save before they are overwritten (--force)
-
-
-@dataclass(frozen=True)
-class View:
-    """A read-only look at a tree: the state it carries (as a rollback would leave it, if one is pending)."""
-
-    tree: Tree
-    state: State
-    pending: bool  # a killed command left a journal: the next changing command rolls it back
-    store: ObjectStore
-
-
-def _lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
-    path = state_dir / LOCK_NAME
-    if exclusive and not state_dir.is_dir():
-        try:
-            os.mkdir(state_dir)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise os_failure(e, "cannot create the state directory", "nothing was changed") from None
-    flags = os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(path, flags | os.O_RDONLY)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise StateError(f"{path} is a symbolic link", hint=f"remove it (rm {path}); it is only a lock") from None
-        if not exclusive:
-            return None  # no writer ever ran here, or the lock is not ours to read: read without it
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and os.path.isfile(path):
-            fd = os.open(path, flags | os.O_RDONLY)  # a command that ends up writing nothing still works here
-        else:
-            raise os_failure(e, "cannot create the lock", "nothing was changed") from None
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    try:
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"sglang-overlay: waiting for another command on {tree.root} ...", file=sys.stderr, flush=True)
-            fcntl.flock(fd, mode)  # a signal here interrupts at once: nothing is written yet
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@contextmanager
-def reading(tree: Tree) -> Iterator[View]:
-    """The tree's state for a command that only reads; waits while a writer is in the middle of a change."""
-    state_dir = tree.checked_state_dir()
-    fd = _lock(tree, state_dir, exclusive=False)
-    try:
-        journal = read_journal(state_dir / JOURNAL_NAME)
-        store = ObjectStore(state_dir / OBJECTS)
-        if journal is None:
-            state = load_state(state_dir / STATE_NAME)
-        else:
-            state = parse_state(journal.state_before, state_dir / JOURNAL_NAME) if journal.state_before else State()
-            for e in journal.entries:  # what is shown must be what a rollback can restore
-                if e.before is not None and not store.has(e.before):
-                    raise StateError(
-                        f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
-                        f"{store.root / e.before}: a saved copy the state needs is missing",
-                        hint=JOURNAL_FIX,
-                    )
-        yield View(tree, state, journal is not None, store)
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 def _real_dir(path: Path) -> Path:
@@ -162,7 +90,7 @@ class Transaction:
     def open(cls, tree: Tree) -> Iterator[Transaction]:
         """Lock the tree, roll back what a killed command left, clean up, read the state."""
         state_dir = tree.checked_state_dir()
-        fd = _lock(tree, state_dir, exclusive=True)
+        fd = lock(tree, state_dir, exclusive=True)
         try:
             txn = cls(tree, state_dir)
             with interrupts.held():

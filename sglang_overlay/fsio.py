@@ -106,14 +106,19 @@ def unlink_if_present(path: Path) -> bool:
 
 def fsync_dir(path: Path) -> None:
     """Make renames and removals in `path` durable (a crash after this cannot bring the old names back)."""
+    _fsync(path, directory=True)
+
+
+def _fsync(path: Path, *, directory: bool) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECTORY if directory else os.O_NOFOLLOW))
     except FileNotFoundError:
         return
     try:
         os.fsync(fd)
     except OSError as e:
-        if e.errno != errno.EINVAL:  # some file systems cannot sync a directory; their renames are durable anyway
+        # some file systems cannot sync a directory; their renames are durable anyway
+        if not (directory and e.errno == errno.EINVAL):
             e.filename = str(path)
             raise
     finally:
@@ -159,7 +164,7 @@ class Barrier:
         pending, self._pending = self._pending, []
         if self._syncfs is None:
             for p in dict.fromkeys(pending):
-                _fsync_path(p)
+                _fsync(p, directory=os.path.isdir(p))
             return
         for fd, anchor in self._fds.values():
             if self._syncfs(fd) != 0:
@@ -173,7 +178,7 @@ class Barrier:
             except FileNotFoundError:
                 continue
             if dev not in self._fds:
-                _fsync_path(p)
+                _fsync(p, directory=os.path.isdir(p))
 
     def close(self) -> None:
         fds, self._fds = self._fds, {}
@@ -201,23 +206,6 @@ def _syncfs() -> Callable[[int], int] | None:
             fn = None
         _SYNCFS.append(fn)
     return _SYNCFS[0]
-
-
-def _fsync_path(path: Path) -> None:
-    if os.path.isdir(path):
-        fsync_dir(path)
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        e.filename = str(path)
-        raise
-    finally:
-        os.close(fd)
 
 
 def read_bytes(path: Path) -> bytes | None:

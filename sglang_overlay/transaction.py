@@ -202,20 +202,23 @@ class Transaction:
     def commit(self, change: Change) -> Path | None:
         """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made.
 
-        Durability comes from a few barriers, not an fsync per file (fsio.Barrier). Why this order is enough
-        across a power loss (a kill loses nothing written, so only the order of what reaches the disk matters):
-        a name may only become durable after the bytes it names, and each step only after the one it relies on.
-          1. the saved copies' bytes, then their names: a copy whose name survived but whose bytes did not would
-             look present (ObjectStore.has) and be trusted by the next command's state;
-          2. the journal's bytes together with those names, then its own name: a durable journal names only
-             whole copies, so a rollback always has what it needs;
-          3. the journal's name before anything in the tree (its directory fsynced alone: nothing else is
+        Durability comes from three barriers and two directory fsyncs, not an fsync per file (fsio.Barrier). Why
+        this order is enough across a power cut (a kill loses nothing written, so only the order in which writes
+        reach the disk matters): a name may only become durable after the bytes it names, and each step only
+        after the one it relies on.
+          1. the saved copies (bytes and names) and the journal's bytes, then the journal's name: a durable
+             journal names only whole copies, so a rollback always has what it needs. The copies are renamed
+             into place before that barrier: a cut there can leave a torn copy under its name, but one nothing
+             refers to (the state does not, the journal that would is not on disk), and every command removes
+             such copies when it opens the tree (_clean), before it saves any, so none is taken for whole
+             (ObjectStore.has); ObjectStore.get checks every hash anyway;
+          2. the journal's name before anything in the tree (its directory fsynced alone: nothing else is
              pending then): the tree is never changed without a durable record of how to undo it, and no temp
              file is left in the tree where no journal names it;
-          4. every new file's bytes (and the new state's), then all the renames at once: each file holds its
-             old bytes or its new ones, never a name over lost bytes; a crash anywhere here leaves the journal,
-             and recovery restores every file it lists;
-          5. the renames (and the state) before the journal's removal: once the journal is gone from disk the
+          3. every new file's bytes (and the new state's), then all the renames at once: each file holds its
+             old bytes or its new ones, never a name over lost bytes (a torn file would look like a hand edit to
+             the rollback); a cut anywhere here leaves the journal, and recovery restores every file it lists;
+          4. the renames (and the state) before the journal's removal: once the journal is gone from disk the
              change is final, so all of it must already be there (_flush_final then makes the removal durable).
         A kill, a signal or an OS error at any point before the journal's removal rolls back as before."""
         paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
@@ -225,20 +228,20 @@ class Transaction:
         with interrupts.held():
             try:
                 with Barrier(anchors) as barrier:
-                    self._save_copies(change, barrier)  # step 1
+                    self._save_copies(change, barrier)
                     barrier.add(write_tmp(self.journal_path, journal.to_bytes()))
-                    barrier.flush()  # step 2
+                    barrier.flush()  # step 1
                     os.rename(tmp_path(self.journal_path), self.journal_path)
-                    fsync_dir(self.dir)  # step 3
+                    fsync_dir(self.dir)  # step 2
                     backup_dir = self._write_backup(journal, change)
                     self._stage(paths, change, journal, barrier)
-                    barrier.flush()  # step 4: the bytes
+                    barrier.flush()  # step 3: the bytes
                     for f, path in paths.items():
                         interrupts.checkpoint()
                         self._replace(f, path, change, barrier)
                     os.rename(tmp_path(self.state_path), self.state_path)
                     barrier.add(self.dir)
-                    barrier.flush()  # step 5: the names
+                    barrier.flush()  # step 4: the names
                 interrupts.checkpoint()  # the last point at which a signal still rolls the change back
                 os.unlink(self.journal_path)  # final from here on
             except BaseException as e:
@@ -255,15 +258,13 @@ class Transaction:
             digest = sha256(data)
             if digest not in new and not self.store.has(digest):
                 new[digest] = data
-        if not new:
-            return
         for digest, data in new.items():
-            barrier.add(write_tmp(self.store.root / digest, data))
-        barrier.flush()
-        interrupts.checkpoint()
-        for digest in new:
-            os.rename(tmp_path(self.store.root / digest), self.store.root / digest)
-        barrier.add(self.store.root)
+            interrupts.checkpoint()
+            write_tmp(self.store.root / digest, data)
+            os.rename(tmp_path(self.store.root / digest), self.store.root / digest)  # whole, if not yet durable
+            barrier.add(self.store.root / digest)
+        if new:
+            barrier.add(self.store.root)
 
     def _stage(self, paths: Mapping[str, Path], change: Change, journal: Journal, barrier: Barrier) -> None:
         """Every new file's bytes and the new state, beside where they go (tmp_path), not yet in place."""

@@ -6,6 +6,7 @@ durable before the tree changes and until all of the change is."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -71,14 +72,11 @@ def test_each_name_becomes_durable_only_after_its_bytes_and_the_journal_brackets
     root = f'"{sglang_tree.resolve()}/'
     tree_opens = [i for i, (n, a) in enumerate(calls) if n == "openat" and root in a and f"/{STATE}/" not in a]
     assert tree_opens and min(tree_opens) > journal_in + 1
-    # steps 1-2: every saved copy renamed after a barrier that follows its bytes, and before one that precedes
-    # the journal's rename
-    for i, (n, a) in enumerate(calls):
-        if n == "rename" and f"/{STATE}/objects/." in a:
-            tmp = a.split('"')[1]
-            written = _index(calls, "openat", tmp)
-            assert any(written < s < i for s in sync), f"{a}: renamed before its bytes were made durable"
-            assert any(i < s < journal_in for s in sync), f"{a}: its name is not durable before the journal's"
+    # step 1: every saved copy (bytes and name) and the journal's bytes durable before the journal's name
+    copies = [i for i, (n, a) in enumerate(calls) if n == "rename" and f"/{STATE}/objects/." in a]
+    assert copies, "no saved copy was written: not the case this test is about"
+    for i in copies:
+        assert any(i < s < journal_in for s in sync), f"{calls[i]}: not durable before the journal's name"
     assert any(journal_tmp < s < journal_in for s in sync), "the journal renamed before its bytes were durable"
     # step 4: every file of the tree (and the state) renamed after a barrier that follows its bytes
     renames = [(i, a) for i, (n, a) in enumerate(calls) if n == "rename" and i > journal_in]
@@ -112,7 +110,8 @@ def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monk
     real_rename = os.rename
 
     def rename(src: str | Path, dst: str | Path) -> None:
-        if str(src).endswith(TMP_SUFFIX):
+        # (a saved copy is renamed first and made durable with the journal's bytes: Transaction.commit, step 1)
+        if str(src).endswith(TMP_SUFFIX) and "/objects/" not in str(src):
             assert os.path.realpath(src) in synced, f"{src} renamed before it was fsynced"
         renamed.append((str(dst), len(synced)))
         real_rename(src, dst)
@@ -127,5 +126,9 @@ def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monk
         path = sglang_tree.resolve() / f
         assert str(tmp_path(path)) in synced[journal_at:], f"{f}: its bytes were not fsynced after the journal"
         assert str(path.parent) in synced, f"{f}: its directory was not fsynced"
-    assert f"{state_dir}/objects" in synced and state_dir in synced
+    assert f"{state_dir}/objects" in synced[:journal_at] and state_dir in synced
+    bases = {r["base"] for r in json.loads(Path(state_dir, "state.json").read_text())["files"].values() if r["base"]}
+    assert len(bases) >= 10 and {f"{state_dir}/objects/{b}" for b in bases} <= set(synced[:journal_at]), (
+        "a saved copy was not fsynced before the journal's rename"
+    )
     assert api.status(project=ROOT, tree=sglang_tree).applied == done.applied

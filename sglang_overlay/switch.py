@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .compose import Offset, compose
 from .errors import Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
@@ -25,6 +25,9 @@ from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .compose import Offset
 
 Contents = dict[str, "bytes | None"]
 
@@ -83,13 +86,16 @@ def target_contents(
     manifest: Manifest, target: tuple[PatchChange, ...], base: Contents
 ) -> tuple[Contents, list[Offset], str]:
     """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
-    patch_files = sorted({f for p in target for f in p.files})
-    composed = compose({f: base[f] for f in patch_files}, target)
     fp = fingerprint(manifest, [p.name for p in target])
     contents = dict(base)
+    if not target:  # back to the bases: nothing to compose, and no git or scratch directory to import for it
+        return contents, [], fp
+    from .compose import compose
+
+    patch_files = sorted({f for p in target for f in p.files})
+    composed = compose({f: base[f] for f in patch_files}, target)
     contents.update(composed.contents)
-    if target:
-        contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
+    contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
     return contents, composed.offsets, fp
 
 

@@ -40,6 +40,7 @@ GIT_ID = ["-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "co
 class Timing:
     runs_s: list[float] = field(default_factory=list)
     peak_kib: int = 0
+    cpu_s: list[float] = field(default_factory=list)  # user + system of the child and what it waited for
 
     @property
     def median_s(self) -> float:
@@ -54,8 +55,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_timed(cmd: list[str], cwd: Path, ok=(0,)) -> tuple[float, int]:
-    """(wall seconds, peak RSS KiB) of one child process; a failing command is an error, not a figure."""
+def run_timed(cmd: list[str], cwd: Path, ok=(0,)) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS KiB, CPU seconds) of one child process; a failing command is an error, not a
+    figure. The CPU time is the figure that other load on a shared machine disturbs least."""
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
@@ -65,7 +67,7 @@ def run_timed(cmd: list[str], cwd: Path, ok=(0,)) -> tuple[float, int]:
         if p.returncode not in ok:
             out.seek(0)
             raise EngineSpeedError(f"`{' '.join(cmd)}` in {cwd} exited {p.returncode}:\n{out.read()[-3000:]!r}")
-    return dt, ru.ru_maxrss
+    return dt, ru.ru_maxrss, ru.ru_utime + ru.ru_stime
 
 
 def sh(cmd: list[str], cwd: Path, **kw) -> str:
@@ -209,26 +211,32 @@ def measure(contenders: dict[str, list], runs: int, warmup: int = 1) -> dict[str
     for rep in range(-warmup, runs):
         k = rep % len(names)
         for who in names[k:] + names[:k]:  # rotated: none always runs first, after a tool that warmed the cache
-            total, peak = 0.0, 0
+            total, peak, cpu = 0.0, 0, 0.0
             for argv, cwd, ok in contenders[who]:
-                dt, rss = run_timed(argv, cwd, ok)
-                total, peak = total + dt, max(peak, rss)
+                dt, rss, used = run_timed(argv, cwd, ok)
+                total, peak, cpu = total + dt, max(peak, rss), cpu + used
             if rep >= 0:
                 out[who].runs_s.append(total)
+                out[who].cpu_s.append(cpu)
                 out[who].peak_kib = max(out[who].peak_kib, peak)
     return out
 
 
-def ratios(res: dict[str, Timing], ours: str) -> dict[str, float]:
-    """Median of the per-repetition ratios ours/peer (paired: the same repetition, back to back)."""
-    a = res[ours].runs_s
-    return {who: statistics.median(x / y for x, y in zip(a, t.runs_s)) for who, t in res.items() if who != ours}
+def ratios(res: dict[str, Timing], ours: str, what: str = "runs_s") -> dict[str, float]:
+    """Median of the per-repetition ratios ours/peer (paired: the same repetition, back to back), of the wall
+    times or (`what="cpu_s"`) of the CPU times."""
+    a = getattr(res[ours], what)
+    return {
+        who: statistics.median(x / y for x, y in zip(a, getattr(t, what)) if y > 0)
+        for who, t in res.items()
+        if who != ours
+    }
 
 
 def radar_peak(tool: list[str], manifest: Path, versions: list[str], runs: int) -> Timing:
     t = Timing()
     for _ in range(runs + 1):
-        dt, rss = run_timed([*tool, "--manifest", str(manifest), "check", "--against", *versions], REPO)
+        dt, rss, _ = run_timed([*tool, "--manifest", str(manifest), "check", "--against", *versions], REPO)
         t.runs_s.append(dt)
         t.peak_kib = max(t.peak_kib, rss)
     t.runs_s = t.runs_s[1:]
@@ -279,17 +287,30 @@ def _cli(a) -> int:
             payload["sets"][ps.label] = rec
             for op in [o for o in a.ops.split(",") if o]:
                 res = measure(ops[op], a.check_runs if op == "check" else a.runs)
-                rat = ratios(res, "ours")
+                rat, cpu_rat = ratios(res, "ours"), ratios(res, "ours", "cpu_s")
                 rec[op] = {
-                    who: {"median_s": t.median_s, "runs_s": t.runs_s, "peak_mib": round(t.peak_kib / 1024, 1)}
+                    who: {
+                        "median_s": t.median_s,
+                        "runs_s": t.runs_s,
+                        "cpu_median_s": statistics.median(t.cpu_s),
+                        "cpu_s": t.cpu_s,
+                        "peak_mib": round(t.peak_kib / 1024, 1),
+                    }
                     for who, t in res.items()
-                } | {"ratio_ours_over": rat}
+                } | {"ratio_ours_over": rat, "cpu_ratio_ours_over": cpu_rat, "loadavg": os.getloadavg()}
                 row = "  ".join(f"{who} {t.median_s * 1e3:8.1f} ms" for who, t in res.items())
                 print(f"{ps.label:20s} {op:6s} {row}", flush=True)
                 if rat:
                     print(
                         f"{'':20s} {'':6s} ours/peer (median of paired ratios): "
                         + "  ".join(f"{w} {r:.2f}" for w, r in rat.items()),
+                        flush=True,
+                    )
+                    print(
+                        f"{'':20s} {'':6s} cpu ours/peer (paired): "
+                        + "  ".join(f"{w} {r:.2f}" for w, r in cpu_rat.items())
+                        + "   cpu medians: "
+                        + "  ".join(f"{w} {statistics.median(t.cpu_s) * 1e3:.1f} ms" for w, t in res.items()),
                         flush=True,
                     )
         if a.radar:

@@ -232,8 +232,7 @@ def status(
     from .hardware import blocked, capabilities
     from .manifest import UpstreamedPatch
     from .repopath import IDENTITY_PATH
-    from .switch import base_reader, drifted_files
-    from .transaction import reading
+    from .treeread import base_reader, drifted_files, reading
     from .upstream import prove
 
     ctx = _ctx(context, project, manifest, tree)
@@ -469,7 +468,7 @@ def fingerprint(
     carries now. Includes the env profile when one is named."""
     from .fingerprint import fingerprint as compute
     from .fingerprint import short
-    from .transaction import reading
+    from .treeread import reading
 
     ctx = _ctx(context, project, manifest, tree)
     m = ctx.manifest

@@ -5,7 +5,6 @@ Every error names the manifest file, the entry and the key, and says the fix (co
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -283,6 +282,8 @@ class Manifest:
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    import difflib  # only for a message: every command loads a manifest, few fail to
+
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -17,7 +17,6 @@ than quietly put back. Every error is exit 2 and names the token and the fix.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,6 +47,8 @@ class PatchSet:
 
 
 def _unknown(m: Manifest, flag: str, expr: str, name: str) -> PatchSetError:
+    import difflib  # only for a message (as in manifest.py)
+
     close = difflib.get_close_matches(name, list(m.names) + list(m.presets), n=1)
     mean = f" (did you mean {close[0]!r}?)" if close else ""
     return PatchSetError(
@@ -184,6 +185,8 @@ def _only_names(m: Manifest, flag: str, text: str) -> str:
                 hint=f"name patches here; a preset or an expression goes to --set ({FORMS})",
             )
         if name not in m.names:
+            import difflib
+
             close = difflib.get_close_matches(name, list(m.names), n=1)
             raise PatchSetError(
                 f"{flag} {text}: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),

@@ -7,6 +7,8 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 
+from .parsecache import cached
+
 Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
@@ -61,9 +63,14 @@ def defined_names(text: str) -> set[str]:
     """Qualified names of classes and functions, from indentation alone.
 
     `status` proves upstreamed entries on every run; a full parse of server_args.py (9,000+ lines) alone costs
-    more than the whole command's budget, while this scan takes a few milliseconds. A `def` at the start of a
+    more than the whole command's budget. Even this scan takes ~5 ms there, and the files rarely change, so what
+    it finds is kept per text in the parse cache (hashing the text takes under 1 ms). A `def` at the start of a
     line inside a string would be counted too: acceptable for a proof, which also checks exact lines.
     """
+    return set(cached("defined-names", text, lambda: sorted(_scan_defined_names(text))))
+
+
+def _scan_defined_names(text: str) -> set[str]:
     names: set[str] = set()
     stack: list[tuple[int, str]] = []  # (indent, qualified name) of enclosing definitions
     for m in _DEF_LINE.finditer(text):

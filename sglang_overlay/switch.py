@@ -9,11 +9,11 @@ hands the result to one commit.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .compose import Offset, compose
 from .errors import Drift
 from .fingerprint import fingerprint, patch_digest
 from .fsio import read_bytes
@@ -25,6 +25,9 @@ from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .compose import Offset
 
 Contents = dict[str, "bytes | None"]
 
@@ -40,11 +43,6 @@ class Outcome:
     backup_dir: Path | None = None
 
 
-def read_file(tree: Tree, repo_path: str) -> bytes | None:
-    p = tree.path_of(repo_path)
-    return p.read_bytes() if p.is_file() else None
-
-
 def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> bytes:
     names = tuple(p.name for p in patches)
     return (
@@ -53,10 +51,6 @@ def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> 
         f"FINGERPRINT = {fp!r}\n"
         f"PATCHES = {names!r}\n"
     ).encode()
-
-
-def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
-    return {f: rec for f, rec in state.files.items() if digest_of(read_file(tree, f)) != rec.applied}
 
 
 # -- the steps of a switch, in order ---------------------------------------------------------------------------
@@ -92,13 +86,16 @@ def target_contents(
     manifest: Manifest, target: tuple[PatchChange, ...], base: Contents
 ) -> tuple[Contents, list[Offset], str]:
     """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
-    patch_files = sorted({f for p in target for f in p.files})
-    composed = compose({f: base[f] for f in patch_files}, target)
     fp = fingerprint(manifest, [p.name for p in target])
     contents = dict(base)
+    if not target:  # back to the bases: nothing to compose, and no git or scratch directory to import for it
+        return contents, [], fp
+    from .compose import compose
+
+    patch_files = sorted({f for p in target for f in p.files})
+    composed = compose({f: base[f] for f in patch_files}, target)
     contents.update(composed.contents)
-    if target:
-        contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
+    contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
     return contents, composed.offsets, fp
 
 
@@ -210,15 +207,3 @@ def switch(
         fp if target else None,
         backup_dir,
     )
-
-
-def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:
-    """Read a file as it was before any patch (from the saved base when the tool manages it)."""
-
-    def read(repo_path: str) -> bytes | None:
-        rec = state.files.get(repo_path)
-        if rec is None:
-            return read_file(tree, repo_path)
-        return store.get(rec.base) if rec.base is not None else None
-
-    return read

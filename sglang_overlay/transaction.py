@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from . import interrupts, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (
+    Barrier,
     atomic_write,
     fsync_dir,
     is_symlink,
@@ -36,17 +37,15 @@ from .fsio import (
     tmp_path,
     unlink_if_present,
     unlink_quietly,
+    write_tmp,
 )
-from .journal import BACKUP_NAME, JOURNAL_FIX, Entry, Journal, read_journal
+from .journal import BACKUP_NAME, Entry, Journal, read_journal
 from .progname import prog
 from .repopath import REPO_PACKAGE_PREFIX
-from .state import ObjectStore, State, digest_of, load_state, parse_state, sha256
+from .state import ObjectStore, State, digest_of, load_state, sha256
 from .tree import Tree
+from .treeread import JOURNAL_NAME, OBJECTS, STATE_NAME, lock
 
-LOCK_NAME = "lock"
-STATE_NAME = "state.json"
-JOURNAL_NAME = "journal.json"
-OBJECTS = "objects"
 BACKUPS = "backups"
 GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/
 FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
@@ -63,75 +62,6 @@ class Change:
     state: State
     bases: tuple[bytes, ...] = ()  # base copies the new state refers to that are not stored yet
     backup: Mapping[str, bytes] | None = None  # hand-edited files to save before they are overwritten (--force)
-
-
-@dataclass(frozen=True)
-class View:
-    """A read-only look at a tree: the state it carries (as a rollback would leave it, if one is pending)."""
-
-    tree: Tree
-    state: State
-    pending: bool  # a killed command left a journal: the next changing command rolls it back
-    store: ObjectStore
-
-
-def _lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
-    path = state_dir / LOCK_NAME
-    if exclusive and not state_dir.is_dir():
-        try:
-            os.mkdir(state_dir)
-        except FileExistsError:
-            pass
-        except OSError as e:
-            raise os_failure(e, "cannot create the state directory", "nothing was changed") from None
-    flags = os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(path, flags | os.O_RDONLY)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise StateError(f"{path} is a symbolic link", hint=f"remove it (rm {path}); it is only a lock") from None
-        if not exclusive:
-            return None  # no writer ever ran here, or the lock is not ours to read: read without it
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and os.path.isfile(path):
-            fd = os.open(path, flags | os.O_RDONLY)  # a command that ends up writing nothing still works here
-        else:
-            raise os_failure(e, "cannot create the lock", "nothing was changed") from None
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    try:
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"sglang-overlay: waiting for another command on {tree.root} ...", file=sys.stderr, flush=True)
-            fcntl.flock(fd, mode)  # a signal here interrupts at once: nothing is written yet
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@contextmanager
-def reading(tree: Tree) -> Iterator[View]:
-    """The tree's state for a command that only reads; waits while a writer is in the middle of a change."""
-    state_dir = tree.checked_state_dir()
-    fd = _lock(tree, state_dir, exclusive=False)
-    try:
-        journal = read_journal(state_dir / JOURNAL_NAME)
-        store = ObjectStore(state_dir / OBJECTS)
-        if journal is None:
-            state = load_state(state_dir / STATE_NAME)
-        else:
-            state = parse_state(journal.state_before, state_dir / JOURNAL_NAME) if journal.state_before else State()
-            for e in journal.entries:  # what is shown must be what a rollback can restore
-                if e.before is not None and not store.has(e.before):
-                    raise StateError(
-                        f"{state_dir / JOURNAL_NAME}: cannot roll back the interrupted `{journal.op}`: "
-                        f"{store.root / e.before}: a saved copy the state needs is missing",
-                        hint=JOURNAL_FIX,
-                    )
-        yield View(tree, state, journal is not None, store)
-    finally:
-        if fd is not None:
-            os.close(fd)
 
 
 def _real_dir(path: Path) -> Path:
@@ -160,7 +90,7 @@ class Transaction:
     def open(cls, tree: Tree) -> Iterator[Transaction]:
         """Lock the tree, roll back what a killed command left, clean up, read the state."""
         state_dir = tree.checked_state_dir()
-        fd = _lock(tree, state_dir, exclusive=True)
+        fd = lock(tree, state_dir, exclusive=True)
         try:
             txn = cls(tree, state_dir)
             with interrupts.held():
@@ -270,24 +200,48 @@ class Transaction:
 
     # -- commit ------------------------------------------------------------------------------------------------
     def commit(self, change: Change) -> Path | None:
-        """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made."""
+        """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made.
+
+        Durability comes from three barriers and two directory fsyncs, not an fsync per file (fsio.Barrier). Why
+        this order is enough across a power cut (a kill loses nothing written, so only the order in which writes
+        reach the disk matters): a name may only become durable after the bytes it names, and each step only
+        after the one it relies on.
+          1. the saved copies (bytes and names) and the journal's bytes, then the journal's name: a durable
+             journal names only whole copies, so a rollback always has what it needs. The copies are renamed
+             into place before that barrier: a cut there can leave a torn copy under its name, but one nothing
+             refers to (the state does not, the journal that would is not on disk), and every command removes
+             such copies when it opens the tree (_clean), before it saves any, so none is taken for whole
+             (ObjectStore.has); ObjectStore.get checks every hash anyway;
+          2. the journal's name before anything in the tree (its directory fsynced alone: nothing else is
+             pending then): the tree is never changed without a durable record of how to undo it, and no temp
+             file is left in the tree where no journal names it;
+          3. every new file's bytes (and the new state's), then all the renames at once: each file holds its
+             old bytes or its new ones, never a name over lost bytes (a torn file would look like a hand edit to
+             the rollback); a cut anywhere here leaves the journal, and recovery restores every file it lists;
+          4. the renames (and the state) before the journal's removal: once the journal is gone from disk the
+             change is final, so all of it must already be there (_flush_final then makes the removal durable).
+        A kill, a signal or an OS error at any point before the journal's removal rolls back as before."""
         paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
         journal = self._journal_for(change, paths)
         self._preflight(change, paths, journal)
+        anchors = sorted({self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()})
         with interrupts.held():
             try:
-                for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
-                    self.store.put(data)
-                interrupts.checkpoint()
-                atomic_write(self.journal_path, journal.to_bytes())
-                fsync_dir(self.dir)
-                backup_dir = self._write_backup(journal, change)
-                for f, path in paths.items():
-                    interrupts.checkpoint()
-                    self._replace(f, path, change, journal)
-                atomic_write(self.state_path, change.state.to_json().encode())
-                for d in sorted({p.parent for p in paths.values() if p.parent.exists()}):
-                    fsync_dir(d)
+                with Barrier(anchors) as barrier:
+                    self._save_copies(change, barrier)
+                    barrier.add(write_tmp(self.journal_path, journal.to_bytes()))
+                    barrier.flush()  # step 1
+                    os.rename(tmp_path(self.journal_path), self.journal_path)
+                    fsync_dir(self.dir)  # step 2
+                    backup_dir = self._write_backup(journal, change)
+                    self._stage(paths, change, journal, barrier)
+                    barrier.flush()  # step 3: the bytes
+                    for f, path in paths.items():
+                        interrupts.checkpoint()
+                        self._replace(f, path, change, barrier)
+                    os.rename(tmp_path(self.state_path), self.state_path)
+                    barrier.add(self.dir)
+                    barrier.flush()  # step 4: the names
                 interrupts.checkpoint()  # the last point at which a signal still rolls the change back
                 os.unlink(self.journal_path)  # final from here on
             except BaseException as e:
@@ -296,6 +250,36 @@ class Transaction:
             self._flush_final()
             self.store.prune(change.state.bases)
         return backup_dir
+
+    def _save_copies(self, change: Change, barrier: Barrier) -> None:
+        """The bases the new state needs and the bytes every replaced file holds now, in the object store."""
+        new: dict[str, bytes] = {}
+        for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
+            digest = sha256(data)
+            if digest not in new and not self.store.has(digest):
+                new[digest] = data
+        for digest, data in new.items():
+            interrupts.checkpoint()
+            write_tmp(self.store.root / digest, data)
+            os.rename(tmp_path(self.store.root / digest), self.store.root / digest)  # whole, if not yet durable
+            barrier.add(self.store.root / digest)
+        if new:
+            barrier.add(self.store.root)
+
+    def _stage(self, paths: Mapping[str, Path], change: Change, journal: Journal, barrier: Barrier) -> None:
+        """Every new file's bytes and the new state, beside where they go (tmp_path), not yet in place."""
+        for repo_dir in journal.new_dirs:
+            if not os.path.isdir(self.tree.path_of(repo_dir)):
+                os.mkdir(self.tree.path_of(repo_dir))
+                barrier.add(self.tree.path_of(repo_dir).parent)
+        modes = {e.path: e.mode for e in journal.entries}
+        for f, path in paths.items():
+            data = change.writes[f]
+            if data is not None:
+                interrupts.checkpoint()
+                mode = modes[f]
+                barrier.add(write_tmp(path, data, mode if mode is not None else NEW_FILE_MODE))
+        barrier.add(write_tmp(self.state_path, change.state.to_json().encode()))
 
     def _flush_final(self) -> None:
         """After the journal is gone the outcome is decided; a failing flush can only be reported."""
@@ -379,22 +363,18 @@ class Transaction:
             atomic_write(path, data)
         return root
 
-    def _replace(self, f: str, path: Path, change: Change, journal: Journal) -> None:
+    def _replace(self, f: str, path: Path, change: Change, barrier: Barrier) -> None:
         if read_bytes(path) != change.before[f]:
             raise Conflict(
                 f"{path} changed while this command ran (edited by hand, or another program wrote it)",
                 hint="nothing was changed; run the command again",
             )
-        data = change.writes[f]
-        if data is None:
+        barrier.add(path.parent)
+        if change.writes[f] is None:
             os.unlink(path)
-            remove_empty_dirs(path.parent, self.tree.package_dir)
+            barrier.add(*(d.parent for d in remove_empty_dirs(path.parent, self.tree.package_dir)))
             return
-        mode = next(e.mode for e in journal.entries if e.path == f)
-        for repo_dir in journal.new_dirs:
-            if f.startswith(repo_dir + "/") and not os.path.isdir(self.tree.path_of(repo_dir)):
-                os.mkdir(self.tree.path_of(repo_dir))
-        atomic_write(path, data, mode if mode is not None else NEW_FILE_MODE)
+        os.rename(tmp_path(path), path)
 
     def _abandon(self, err: BaseException) -> None:
         """Roll back a commit that did not finish, then report why it stopped."""

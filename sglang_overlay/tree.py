@@ -14,7 +14,6 @@ from pathlib import Path
 
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
 from .fsio import is_symlink
-from .gitcmd import git
 from .progname import prog
 from .repopath import STATE_DIR_NAME
 
@@ -106,6 +105,8 @@ class Tree:
                 if m:
                     return m.group(1)
         if self.is_git:
+            from .gitcmd import git  # a last resort: subprocess costs `status` more than the rest of it
+
             res = git("describe", "--tags", "--abbrev=0", cwd=self.root, check=False)
             if res.returncode == 0:
                 return res.stdout.strip().lstrip("v")

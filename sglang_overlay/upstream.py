@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .compose import compose
 from .errors import Conflict
 from .manifest import UpstreamedPatch
 from .pysymbols import has_symbols
@@ -36,6 +35,8 @@ def prove(patch: UpstreamedPatch, read: Callable[[str], bytes | None]) -> ProofR
             evidence.append(f"{len(proof.contains)} line(s) present")
     original = patch.original_change()
     if original is not None and original.diff.body:
+        from .compose import compose  # with what it needs (scratch, git): only for an entry that keeps its diff
+
         base = {f: read(f) for f in original.diff.files}
         try:
             compose(base, [original], reverse=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STRACE = shutil.which("strace")
-SYSCALLS = ("openat", "write", "rename", "fsync", "unlink", "unlinkat", "rmdir", "mkdir", "fchmod")
+SYSCALLS = ("openat", "write", "rename", "fsync", "syncfs", "unlink", "unlinkat", "rmdir", "mkdir", "fchmod")
 ERROR_SYSCALLS = {  # where each error is one the kernel really returns
-    "ENOSPC": ("openat", "write", "fsync", "mkdir", "rename"),
+    "ENOSPC": ("openat", "write", "fsync", "syncfs", "mkdir", "rename"),  # syncfs: a write-back error
     "EROFS": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
     "EACCES": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
 }

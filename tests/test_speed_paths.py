@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -17,11 +18,13 @@ from sglang_overlay.cli import build_parser
 from sglang_overlay.errors import ManifestError
 from sglang_overlay.manifest import load_manifest
 from sglang_overlay.patchfile import parse_patch_file
+from sglang_overlay.pysymbols import defined_names
 
 PROBE = """import sys
 from sglang_overlay.cli import main
 rc = main(sys.argv[1:])
-loaded = sorted(m for m in sys.modules if m.startswith(("sglang_overlay.commands.", "yaml", "zipfile", "unidiff")))
+HEAVY = ("shutil", "subprocess", "tempfile", "difflib", "ctypes", "sglang_overlay.transaction", "sglang_overlay.compose")
+loaded = sorted(m for m in sys.modules if m.startswith(("sglang_overlay.commands.", "yaml", "zipfile", "unidiff", *HEAVY)))
 print("MODULES", " ".join(loaded), file=sys.stderr)
 raise SystemExit(rc)
 """
@@ -42,6 +45,7 @@ def modules_after(*args: str, env: dict) -> tuple[subprocess.CompletedProcess, s
 
 def test_status_imports_its_own_command_module_only_and_no_yaml_once_cached(sglang_tree, tmp_path):
     env = {"SGLANG_OVERLAY_CACHE": str(tmp_path / "cache")}
+    env["SGLANG_OVERLAY_CUDA_CAPABILITY"] = ""  # as in CI; a machine's own nvidia-smi would be asked otherwise
     first, mods = modules_after("--tree", str(sglang_tree), "status", env=env)
     assert first.returncode == 0, first.stderr
     assert {m for m in mods if m.startswith("sglang_overlay.commands.")} == {"sglang_overlay.commands.status"}
@@ -49,6 +53,9 @@ def test_status_imports_its_own_command_module_only_and_no_yaml_once_cached(sgla
     again, mods = modules_after("--tree", str(sglang_tree), "status", env=env)
     assert again.stdout == first.stdout
     assert not {m for m in mods if m.startswith("yaml")} and "zipfile" not in mods, mods
+    # nor what only writing, composing or a failure's message needs (nor a subprocess: no GPU query here)
+    assert not mods & {"shutil", "subprocess", "tempfile", "difflib", "ctypes"}, mods
+    assert not mods & {"sglang_overlay.transaction", "sglang_overlay.compose"}, mods
     # apply runs apply's module (and _common), not check's or launch's
     _, mods = modules_after("--tree", str(sglang_tree), "apply", "--all", env=env)
     assert {m for m in mods if m.startswith("sglang_overlay.commands.")} == {
@@ -173,3 +180,41 @@ def test_a_temp_file_a_killed_writer_left_goes_at_the_next_write(cache, tmp_path
     monkeypatch.setattr(parsecache, "_pruned", set())
     yamlfile.load(path, "n: 1\n")
     assert not left.exists() and writing.exists()
+
+
+def test_defined_names_are_the_scan_s_and_kept_per_text(cache):
+    text = "class A:\n    def f(self):\n        pass\n\nasync def g():\n    def inner():\n        pass\n"
+    assert defined_names(text) == {"A", "A.f", "g", "g.inner"}
+    entries = list((cache.parent / "defined-names").glob("*.json"))
+    assert len(entries) == 1
+    assert defined_names(text) == {"A", "A.f", "g", "g.inner"}  # from the cache
+    entries[0].write_text("{")  # torn: scanned again
+    assert defined_names(text) == {"A", "A.f", "g", "g.inner"}
+    assert defined_names(text + "def h():\n    pass\n") == {"A", "A.f", "g", "g.inner", "h"}  # a changed text
+
+
+def test_the_gpu_query_finds_nvidia_smi_on_path(sglang_tree, tmp_path):
+    """Found by walking $PATH (not shutil.which, whose import `status` no longer pays): a Blackwell GPU
+    makes the Hopper-only fixture patch unavailable; with no nvidia-smi the hardware is unknown."""
+    proj = tmp_path / "proj"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "engine", proj)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 12.0\n")
+    smi.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+    args = ["--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "status", "--json"]
+
+    def gated(path: str) -> dict:
+        p = subprocess.run(
+            [sys.executable, str(ROOT / "apply.py"), *args], env={**env, "PATH": path}, capture_output=True, text=True
+        )
+        assert p.returncode == 0, p.stderr
+        info = json.loads(p.stdout)
+        return {"caps": info["cuda_capability"], **next(r for r in info["patches"] if r["name"] == "fx_topk_gated")}
+
+    found = gated(f"{bin_dir}{os.pathsep}{env['PATH']}")
+    assert found["caps"] == ["12.0"] and found["state"] == "unavailable" and "12.0" in found["detail"], found
+    smi.chmod(0o644)  # not executable: not a program to run
+    assert gated(f"{bin_dir}{os.pathsep}{env['PATH']}")["state"] == "not-applied"

@@ -8,8 +8,7 @@ import sys
 from ..compose import compose
 from ..diffgen import make_diff
 from ..manifest import UpstreamedPatch
-from ..switch import base_reader
-from ..transaction import reading
+from ..treeread import base_reader, reading
 
 NAME = "diff"
 HELP = "show what a patch changes in the tree now"

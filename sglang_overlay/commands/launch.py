@@ -32,8 +32,8 @@ from ..errors import BadInput, os_failure
 from ..fingerprint import fingerprint
 from ..progname import prog
 from ..switch import check_gates, switch, target_patches
-from ..transaction import reading
 from ..tree import Tree
+from ..treeread import reading
 from ._common import add_selection, open_tree, selection
 
 NAME = "launch"

@@ -20,7 +20,8 @@ from ..fsio import atomic_write
 from ..manifest import UpstreamedPatch, load_manifest
 from ..patchfile import parse_patch_file
 from ..progname import prog
-from ..switch import base_reader, read_file, switch
+from ..switch import switch
+from ..treeread import base_reader, read_file
 from ._common import open_tree
 
 NAME = "refresh"

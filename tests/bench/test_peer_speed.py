@@ -26,3 +26,6 @@ def test_ratios_are_taken_pair_by_pair():
     res = {"ours": Timing([1.0, 3.0, 10.0]), "peer": Timing([2.0, 1.0, 100.0])}
     assert ratios(res, "ours") == {"peer": 0.5}
     assert res["ours"].median_s / res["peer"].median_s == 1.5
+    # the CPU times are paired the same way (a run with no CPU time to divide by is left out)
+    res = {"ours": Timing([1.0], cpu_s=[0.2, 0.3, 0.9]), "peer": Timing([1.0], cpu_s=[0.4, 0.0, 0.3])}
+    assert ratios(res, "ours", "cpu_s") == {"peer": 1.75}

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from .carry import carry
 from .compose import Composed, compose
+from .compose_many import compose_many
 from .errors import Conflict
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .upstream import prove
@@ -106,36 +107,66 @@ def file_groups(m: Manifest) -> dict[str, int]:
 class GroupComposer:
     """`compose` of a subset of patches, one file group at a time, each group's result kept for the next subset.
 
-    The check composes O(N) subsets of up to N patches; on disjoint files the groups' parts repeat, so the git
-    calls are O(N) overall, and only patches that share a file pay for leave-one-out and pairs. A group that
-    fails is never reported from its part: the whole subset is composed again as one, in order, so the failure
-    (which patch, file, hunk) is the one a plain `compose` of the subset names."""
+    The check composes O(N) subsets of up to N patches; on disjoint files the groups' parts repeat, so the
+    compositions are O(N) overall, and only patches that share a file pay for leave-one-out and pairs. `prepare`
+    composes the distinct parts of many subsets at once (a few `git apply` processes, not one a part). A group
+    that fails is never reported from its part: the whole subset is composed again as one, in order, so the
+    failure (which patch, file, hunk) is the one a plain `compose` of the subset names."""
 
     def __init__(self, read: Reader, groups: dict[str, int]):
         self.read, self.groups = read, groups
         self.memo: dict[tuple[str, ...], Composed | Conflict] = {}
+        self.pristine: dict[str, bytes | None] = {}
+        self.versions: dict[bytes, bytes] = {}  # one object per distinct file content (memory; cheap compares)
+
+    def parts(self, patches: list[Change]) -> list[list[Change]]:
+        by_group: dict[int, list[Change]] = {}
+        for p in patches:
+            by_group.setdefault(self.groups[p.name], []).append(p)
+        return list(by_group.values())
+
+    def base(self, patches: list[Change]) -> dict[str, bytes | None]:
+        for f in _files(patches):
+            if f not in self.pristine:
+                self.pristine[f] = self.read(f)
+        return {f: self.pristine[f] for f in _files(patches)}
+
+    def prepare(self, subsets: Iterable[list[Change]]) -> None:
+        todo: dict[tuple[str, ...], list[Change]] = {}
+        for patches in subsets:
+            for part in self.parts(patches):
+                key = tuple(p.name for p in part)
+                if key not in self.memo:
+                    todo.setdefault(key, part)
+        jobs = [(self.base(part), part) for part in todo.values()]
+        for key, done in zip(todo, compose_many(jobs)):
+            if done is not None:  # the rest are composed alone when asked for, which names a failure
+                self.memo[key] = self._kept(done)
 
     def __call__(self, patches: list[Change]) -> Composed:
-        parts: dict[int, list[Change]] = {}
-        for p in patches:
-            parts.setdefault(self.groups[p.name], []).append(p)
         contents: dict[str, bytes | None] = {}
         offsets = []
-        for part in parts.values():
+        for part in self.parts(patches):
             key = tuple(p.name for p in part)
             if key not in self.memo:
                 try:
-                    self.memo[key] = compose({f: self.read(f) for f in _files(part)}, part)
+                    self.memo[key] = self._kept(compose(self.base(part), part))
                 except Conflict as e:
                     self.memo[key] = e
             done = self.memo[key]
             if isinstance(done, Conflict):
-                return compose({f: self.read(f) for f in _files(patches)}, patches)
+                return compose(self.base(patches), patches)
             contents.update(done.contents)
             offsets += done.offsets
         at = {p.name: i for i, p in enumerate(patches)}
         offsets.sort(key=lambda o: at[o.patch])  # stable: the order one compose of the subset reports them in
         return Composed(contents, offsets)
+
+    def _kept(self, done: Composed) -> Composed:
+        for f, data in done.contents.items():
+            if data is not None:
+                done.contents[f] = self.versions.setdefault(data, data)
+        return done
 
 
 def _files(patches: list[Change]) -> list[str]:
@@ -144,7 +175,7 @@ def _files(patches: list[Change]) -> list[str]:
 
 def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
     rep = CheckReport(version)
-    compiled: set[int] = set()
+    compiled: set[bytes] = set()  # contents, not hashes: a collision must not skip a compile
     for p in m.patches:
         if isinstance(p, UpstreamedPatch):
             res = prove(p, read)
@@ -156,8 +187,9 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
                     CheckItem("overlay", p.name, False, f"{f} exists upstream: the overlay would replace it")
                 )
     compose_set = GroupComposer(read, file_groups(m))
-    for label, names in subsets_that_matter(m):
-        patches = list(m.changes(names))
+    subsets = [(label, list(m.changes(names))) for label, names in subsets_that_matter(m)]
+    compose_set.prepare(order for _, patches in subsets for order in (patches, patches[::-1]))
+    for label, patches in subsets:
         try:
             composed = compose_set(patches)
         except Conflict as e:
@@ -184,8 +216,8 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
             except Conflict as e:
                 rep.items.append(CheckItem("order", label, False, f"does not apply in reverse order: {e}"))
         for f, data in composed.contents.items():
-            if f.endswith(".py") and data is not None and hash(data) not in compiled:
-                compiled.add(hash(data))
+            if f.endswith(".py") and data is not None and data not in compiled:
+                compiled.add(data)
                 try:
                     compile(data, f, "exec", dont_inherit=True)
                 except SyntaxError as e:

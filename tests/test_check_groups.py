@@ -4,13 +4,18 @@ a patch that only fails after another, a patch that breaks the syntax, offsets."
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 from conftest import ROOT
 
-from sglang_overlay import compat
+from sglang_overlay import compat, scratch
 from sglang_overlay import compose as compose_mod
+from sglang_overlay import compose_many as compose_many_mod
 from sglang_overlay.compose import compose
 from sglang_overlay.diffgen import make_diff
+from sglang_overlay.errors import Conflict
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest
 
@@ -35,6 +40,9 @@ class WholeSubset:
 
     def __init__(self, read, groups):
         self.read = read
+
+    def prepare(self, subsets):
+        pass
 
     def __call__(self, patches):
         return compose({f: self.read(f) for f in {f for p in patches for f in p.files}}, patches)
@@ -90,16 +98,32 @@ def test_the_real_patch_set(project_manifest, read, monkeypatch):
     same_findings(fast, slow)
 
 
+def counted(monkeypatch) -> dict[str, list]:
+    """The parts check composes: each batch of `compose_many` (its jobs' sizes), and each `compose` alone."""
+    calls: dict[str, list] = {"batches": [], "alone": []}
+    real_many, real_compose = compat.compose_many, compat.compose
+
+    def many(jobs):
+        calls["batches"].append([len(ps) for _, ps in jobs])
+        return real_many(jobs)
+
+    def alone(base, ps, **kw):
+        calls["alone"].append(len(ps))
+        return real_compose(base, ps, **kw)
+
+    monkeypatch.setattr(compat, "compose_many", many)
+    monkeypatch.setattr(compat, "compose", alone)
+    return calls
+
+
 def test_disjoint_patches_compose_once_each(tmp_path, read, monkeypatch):
     m = project(tmp_path, read, {f"d{i}": {f: edit(read(f), 30, f"# disjoint {i}")} for i, f in enumerate(FILES)})
-    calls = []
-    real_compose = compat.compose
-    monkeypatch.setattr(compat, "compose", lambda base, ps, **kw: calls.append(len(ps)) or real_compose(base, ps, **kw))
+    calls = counted(monkeypatch)
     fast = compat.check_pin(m, read, "0.5.17")
     n = len(FILES)
-    # alone, full, reverse order and leave-one-out all reuse the N one-patch compositions
-    assert calls == [1] * n, calls
-    monkeypatch.setattr(compat, "compose", real_compose)
+    # alone, full, reverse order and leave-one-out all reuse the N one-patch compositions, made in one batch
+    assert calls == {"batches": [[1] * n], "alone": []}, calls
+    monkeypatch.undo()
     fast2, slow = both(m, read, monkeypatch)
     assert fast.ok and [i.subject for i in fast.items] == [i.subject for i in fast2.items]
     same_findings(fast2, slow)
@@ -112,15 +136,16 @@ def test_shared_file_group_pays_for_pairs_alone(tmp_path, read, monkeypatch):
     patches |= {f"d{i}": {f: edit(read(f), 30, f"# disjoint {i}")} for i, f in enumerate(FILES[2:])}
     patches["both"] = {topk: edit(read(topk), 40, "# both"), sa: edit(read(sa), 900, "# both")}
     m = project(tmp_path, read, patches)
-    calls = []
-    real_compose = compat.compose
-    monkeypatch.setattr(compat, "compose", lambda base, ps, **kw: calls.append(len(ps)) or real_compose(base, ps, **kw))
+    calls = counted(monkeypatch)
     fast = compat.check_pin(m, read, "0.5.17")
     assert fast.ok, [i for i in fast.items if not i.ok]
-    # the disjoint ones once each; the group of four (s0, s1, s2, both: one file in common) its subsets
-    assert calls.count(1) == len(FILES) - 2 + 4 and max(calls) == 4
+    # the disjoint ones once each; the group of four (s0, s1, s2, both: one file in common) its subsets, each in
+    # manifest and in reverse order: alone 4, pairs 6 (x2), leave-one-out 4 (x2), the group whole (x2)
+    [sizes] = calls["batches"]
+    assert calls["alone"] == [] and sizes.count(1) == len(FILES) - 2 + 4 and max(sizes) == 4
+    assert sorted(sizes) == sorted([1] * 8 + [2] * 12 + [3] * 8 + [4] * 2)
     assert {i.subject for i in fast.items if i.what == "pair"} >= {"pair: s0+s1", "pair: s1+both"}
-    monkeypatch.setattr(compat, "compose", real_compose)
+    monkeypatch.undo()
     same_findings(*both(m, read, monkeypatch))
 
 
@@ -190,3 +215,138 @@ def test_a_syntax_error_and_offsets(tmp_path, read, monkeypatch):
     whole = WholeSubset(read, None)(ps)
     assert [o.patch for o in by_group.offsets] == ["m1", "m2", "m3"] and by_group.offsets == whole.offsets
     assert by_group.contents == whole.contents
+
+
+def top_level_slots(data: bytes) -> list[int]:
+    """Lines before which a new module-level statement fits: a `def`/`class` at column 0 after a blank line."""
+    lines = data.decode().splitlines()
+    return [i for i in range(1, len(lines)) if lines[i].startswith(("def ", "class ")) and not lines[i - 1].strip()]
+
+
+def test_a_syntax_error_only_in_one_pair_is_found_in_each_subset_that_has_it(tmp_path, read, monkeypatch):
+    """`assign` and `declare` each compile alone, but not together (a module-level name assigned before its
+    `global` declaration): every subset holding both must fail to compile, no other. A skipped combination, or
+    the bytes of one combination compiled for another, would miss it or blame the wrong subset."""
+    topk = FILES[1]
+    slots = top_level_slots(read(topk))
+    names = {
+        "assign": {topk: edit(read(topk), slots[1], "_sglang_overlay_planted = 1")},
+        "b1": {topk: edit(read(topk), slots[3], "# a bystander on the same file")},
+        "b2": {topk: edit(read(topk), slots[4], "# another")},
+        "declare": {topk: edit(read(topk), slots[-1], "global _sglang_overlay_planted")},
+        "elsewhere": {FILES[3]: edit(read(FILES[3]), 30, "# another group")},
+    }
+    m = project(tmp_path, read, names)
+    for name, changes in names.items():
+        compile(changes[next(iter(changes))], name, "exec")  # each alone is valid Python
+    fast, slow = both(m, read, monkeypatch)
+    failed = {i.subject for i in fast.items if i.what == "compile" and not i.ok}
+    # each distinct version is compiled once, under the first subset that has it (leave-one-out -elsewhere has
+    # the full set's version of topk.py); the pair's version is in no other subset
+    assert failed == {
+        f"full set: {topk}",
+        f"leave-one-out: -b1: {topk}",
+        f"leave-one-out: -b2: {topk}",
+        f"pair: assign+declare: {topk}",
+        "all composed Python files",
+    }, failed
+    lines = {
+        1 + slots[-1] + k for k in (1, 2, 3)
+    }  # the `global` line, below the one to three lines the others inserted above it
+    details = {
+        i.detail for i in fast.items if i.what == "compile" and not i.ok and i.subject != "all composed Python files"
+    }
+    assert details == {
+        f"line {n}: name '_sglang_overlay_planted' is assigned to before global declaration" for n in lines
+    }
+    assert all(i.ok for i in fast.items if i.what != "compile")
+    same_findings(fast, slow)
+
+
+def jobs_of(m, read, sets):
+    return [({f: read(f) for p in ps for f in m.patch(p).files}, [m.patch(p) for p in ps]) for ps in sets]
+
+
+def test_compose_many_gives_what_compose_gives_job_by_job(tmp_path, read, monkeypatch):
+    """Each job of one batch against `compose` of it alone: bytes, offsets (one diff made against a shifted
+    copy), a file created and one deleted, several patches on one file in both orders. A job that fails is left
+    for `compose` (None) and costs one more git call; the jobs after it are still settled."""
+    sa, topk, qwen = FILES[0], FILES[1], FILES[3]
+    names = {
+        "s0": {sa: edit(read(sa), 100, "# s0")},
+        "s1": {sa: edit(read(sa), 300, "# s1")},
+        "clash": {sa: edit(read(sa), 300, "# clash", replace=True)},
+        "new": {"python/sglang/srt/planted_new.py": b"x = 1\n", topk: edit(read(topk), 40, "# new")},
+        "gone": {FILES[5]: None},
+        "m1": {qwen: b""},
+    }
+    project(tmp_path, read, names)
+    (tmp_path / "patches" / "m1.patch").write_text(f"Description: m1\n---\n{moved(read, qwen, 90, 'm1')}")
+    m = load_manifest(tmp_path / "manifest.yaml")
+    sets = [["s0", "s1"], ["s1", "s0"], ["s1", "clash"], ["new", "m1"], ["gone"], ["s0"], ["m1", "s0", "new"]]
+    jobs = jobs_of(m, read, sets)
+    calls = []
+    real_git = compose_many_mod.git_outside_repo
+    monkeypatch.setattr(compose_many_mod, "git_outside_repo", lambda *a, **kw: calls.append(a[0]) or real_git(*a, **kw))
+    got = compose_many_mod.compose_many(jobs)
+    assert calls.count("apply") == 2, calls  # the clash stops the first call: the rest go to a second one
+    for names_, (base, ps), many in zip(sets, jobs, got):
+        if names_ == ["s1", "clash"]:
+            assert many is None
+            with pytest.raises(Conflict, match="clash does not apply cleanly"):
+                compose(base, ps)
+            continue
+        alone = compose(base, ps)
+        assert many is not None and many.contents == alone.contents and many.offsets == alone.offsets, names_
+    assert got[3].contents["python/sglang/srt/planted_new.py"] == b"x = 1\n" and got[4].contents[FILES[5]] is None
+    assert [o.patch for o in got[3].offsets] == ["m1"] and got[0].contents == got[1].contents
+
+
+def test_compose_many_leaves_what_it_cannot_do_to_compose(tmp_path, read, monkeypatch):
+    topk = FILES[1]
+    m = project(tmp_path, read, {"a": {topk: edit(read(topk), 40, "# a")}})
+    jobs = jobs_of(m, read, [["a"], ["a"]])
+    assert all(compose_many_mod.compose_many(jobs))
+    # a global gitattributes file could treat the renamed paths otherwise: then nothing is batched
+    (tmp_path / "xdg" / "git").mkdir(parents=True)
+    (tmp_path / "xdg" / "git" / "attributes").write_text("*.py text\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert compose_many_mod.compose_many(jobs) == [None, None]
+    monkeypatch.undo()
+    # no room in $TMPDIR for every copy at once: nothing settled, nothing left behind, and check still holds
+    writes = []
+
+    def full(path, data):
+        writes.append(path)
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(compose_many_mod, "write_plain", full)
+    before = set(os.listdir(scratch.root()))
+    assert compose_many_mod.compose_many(jobs) == [None, None] and writes
+    assert set(os.listdir(scratch.root())) <= before
+    rep = compat.check_pin(m, read, "0.5.17")
+    assert rep.ok and [i.subject for i in rep.items][:1] == ["alone: a"]
+
+
+def test_move_paths_renames_headers_only():
+    body = (
+        b"diff --git a/x/f.py b/x/f.py\nindex 1..2 100644\n--- a/x/f.py\n+++ b/x/f.py\n@@ -1,2 +1,2 @@ def f(\n"
+        b" keep\n--- a/x/f.py\n+++ b/x/f.py\n\\ No newline at end of file\n"
+        b"diff --git a/n.py b/n.py\nnew file mode 100644\n--- /dev/null\n+++ b/n.py\n@@ -0,0 +1 @@\n+x\n"
+    )
+    names = {b"x/f.py": b"0.0", b"n.py": b"0.1"}
+    moved_body = compose_many_mod.move_paths(body, names)
+    assert moved_body == (
+        b"diff --git a/0.0 b/0.0\nindex 1..2 100644\n--- a/0.0\n+++ b/0.0\n@@ -1,2 +1,2 @@ def f(\n"
+        b" keep\n--- a/x/f.py\n+++ b/x/f.py\n\\ No newline at end of file\n"  # hunk lines: a removed `-- a/...`
+        b"diff --git a/0.1 b/0.1\nnew file mode 100644\n--- /dev/null\n+++ b/0.1\n@@ -0,0 +1 @@\n+x\n"
+    )
+    for bad in (
+        body.replace(b"@@ -1,2 +1,2 @@", b"@@ -1,3 +1,2 @@"),  # counts that do not fit the hunk
+        body.replace(b"@@ -1,2 +1,2 @@", b"@@ -1,1 +1,2 @@"),
+        body.replace(b"index 1..2 100644\n", b"similarity index 90%\nrename from x/f.py\n"),
+        body.replace(b"diff --git a/n.py b/n.py", b'diff --git "a/n\\tpy" "b/n\\tpy"'),
+        body + b"diff --git a/z.py b/z.py\nBinary files a/z.py and b/z.py differ\n",
+        body.replace(b"+++ b/n.py", b"+++ b/other.py"),  # a path it was not told about
+    ):
+        assert compose_many_mod.move_paths(bad, names) is None, bad

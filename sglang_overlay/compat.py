@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from .carry import carry
+from .compilecache import Compiler, verdict_file
 from .compose import Composed, compose
 from .compose_many import compose_many
 from .errors import Conflict
@@ -173,8 +174,9 @@ def _files(patches: list[Change]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 
-def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
+def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None = None) -> CheckReport:
     rep = CheckReport(version)
+    compiler = compiler or Compiler(verdict_file())
     compiled: set[bytes] = set()  # contents, not hashes: a collision must not skip a compile
     for p in m.patches:
         if isinstance(p, UpstreamedPatch):
@@ -218,16 +220,18 @@ def check_pin(m: Manifest, read: Reader, version: str) -> CheckReport:
         for f, data in composed.contents.items():
             if f.endswith(".py") and data is not None and data not in compiled:
                 compiled.add(data)
-                try:
-                    compile(data, f, "exec", dont_inherit=True)
-                except SyntaxError as e:
-                    rep.items.append(CheckItem("compile", f"{label}: {f}", False, f"line {e.lineno}: {e.msg}"))
+                error = compiler.error(data, f)
+                if error is not None:
+                    rep.items.append(CheckItem("compile", f"{label}: {f}", False, error))
+    compiler.save()
+    known = len(compiled) - compiler.compiled
     rep.items.append(
         CheckItem(
             "compile",
             "all composed Python files",
             all(i.ok for i in rep.items if i.what == "compile"),
-            f"{len(compiled)} distinct file version(s) byte-compile",
+            f"{len(compiled)} distinct file version(s) byte-compile"
+            + (f" ({known} of them known to compile from earlier runs: the same bytes, this Python)" if known else ""),
         )
     )
     return rep

@@ -145,33 +145,66 @@ def move_paths(body: bytes, names: Mapping[bytes, bytes]) -> bytes | None:
 
 
 def _run(chunk: list[_Ready], out: list[Composed | None]) -> None:
+    """All the jobs as one input first (one file, and git checks every diff before it writes any); if that
+    fails, on fresh copies, an input per job, so that one failing job does not hold back the others."""
     holder = scratch_dirs.make("compose-many")
-    tree = holder / "tree"
     try:
         try:
-            tree.mkdir()
-            for r in chunk:
-                for f, data in r.base.items():
-                    if data is not None:
-                        write_plain(tree / r.names[f], data)
-                write_plain(holder / f"{r.k}.patch", r.body)
+            originals = _originals(holder, chunk)
+            write_plain(holder / "all.patch", b"".join(r.body for r in chunk))
+            tree = _copies(holder / "all", chunk, originals)
         except OSError:
             return  # no room for every copy at once: `compose` of each needs less
-        todo = chunk
+        done, todo = _apply(tree, chunk, ["../all.patch"], originals)
+        if todo:
+            try:
+                for r in todo:
+                    write_plain(holder / f"{r.k}.patch", r.body)
+                tree = _copies(holder / "each", todo, originals)
+            except OSError:
+                todo = []
         while todo:
-            done, todo = _apply(tree, todo)
-            for r, result in done:
-                out[r.k] = result
+            more, todo = _apply(tree, todo, [f"../{r.k}.patch" for r in todo], originals)
+            done += more
+        for r, result in done:
+            out[r.k] = result
     finally:
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _apply(tree: Path, todo: list[_Ready]) -> tuple[list[tuple[_Ready, Composed]], list[_Ready]]:
-    """One `git apply` of the jobs' inputs in turn: (settled jobs, jobs still to try). git stops at the first
-    input that fails, the ones before it written and it not at all: the jobs before the failing one are settled,
-    the failing one is left to `compose` (for its message), and those after it, untouched, go to the next call."""
-    res = git_outside_repo("apply", "--verbose", "--whitespace=nowarn", *(f"../{r.k}.patch" for r in todo), cwd=tree)
+def _originals(holder: Path, chunk: list[_Ready]) -> dict[bytes, Path]:
+    """One file per distinct content: every job's copy is a hard link to it. git replaces a file it patches
+    (unlinks it, writes a new one), so a link never changes what the others read; `_apply` makes sure."""
+    (holder / "orig").mkdir()
+    originals: dict[bytes, Path] = {}
+    for r in chunk:
+        for data in r.base.values():
+            if data is not None and data not in originals:
+                originals[data] = holder / "orig" / str(len(originals))
+                write_plain(originals[data], data)
+    return originals
+
+
+def _copies(tree: Path, chunk: list[_Ready], originals: dict[bytes, Path]) -> Path:
+    tree.mkdir()
+    for r in chunk:
+        for f, data in r.base.items():
+            if data is not None:
+                os.link(originals[data], tree / r.names[f])
+    return tree
+
+
+def _apply(
+    tree: Path, todo: list[_Ready], inputs: list[str], originals: dict[bytes, Path]
+) -> tuple[list[tuple[_Ready, Composed]], list[_Ready]]:
+    """One `git apply` of `inputs` (the jobs' diffs in turn): (settled jobs, jobs still to try). git stops at
+    the first input that fails, the ones before it written and it not at all: the jobs before the failing one
+    are settled, the failing one is left to `compose` (for its message), and the jobs after it, untouched, go to
+    the next call. With a single input, a failure settles nothing and leaves every job to try again."""
+    res = git_outside_repo("apply", "--verbose", "--whitespace=nowarn", *inputs, cwd=tree)
     output = res.stdout + res.stderr
+    if res.returncode != 0 and len(inputs) == 1 and len(todo) > 1:
+        return [], todo
     expected = [(i, n, f) for i, r in enumerate(todo) for n, (_, fs) in enumerate(r.diffs) for f in fs]
     parts: dict[tuple[int, int], list[str]] = {}
     at = -1
@@ -192,12 +225,21 @@ def _apply(tree: Path, todo: list[_Ready]) -> tuple[list[tuple[_Ready, Composed]
         return [], []  # a full or read-only scratch: `compose` of each says so
     else:
         failing = expected[at][0]
+    if any(_changed(path, data) for data, path in originals.items()):
+        return [], []  # a git that wrote through a link: every copy is suspect
     settled = []
     for i, r in enumerate(todo[:failing]):
         composed = _collect(tree, r, ["\n".join(parts.get((i, n), [])) for n in range(len(r.diffs))])
         if composed is not None:
             settled.append((r, composed))
     return settled, todo[failing + 1 :]
+
+
+def _changed(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() != data
+    except OSError:
+        return True
 
 
 def _collect(tree: Path, r: _Ready, outputs: list[str]) -> Composed | None:

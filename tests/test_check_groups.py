@@ -5,14 +5,17 @@ a patch that only fails after another, a patch that breaks the syntax, offsets."
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import sys
 
 import pytest
 from conftest import ROOT
 
-from sglang_overlay import compat, scratch
+from sglang_overlay import compat, compilecache
 from sglang_overlay import compose as compose_mod
 from sglang_overlay import compose_many as compose_many_mod
+from sglang_overlay.compilecache import Compiler
 from sglang_overlay.compose import compose
 from sglang_overlay.diffgen import make_diff
 from sglang_overlay.errors import Conflict
@@ -49,11 +52,11 @@ class WholeSubset:
 
 
 def both(m, read, monkeypatch):
-    fast = compat.check_pin(m, read, "0.5.17")
+    fast = compat.check_pin(m, read, "0.5.17", Compiler(None))  # every version compiled, no verdict kept
     with monkeypatch.context() as mp:
         mp.setattr(compat, "GroupComposer", WholeSubset)
         mp.setattr(compose_mod, "_batchable", lambda patches: False)  # and one `git apply` per patch
-        slow = compat.check_pin(m, read, "0.5.17")
+        slow = compat.check_pin(m, read, "0.5.17", Compiler(None))
     return fast, slow
 
 
@@ -289,7 +292,9 @@ def test_compose_many_gives_what_compose_gives_job_by_job(tmp_path, read, monkey
     real_git = compose_many_mod.git_outside_repo
     monkeypatch.setattr(compose_many_mod, "git_outside_repo", lambda *a, **kw: calls.append(a[0]) or real_git(*a, **kw))
     got = compose_many_mod.compose_many(jobs)
-    assert calls.count("apply") == 2, calls  # the clash stops the first call: the rest go to a second one
+    # all jobs as one input fail for the clash; then an input each: the clash stops the second call, the jobs
+    # after it go to a third
+    assert calls.count("apply") == 3, calls
     for names_, (base, ps), many in zip(sets, jobs, got):
         if names_ == ["s1", "clash"]:
             assert many is None
@@ -321,9 +326,10 @@ def test_compose_many_leaves_what_it_cannot_do_to_compose(tmp_path, read, monkey
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(compose_many_mod, "write_plain", full)
-    before = set(os.listdir(scratch.root()))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     assert compose_many_mod.compose_many(jobs) == [None, None] and writes
-    assert set(os.listdir(scratch.root())) <= before
+    assert os.listdir(tmp_path / "tmp") == []
     rep = compat.check_pin(m, read, "0.5.17")
     assert rep.ok and [i.subject for i in rep.items][:1] == ["alone: a"]
 
@@ -350,3 +356,57 @@ def test_move_paths_renames_headers_only():
         body.replace(b"+++ b/n.py", b"+++ b/other.py"),  # a path it was not told about
     ):
         assert compose_many_mod.move_paths(bad, names) is None, bad
+
+
+def test_compile_verdicts_kept_between_runs_failures_compiled_each_time(tmp_path, read):
+    topk, qwen = FILES[1], FILES[3]
+    m = project(
+        tmp_path,
+        read,
+        {"good": {topk: edit(read(topk), top_level_slots(read(topk))[1], "# fine")}, "bad": {qwen: b""}},
+    )
+    (tmp_path / "patches" / "bad.patch").write_text(
+        "Description: bad\n---\n" + make_diff({qwen: read(qwen)}, {qwen: edit(read(qwen), 30, "def (:")})
+    )
+    m = load_manifest(tmp_path / "manifest.yaml")
+    path = tmp_path / "cache" / "verdicts.txt"
+    first = Compiler(path)
+    rep1 = compat.check_pin(m, read, "0.5.17", first)
+    # two distinct versions (topk.py with `good`, qwen2_moe.py with `bad`: the full set has the same), one fails
+    assert first.compiled == 2 and len(path.read_bytes().splitlines()) == 1 and not rep1.ok
+    second = Compiler(path)
+    rep2 = compat.check_pin(m, read, "0.5.17", second)
+    assert second.compiled == 1  # the failing one again (its message this run's); the good one is known
+    items = [(i.what, i.subject, i.ok, i.detail) for i in rep1.items]
+    assert [(i.what, i.subject, i.ok, i.detail) for i in rep2.items][:-1] == items[:-1]
+    assert rep2.items[-1].detail.endswith("(1 of them known to compile from earlier runs: the same bytes, this Python)")
+    assert f"alone: bad: {qwen}" in {i.subject for i in rep2.items if not i.ok}
+
+
+def test_compiler_reads_only_whole_digests_and_starts_over_when_full(tmp_path, monkeypatch):
+    path = tmp_path / "v.txt"
+    ok, other, bad = b"x = 1\n", b"y = 2\n", b"def (:\n"
+    c = Compiler(path)
+    assert c.error(ok, "f.py") is None and c.error(bad, "f.py") == "line 1: invalid syntax" and c.compiled == 2
+    assert "null bytes" in (c.error(b"x = 1\0\n", "f.py") or "")  # a message, not an exception
+    c.save()
+    digest = path.read_bytes().strip()
+    assert digest == hashlib.sha256(ok).hexdigest().encode()
+    # a torn line (a killed or full write) and garbage: ignored; the whole digest still counts
+    path.write_bytes(b"garbage\n" + digest[:40] + b"\n" + digest + b"\n" + digest[:63])
+    again = Compiler(path)
+    assert again.error(ok, "f.py") is None and again.compiled == 0
+    assert again.error(other, "g.py") is None and again.compiled == 1
+    monkeypatch.setattr(compilecache, "KEEP", 4)
+    again.save()  # 4 lines were there, one more is over KEEP: the file starts over with this run's
+    assert path.read_bytes() == hashlib.sha256(other).hexdigest().encode() + b"\n"
+    # a cache directory that cannot be written: nothing kept, nothing raised
+    (tmp_path / "blocker").write_text("a file where the directory would be")
+    stuck = Compiler(tmp_path / "blocker" / "v.txt")
+    assert stuck.error(ok, "f.py") is None
+    stuck.save()
+    assert Compiler(None).error(ok, "f.py") is None  # no path: nothing read, nothing saved
+    # another interpreter build reads another file
+    here = compilecache.verdict_file()
+    monkeypatch.setattr(sys, "version", sys.version + " (another build)")
+    assert compilecache.verdict_file() != here and compilecache.verdict_file().parent == here.parent

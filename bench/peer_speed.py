@@ -4,11 +4,13 @@ Per patch set (the real one, and synthetic sets of N one-hunk patches on disjoin
   cycle   ours `apply --all` + `revert --all`  |  quilt `push -a` + `pop -a`  |  StGit `stg push -a` + `stg pop -a`
           |  plain `git apply` of the whole stack once each way
   status  ours `status`  |  `quilt applied`
-  check   ours `check` (no peer has one: its growth with N is the figure)
+  check   ours `check` (no peer has one: its growth with N is the figure); `check-cold` the same with the
+          compile verdicts of earlier runs removed before each run (what a fresh CI machine pays)
 Each repetition runs every tool once, in an order rotated per repetition, so drift in the machine's speed hits all
 of them alike; a ratio is taken per repetition (ours / peer) and its median printed. Every run is a fresh process
 (interpreter start-up included, bytecode cached as an installed package has it: a warm-up run writes it).
-Peak memory is each child's ru_maxrss (os.wait4), the largest over the runs.
+Peak memory is each child's ru_maxrss (os.wait4), the largest over the runs; CPU time is the child's user + system
+time (its own git children included), which a busy machine changes less than the wall time.
 
 The peers get the same change as ours: the real set is exported as a stack of git diffs by applying our patches
 one by one in a scratch clone (overlay files included, the identity file left out), so quilt and StGit push
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,12 +185,13 @@ def prepare(work: Path, pristine: Path, ps: PatchSet) -> dict[str, Path]:
 
 def commands(ps: PatchSet, trees: dict[str, Path], tools: dict[str, list[str]]) -> dict[str, dict[str, list]]:
     """op -> contender -> [(argv, cwd, exit codes accepted), ...] (run in sequence: one timed figure)."""
-    ops: dict[str, dict[str, list]] = {"cycle": {}, "status": {}, "check": {}}
+    ops: dict[str, dict[str, list]] = {"cycle": {}, "status": {}, "check": {}, "check-cold": {}}
     for who, tool in tools.items():
         base = [*tool, "--manifest", str(ps.manifest), "--tree", str(trees["ours"])]
         ops["cycle"][who] = [([*base, "apply", "--all"], REPO, (0,)), ([*base, "revert", "--all"], REPO, (0,))]
         ops["status"][who] = [([*base, "status"], REPO, (0,))]
         ops["check"][who] = [([*tool, "--manifest", str(ps.manifest), "check"], REPO, (0,))]
+        ops["check-cold"][who] = ops["check"][who]
     ops["cycle"]["quilt"] = [
         (["quilt", "push", "-aq"], trees["quilt"], (0,)),
         (["quilt", "pop", "-aq"], trees["quilt"], (0,)),
@@ -205,12 +209,17 @@ def commands(ps: PatchSet, trees: dict[str, Path], tools: dict[str, list[str]]) 
     return ops
 
 
-def measure(contenders: dict[str, list], runs: int, warmup: int = 1) -> dict[str, Timing]:
+def measure(
+    contenders: dict[str, list], runs: int, warmup: int = 1, before: Callable[[], None] | None = None
+) -> dict[str, Timing]:
+    """`before` (untimed) runs ahead of each contender's every run."""
     out = {who: Timing() for who in contenders}
     names = list(contenders)
     for rep in range(-warmup, runs):
         k = rep % len(names)
         for who in names[k:] + names[:k]:  # rotated: none always runs first, after a tool that warmed the cache
+            if before is not None:
+                before()
             total, peak, cpu = 0.0, 0, 0.0
             for argv, cwd, ok in contenders[who]:
                 dt, rss, used = run_timed(argv, cwd, ok)
@@ -220,6 +229,13 @@ def measure(contenders: dict[str, list], runs: int, warmup: int = 1) -> dict[str
                 out[who].cpu_s.append(cpu)
                 out[who].peak_kib = max(out[who].peak_kib, peak)
     return out
+
+
+def forget_compile_verdicts() -> None:
+    """What `check-cold` removes before each run: the verdicts `check` keeps between runs (compilecache)."""
+    from sglang_overlay.compilecache import verdict_file
+
+    shutil.rmtree(verdict_file().parent, ignore_errors=True)
 
 
 def ratios(res: dict[str, Timing], ours: str, what: str = "runs_s") -> dict[str, float]:
@@ -236,10 +252,11 @@ def ratios(res: dict[str, Timing], ours: str, what: str = "runs_s") -> dict[str,
 def radar_peak(tool: list[str], manifest: Path, versions: list[str], runs: int) -> Timing:
     t = Timing()
     for _ in range(runs + 1):
-        dt, rss, _ = run_timed([*tool, "--manifest", str(manifest), "check", "--against", *versions], REPO)
+        dt, rss, cpu = run_timed([*tool, "--manifest", str(manifest), "check", "--against", *versions], REPO)
         t.runs_s.append(dt)
+        t.cpu_s.append(cpu)
         t.peak_kib = max(t.peak_kib, rss)
-    t.runs_s = t.runs_s[1:]
+    t.runs_s, t.cpu_s = t.runs_s[1:], t.cpu_s[1:]
     return t
 
 
@@ -251,7 +268,7 @@ def add_cli(sub) -> None:
     p.add_argument("--tool-before", default=None, help="a second apply.py (e.g. main's) timed in the same loop")
     p.add_argument("--runs", type=int, default=11)
     p.add_argument("--sets", default="real", help="comma list: real, 10, 30, 100 (disjoint), 10s, 30s, 100s (shared)")
-    p.add_argument("--ops", default="cycle,status,check")
+    p.add_argument("--ops", default="cycle,status,check", help="comma list: cycle, status, check, check-cold")
     p.add_argument("--check-runs", type=int, default=3, help="repetitions of `check` (slow on big sets)")
     p.add_argument("--peers", default="quilt,stgit,git-apply", help="which peers (quilt's cycle at 100 takes ~10 s)")
     p.add_argument("--radar", default=None, help="comma list of releases: peak memory of `check --against` them")
@@ -286,7 +303,8 @@ def _cli(a) -> int:
             rec: dict[str, object] = {"patches": ps.n}
             payload["sets"][ps.label] = rec
             for op in [o for o in a.ops.split(",") if o]:
-                res = measure(ops[op], a.check_runs if op == "check" else a.runs)
+                cold = forget_compile_verdicts if op == "check-cold" else None
+                res = measure(ops[op], a.check_runs if op.startswith("check") else a.runs, before=cold)
                 rat, cpu_rat = ratios(res, "ours"), ratios(res, "ours", "cpu_s")
                 rec[op] = {
                     who: {

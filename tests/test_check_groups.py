@@ -318,6 +318,18 @@ def test_compose_many_leaves_what_it_cannot_do_to_compose(tmp_path, read, monkey
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     assert compose_many_mod.compose_many(jobs) == [None, None]
     monkeypatch.undo()
+    # a git that wrote through the hard links (into the one original every copy shares): nothing is settled
+    real_git = compose_many_mod.git_outside_repo
+
+    def through_links(*args, cwd):
+        res = real_git(*args, cwd=cwd)
+        for f in (cwd.parent / "orig").iterdir() if args[0] == "apply" else ():
+            f.write_bytes(f.read_bytes() + b"# written through a link\n")
+        return res
+
+    monkeypatch.setattr(compose_many_mod, "git_outside_repo", through_links)
+    assert compose_many_mod.compose_many(jobs) == [None, None]
+    monkeypatch.undo()
     # no room in $TMPDIR for every copy at once: nothing settled, nothing left behind, and check still holds
     writes = []
 

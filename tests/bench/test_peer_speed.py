@@ -3,8 +3,11 @@ real 0.5.17 tree (each passes `check`, and shared ones do share files), and its 
 
 from __future__ import annotations
 
-from bench.peer_speed import REPO, Timing, ratios, synthetic
+import sys
+
+from bench.peer_speed import REPO, Timing, forget_compile_verdicts, measure, ratios, synthetic
 from sglang_overlay.compat import check_pin, file_groups
+from sglang_overlay.compilecache import verdict_file
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest
 
@@ -29,3 +32,22 @@ def test_ratios_are_taken_pair_by_pair():
     # the CPU times are paired the same way (a run with no CPU time to divide by is left out)
     res = {"ours": Timing([1.0], cpu_s=[0.2, 0.3, 0.9]), "peer": Timing([1.0], cpu_s=[0.4, 0.0, 0.3])}
     assert ratios(res, "ours", "cpu_s") == {"peer": 1.75}
+
+
+def test_measure_runs_before_untimed_ahead_of_each_run_and_keeps_cpu(tmp_path):
+    calls = []
+    spin = [sys.executable, "-c", "import time; t = time.process_time()\nwhile time.process_time() - t < 0.05: pass"]
+    res = measure({"a": [(spin, tmp_path, (0,))], "b": [(["true"], tmp_path, (0,))]}, 2, before=lambda: calls.append(1))
+    assert len(calls) == 2 * 3  # two contenders, a warm-up and two runs each
+    assert len(res["a"].cpu_s) == len(res["a"].runs_s) == 2
+    assert min(res["a"].cpu_s) >= 0.05 > max(res["b"].cpu_s)  # the child's own CPU, not the bench's
+
+
+def test_check_cold_forgets_only_the_compile_verdicts(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path))
+    verdicts = verdict_file()
+    verdicts.parent.mkdir(parents=True)
+    verdicts.write_text("0" * 64 + "\n")
+    (tmp_path / "wheels").mkdir()
+    forget_compile_verdicts()
+    assert not verdicts.parent.exists() and (tmp_path / "wheels").is_dir()

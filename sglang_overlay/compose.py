@@ -1,7 +1,7 @@
 """Pristine contents + enabled patches (manifest order) -> the contents of every touched file.
 
-This is the only place patches are applied, always by `git apply` with zero fuzz on scratch copies, so that any
-subset in any order gives the same bytes. A failure names the patch, file, hunk and enclosing Python symbol.
+This is the only place patches are applied (compose_many runs many such jobs in one process, for `check`), always
+by `git apply` with zero fuzz on scratch copies, so that any subset in any order gives the same bytes. A failure names the patch, file, hunk and enclosing Python symbol.
 """
 
 from __future__ import annotations

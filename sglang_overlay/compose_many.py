@@ -69,10 +69,14 @@ def compose_many(jobs: Sequence[Job]) -> list[Composed | None]:
 
 def attributes_may_apply() -> bool:
     """Whether a gitattributes file outside any repository could give a path its own treatment."""
-    if os.environ.get("GIT_ATTR_NOSYSTEM", "") in ("", "0", "false") and Path("/etc/gitattributes").exists():
-        return True
+    # git's environment is cleaned of GIT_* (gitcmd), so GIT_ATTR_NOSYSTEM never reaches it: look for both
+    # places a system file may be (Debian's /etc, or beside git's own prefix), then the user's
+    git = shutil.which("git")
+    system = [Path("/etc/gitattributes")] + (
+        [Path(git).resolve().parent.parent / "etc" / "gitattributes"] if git else []
+    )
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    if (xdg / "git" / "attributes").exists():
+    if any(p.exists() for p in [*system, xdg / "git" / "attributes"]):
         return True
     holder = scratch_dirs.make("attr")
     try:

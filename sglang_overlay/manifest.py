@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
 
@@ -224,10 +225,14 @@ class Manifest:
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.patches)
 
+    @cached_property
+    def _by_name(self) -> dict[str, Patch]:
+        # check looks patches up by name for each of its O(N) subsets of up to N patches: not a scan each time
+        return {p.name: p for p in self.patches}
+
     def patch(self, name: str) -> Patch:
-        for p in self.patches:
-            if p.name == name:
-                return p
+        if name in self._by_name:
+            return self._by_name[name]
         raise ManifestError(
             f"{self.path}: no patch named {name!r}{_did_you_mean(name, self.names)}",
             hint=f"`{prog()} status` lists the patches",

@@ -220,7 +220,7 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
         for f, data in composed.contents.items():
             if f.endswith(".py") and data is not None and data not in compiled:
                 compiled.add(data)
-                error = compiler.error(data, f)
+                error = compiler.error(data, f, compose_set.pristine.get(f))
                 if error is not None:
                     rep.items.append(CheckItem("compile", f"{label}: {f}", False, error))
     compiler.save()
@@ -231,7 +231,12 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
             "all composed Python files",
             all(i.ok for i in rep.items if i.what == "compile"),
             f"{len(compiled)} distinct file version(s) byte-compile"
-            + (f" ({known} of them known to compile from earlier runs: the same bytes, this Python)" if known else ""),
+            + (f" ({known} of them known to compile from earlier runs: the same bytes, this Python)" if known else "")
+            + (
+                f"; {compiler.by_region} proved by compiling their changed top-level statements"
+                if compiler.by_region
+                else ""
+            ),
         )
     )
     return rep

@@ -43,6 +43,7 @@ class WholeSubset:
 
     def __init__(self, read, groups):
         self.read = read
+        self.pristine = {}  # no pristine files: every version compiled whole, none from its changed region
 
     def prepare(self, subsets):
         pass
@@ -62,7 +63,13 @@ def both(m, read, monkeypatch):
 
 def same_findings(fast, slow):
     def key(i):
-        return (i.what, i.subject, i.ok, i.detail)
+        # the summary says how many versions the fast one proved from their changed statements: not a finding
+        return (
+            i.what,
+            i.subject,
+            i.ok,
+            i.detail.split("; ")[0] if i.subject == "all composed Python files" else i.detail,
+        )
 
     assert [key(i) for i in fast.items if i.what != "compile"] == [key(i) for i in slow.items if i.what != "compile"]
     # several files of one subset that fail to compile are listed in the order of a dict built from a set

@@ -47,6 +47,7 @@ class Compiler:
         self.compiled = 0  # versions proved this run (the rest were known)
         self.by_region = 0  # of them, from their changed top-level statements (compileregion)
         self._pristine: dict[bytes, compileregion.Pristine | None] = {}
+        self._versions: dict[bytes, int] = {}  # pristine file -> its versions compiled whole so far
 
     def error(self, data: bytes, filename: str, pristine: bytes | None = None) -> str | None:
         """None if `data` byte-compiles, else what is wrong with it ("line 12: invalid syntax"). With the
@@ -55,7 +56,9 @@ class Compiler:
         if key in self.known:
             return None
         self.compiled += 1
-        if pristine is not None:
+        # Reading the pristine file's statements costs about two compiles of it: worth it from the second
+        # version of a file on (a file that one patch changes has only one).
+        if pristine is not None and self._versions.setdefault(pristine, 0) >= 1:
             if pristine not in self._pristine:
                 self._pristine[pristine] = compileregion.pristine(pristine, filename)
             p = self._pristine[pristine]
@@ -64,6 +67,8 @@ class Compiler:
                 self.known.add(key)
                 self.new.append(key)
                 return None
+        if pristine is not None:
+            self._versions[pristine] += 1
         try:
             compile(data, filename, "exec", dont_inherit=True, optimize=0)
         except SyntaxError as e:

@@ -7,8 +7,8 @@ busy disk the directories and files cost more than git). A job this does not set
 diff does not apply, git says something unexpected) comes back None: the caller composes it alone, which says
 exactly why it fails.
 
-git reads gitattributes by path even outside a repository (a global attributes file can set eol or filters), so
-where such a file may exist the paths are not renamed and every job goes to `compose` as it is.
+git reads gitattributes by path even outside a repository, so renamed paths could be treated otherwise than
+their own names; gitcmd.git_outside_repo runs git blind to the user's and the system's attributes and config.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def compose_many(jobs: Sequence[Job]) -> list[Composed | None]:
     """What `compose(base, patches)` gives for each job, or None where this did not settle it."""
     out: list[Composed | None] = [None] * len(jobs)
     ready = [r for k, (base, patches) in enumerate(jobs) if (r := _prepare(k, base, list(patches))) is not None]
-    if not ready or attributes_may_apply():
+    if not ready:
         return out
     chunk: list[_Ready] = []
     size = 0
@@ -65,24 +65,6 @@ def compose_many(jobs: Sequence[Job]) -> list[Composed | None]:
     if chunk:
         _run(chunk, out)
     return out
-
-
-def attributes_may_apply() -> bool:
-    """Whether a gitattributes file outside any repository could give a path its own treatment."""
-    # git's environment is cleaned of GIT_* (gitcmd), so GIT_ATTR_NOSYSTEM never reaches it: look for both
-    # places a system file may be (Debian's /etc, or beside git's own prefix), then the user's
-    git = shutil.which("git")
-    system = [Path("/etc/gitattributes")] + (
-        [Path(git).resolve().parent.parent / "etc" / "gitattributes"] if git else []
-    )
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    if any(p.exists() for p in [*system, xdg / "git" / "attributes"]):
-        return True
-    holder = scratch_dirs.make("attr")
-    try:
-        return git_outside_repo("config", "--get", "core.attributesFile", cwd=holder).returncode != 1
-    finally:
-        shutil.rmtree(holder, ignore_errors=True)
 
 
 def _prepare(k: int, base: Mapping[str, bytes | None], patches: list[Change]) -> _Ready | None:

@@ -67,6 +67,15 @@ def git(
     return res
 
 
+# A user's or the system's git configuration and attributes must not change what a patch program writes:
+# `* eol=crlf` in ~/.config/git/attributes, core.autocrlf or apply.whitespace=error in ~/.gitconfig made
+# `git apply` in a scratch directory write CRLF or refuse a diff that applies everywhere else.
+_NO_USER_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1"}
+
+
 def git_outside_repo(*args: str, cwd: Path) -> GitResult:
-    """Run git in a scratch directory as a plain patch program, never inside an enclosing repository."""
-    return git(*args, cwd=cwd, check=False, env={"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)})
+    """Run git in a scratch directory as a plain patch program: never inside an enclosing repository, and
+    blind to the user's and the system's configuration and attributes."""
+    env = {"GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent), **_NO_USER_CONFIG}
+    # without a global config core.attributesFile falls back to $XDG_CONFIG_HOME/git/attributes
+    return git("-c", f"core.attributesFile={os.devnull}", *args, cwd=cwd, check=False, env=env)

@@ -319,12 +319,6 @@ def test_compose_many_leaves_what_it_cannot_do_to_compose(tmp_path, read, monkey
     m = project(tmp_path, read, {"a": {topk: edit(read(topk), 40, "# a")}})
     jobs = jobs_of(m, read, [["a"], ["a"]])
     assert all(compose_many_mod.compose_many(jobs))
-    # a global gitattributes file could treat the renamed paths otherwise: then nothing is batched
-    (tmp_path / "xdg" / "git").mkdir(parents=True)
-    (tmp_path / "xdg" / "git" / "attributes").write_text("*.py text\n")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    assert compose_many_mod.compose_many(jobs) == [None, None]
-    monkeypatch.undo()
     # a git that wrote through the hard links (into the one original every copy shares): nothing is settled
     real_git = compose_many_mod.git_outside_repo
 
@@ -351,6 +345,26 @@ def test_compose_many_leaves_what_it_cannot_do_to_compose(tmp_path, read, monkey
     assert os.listdir(tmp_path / "tmp") == []
     rep = compat.check_pin(m, read, "0.5.17")
     assert rep.ok and [i.subject for i in rep.items][:1] == ["alone: a"]
+
+
+def test_the_users_git_config_and_attributes_change_nothing_a_patch_program_writes(tmp_path, read, monkeypatch):
+    """`* eol=crlf` in the user's attributes, core.autocrlf and apply.whitespace=error in ~/.gitconfig: git in a
+    scratch directory made CRLF files or refused a diff whose added line ends in a space. compose (apply,
+    check) and compose_many must give the bytes they give for a user without any git configuration."""
+    topk = FILES[1]
+    m = project(tmp_path, read, {"a": {topk: edit(read(topk), 40, "# a trailing space ")}})
+    jobs = jobs_of(m, read, [["a"], ["a"]])
+    clean = compose(*jobs[0]).contents
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    (home / ".config" / "git" / "attributes").write_text("* eol=crlf\n")
+    (home / ".gitconfig").write_text("[core]\n\tautocrlf = true\n[apply]\n\twhitespace = error-all\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    assert b"\r\n" not in clean[topk] and b"trailing space \n" in clean[topk]
+    assert compose(*jobs[0]).contents == clean
+    assert [c.contents if c else None for c in compose_many_mod.compose_many(jobs)] == [clean, clean]
+    assert compat.check_pin(m, read, "0.5.17").ok
 
 
 def test_move_paths_renames_headers_only():

@@ -172,7 +172,8 @@ def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[s
     others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(good, m) and lab.medians(bad, m)]
     if not others:
         return s.metric, ""
-    conf = 1 - (1 - s.policy.look_confidence) / len(others)
+    look = s.policy.pair_confidence(len(lab.medians(good, s.metric)), len(lab.medians(bad, s.metric)))
+    conf = 1 - (1 - look) / len(others)
     best = None
     for m in others:
         c = compare(lab, good, bad, m, s.policy, confidence=conf)

@@ -68,6 +68,8 @@ class RunConfig:
     follow: bool = True
     confidence: float = 0.95
     min_effect: float = 0.02
+    spending: str = "obf"  # bench.sequential: how alpha is spent over the looks
+    look_step: int = 1  # starts per arm between planned looks
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
@@ -267,6 +269,8 @@ class Runner:
                 "follow": cfg.follow,
                 "confidence": cfg.confidence,
                 "min_effect": cfg.min_effect,
+                "spending": cfg.spending,
+                "look_step": cfg.look_step,
                 "workload": cfg.workload.to_dict(),
                 "server_args": list(cfg.launch.server_args),
                 "env": cfg.env,
@@ -297,6 +301,8 @@ class Runner:
                 "confidence": c.confidence,
                 "min_effect": c.min_effect,
                 "adjust": c.adjust,
+                "spending": c.spending,
+                "look_step": c.look_step,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }

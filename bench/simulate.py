@@ -181,6 +181,13 @@ def add_cli(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--min-effect", type=float, default=0.02)
     p.add_argument(
+        "--spending",
+        choices=["obf", "pocock", "bonferroni"],
+        default="obf",
+        help="alpha over the looks (bench/sequential.py); bonferroni = the method before 2026-12-01's fourth session",
+    )
+    p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")
+    p.add_argument(
         "--from-record",
         metavar="RESULTS_JSONL",
         help="draw each start from a recorded GPU run's starts (its noise, not a model of it); "
@@ -223,7 +230,7 @@ def _cli(a) -> int:
     from .plans import Settings
     from .replication import Policy
 
-    settings = Settings(Policy(a.initial, a.max_starts, a.confidence, a.min_effect))
+    settings = Settings(Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step))
     culprit = f"p{a.candidates - 1}" if a.effect else None
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 

@@ -1,0 +1,116 @@
+"""The group-sequential boundaries (bench.sequential) against an independent computation, and what they buy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sst
+
+from bench import sequential as seq
+from bench import stats
+from bench.replication import Policy, compare, decide_pairs
+from bench.simulate import SimLab, World, host_slowdown, sim_arm
+
+
+def _crossing_by_look(fracs, bounds) -> list[float]:
+    """P(the first |Z_j| >= c_j is at or before look k), by scipy's multivariate normal CDF (Genz), for Z the
+    canonical group-sequential statistics: corr(Z_i, Z_j) = sqrt(t_i / t_j)."""
+    out = []
+    for k in range(1, len(fracs) + 1):
+        t = np.asarray(fracs[:k])
+        cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
+        c = np.asarray(bounds[:k])
+        inside = sst.multivariate_normal(np.zeros(k), cov).cdf(c, lower_limit=-c, rng=np.random.default_rng(0))
+        out.append(1 - float(inside))
+    return out
+
+
+@pytest.mark.parametrize("spending", ["obf", "pocock"])
+@pytest.mark.parametrize("fracs", [(0.2, 0.4, 0.6, 0.8, 1.0), tuple(n / 8 for n in range(3, 9)), (0.3, 0.45, 1.0)])
+def test_boundaries_spend_exactly_the_spending_function(spending, fracs):
+    """The recursive integration's boundaries give, by an independent method, a probability of having crossed
+    by look k equal to alpha(t_k) (to 3e-4 absolute)."""
+    bounds = seq.boundaries(fracs, 0.05, spending)
+    got = _crossing_by_look(fracs, bounds)
+    want = [seq.spent(t, 0.05, spending) for t in fracs]
+    assert got == pytest.approx(want, abs=3e-4)
+    assert got[-1] == pytest.approx(0.05, abs=3e-4)
+
+
+def test_pocock_type_matches_the_published_table():
+    """Lan-DeMets Pocock-type spending, 5 equally spaced looks, two-sided 0.05 (Jennison & Turnbull 2000,
+    table 7.6; gsDesign sfLDPocock): 2.438, 2.427, 2.410, 2.397, 2.386."""
+    got = seq.boundaries((0.2, 0.4, 0.6, 0.8, 1.0), 0.05, "pocock")
+    assert got == pytest.approx((2.438, 2.427, 2.410, 2.397, 2.386), abs=2e-3)
+
+
+def test_one_look_is_the_plain_interval_and_bonferroni_the_old_rule():
+    assert seq.boundaries((1.0,), 0.05, "obf")[0] == pytest.approx(sst.norm.ppf(0.975), abs=1e-6)
+    assert seq.boundaries((1.0,), 0.05, "pocock")[0] == pytest.approx(sst.norm.ppf(0.975), abs=1e-6)
+    old = Policy(3, 8, 0.95, 0.02, "bonferroni")
+    assert old.look_confidence((4, 4)) == pytest.approx(1 - 0.05 / 6)  # replication.Policy before this change
+    assert Policy(3, 3).look_confidence((3, 3)) == pytest.approx(0.95)
+
+
+def test_the_last_look_is_nearly_plain_and_the_schedule_depends_on_the_budget_only():
+    """OBF's last look asks far less than Bonferroni's; a larger budget makes early looks stricter, never the
+    last one much stricter (what made power fall with --max-starts before)."""
+    for mx in (6, 8, 12, 16):
+        k = mx - 3 + 1
+        obf = seq.boundaries(tuple(n / mx for n in range(3, mx + 1)), 0.05, "obf")
+        assert obf[-1] < 2.2 < sst.norm.ppf(1 - 0.025 / k)
+        assert list(obf) == sorted(obf, reverse=True)
+
+
+def test_unbalanced_counts_read_at_the_grid_look_below_their_information():
+    pol = Policy(3, 8)
+    # a probe of 3 starts against references of 8: information 1/(1/3 + 1/8) = 2.18 of a full 4 -> look 2 (n=4)
+    assert pol.pair_confidence(8, 3) == pytest.approx(pol.pair_confidence(4, 4))
+    assert pol.pair_confidence(3, 3) < pol.pair_confidence(4, 4) < pol.pair_confidence(8, 8)
+    assert pol.pair_confidence(8, 8) == pytest.approx(1 - 2 * sst.norm.sf(seq.boundaries(pol_fracs(pol), 0.05, "obf")[-1]))
+    stepped = Policy(3, 9, step=3)
+    assert stepped.grid == (3, 6, 9) and stepped.looks == 3
+    assert stepped.pair_confidence(5, 5) == pytest.approx(stepped.pair_confidence(3, 3))
+    with pytest.raises(ValueError):
+        seq.spent(0.5, 0.05, "linear")
+
+
+def pol_fracs(pol: Policy) -> tuple[float, ...]:
+    return tuple(n / pol.max_starts for n in pol.grid)
+
+
+def _ab(effect: float, pol: Policy, trials: int, start_cv: float = 0.02) -> dict[str, float]:
+    w = World(plants=[host_slowdown("x", effect)] if effect else [], start_cv=start_cv, rep_cv=0.01)
+    out: dict[str, float] = {}
+    starts = 0
+    for t in range(trials):
+        lab = SimLab(w, seed=t)
+        a, b = sim_arm("a", ("g",)), sim_arm("b", ("g", "x"))
+        decide_pairs(lab, pol, [(a, b)], "step_ms_b1")
+        v = compare(lab, a, b, "step_ms_b1", pol).verdict
+        out[v] = out.get(v, 0) + 1 / trials
+        starts += len(lab.order)
+    out["starts"] = starts / trials
+    return out
+
+
+def test_power_grows_with_the_budget_under_the_sequential_design():
+    """+5% at start cv 2%: the chance that ab calls the regression grows with --max-starts (6, 8, 12), and
+    at 12 it is above Bonferroni's at 12 (measured: obf 0.55 / 0.71 / 0.90, bonferroni at 12: 0.80)."""
+    power = [_ab(0.05, Policy(3, mx, 0.95, 0.02, "obf"), 150).get(stats.REGRESSION, 0) for mx in (6, 8, 12)]
+    assert power == sorted(power), power
+    old = _ab(0.05, Policy(3, 12, 0.95, 0.02, "bonferroni"), 150).get(stats.REGRESSION, 0)
+    assert power[-1] > old, (power, old)
+
+
+@pytest.mark.parametrize("spending", ["obf", "pocock"])
+def test_a_null_ab_calls_no_change_beyond_alpha_over_all_looks(spending):
+    """Identical arms, read after every round until decided or 8 starts: a regression or an improvement is
+    called in at most alpha of runs (each is a false claim of a change beyond 2% here)."""
+    out = _ab(0.0, Policy(3, 8, 0.95, 0.02, spending), 300, start_cv=0.02)
+    wrong = out.get(stats.REGRESSION, 0) + out.get(stats.IMPROVEMENT, 0)
+    ci = sst.binomtest(round(wrong * 300), 300).proportion_ci(0.95)
+    assert ci.low <= 0.05, (out, ci)
+    assert math.isclose(sum(v for k, v in out.items() if k != "starts"), 1.0)

@@ -31,6 +31,11 @@ class Settings:
     # bisect: when the primary metric does not regress but another metric does (at a Bonferroni-adjusted
     # confidence over the other metrics), bisect that one and say so
     follow: bool = True
+    # bisect's confirmations: "fresh" measures good and bad again in a block of their own, interleaved with the
+    # sets it confirms, and reads them against those only (drift since the search cannot fake them); "shared"
+    # reads them against every start of the endpoints and reuses a search probe's starts of the same set
+    # (fewer starts; drift over the session is then not cancelled: bench/results/simulate/README.md)
+    confirm: str = "fresh"
 
 
 class _Budget:
@@ -323,10 +328,14 @@ def run_bisect(
             or a new machine on --resume, cannot fake a confirmation)."""
             blocks[0] += 1
             tag = f"confirm{blocks[0]}"
-            g = replace(good, name=f"good@{tag}", block=tag)
-            b = replace(bad, name=f"bad@{tag}", block=tag)
-            arms = [replace(make_arm(p, role), block=tag) for p, role, _ in items]
-            arms = [replace(a, name=f"{a.name}@{tag}") for a in arms]
+            if s.confirm == "shared":
+                g, b = good, bad
+                arms = [make_arm(p, role) for p, role, _ in items]
+            else:
+                g = replace(good, name=f"good@{tag}", block=tag)
+                b = replace(bad, name=f"bad@{tag}", block=tag)
+                arms = [replace(make_arm(p, role), block=tag) for p, role, _ in items]
+                arms = [replace(a, name=f"{a.name}@{tag}") for a in arms]
             order = [x for i, a in enumerate(arms) for x in ((g if i % 2 == 0 else b), a)]
             order += [b if len(arms) % 2 else g]
 

@@ -115,6 +115,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="starts per arm between planned looks (default %(default)s: a look after every round)",
     )
     m.add_argument(
+        "--confirm",
+        choices=["shared", "fresh"],
+        default="shared",
+        help="bisect: read confirmations against every start of good and bad and reuse a probe's starts of the "
+        "same set (shared), or measure good and bad again in a block of their own (fresh: cancels drift over "
+        "the session, costs 2 x --restarts starts per block) (default %(default)s)",
+    )
+    m.add_argument(
         "--min-effect",
         type=float,
         default=0.02,
@@ -267,6 +275,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         min_effect=a.min_effect,
         spending=a.spending,
         look_step=a.look_step,
+        confirm=a.confirm,
         reuse=list(a.reuse),
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
@@ -356,7 +365,7 @@ def _settings(cfg):
         cfg.look_step,
         adjust=cfg.adjust,
     )
-    return Settings(pol, cfg.metric, cfg.follow)
+    return Settings(pol, cfg.metric, cfg.follow, cfg.confirm)
 
 
 def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:

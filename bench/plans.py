@@ -35,7 +35,7 @@ class Settings:
     # sets it confirms, and reads them against those only (drift since the search cannot fake them); "shared"
     # reads them against every start of the endpoints and reuses a search probe's starts of the same set
     # (fewer starts; drift over the session is then not cancelled: bench/results/simulate/README.md)
-    confirm: str = "fresh"
+    confirm: str = "shared"
 
 
 class _Budget:
@@ -323,12 +323,29 @@ def run_bisect(
         blocks = [0]
 
         def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
-            """The confirmations as one block of fresh starts: good, the first set, bad, the next set, ...
-            round by round, each set read against this block's good and bad only (drift since the endpoints,
-            or a new machine on --resume, cannot fake a confirmation)."""
+            """The confirmations of a suspect (or of an interaction's pair), measured as one block.
+
+            shared (the default): read against every start of good and bad, reusing a search probe's starts
+            of the same set: 2 x initial starts fewer per block, and a set fewer when the search probed it.
+            Shared evidence may confirm but never refute: drift over the session moves both sets of a block
+            (measured interleaved, at the same time) the same way against the earlier references, so it
+            cannot make `bad - c` look good *and* `good + c` look bad; but it can make `good + c` look good,
+            which would send the search after a partner and report an interaction that is not there (14% of
+            runs of a session 0.2% faster per start: tests/bench/test_adversary.py). So when the shared
+            confirmations do not both hold, the block is measured again fresh, and that decides.
+            fresh: good and bad measured again in this block, each set read against those only (drift since
+            the endpoints, or a new machine on --resume, cannot fake a confirmation)."""
+            if s.confirm == "shared":
+                places = measure_block(items, shared=True)
+                if all(pl.value == expect for pl, (_, _, expect) in zip(places, items)) or budget.exhausted:
+                    return places
+            return measure_block(items, shared=False)
+
+        def measure_block(items: list[tuple[tuple[str, ...], str, str]], shared: bool) -> list[Place]:
+            """Round by round: good, the first set, bad, the next set, ... until each set is placed."""
             blocks[0] += 1
             tag = f"confirm{blocks[0]}"
-            if s.confirm == "shared":
+            if shared:
                 g, b = good, bad
                 arms = [make_arm(p, role) for p, role, _ in items]
             else:
@@ -363,6 +380,7 @@ def run_bisect(
                         "patches": list(a.pset.patches),
                         "role": role,
                         "block": tag,
+                        "refs": "shared" if shared else "fresh",
                         "good": g.name,
                         "bad": b.name,
                         "starts": lab.n_starts(a),

@@ -190,7 +190,12 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         f"`{metric}`; every metric is shown. Bisect: probes placed "
         f"{'at ' + format(pol.confidence, '.0%') if pol.spending == 'bonferroni' else 'at the look confidence'}"
         " against the midpoint of "
-        f"good and bad; a culprit only from a confirmation block of fresh starts.",
+        "good and bad; a culprit only after its confirmations ("
+        + (
+            "a block of fresh starts of good and bad, interleaved with them)."
+            if cfg.get("confirm", "fresh") == "fresh"
+            else "read against every start of good and bad; a probe's starts of the same set reused)."
+        ),
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "

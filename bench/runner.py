@@ -70,6 +70,7 @@ class RunConfig:
     min_effect: float = 0.02
     spending: str = "obf"  # bench.sequential: how alpha is spent over the looks
     look_step: int = 1  # starts per arm between planned looks
+    confirm: str = "shared"  # bisect's confirmations: bench.plans.Settings.confirm
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
@@ -271,6 +272,7 @@ class Runner:
                 "min_effect": cfg.min_effect,
                 "spending": cfg.spending,
                 "look_step": cfg.look_step,
+                "confirm": cfg.confirm,
                 "workload": cfg.workload.to_dict(),
                 "server_args": list(cfg.launch.server_args),
                 "env": cfg.env,
@@ -303,6 +305,7 @@ class Runner:
                 "adjust": c.adjust,
                 "spending": c.spending,
                 "look_step": c.look_step,
+                "confirm": c.confirm,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }

@@ -232,7 +232,7 @@ def add_cli(sub) -> None:
     p.add_argument(
         "--confirm",
         choices=["fresh", "shared"],
-        default="fresh",
+        default="shared",
         help="bisect's confirmations: a block of fresh good/bad starts, or the endpoints' and probes' starts "
         "shared (bench/plans.py Settings.confirm)",
     )

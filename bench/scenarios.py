@@ -124,6 +124,13 @@ def catalogue() -> list[Scenario]:
             note="p2 +5%; the machine 0.3% faster per start",
         ),
         Scenario(
+            "drift-faster-0.2-p1",
+            _w(plants=[h("p1", 0.05)], start_cv=0.01, drift=lambda k: 1 - 0.002 * k),
+            _p("p1"),
+            note="p1 (the middle one) +5%; the machine 0.2% faster per start: what made shared confirmations "
+            "invent an interaction before a refuting block was measured again fresh",
+        ),
+        Scenario(
             "bimodal-5",
             _w(plants=[h("p1", 0.05)], start_cv=0.01, rep_cv=0.05, bimodal_p=0.2, bimodal_shift=0.25),
             _p("p1"),

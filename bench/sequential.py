@@ -45,10 +45,12 @@ two looks of one probe, several probes sharing references) is measured in the si
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 
 SPENDING = ("obf", "pocock", "bonferroni")
+_CMAX = 12.0  # a boundary this far out never decides
 _GRID = 801  # points of the integration grid per look: boundaries to about 1e-4 (tests/bench/test_sequential.py)
 
 
@@ -66,6 +68,19 @@ def spent(t: float, alpha: float, spending: str) -> float:
     raise ValueError(f"unknown spending function {spending!r} (one of {', '.join(SPENDING)})")
 
 
+def _crossing(c: float, t: float, prev_t: float, grid, dens) -> float:
+    """P(continue through the earlier looks and |Z| >= c at information t), given the continuation
+    sub-density `dens` of W(prev_t) on `grid` (None before the first look)."""
+    import numpy as np
+    from scipy.stats import norm
+
+    if grid is None:
+        return float(2 * norm.sf(c))
+    b, sd = c * math.sqrt(t), math.sqrt(t - prev_t)
+    tail = norm.sf((b - grid) / sd) + norm.cdf((-b - grid) / sd)
+    return float(np.trapezoid(dens * tail, grid))
+
+
 @functools.lru_cache(maxsize=256)
 def boundaries(fractions: tuple[float, ...], alpha: float, spending: str) -> tuple[float, ...]:
     """Two-sided critical values c_1..c_K (in standard errors) for looks at these increasing information
@@ -74,7 +89,7 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str) -> tup
     from scipy.optimize import brentq
     from scipy.stats import norm
 
-    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:])) or not 0 < fractions[0]:
+    if not fractions or any(b <= a for a, b in itertools.pairwise(fractions)) or fractions[0] <= 0:
         raise ValueError(f"information fractions must increase from above 0: {fractions}")
     if spending == "bonferroni":
         return tuple(float(norm.ppf(1 - alpha / 2 / len(fractions))) for _ in fractions)
@@ -84,29 +99,15 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str) -> tup
     prev_t, prev_spent = 0.0, 0.0
     for t in fractions:
         inc = spent(t, alpha, spending) - prev_spent
-        if grid is None:
-
-            def cross(c: float, t: float = t) -> float:
-                return float(2 * norm.sf(c))
-
+        args = (t, prev_t, grid, dens)
+        if inc <= 1e-12 or _crossing(_CMAX, *args) >= inc:
+            c = _CMAX  # nothing (left) to spend at this look: it cannot decide
         else:
-            sd = math.sqrt(t - prev_t)
-            g, d = grid, dens
-
-            def cross(c: float, t: float = t, g=g, d=d, sd=sd) -> float:
-                b = c * math.sqrt(t)
-                # P(|W_k| >= b | W_{k-1} = w) integrated against the continuation sub-density
-                tail = norm.sf((b - g) / sd) + norm.cdf((-b - g) / sd)
-                return float(np.trapezoid(d * tail, g))
-
-        if inc <= 1e-12:
-            c = 12.0  # nothing to spend at this look: it cannot decide
-        else:
-            c = float(brentq(lambda c: cross(c) - inc, 0.01, 12.0, xtol=1e-8)) if cross(12.0) < inc else 12.0
+            c = float(brentq(lambda c, a=args, inc=inc: _crossing(c, *a) - inc, 0.01, _CMAX, xtol=1e-8))
         out.append(c)
         b = c * math.sqrt(t)
         new_grid = np.linspace(-b, b, _GRID)
-        if grid is None:
+        if grid is None or dens is None:
             new_dens = norm.pdf(new_grid / math.sqrt(t)) / math.sqrt(t)
         else:
             sd = math.sqrt(t - prev_t)

@@ -128,7 +128,10 @@ class SimLab:
             active = w.active(patches, rng)
             d = w.drift(k) if w.drift else 1.0
             return {
-                m: [x * math.prod(p.effect.get(m, 1.0) for p in active) * (d if not m.startswith("tok_s") else 1 / d) for x in v]
+                m: [
+                    x * math.prod(p.effect.get(m, 1.0) for p in active) * (d if not m.startswith("tok_s") else 1 / d)
+                    for x in v
+                ]
                 for m, v in rec.items()
             }
         extra = math.sqrt(sum(v * v for p, v in w.var_plants.items() if p in patches))

@@ -69,7 +69,9 @@ def test_unbalanced_counts_read_at_the_grid_look_below_their_information():
     # a probe of 3 starts against references of 8: information 1/(1/3 + 1/8) = 2.18 of a full 4 -> look 2 (n=4)
     assert pol.pair_confidence(8, 3) == pytest.approx(pol.pair_confidence(4, 4))
     assert pol.pair_confidence(3, 3) > pol.pair_confidence(4, 4) > pol.pair_confidence(8, 8) > 0.95
-    assert pol.pair_confidence(8, 8) == pytest.approx(1 - 2 * sst.norm.sf(seq.boundaries(pol_fracs(pol), 0.05, "obf")[-1]))
+    assert pol.pair_confidence(8, 8) == pytest.approx(
+        1 - 2 * sst.norm.sf(seq.boundaries(pol_fracs(pol), 0.05, "obf")[-1])
+    )
     stepped = Policy(3, 9, step=3)
     assert stepped.grid == (3, 6, 9) and stepped.looks == 3
     assert stepped.pair_confidence(5, 5) == pytest.approx(stepped.pair_confidence(3, 3))

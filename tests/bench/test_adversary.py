@@ -178,7 +178,8 @@ def test_optional_stopping_keeps_the_boundary_errors_within_alpha():
     """A true change of exactly -d: 'improvement' claims a change beyond d and 'same' claims one inside it; each
     is wrong here and each must stay within alpha (the 95% interval promises 2.5% per side at one look).
 
-    # FINDING (fixed: replication.Policy.look_confidence spends alpha over the looks): adaptive replication
+    # FINDING (fixed: replication.Policy.look_confidence spends alpha over the looks, first by Bonferroni, now
+    # by a group-sequential Lan-DeMets boundary, bench/sequential.py): adaptive replication
     # looked up to 6 times (3..8 starts) at the same 95% interval and stopped at the
     # first decisive look; measured over 600 seeds (cv 1%): 'improvement' 9.0%, 'same' 3.7% at -2% and 'same'
     # 8.2%, 'regression' 5.5% at +2% -- against 1.3% / 5.0% for one look at a fixed 8 starts. Fix: spend alpha

@@ -116,3 +116,14 @@ def test_a_null_ab_calls_no_change_beyond_alpha_over_all_looks(spending):
     ci = sst.binomtest(round(wrong * 300), 300).proportion_ci(0.95)
     assert ci.low <= 0.05, (out, ci)
     assert math.isclose(sum(v for k, v in out.items() if k != "starts"), 1.0)
+
+
+def test_a_look_with_nothing_to_spend_is_undecided_not_a_crash():
+    """30 looks (3 to 32 starts): O'Brien-Fleming's first look asks 6.4 standard errors, a t quantile of about
+    1e5 at 2 degrees of freedom (one noisy arm), so exp() of the interval's bound overflowed; the interval is
+    now unbounded above and the verdict 'cannot tell'."""
+    pol = Policy(3, 32)
+    conf = pol.pair_confidence(3, 3)
+    assert conf > 1 - 1e-9
+    c = stats.compare_starts([1.0, 1.5, 0.7], [1.0, 1.01, 0.99], confidence=conf)
+    assert c.verdict == stats.UNDECIDED and c.high == math.inf and c.low == -1.0

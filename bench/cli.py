@@ -103,7 +103,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--spending",
         choices=["obf", "pocock", "bonferroni"],
-        default="obf",
+        default="pocock",
         help="how alpha is spent over the looks at a comparison (bench/sequential.py): Lan-DeMets "
         "O'Brien-Fleming or Pocock type, or the earlier alpha/looks at each (default %(default)s)",
     )

@@ -67,7 +67,7 @@ class Policy:
     min_effect: float = 0.02
     # How the error of reading a comparison at several looks is kept at 1 - confidence (bench.sequential):
     # "obf" / "pocock" Lan-DeMets spending, "bonferroni" the earlier alpha / looks at every look.
-    spending: str = "obf"
+    spending: str = "pocock"
     step: int = 1  # starts per arm between planned looks
     adjust: str = "none"  # "host": verdicts at a fixed host speed (bench.covariate), where admissible
 

@@ -68,7 +68,7 @@ class RunConfig:
     follow: bool = True
     confidence: float = 0.95
     min_effect: float = 0.02
-    spending: str = "obf"  # bench.sequential: how alpha is spent over the looks
+    spending: str = "pocock"  # bench.sequential: how alpha is spent over the looks
     look_step: int = 1  # starts per arm between planned looks
     confirm: str = "shared"  # bisect's confirmations: bench.plans.Settings.confirm
     reuse: list[Path] = field(default_factory=list)

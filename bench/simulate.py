@@ -221,7 +221,7 @@ def add_cli(sub) -> None:
     p.add_argument(
         "--spending",
         choices=["obf", "pocock", "bonferroni"],
-        default="obf",
+        default="pocock",
         help="alpha over the looks (bench/sequential.py); bonferroni = the method before 2026-12-01's fourth session",
     )
     p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")

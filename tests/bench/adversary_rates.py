@@ -173,7 +173,7 @@ def main() -> int:
     print("ab's adaptive replication at a true change of exactly the minimum effect (cv 1%):")
     spent = Policy(initial=3, max_starts=8, confidence=0.95, min_effect=0.02, spending="bonferroni")
     for label, pol in (
-        ("group-sequential, O'Brien-Fleming spending (the bench)", t.SETTINGS.policy),
+        ("group-sequential, Pocock-type spending (the bench)", t.SETTINGS.policy),
         ("Bonferroni, 99.17% at every look (before)", spent),
     ):
         for effect in (-0.02, 0.02):

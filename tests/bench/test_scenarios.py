@@ -96,4 +96,4 @@ def test_simulate_cli_lists_and_refuses_unknown_scenarios():
     one = subprocess.run(
         [*run, "--scenario", "host-5", "--trials", "3"], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert one.stdout.count("| host-5 | obf, shared confirmations") == 1 and "wrong culprit [95% CI]" in one.stdout
+    assert one.stdout.count("| host-5 | pocock, shared confirmations") == 1 and "wrong culprit [95% CI]" in one.stdout

@@ -65,14 +65,14 @@ def test_the_last_look_is_nearly_plain_and_the_schedule_depends_on_the_budget_on
 
 
 def test_unbalanced_counts_read_at_the_grid_look_below_their_information():
-    pol = Policy(3, 8)
+    pol = Policy(3, 8, spending="obf")
     # a probe of 3 starts against references of 8: information 1/(1/3 + 1/8) = 2.18 of a full 4 -> look 2 (n=4)
     assert pol.pair_confidence(8, 3) == pytest.approx(pol.pair_confidence(4, 4))
     assert pol.pair_confidence(3, 3) > pol.pair_confidence(4, 4) > pol.pair_confidence(8, 8) > 0.95
     assert pol.pair_confidence(8, 8) == pytest.approx(
         1 - 2 * sst.norm.sf(seq.boundaries(pol_fracs(pol), 0.05, "obf")[-1])
     )
-    stepped = Policy(3, 9, step=3)
+    stepped = Policy(3, 9, spending="obf", step=3)
     assert stepped.grid == (3, 6, 9) and stepped.looks == 3
     assert stepped.pair_confidence(5, 5) == pytest.approx(stepped.pair_confidence(3, 3))
     with pytest.raises(ValueError):
@@ -98,13 +98,18 @@ def _ab(effect: float, pol: Policy, trials: int, start_cv: float = 0.02) -> dict
     return out
 
 
-def test_power_grows_with_the_budget_under_the_sequential_design():
-    """+5% at start cv 2%: the chance that ab calls the regression grows with --max-starts (6, 8, 12), and
-    at 12 it is above Bonferroni's at 12 (measured: obf 0.55 / 0.71 / 0.90, bonferroni at 12: 0.80)."""
-    power = [_ab(0.05, Policy(3, mx, 0.95, 0.02, "obf"), 150).get(stats.REGRESSION, 0) for mx in (6, 8, 12)]
+@pytest.mark.parametrize("spending", ["pocock", "obf"])
+def test_power_grows_with_the_budget_and_beats_bonferroni_with_fewer_starts(spending):
+    """ab, +5% at start cv 2%, 150 seeds: the chance of calling the regression grows with --max-starts (6, 8,
+    12), and at every budget it is above Bonferroni's while using fewer starts. Measured (power, mean starts):
+    pocock 0.49/10.5, 0.56/12.7, 0.75/16.5; obf 0.53/10.9, 0.66/13.5, 0.87/17.8; bonferroni 0.43/11.0,
+    0.49/13.9, 0.67/18.5."""
+    new = [_ab(0.05, Policy(3, mx, 0.95, 0.02, spending), 150) for mx in (6, 8, 12)]
+    old = [_ab(0.05, Policy(3, mx, 0.95, 0.02, "bonferroni"), 150) for mx in (6, 8, 12)]
+    power = [r.get(stats.REGRESSION, 0) for r in new]
     assert power == sorted(power), power
-    old = _ab(0.05, Policy(3, 12, 0.95, 0.02, "bonferroni"), 150).get(stats.REGRESSION, 0)
-    assert power[-1] > old, (power, old)
+    for n, o in zip(new, old):
+        assert n.get(stats.REGRESSION, 0) > o.get(stats.REGRESSION, 0) and n["starts"] < o["starts"], (n, o)
 
 
 @pytest.mark.parametrize("spending", ["obf", "pocock"])
@@ -122,7 +127,7 @@ def test_a_look_with_nothing_to_spend_is_undecided_not_a_crash():
     """30 looks (3 to 32 starts): O'Brien-Fleming's first look asks 6.4 standard errors, a t quantile of about
     1e5 at 2 degrees of freedom (one noisy arm), so exp() of the interval's bound overflowed; the interval is
     now unbounded above and the verdict 'cannot tell'."""
-    pol = Policy(3, 32)
+    pol = Policy(3, 32, spending="obf")
     conf = pol.pair_confidence(3, 3)
     assert conf > 1 - 1e-9
     c = stats.compare_starts([1.0, 1.5, 0.7], [1.0, 1.01, 0.99], confidence=conf)

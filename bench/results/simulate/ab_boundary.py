@@ -15,7 +15,7 @@ from scipy.stats import binomtest
 from bench.replication import Policy
 
 sys.path[:0] = ["tests/bench", "."]
-import test_adversary as t  # noqa: E402 - after the path set-up
+import test_adversary as t  # type: ignore[import-not-found]  # noqa: E402 - after the path set-up
 
 N = 600
 

@@ -11,7 +11,7 @@ from bench import stats
 from bench.replication import Policy
 
 sys.path[:0] = ["tests/bench", "."]
-import test_sequential as ts  # noqa: E402 - after the path set-up
+import test_sequential as ts  # type: ignore[import-not-found]  # noqa: E402 - after the path set-up
 
 
 def main() -> None:

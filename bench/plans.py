@@ -246,7 +246,9 @@ def _placement_needs(
     lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy
 ) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
-        pl = place_probe(lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol)
+        pl = place_probe(
+            lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol, False
+        )
         if pl.place is not Place.OPEN:
             return []
         n = {a.key: lab.n_starts(a) for a in (good, bad, probe)}
@@ -306,7 +308,7 @@ def run_bisect(
             budget.run(lambda: ensure(lab, [arm], pol.initial))
             budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
             pl: Placement = place_probe(
-                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol
+                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol, False
             )
             placements.append(
                 {

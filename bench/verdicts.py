@@ -93,7 +93,12 @@ class Placement:
 
 
 def place_probe(
-    good: Sequence[float], bad: Sequence[float], probe: Sequence[float], metric: str, policy: Policy
+    good: Sequence[float],
+    bad: Sequence[float],
+    probe: Sequence[float],
+    metric: str,
+    policy: Policy,
+    sequential: bool | None = None,
 ) -> Placement:
     """Where a probe's start medians lie between the good and the bad references.
 
@@ -106,9 +111,12 @@ def place_probe(
     lib = lower_is_better(metric)
 
     g, b, p = clean(good), clean(bad), clean(probe)
-    # a placement is read after every added start: at the group-sequential boundary of its look, like every
-    # stopping decision (the earlier method, "bonferroni", read it at the plain confidence every time)
-    sequential = policy.spending != "bonferroni"
+    # A confirmation is read after every added start, at the group-sequential boundary of its look, like every
+    # claim the bench makes. A search probe (sequential=False) is read at the plain confidence: it only steers
+    # the search, no patch is named from it, and a wrong turn ends in a suspect whose confirmations fail.
+    # (The earlier method, "bonferroni", read confirmations at the plain confidence too.)
+    if sequential is None:
+        sequential = policy.spending != "bonferroni"
 
     def vs(ref: Sequence[float | None]) -> Comparison:
         conf = policy.pair_confidence(len(clean(ref)), len(p)) if sequential else policy.confidence

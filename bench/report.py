@@ -187,15 +187,16 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         f"{schedule(pol)}; "
         f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
         f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
-        f"`{metric}`; every metric is shown. Bisect: probes placed "
-        f"{'at ' + format(pol.confidence, '.0%') if pol.spending == 'bonferroni' else 'at the look confidence'}"
-        " against the midpoint of "
+        f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint of "
         "good and bad; a culprit only after its confirmations ("
         + (
-            "a block of fresh starts of good and bad, interleaved with them)."
+            "a block of fresh starts of good and bad, interleaved with them"
             if cfg.get("confirm", "fresh") == "fresh"
-            else "read against every start of good and bad; a probe's starts of the same set reused)."
-        ),
+            else "read against every start of good and bad; a probe's starts of the same set reused; measured "
+            "again fresh when they do not confirm"
+        )
+        + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
+        + ").",
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "

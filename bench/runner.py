@@ -123,6 +123,9 @@ def launch_fingerprinter(manifest: str | None):
 PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
 
 
+PRE_SEQUENTIAL = {"spending": "bonferroni", "look_step": 1, "confirm": "fresh"}
+
+
 def plan_differences(prev_run: dict, plan: dict) -> list[str]:
     """The plan fields of a stored run record that differ from `plan` (keys an older record lacks are skipped)."""
 
@@ -133,6 +136,9 @@ def plan_differences(prev_run: dict, plan: dict) -> list[str]:
     for k, v in plan.items():
         if k == "config":
             old = prev_run.get("config", {})
+            if "initial_starts" in old:
+                # a record of the adaptive method from before the group-sequential looks was decided so
+                old = {**PRE_SEQUENTIAL, **old}
             out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
         elif k in prev_run and norm(prev_run[k]) != norm(v):
             out.append(f"{k} differ" if k in ("arms", "comparisons") else f"{k} {prev_run[k]!r} -> {v!r}")

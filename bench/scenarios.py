@@ -201,6 +201,18 @@ class Rates:
     wrong_names: dict[str, int] = field(default_factory=dict)
     starts: list[int] = field(default_factory=list)
 
+    def count(self, res: dict[str, Any], starts: int, truth: Truth) -> None:
+        """Tally one bisect conclusion: a named culprit (or (partner, culprit) pair) not in `truth` is wrong."""
+        named = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
+        self.outcomes[res["outcome"]] = self.outcomes.get(res["outcome"], 0) + 1
+        if named is not None:
+            if named in truth:
+                self.right += 1
+            else:
+                self.wrong += 1
+                self.wrong_names[str(named)] = self.wrong_names.get(str(named), 0) + 1
+        self.starts.append(starts)
+
     def ci(self, k: int, confidence: float = 0.95) -> tuple[float, float]:
         from scipy.stats import binomtest
 
@@ -232,15 +244,7 @@ def run(scenario: Scenario, settings: Any, trials: int, pool: tuple = (), seed0:
             lambda name: set(),
             settings,
         )
-        named = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
-        r.outcomes[res["outcome"]] = r.outcomes.get(res["outcome"], 0) + 1
-        if named is not None:
-            if named in scenario.truth:
-                r.right += 1
-            else:
-                r.wrong += 1
-                r.wrong_names[str(named)] = r.wrong_names.get(str(named), 0) + 1
-        r.starts.append(len(lab.order))
+        r.count(res, len(lab.order), scenario.truth)
     return r
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
@@ -22,6 +22,7 @@ from scipy import stats as sst
 
 from bench import bisect as bis
 from bench import plans, stats
+from bench import scenarios as sc
 from bench.replication import Policy, compare, decide_pairs
 from bench.scenarios import split
 from bench.simulate import Plant, SimLab, World, host_slowdown, sim_arm
@@ -46,14 +47,7 @@ def _bisect(world, seed, cands=C3, settings=SETTINGS, budget=None, make=None, de
 
 
 @dataclass(repr=False)
-class Rates:
-    trials: int
-    right: int = 0
-    wrong: int = 0
-    outcomes: dict = field(default_factory=dict)
-    wrong_names: dict = field(default_factory=dict)
-    starts: list = field(default_factory=list)
-
+class Rates(sc.Rates):
     @property
     def wrong_rate(self) -> float:
         return self.wrong / self.trials
@@ -77,15 +71,7 @@ def _rates(world_of, trials, truth=frozenset(), cands=C3, **kw) -> Rates:
     r = Rates(trials)
     for t in range(trials):
         res, lab = _bisect(world_of(t), t, cands, **kw)
-        name = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
-        r.outcomes[res["outcome"]] = r.outcomes.get(res["outcome"], 0) + 1
-        if name is not None:
-            if name in truth:
-                r.right += 1
-            else:
-                r.wrong += 1
-                r.wrong_names[str(name)] = r.wrong_names.get(str(name), 0) + 1
-        r.starts.append(len(lab.order))
+        r.count(res, len(lab.order), frozenset(truth))
     return r
 
 

@@ -132,3 +132,17 @@ def test_a_look_with_nothing_to_spend_is_undecided_not_a_crash():
     assert conf > 1 - 1e-9
     c = stats.compare_starts([1.0, 1.5, 0.7], [1.0, 1.01, 0.99], confidence=conf)
     assert c.verdict == stats.UNDECIDED and c.high == math.inf and c.low == -1.0
+
+
+def test_a_store_decided_before_the_sequential_looks_is_not_resumed_under_them():
+    """--resume replays the plan's decisions over the stored starts: a record written before this change (no
+    spending / confirm in its config) was decided with Bonferroni and fresh blocks, so resuming it with the new
+    defaults is a different plan (refused, exit 2, naming the field), and with the old flags it is the same."""
+    from bench.runner import plan_differences
+
+    old_run = {"config": {"initial_starts": 3, "max_starts": 8, "confidence": 0.95, "min_effect": 0.02}}
+    new = {"config": {"initial_starts": 3, "max_starts": 8, "spending": "pocock", "look_step": 1, "confirm": "shared"}}
+    assert plan_differences(old_run, new) == ["spending 'bonferroni' -> 'pocock'", "confirm 'fresh' -> 'shared'"]
+    same = {"config": {"initial_starts": 3, "spending": "bonferroni", "look_step": 1, "confirm": "fresh"}}
+    assert plan_differences(old_run, same) == []
+    assert plan_differences({"config": {}}, new) == []  # the first method's records: nothing to compare

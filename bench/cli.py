@@ -101,6 +101,28 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (default %(default)s)")
     m.add_argument(
+        "--spending",
+        choices=["obf", "pocock", "bonferroni"],
+        default="pocock",
+        help="how alpha is spent over the looks at a comparison (bench/sequential.py): Lan-DeMets "
+        "O'Brien-Fleming or Pocock type, or the earlier alpha/looks at each (default %(default)s)",
+    )
+    m.add_argument(
+        "--look-step",
+        type=int,
+        default=1,
+        metavar="N",
+        help="starts per arm between planned looks (default %(default)s: a look after every round)",
+    )
+    m.add_argument(
+        "--confirm",
+        choices=["shared", "fresh"],
+        default="shared",
+        help="bisect: read confirmations against every start of good and bad and reuse a probe's starts of the "
+        "same set (shared), or measure good and bad again in a block of their own (fresh: cancels drift over "
+        "the session, costs 2 x --restarts starts per block) (default %(default)s)",
+    )
+    m.add_argument(
         "--min-effect",
         type=float,
         default=0.02,
@@ -221,7 +243,12 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         health_timeout_s=a.health_timeout,
         start_timeout_s=a.health_timeout + 60,
     )
-    for n, v in (("--restarts", a.restarts), ("--reps-per-start", a.reps_per_start), ("--max-starts", a.max_starts)):
+    for n, v in (
+        ("--restarts", a.restarts),
+        ("--reps-per-start", a.reps_per_start),
+        ("--max-starts", a.max_starts),
+        ("--look-step", a.look_step),
+    ):
         if v < 1:
             raise UsageError(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
@@ -246,6 +273,9 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         follow=not a.no_follow,
         confidence=1 - a.alpha,
         min_effect=a.min_effect,
+        spending=a.spending,
+        look_step=a.look_step,
+        confirm=a.confirm,
         reuse=list(a.reuse),
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
@@ -326,8 +356,16 @@ def _settings(cfg):
     from .plans import Settings
     from .replication import Policy
 
-    pol = Policy(cfg.initial_starts, cfg.max_starts, cfg.confidence, cfg.min_effect, adjust=cfg.adjust)
-    return Settings(pol, cfg.metric, cfg.follow)
+    pol = Policy(
+        cfg.initial_starts,
+        cfg.max_starts,
+        cfg.confidence,
+        cfg.min_effect,
+        cfg.spending,
+        cfg.look_step,
+        adjust=cfg.adjust,
+    )
+    return Settings(pol, cfg.metric, cfg.follow, cfg.confirm)
 
 
 def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:

@@ -158,8 +158,8 @@ def compare_adjusted(
         center_ref=geometric_mean([y for y, _ in a]),
         center_arm=geometric_mean([y for y, _ in b]),
         change=math.exp(est) - 1,
-        low=math.exp(lo) - 1,
-        high=math.exp(hi) - 1,
+        low=math.expm1(min(lo, 700.0)),
+        high=math.expm1(hi) if hi < 700 else math.inf,  # a sequential look may ask more than data give
         p_value=p_value,
         confidence=confidence,
         min_effect=min_effect,

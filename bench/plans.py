@@ -31,6 +31,11 @@ class Settings:
     # bisect: when the primary metric does not regress but another metric does (at a Bonferroni-adjusted
     # confidence over the other metrics), bisect that one and say so
     follow: bool = True
+    # bisect's confirmations: "fresh" measures good and bad again in a block of their own, interleaved with the
+    # sets it confirms, and reads them against those only (drift since the search cannot fake them); "shared"
+    # reads them against every start of the endpoints and reuses a search probe's starts of the same set
+    # (fewer starts; drift over the session is then not cancelled: bench/results/simulate/README.md)
+    confirm: str = "shared"
 
 
 class _Budget:
@@ -172,7 +177,8 @@ def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[s
     others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(good, m) and lab.medians(bad, m)]
     if not others:
         return s.metric, ""
-    conf = 1 - (1 - s.policy.look_confidence) / len(others)
+    look = s.policy.pair_confidence(len(lab.medians(good, s.metric)), len(lab.medians(bad, s.metric)))
+    conf = 1 - (1 - look) / len(others)
     best = None
     for m in others:
         c = compare(lab, good, bad, m, s.policy, confidence=conf)
@@ -240,7 +246,9 @@ def _placement_needs(
     lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy
 ) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
-        pl = place_probe(lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol)
+        pl = place_probe(
+            lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol, False
+        )
         if pl.place is not Place.OPEN:
             return []
         n = {a.key: lab.n_starts(a) for a in (good, bad, probe)}
@@ -300,7 +308,7 @@ def run_bisect(
             budget.run(lambda: ensure(lab, [arm], pol.initial))
             budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
             pl: Placement = place_probe(
-                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol
+                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol, False
             )
             placements.append(
                 {
@@ -317,15 +325,36 @@ def run_bisect(
         blocks = [0]
 
         def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
-            """The confirmations as one block of fresh starts: good, the first set, bad, the next set, ...
-            round by round, each set read against this block's good and bad only (drift since the endpoints,
-            or a new machine on --resume, cannot fake a confirmation)."""
+            """The confirmations of a suspect (or of an interaction's pair), measured as one block.
+
+            shared (the default): read against every start of good and bad, reusing a search probe's starts
+            of the same set: 2 x initial starts fewer per block, and a set fewer when the search probed it.
+            Shared evidence may confirm but never refute: drift over the session moves both sets of a block
+            (measured interleaved, at the same time) the same way against the earlier references, so it
+            cannot make `bad - c` look good *and* `good + c` look bad; but it can make `good + c` look good,
+            which would send the search after a partner and report an interaction that is not there (14% of
+            runs of a session 0.2% faster per start: tests/bench/test_adversary.py). So when the shared
+            confirmations do not both hold, the block is measured again fresh, and that decides.
+            fresh: good and bad measured again in this block, each set read against those only (drift since
+            the endpoints, or a new machine on --resume, cannot fake a confirmation)."""
+            if s.confirm == "shared":
+                places = measure_block(items, shared=True)
+                if all(pl.value == expect for pl, (_, _, expect) in zip(places, items)) or budget.exhausted:
+                    return places
+            return measure_block(items, shared=False)
+
+        def measure_block(items: list[tuple[tuple[str, ...], str, str]], shared: bool) -> list[Place]:
+            """Round by round: good, the first set, bad, the next set, ... until each set is placed."""
             blocks[0] += 1
             tag = f"confirm{blocks[0]}"
-            g = replace(good, name=f"good@{tag}", block=tag)
-            b = replace(bad, name=f"bad@{tag}", block=tag)
-            arms = [replace(make_arm(p, role), block=tag) for p, role, _ in items]
-            arms = [replace(a, name=f"{a.name}@{tag}") for a in arms]
+            if shared:
+                g, b = good, bad
+                arms = [make_arm(p, role) for p, role, _ in items]
+            else:
+                g = replace(good, name=f"good@{tag}", block=tag)
+                b = replace(bad, name=f"bad@{tag}", block=tag)
+                arms = [replace(make_arm(p, role), block=tag) for p, role, _ in items]
+                arms = [replace(a, name=f"{a.name}@{tag}") for a in arms]
             order = [x for i, a in enumerate(arms) for x in ((g if i % 2 == 0 else b), a)]
             order += [b if len(arms) % 2 else g]
 
@@ -353,6 +382,7 @@ def run_bisect(
                         "patches": list(a.pset.patches),
                         "role": role,
                         "block": tag,
+                        "refs": "shared" if shared else "fresh",
                         "good": g.name,
                         "bad": b.name,
                         "starts": lab.n_starts(a),

@@ -65,22 +65,41 @@ class Policy:
     max_starts: int = 8  # per arm: past it a comparison stays "cannot tell"
     confidence: float = 0.95
     min_effect: float = 0.02
+    # How the error of reading a comparison at several looks is kept at 1 - confidence (bench.sequential):
+    # "obf" / "pocock" Lan-DeMets spending, "bonferroni" the earlier alpha / looks at every look.
+    spending: str = "pocock"
+    step: int = 1  # starts per arm between planned looks
     adjust: str = "none"  # "host": verdicts at a fixed host speed (bench.covariate), where admissible
 
     @property
-    def looks(self) -> int:
-        """How often a comparison may be read before it must stop: once per added start."""
-        return max(1, self.max_starts - self.initial + 1)
+    def grid(self) -> tuple[int, ...]:
+        """The planned looks, as balanced start counts per arm."""
+        from .sequential import grid_counts
+
+        return grid_counts(self.initial, self.max_starts, self.step)
 
     @property
-    def look_confidence(self) -> float:
-        """The confidence of each look at a comparison that decides when to stop (Bonferroni over the looks).
+    def looks(self) -> int:
+        return len(self.grid)
 
-        Reading one 95% interval after every added start and stopping at the first decisive one called
-        'improvement' for a true -2% in 10% of runs and 'same' for a true +2% in 9% (6 looks, simulated:
-        bench/results/adversary); spending alpha over the looks brings both under 1.5%.
-        """
-        return 1 - (1 - self.confidence) / self.looks
+    def look_confidence(self, counts: Sequence[int] = (), coefs: Sequence[float] = (1.0, -1.0)) -> float:
+        """The confidence at which to read a contrast of arms with these start counts now (default: the last
+        look of a pair). Bonferroni here, 6 looks at one 95% interval called 'improvement' for a true -2% in 10%
+        of runs; the group-sequential boundary keeps it within alpha over all looks (bench.sequential)."""
+        from .sequential import look_confidence
+
+        return look_confidence(
+            counts or [self.max_starts] * len(coefs),
+            coefs,
+            initial=self.initial,
+            max_starts=self.max_starts,
+            step=self.step,
+            confidence=self.confidence,
+            spending=self.spending,
+        )
+
+    def pair_confidence(self, n_ref: int, n_arm: int) -> float:
+        return self.look_confidence((n_ref, n_arm))
 
 
 def compare(
@@ -91,12 +110,13 @@ def compare(
         adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
         if adjusted is not None:
             return adjusted
+    a, b = lab.medians(ref, metric), lab.medians(arm, metric)
     return compare_starts(
-        lab.medians(ref, metric),
-        lab.medians(arm, metric),
+        a,
+        b,
         metric=metric,
         lower_is_better=lower_is_better(metric),
-        confidence=policy.look_confidence if confidence is None else confidence,
+        confidence=policy.pair_confidence(len(a), len(b)) if confidence is None else confidence,
         min_effect=policy.min_effect,
     )
 
@@ -110,12 +130,13 @@ def compare_host_adjusted(
     paired = getattr(lab, "paired", None)
     if paired is None:
         return None
+    a, b = paired(ref, metric), paired(arm, metric)
     return compare_adjusted(
-        paired(ref, metric),
-        paired(arm, metric),
+        a,
+        b,
         metric=metric,
         lower_is_better=lower_is_better(metric),
-        confidence=policy.look_confidence if confidence is None else confidence,
+        confidence=policy.pair_confidence(len(a), len(b)) if confidence is None else confidence,
         min_effect=policy.min_effect,
     )
 

@@ -94,18 +94,34 @@ def _policy(cfg: dict) -> Policy:
         cfg.get("max_starts", 8),
         conf,
         cfg.get("min_effect", 0.02),
+        # a record without it was decided with alpha split evenly over the looks
+        cfg.get("spending", "bonferroni"),
+        cfg.get("look_step", 1),
         adjust=cfg.get("adjust", "none"),
+    )
+
+
+def schedule(pol: Policy) -> str:
+    """The look confidences a policy reads comparisons at, in words."""
+    confs = ", ".join(f"{n}: {pol.look_confidence((n, n)):.2%}" for n in pol.grid)
+    if pol.spending == "bonferroni":
+        return f"{pol.look_confidence():.2%} at every look ({pol.confidence:.0%} split over {pol.looks} looks)"
+    name = {"obf": "O'Brien-Fleming", "pocock": "Pocock"}.get(pol.spending, pol.spending)
+    return (
+        f"repeated confidence intervals of a group-sequential design ({1 - pol.confidence:.0%} spent by a "
+        f"Lan-DeMets {name}-type function over looks at these starts per arm, confidence: {confs})"
     )
 
 
 def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
     if pol.adjust == "host":
+        ref_pairs, arm_pairs = covariate.start_pairs(ref.units, metric), covariate.start_pairs(arm.units, metric)
         adjusted = covariate.compare_adjusted(
-            covariate.start_pairs(ref.units, metric),
-            covariate.start_pairs(arm.units, metric),
+            ref_pairs,
+            arm_pairs,
             metric=metric,
             lower_is_better=not metric.startswith("tok_s"),
-            confidence=pol.look_confidence,
+            confidence=pol.pair_confidence(len(ref_pairs), len(arm_pairs)),
             min_effect=pol.min_effect,
         )
         if adjusted is not None:
@@ -115,7 +131,7 @@ def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
         arm.medians(metric),
         metric=metric,
         lower_is_better=not metric.startswith("tok_s"),
-        confidence=pol.look_confidence,
+        confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
         min_effect=pol.min_effect,
     )
 
@@ -168,11 +184,19 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
         f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
         f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
-        f"{pol.look_confidence:.2%} ({pol.confidence:.0%} spent over up to {pol.looks} looks); "
+        f"{schedule(pol)}; "
         f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
         f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
         f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint of "
-        f"good and bad; a culprit only from a confirmation block of fresh starts.",
+        "good and bad; a culprit only after its confirmations ("
+        + (
+            "a block of fresh starts of good and bad, interleaved with them"
+            if cfg.get("confirm", "fresh") == "fresh"
+            else "read against every start of good and bad; a probe's starts of the same set reused; measured "
+            "again fresh when they do not confirm"
+        )
+        + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
+        + ").",
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "
@@ -371,7 +395,8 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     lines = [
         "## Comparisons (every metric)",
         "",
-        f"Change of the arm against the reference, with its {pol.look_confidence:.2%} interval; n = starts.",
+        "Change of the arm against the reference, with its interval at the confidence of the look its start "
+        "counts reach (Method); n = starts.",
         "",
         "| section | reference | arm | metric | n | change [interval] | verdict |",
         "|---|---|---|---|---|---|---|",

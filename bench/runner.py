@@ -68,6 +68,9 @@ class RunConfig:
     follow: bool = True
     confidence: float = 0.95
     min_effect: float = 0.02
+    spending: str = "pocock"  # bench.sequential: how alpha is spent over the looks
+    look_step: int = 1  # starts per arm between planned looks
+    confirm: str = "shared"  # bisect's confirmations: bench.plans.Settings.confirm
     reuse: list[Path] = field(default_factory=list)
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
@@ -120,6 +123,9 @@ def launch_fingerprinter(manifest: str | None):
 PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
 
 
+PRE_SEQUENTIAL = {"spending": "bonferroni", "look_step": 1, "confirm": "fresh"}
+
+
 def plan_differences(prev_run: dict, plan: dict) -> list[str]:
     """The plan fields of a stored run record that differ from `plan` (keys an older record lacks are skipped)."""
 
@@ -130,6 +136,9 @@ def plan_differences(prev_run: dict, plan: dict) -> list[str]:
     for k, v in plan.items():
         if k == "config":
             old = prev_run.get("config", {})
+            if "initial_starts" in old:
+                # a record of the adaptive method from before the group-sequential looks was decided so
+                old = {**PRE_SEQUENTIAL, **old}
             out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
         elif k in prev_run and norm(prev_run[k]) != norm(v):
             out.append(f"{k} differ" if k in ("arms", "comparisons") else f"{k} {prev_run[k]!r} -> {v!r}")
@@ -267,6 +276,9 @@ class Runner:
                 "follow": cfg.follow,
                 "confidence": cfg.confidence,
                 "min_effect": cfg.min_effect,
+                "spending": cfg.spending,
+                "look_step": cfg.look_step,
+                "confirm": cfg.confirm,
                 "workload": cfg.workload.to_dict(),
                 "server_args": list(cfg.launch.server_args),
                 "env": cfg.env,
@@ -297,6 +309,9 @@ class Runner:
                 "confidence": c.confidence,
                 "min_effect": c.min_effect,
                 "adjust": c.adjust,
+                "spending": c.spending,
+                "look_step": c.look_step,
+                "confirm": c.confirm,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }

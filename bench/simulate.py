@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,15 @@ class World:
     reps: int = 5
     base: dict[str, float] = field(default_factory=lambda: dict(BASE))
     pool: Sequence[dict[str, list[float]]] = ()  # recorded starts (recorded_starts); replaces base and the noise
+    # the adversary's noise (tests/bench/test_adversary.py, bench.scenarios), all off by default
+    noise: str = "lognormal"  # "t3": start noise Student t with 3 df, scaled to the same sd (heavy tails)
+    drift: Callable[[int], float] | None = None  # factor by the session's start index (0 = first measured start)
+    var_plants: dict[str, float] = field(default_factory=dict)  # patch -> extra start cv; the median is unchanged
+    independent_metrics: bool = False  # each metric draws its own start noise (phases are not one number)
+    outlier_p: float = 0.0  # a start that something else disturbed: x (1 + outlier_shift)
+    outlier_shift: float = 0.0
+    rep_outlier_p: float = 0.0  # a repetition hit by a pause: x (1 + rep_outlier_shift)
+    rep_outlier_shift: float = 0.0
 
     def active(self, patches: Sequence[str], rng: random.Random) -> list[Plant]:
         """The plants this start shows (an intermittent one only in some starts)."""
@@ -112,19 +122,47 @@ class SimLab:
 
     def _one(self, patches: Sequence[str]) -> dict[str, list[float]]:
         w, rng = self.world, self.rng
+        k = len(self.order)  # the start's place in the session: what drift depends on
         if w.pool:
             rec = rng.choice(w.pool)
             active = w.active(patches, rng)
-            return {m: [x * math.prod(p.effect.get(m, 1.0) for p in active) for x in v] for m, v in rec.items()}
-        shared = math.exp(rng.gauss(0, w.start_cv))
-        if w.bimodal_p and rng.random() < w.bimodal_p:
-            shared *= 1 + w.bimodal_shift
+            d = w.drift(k) if w.drift else 1.0
+            return {
+                m: [
+                    x * math.prod(p.effect.get(m, 1.0) for p in active) * (d if not m.startswith("tok_s") else 1 / d)
+                    for x in v
+                ]
+                for m, v in rec.items()
+            }
+        extra = math.sqrt(sum(v * v for p, v in w.var_plants.items() if p in patches))
+
+        def start_factor() -> float:
+            if w.noise == "t3":
+                chi = sum(rng.gauss(0, 1) ** 2 for _ in range(3)) / 3
+                z = rng.gauss(0, 1) / math.sqrt(chi) / math.sqrt(3)  # t(3) has variance 3
+            else:
+                z = rng.gauss(0, 1)
+            f = math.exp(w.start_cv * z + (rng.gauss(0, extra) if extra else 0.0))
+            if w.bimodal_p and rng.random() < w.bimodal_p:
+                f *= 1 + w.bimodal_shift
+            if w.outlier_p and rng.random() < w.outlier_p:
+                f *= 1 + w.outlier_shift
+            return f * (w.drift(k) if w.drift else 1.0)
+
+        shared = start_factor()
         active = w.active(patches, rng)
         out = {}
         for m, level in w.base.items():
+            sh = start_factor() if w.independent_metrics else shared
             f = math.prod(p.effect.get(m, 1.0) for p in active)
-            start_level = level * f * (shared if not m.startswith("tok_s") else 1 / shared)
-            out[m] = [start_level * math.exp(rng.gauss(0, w.rep_cv)) for _ in range(w.reps)]
+            lvl = level * f * (sh if not m.startswith("tok_s") else 1 / sh)
+            reps = []
+            for _ in range(w.reps):
+                x = lvl * math.exp(rng.gauss(0, w.rep_cv))
+                if w.rep_outlier_p and rng.random() < w.rep_outlier_p:
+                    x = x * (1 + w.rep_outlier_shift) if not m.startswith("tok_s") else x / (1 + w.rep_outlier_shift)
+                reps.append(x)
+            out[m] = reps
         return out
 
 
@@ -181,12 +219,33 @@ def add_cli(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--min-effect", type=float, default=0.02)
     p.add_argument(
+        "--spending",
+        choices=["obf", "pocock", "bonferroni"],
+        default="pocock",
+        help="alpha over the looks (bench/sequential.py); bonferroni = the method before 2026-12-01's fourth session",
+    )
+    p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")
+    p.add_argument(
         "--from-record",
         metavar="RESULTS_JSONL",
         help="draw each start from a recorded GPU run's starts (its noise, not a model of it); "
         "--start-cv/--rep-cv/--bimodal-* are then unused",
     )
     p.add_argument("--record-set", metavar="A,B", help="with --from-record: the patch set whose starts to draw")
+    p.add_argument(
+        "--confirm",
+        choices=["fresh", "shared"],
+        default="shared",
+        help="bisect's confirmations: a block of fresh good/bad starts, or the endpoints' and probes' starts "
+        "shared (bench/plans.py Settings.confirm)",
+    )
+    p.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help="run a named adversarial scenario instead (bench/scenarios.py; 'all', or 'list' to print them); "
+        "repeatable; prints one markdown row each with Clopper-Pearson intervals",
+    )
     p.set_defaults(func=_cli)
 
 
@@ -223,7 +282,11 @@ def _cli(a) -> int:
     from .plans import Settings
     from .replication import Policy
 
-    settings = Settings(Policy(a.initial, a.max_starts, a.confidence, a.min_effect))
+    settings = Settings(
+        Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step), confirm=a.confirm
+    )
+    if a.scenario:
+        return _scenarios(a, settings)
     culprit = f"p{a.candidates - 1}" if a.effect else None
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 
@@ -248,4 +311,33 @@ def _cli(a) -> int:
         f"({r['wrong'] / a.trials:.1%}), none named {r['none']} ({r['none'] / a.trials:.1%}); "
         f"median server starts {r['median_starts']:.0f} (max {max(r['starts'])})"
     )
+    return 0
+
+
+def _scenarios(a, settings) -> int:
+    from . import scenarios as sc
+
+    if "list" in a.scenario:
+        for x in sc.catalogue():
+            print(f"{x.name}: {x.note}" + (" (needs --from-record)" if x.needs_record else ""))
+        return 0
+    names = [x.name for x in sc.catalogue()] if "all" in a.scenario else a.scenario
+    known = {x.name for x in sc.catalogue()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"bench simulate: unknown scenario {', '.join(unknown)}; `--scenario list` names them", file=sys.stderr)
+        return 2
+    pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
+    pol = settings.policy
+    method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm"
+    print(f"bisect, {a.trials} seeded trials each, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}")
+    print(sc.HEADER)
+    for n in names:
+        x = sc.by_name(n)
+        if x.needs_record and not pool:
+            if "all" not in a.scenario:
+                print(f"bench simulate: scenario {n} draws recorded starts: give --from-record", file=sys.stderr)
+                return 2
+            continue
+        print(sc.row(n, method, sc.run(x, settings, a.trials, pool)), flush=True)
     return 0

@@ -154,7 +154,9 @@ def compare_starts(
     else:
         diff, lo, hi, p = _log_interval(a, b, confidence)
         change = math.exp(diff) - 1
-        low, high = math.exp(lo) - 1, math.exp(hi) - 1
+        # an early look of a long sequential schedule may ask for more standard errors than any data can
+        # give (bench.sequential): its interval is then unbounded above, and says "cannot tell"
+        low, high = math.expm1(min(lo, 700.0)), (math.expm1(hi) if hi < 700 else math.inf)
         verdict = interval_verdict(lo, hi, min_effect, lower_is_better)
     return Comparison(
         metric=metric,

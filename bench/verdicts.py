@@ -93,7 +93,12 @@ class Placement:
 
 
 def place_probe(
-    good: Sequence[float], bad: Sequence[float], probe: Sequence[float], metric: str, policy: Policy
+    good: Sequence[float],
+    bad: Sequence[float],
+    probe: Sequence[float],
+    metric: str,
+    policy: Policy,
+    sequential: bool | None = None,
 ) -> Placement:
     """Where a probe's start medians lie between the good and the bad references.
 
@@ -105,20 +110,30 @@ def place_probe(
 
     lib = lower_is_better(metric)
 
+    g, b, p = clean(good), clean(bad), clean(probe)
+    # A confirmation is read after every added start, at the group-sequential boundary of its look, like every
+    # claim the bench makes. A search probe (sequential=False) is read at the plain confidence: it only steers
+    # the search, no patch is named from it, and a wrong turn ends in a suspect whose confirmations fail.
+    # (The earlier method, "bonferroni", read confirmations at the plain confidence too.)
+    if sequential is None:
+        sequential = policy.spending != "bonferroni"
+
     def vs(ref: Sequence[float | None]) -> Comparison:
+        conf = policy.pair_confidence(len(clean(ref)), len(p)) if sequential else policy.confidence
         return compare_starts(
-            ref, probe, metric=metric, lower_is_better=lib, confidence=policy.confidence, min_effect=policy.min_effect
+            ref, probe, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect
         )
 
     vg, vb = vs(good), vs(bad)
-    g, b, p = clean(good), clean(bad), clean(probe)
     nan = math.nan
     if min(len(g), len(b), len(p)) < MIN_STARTS:
         return Placement(Place.OPEN, vg, vb, nan, nan, nan)
     lg, lb, lp = (sum(math.log(x) for x in xs) / len(xs) for xs in (g, b, p))
     span = lb - lg
     toward = (lp - lg) / span if span else nan
-    con = log_contrast([p, g, b], [1.0, -0.5, -0.5], policy.confidence)
+    coefs = [1.0, -0.5, -0.5]
+    conf = policy.look_confidence((len(p), len(g), len(b)), coefs) if sequential else policy.confidence
+    con = log_contrast([p, g, b], coefs, conf)
     sign = 1.0 if span >= 0 else -1.0
     low, high = sorted((sign * con.low, sign * con.high))
     if vg.verdict == REGRESSION and vb.verdict == IMPROVEMENT:

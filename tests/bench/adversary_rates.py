@@ -171,8 +171,11 @@ def main() -> int:
         )
     print()
     print("ab's adaptive replication at a true change of exactly the minimum effect (cv 1%):")
-    spent = Policy(initial=3, max_starts=8, confidence=1 - 0.05 / 6, min_effect=0.02)
-    for label, pol in (("95% at every look (the bench)", t.SETTINGS.policy), ("99.17% at every look", spent)):
+    spent = Policy(initial=3, max_starts=8, confidence=0.95, min_effect=0.02, spending="bonferroni")
+    for label, pol in (
+        ("group-sequential, Pocock-type spending (the bench)", t.SETTINGS.policy),
+        ("Bonferroni, 99.17% at every look (before)", spent),
+    ):
         for effect in (-0.02, 0.02):
             out = t._boundary_errors(effect, 2 * a.trials, pol)
             print(f"- {label}, true {effect:+.0%}: " + ", ".join(f"{k} {v:.1%}" for k, v in sorted(out.items())))

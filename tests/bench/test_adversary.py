@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
@@ -23,7 +22,9 @@ from scipy import stats as sst
 
 from bench import bisect as bis
 from bench import plans, stats
+from bench import scenarios as sc
 from bench.replication import Policy, compare, decide_pairs
+from bench.scenarios import split
 from bench.simulate import Plant, SimLab, World, host_slowdown, sim_arm
 
 ALPHA = 0.05  # the configured alpha: 95% intervals
@@ -32,54 +33,10 @@ GOOD = ("g",)
 C3 = ("p0", "p1", "p2")
 
 
-@dataclass
-class AdvWorld(World):
-    """World with the noise models the bench was not tested against."""
-
-    noise: str = "lognormal"  # "t3": start noise Student t with 3 df, scaled to the same sd (heavy tails)
-    drift: Callable[[int], float] | None = None  # factor by the session's start index (0 = first measured start)
-    var_plants: dict[str, float] = field(default_factory=dict)  # patch -> extra start cv; the median is unchanged
-    independent_metrics: bool = False  # each metric draws its own start noise (phases are not one number)
-    outlier_p: float = 0.0  # a start that something else disturbed: x (1 + outlier_shift)
-    outlier_shift: float = 0.0
-    rep_outlier_p: float = 0.0  # a repetition hit by a pause: x (1 + rep_outlier_shift)
-    rep_outlier_shift: float = 0.0
-
-
-class AdvLab(SimLab):
-    def _one(self, patches):
-        w, rng = self.world, self.rng
-        k = len(self.order)  # the start's place in the session: what drift depends on
-        extra = math.sqrt(sum(v * v for p, v in w.var_plants.items() if p in patches))
-
-        def start_factor() -> float:
-            if w.noise == "t3":
-                chi = sum(rng.gauss(0, 1) ** 2 for _ in range(3)) / 3
-                z = rng.gauss(0, 1) / math.sqrt(chi) / math.sqrt(3)  # t(3) has variance 3
-            else:
-                z = rng.gauss(0, 1)
-            s = math.exp(w.start_cv * z + (rng.gauss(0, extra) if extra else 0.0))
-            if w.bimodal_p and rng.random() < w.bimodal_p:
-                s *= 1 + w.bimodal_shift
-            if w.outlier_p and rng.random() < w.outlier_p:
-                s *= 1 + w.outlier_shift
-            return s * (w.drift(k) if w.drift else 1.0)
-
-        shared = start_factor()
-        active = w.active(patches, rng)
-        out = {}
-        for m, level in w.base.items():
-            sh = start_factor() if w.independent_metrics else shared
-            f = math.prod(p.effect.get(m, 1.0) for p in active)
-            lvl = level * f * (sh if not m.startswith("tok_s") else 1 / sh)
-            reps = []
-            for _ in range(w.reps):
-                x = lvl * math.exp(rng.gauss(0, w.rep_cv))
-                if w.rep_outlier_p and rng.random() < w.rep_outlier_p:
-                    x = x * (1 + w.rep_outlier_shift) if not m.startswith("tok_s") else x / (1 + w.rep_outlier_shift)
-                reps.append(x)
-            out[m] = reps
-        return out
+# the adversary's noise models (heavy tails, drift, outliers, ...) live in bench.simulate.World / SimLab, so that
+# `python -m bench simulate --scenario` replays them too (bench.scenarios)
+AdvWorld = World
+AdvLab = SimLab
 
 
 def _bisect(world, seed, cands=C3, settings=SETTINGS, budget=None, make=None, dependents=lambda n: set()):
@@ -90,14 +47,7 @@ def _bisect(world, seed, cands=C3, settings=SETTINGS, budget=None, make=None, de
 
 
 @dataclass(repr=False)
-class Rates:
-    trials: int
-    right: int = 0
-    wrong: int = 0
-    outcomes: dict = field(default_factory=dict)
-    wrong_names: dict = field(default_factory=dict)
-    starts: list = field(default_factory=list)
-
+class Rates(sc.Rates):
     @property
     def wrong_rate(self) -> float:
         return self.wrong / self.trials
@@ -121,15 +71,7 @@ def _rates(world_of, trials, truth=frozenset(), cands=C3, **kw) -> Rates:
     r = Rates(trials)
     for t in range(trials):
         res, lab = _bisect(world_of(t), t, cands, **kw)
-        name = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
-        r.outcomes[res["outcome"]] = r.outcomes.get(res["outcome"], 0) + 1
-        if name is not None:
-            if name in truth:
-                r.right += 1
-            else:
-                r.wrong += 1
-                r.wrong_names[str(name)] = r.wrong_names.get(str(name), 0) + 1
-        r.starts.append(len(lab.order))
+        r.count(res, len(lab.order), frozenset(truth))
     return r
 
 
@@ -137,9 +79,7 @@ def _same(world):
     return lambda t: world
 
 
-def _split(total: float, share: float, a: str = "p0", b: str = "p2") -> list[Plant]:
-    """A regression of `total` split multiplicatively: `share` of it (in logs) on a, the rest on b."""
-    return [host_slowdown(a, (1 + total) ** share - 1), host_slowdown(b, (1 + total) ** (1 - share) - 1)]
+_split = split
 
 
 # ---- the statistics themselves -------------------------------------------------------------------------------
@@ -224,7 +164,8 @@ def test_optional_stopping_keeps_the_boundary_errors_within_alpha():
     """A true change of exactly -d: 'improvement' claims a change beyond d and 'same' claims one inside it; each
     is wrong here and each must stay within alpha (the 95% interval promises 2.5% per side at one look).
 
-    # FINDING (fixed: replication.Policy.look_confidence spends alpha over the looks): adaptive replication
+    # FINDING (fixed: replication.Policy.look_confidence spends alpha over the looks, first by Bonferroni, now
+    # by a group-sequential Lan-DeMets boundary, bench/sequential.py): adaptive replication
     # looked up to 6 times (3..8 starts) at the same 95% interval and stopped at the
     # first decisive look; measured over 600 seeds (cv 1%): 'improvement' 9.0%, 'same' 3.7% at -2% and 'same'
     # 8.2%, 'regression' 5.5% at +2% -- against 1.3% / 5.0% for one look at a fixed 8 starts. Fix: spend alpha

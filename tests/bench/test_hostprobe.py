@@ -144,7 +144,7 @@ def test_policy_adjust_host_composes_with_the_verdict_code():
     lab = SimLab({"ref": ref, "arm": arm})
     plain = compare(lab, a, b, "step_ms_b1", Policy(4, 4))
     adj = compare(lab, a, b, "step_ms_b1", Policy(4, 4, adjust="host"))
-    assert adj == covariate.compare_adjusted(ref, arm, confidence=Policy(4, 4).look_confidence)
+    assert adj == covariate.compare_adjusted(ref, arm, confidence=Policy(4, 4).pair_confidence(4, 4))
     assert adj.high - adj.low < (plain.high - plain.low) / 3
 
 

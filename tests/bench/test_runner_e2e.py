@@ -234,7 +234,8 @@ def test_bisect_follows_a_phase_that_moved_while_the_step_did_not(tmp_path, mani
     assert "phases moved in opposite directions" in md and "bisecting on eagle_verify_ms_b1" in md
 
 
-def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launcher_arg, monkeypatch):
+@pytest.mark.parametrize("confirm", ["fresh", "shared"])
+def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launcher_arg, monkeypatch, confirm):
     fake = {"costs": {"planted": 0.05}, **QUIET}
     out1, _, starts1 = _run(
         tmp_path,
@@ -254,19 +255,29 @@ def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launc
         launcher_arg,
         monkeypatch,
         "bisect",
-        ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl")],
+        ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl"), "--confirm", confirm],
         fake,
     )
     b = _conclusion(recs2)
     assert b["culprit"] == "planted"
     new = starts2[n1:]
-    # the endpoints came from the ablate store; what ran is the throwaway start, the search probes and the
-    # confirmation block, whose good and bad are fresh starts by design (drift since the ablate)
     block = [p for p in b["probes"] if p.get("block")]
     assert [p["role"] for p in block] == ["confirm: bad - planted", "confirm: good + planted"]
     searched = [p for p in b["probes"] if not p.get("block")]
     refs = sum(s["patches"] in (["alpha"], FULL) for s in new[1:])
-    assert refs == len(new) - 1 - sum(p["starts"] for p in searched + block)
+    if confirm == "fresh":
+        # the endpoints came from the ablate store; what ran is the throwaway start, the search probes and the
+        # confirmation block, whose good and bad are fresh starts by design (drift since the ablate)
+        assert refs == len(new) - 1 - sum(p["starts"] for p in searched + block)
+    else:
+        # shared: no start of good or bad ran at all, and a confirmation of a set the search probed (or the
+        # ablate measured) reuses its starts: what ran is the throwaway and each distinct new set once
+        assert refs == 0
+        ran = [s["patches"] for s in new[1:]]
+        assert all(x in [p["patches"] for p in searched + block] for x in ran)
+        # good + planted is the ablate's "planted alone on the base" arm: confirmed on its stored starts
+        alone = next(p for p in block if p["role"] == "confirm: good + planted")
+        assert alone["patches"] not in ran and alone["starts"] >= 3
     recs_start = [r for r in recs2 if r["type"] == "start" and not r["warmup_start"]]
     endpoint_keys = {r["arm_key"] for r in recs_start if r["arm"] in ("good", "bad")}
     assert all(r.get("reused_from") for r in recs_start if r["arm_key"] in endpoint_keys)

@@ -48,7 +48,9 @@ def test_interval_covers_the_true_ratio_at_its_confidence():
 
 def test_contrast_interval_and_placement():
     g, b = _starts(4, 3.0, 0.005, 1), _starts(4, 3.3, 0.005, 2)
-    pol = Policy()
+    # one planned look (3 starts is also the last): placed at the plain 95%; the boundaries of a run with more
+    # looks are bench.sequential's (tests/bench/test_sequential.py)
+    pol = Policy(initial=3, max_starts=3)
     assert place_probe(g, b, _starts(3, 3.0, 0.005, 3), "step_ms_b1", pol).place is Place.GOOD
     assert place_probe(g, b, _starts(3, 3.3, 0.005, 4), "step_ms_b1", pol).place is Place.BAD
     half = place_probe(g, b, _starts(3, 3.15, 0.005, 5), "step_ms_b1", pol)

@@ -1,0 +1,268 @@
+"""Named adversarial worlds for `bench simulate --scenario`: planted regressions of kinds the bench's method was
+not designed against, and what counts as a right answer in each.
+
+A scenario is a simulated lab (bench.simulate.World) plus the truth: the culprits whose naming is right (a
+patch, or a (partner, culprit) pair for an interaction). Anything else named is a wrong culprit; "cannot tell",
+"no regression", "several", "partial" and "inconsistent" name nobody and are never wrong here. The rates come
+with Clopper-Pearson intervals (scipy.stats.binomtest), so "0 wrong in N" states how small the true rate is
+shown to be, not just that none was seen.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .simulate import Plant, SimLab, World, gpu_hidden, host_slowdown, sim_arm
+
+C3 = ("p0", "p1", "p2")
+C4 = ("p0", "p1", "p2", "p3")
+Truth = frozenset[str | tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    world: Callable[[tuple[dict[str, list[float]], ...]], World]  # given the recorded pool (may be empty)
+    truth: Truth
+    cands: tuple[str, ...] = C3
+    needs_record: bool = False  # draws real starts: only with --from-record
+    note: str = ""
+
+
+def _w(**kw: Any) -> Callable[[tuple], World]:
+    return lambda pool: World(**kw)
+
+
+def split(total: float, share: float, a: str = "p0", b: str = "p2") -> list[Plant]:
+    """A regression of `total` split multiplicatively: `share` of it (in logs) on a, the rest on b."""
+    return [host_slowdown(a, (1 + total) ** share - 1), host_slowdown(b, (1 + total) ** (1 - share) - 1)]
+
+
+def phase_only(patch: str, phase: str, rel: float) -> Plant:
+    """A regression that shows in one phase's span and nowhere else (the step, tok/s unchanged)."""
+    return Plant(frozenset({patch}), {phase: 1 + rel})
+
+
+def masked_by_step_gain(patch: str, rel: float, gain: float) -> Plant:
+    """Issue 12's "Why": a GPU-side delay in verify while the host runs ahead: verify grows, draft-extend
+    shrinks more, and the host-bound step gets *faster* (an "improvement" at the endpoints)."""
+    return Plant(
+        frozenset({patch}),
+        {
+            "eagle_verify_ms_b1": 1 + rel,
+            "eagle_draft_extend_ms_b1": 1 - 1.5 * rel,
+            "step_ms_b1": 1 - gain,
+            "eagle_step_ms_b1": 1 - gain,
+            "tok_s_b1": 1 / (1 - gain),
+        },
+    )
+
+
+def uniform(patch: str, rel: float) -> Plant:
+    """Every metric worse by the same factor (tok/s lower): nothing larger hides in a phase."""
+    from .simulate import BASE
+
+    return Plant(frozenset({patch}), {m: (1 / (1 + rel) if m.startswith("tok_s") else 1 + rel) for m in BASE})
+
+
+def _p(name: str) -> Truth:
+    return frozenset({name})
+
+
+NONE: Truth = frozenset()
+
+
+def catalogue() -> list[Scenario]:
+    h = host_slowdown
+    return [
+        Scenario("null-cv1", _w(start_cv=0.01), NONE, note="no effect, start cv 1%"),
+        Scenario(
+            "null-bimodal",
+            _w(start_cv=0.01, rep_cv=0.05, bimodal_p=0.2, bimodal_shift=0.25, reps=5),
+            NONE,
+            note="no effect; 1 start in 5 slow throughout (+25%), as run3's slow starts",
+        ),
+        Scenario("host-5", _w(plants=[h("p1", 0.05)], start_cv=0.01), _p("p1"), note="host-side +5% on p1, cv 1%"),
+        Scenario(
+            "gpu-hidden-20",
+            _w(plants=[gpu_hidden("p1", 0.20)], start_cv=0.01),
+            _p("p1"),
+            note="GPU-side: verify +20%, draft-extend -20%, step unchanged",
+        ),
+        Scenario(
+            "phase-only-draft-8",
+            _w(plants=[phase_only("p2", "eagle_draft_ms_b1", 0.08)], start_cv=0.01),
+            _p("p2"),
+            note="+8% in the draft phase only",
+        ),
+        Scenario(
+            "step-gain-verify-up",
+            _w(plants=[masked_by_step_gain("p1", 0.20, 0.05)], start_cv=0.01),
+            _p("p1"),
+            note="step -5% (an 'improvement') while verify +20% and draft-extend -30%",
+        ),
+        Scenario(
+            "interaction-p0-p2",
+            _w(plants=[Plant(frozenset({"p0", "p2"}), h("x", 0.08).effect)], start_cv=0.01),
+            frozenset({("p0", "p2")}),
+            note="+8% only with p0 and p2 together",
+        ),
+        Scenario(
+            "drift-slower-0.3",
+            _w(plants=[h("p1", 0.05)], start_cv=0.01, drift=lambda k: 1 + 0.003 * k),
+            _p("p1"),
+            note="p1 +5%; the machine 0.3% slower per start over the session",
+        ),
+        Scenario(
+            "drift-faster-0.3",
+            _w(plants=[h("p2", 0.05)], start_cv=0.01, drift=lambda k: 1 - 0.003 * k),
+            _p("p2"),
+            note="p2 +5%; the machine 0.3% faster per start",
+        ),
+        Scenario(
+            "drift-faster-0.2-p1",
+            _w(plants=[h("p1", 0.05)], start_cv=0.01, drift=lambda k: 1 - 0.002 * k),
+            _p("p1"),
+            note="p1 (the middle one) +5%; the machine 0.2% faster per start: what made shared confirmations "
+            "invent an interaction before a refuting block was measured again fresh",
+        ),
+        Scenario(
+            "bimodal-5",
+            _w(plants=[h("p1", 0.05)], start_cv=0.01, rep_cv=0.05, bimodal_p=0.2, bimodal_shift=0.25),
+            _p("p1"),
+            note="p1 +5%; 1 start in 5 slow throughout (+25%)",
+        ),
+        Scenario(
+            "outlier-start-5",
+            _w(plants=[h("p0", 0.05)], start_cv=0.01, outlier_p=0.07, outlier_shift=0.6),
+            _p("p0"),
+            note="p0 +5%; 1 start in 15 is 60% slow (heavy-tailed outlier)",
+        ),
+        Scenario(
+            "t3-5", _w(plants=[h("p2", 0.05)], start_cv=0.02, noise="t3"), _p("p2"), note="p2 +5%, t(3) start noise"
+        ),
+        Scenario(
+            "below-min-1.8",
+            _w(plants=[uniform("p1", 0.018)], start_cv=0.01),
+            NONE,
+            note="p1 +1.8% on every metric, just below the 2% minimum effect: naming p1 claims a change beyond "
+            "2% and counts as wrong here",
+        ),
+        Scenario(
+            "split-10-70-30",
+            _w(plants=split(0.10, 0.7), start_cv=0.01),
+            NONE,
+            note="10% split 70/30 between p0 and p2: no single culprit",
+        ),
+        Scenario(
+            "record-null",
+            lambda pool: World(pool=pool),
+            NONE,
+            C4,
+            needs_record=True,
+            note="real starts (--from-record), no effect, 4 candidates",
+        ),
+        Scenario(
+            "record-10",
+            lambda pool: World(plants=[h("p3", 0.10)], pool=pool),
+            _p("p3"),
+            C4,
+            needs_record=True,
+            note="real starts, host-side +10% on p3 of 4",
+        ),
+        Scenario(
+            "record-10-drift",
+            lambda pool: World(plants=[h("p1", 0.10)], pool=pool, drift=lambda k: 1 + 0.003 * k),
+            _p("p1"),
+            C4,
+            needs_record=True,
+            note="real starts, +10% on p1 of 4, the machine 0.3% slower per start",
+        ),
+    ]
+
+
+def by_name(name: str) -> Scenario:
+    for s in catalogue():
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+@dataclass
+class Rates:
+    trials: int
+    right: int = 0
+    wrong: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    wrong_names: dict[str, int] = field(default_factory=dict)
+    starts: list[int] = field(default_factory=list)
+
+    def count(self, res: dict[str, Any], starts: int, truth: Truth) -> None:
+        """Tally one bisect conclusion: a named culprit (or (partner, culprit) pair) not in `truth` is wrong."""
+        named = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
+        self.outcomes[res["outcome"]] = self.outcomes.get(res["outcome"], 0) + 1
+        if named is not None:
+            if named in truth:
+                self.right += 1
+            else:
+                self.wrong += 1
+                self.wrong_names[str(named)] = self.wrong_names.get(str(named), 0) + 1
+        self.starts.append(starts)
+
+    def ci(self, k: int, confidence: float = 0.95) -> tuple[float, float]:
+        from scipy.stats import binomtest
+
+        c = binomtest(k, self.trials).proportion_ci(confidence, method="exact")
+        return float(c.low), float(c.high)
+
+    @property
+    def mean_starts(self) -> float:
+        return statistics.fmean(self.starts)
+
+    def quantile_starts(self, q: float) -> float:
+        xs = sorted(self.starts)
+        return float(xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)])
+
+
+def run(scenario: Scenario, settings: Any, trials: int, pool: tuple = (), seed0: int = 0) -> Rates:
+    """`trials` seeded bisects of the scenario (bench.plans.run_bisect over bench.simulate.SimLab)."""
+    from .plans import run_bisect
+
+    r = Rates(trials)
+    good = ("g",)
+    for t in range(seed0, seed0 + trials):
+        lab = SimLab(scenario.world(pool), seed=t)
+        res = run_bisect(
+            lab,
+            sim_arm("good", good),
+            sim_arm("bad", good + scenario.cands),
+            lambda patches, role: sim_arm(role, patches),
+            lambda name: set(),
+            settings,
+        )
+        r.count(res, len(lab.order), scenario.truth)
+    return r
+
+
+def row(name: str, method: str, r: Rates) -> str:
+    """One markdown table row: scenario | method | right [CI] | wrong [CI] | starts mean / p90 | outcomes."""
+    lo, hi = r.ci(r.right)
+    wlo, whi = r.ci(r.wrong)
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r.outcomes.items(), key=lambda kv: -kv[1]))
+    wrong = f"{r.wrong / r.trials:.1%} [{wlo:.1%}, {whi:.1%}]"
+    if r.wrong_names:
+        wrong += " (" + ", ".join(f"{k}: {v}" for k, v in r.wrong_names.items()) + ")"
+    return (
+        f"| {name} | {method} | {r.right / r.trials:.1%} [{lo:.1%}, {hi:.1%}] | {wrong} | "
+        f"{r.mean_starts:.1f} / {r.quantile_starts(0.9):.0f} | {outcomes} |"
+    )
+
+
+HEADER = (
+    "| scenario | method | right culprit [95% CI] | wrong culprit [95% CI] | server starts mean / p90 | outcomes |\n"
+    "|---|---|---|---|---|---|"
+)

@@ -1,0 +1,99 @@
+"""The adversary's scenarios (bench/scenarios.py) in CI: planted regressions of new kinds give the right culprit
+or nobody, under the bench's default method; the full rates over many seeds are in bench/results/simulate/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import plans
+from bench import scenarios as sc
+from bench.replication import Policy
+from bench.simulate import SimLab, World, host_slowdown, sim_arm
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "bench/results/2026-12-01-h200-run3/variance/results.jsonl"
+ALPHA = 0.05
+DEFAULT = plans.Settings(Policy(3, 8, 1 - ALPHA, 0.02))  # the bench's defaults (cli: --spending, --confirm)
+TRIALS = 12
+
+# (scenario, least right rate over TRIALS seeds: 95-100% measured over 100 seeds in bench/results/simulate/)
+KINDS = [
+    ("null-cv1", 0.0),
+    ("null-bimodal", 0.0),
+    ("host-5", 0.75),
+    ("gpu-hidden-20", 0.75),
+    ("phase-only-draft-8", 0.75),
+    ("step-gain-verify-up", 0.75),
+    ("interaction-p0-p2", 0.75),
+    ("drift-slower-0.3", 0.0),
+    ("drift-faster-0.2-p1", 0.0),
+    ("bimodal-5", 0.0),
+    ("outlier-start-5", 0.0),
+    ("below-min-1.8", 0.0),
+    ("split-10-70-30", 0.0),
+]
+
+
+@pytest.mark.parametrize("name,least", KINDS, ids=[k for k, _ in KINDS])
+def test_a_new_kind_of_regression_gives_the_right_culprit_or_nobody(name, least):
+    r = sc.run(sc.by_name(name), DEFAULT, TRIALS)
+    assert r.wrong == 0, (r.wrong_names, r.outcomes)
+    assert r.right / r.trials >= least, r.outcomes
+
+
+def test_real_noise_with_a_planted_regression_names_no_wrong_patch():
+    from bench.simulate import recorded_starts
+
+    pool = tuple(recorded_starts(str(RECORD)))
+    r = sc.run(sc.by_name("record-10"), DEFAULT, 8, pool)
+    assert r.wrong == 0, r.wrong_names
+
+
+def test_rates_come_with_clopper_pearson_intervals():
+    r = sc.Rates(trials=300, wrong=0)
+    lo, hi = r.ci(0)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 300), rel=1e-6)  # the exact bound at k = 0
+    r.starts = list(range(1, 101))
+    assert r.quantile_starts(0.9) == 90 and r.mean_starts == 50.5
+
+
+def test_shared_confirmations_reuse_the_endpoints_and_a_probe_of_the_same_set():
+    """With the culprit last of three (p2): the search probes good+p0 (prefix 1) and good+p0+p1 (prefix 2), and
+    `bad - p2` is prefix 2's set: shared confirmations measure only `good + p2` afresh, with no new references."""
+    w = World(plants=[host_slowdown("p2", 0.2)], start_cv=0.002, rep_cv=0.002)
+    out = {}
+    for mode in ("fresh", "shared"):
+        lab = SimLab(w, seed=1)
+        s = plans.Settings(Policy(3, 8, 0.95, 0.02), confirm=mode, follow=False)
+        res = plans.run_bisect(
+            lab, sim_arm("good", ("g",)), sim_arm("bad", ("g", "p0", "p1", "p2")), sim_arm_role, lambda n: set(), s
+        )
+        assert res["culprit"] == "p2", res["reason"]
+        out[mode] = (len(lab.order), sorted(set(lab.order)))
+    fresh_n, fresh_keys = out["fresh"]
+    shared_n, shared_keys = out["shared"]
+    assert not any("block=" in k for k in shared_keys) and any("block=" in k for k in fresh_keys)
+    # fresh: 2 endpoints + 2 probes + (good, bad, 2 sets) = 8 arms x 3; shared: 2 + 2 + 1 new set = 5 arms x 3
+    assert (fresh_n, shared_n) == (24, 15)
+
+
+def sim_arm_role(patches, role):
+    return sim_arm(role, patches)
+
+
+def test_simulate_cli_lists_and_refuses_unknown_scenarios():
+    run = [sys.executable, "-m", "bench", "simulate"]
+    listed = subprocess.run([*run, "--scenario", "list"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "step-gain-verify-up:" in listed.stdout and "(needs --from-record)" in listed.stdout
+    bad = subprocess.run([*run, "--scenario", "nope"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown scenario nope" in bad.stderr and "Traceback" not in bad.stderr
+    rec = subprocess.run([*run, "--scenario", "record-10"], cwd=ROOT, capture_output=True, text=True)
+    assert rec.returncode == 2 and "--from-record" in rec.stderr
+    one = subprocess.run(
+        [*run, "--scenario", "host-5", "--trials", "3"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert one.stdout.count("| host-5 | pocock, shared confirmations") == 1 and "wrong culprit [95% CI]" in one.stdout

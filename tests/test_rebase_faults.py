@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,14 +24,14 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, tree_snapshot
-from faultlib import STRACE, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, python_argv, record, trace_points
 from test_rebase import SARGS, make_release, pin_text, project
 
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.fsio import TMP_SUFFIX
 
 VERSION = "9.1.0"
-WORKERS = 2
+WORKERS = 3
 VISIBLE = ("rename", "unlink", "unlinkat", "mkdir", "rmdir")  # the calls after which the disk looks different
 
 
@@ -134,12 +135,18 @@ def phases(benches):
         assert done.returncode == 0, done.stderr
         finished = b.state()
         assert not finished["leftovers"] and any(k.startswith(f"pins/{VERSION}/") for k in finished)
+        b.reset(stopped_at)
+        aborted = b.cli("rebase", "--abort")
+        assert aborted.returncode == 0, aborted.stderr
+        b.aborted = b.state()
         out.append(
             {
                 "start": (b.template, ["rebase", VERSION], stopped),
                 "continue": (stopped_at, ["rebase", "--continue"], finished),
+                "abort": (stopped_at, ["rebase", "--abort"], b.aborted),
             }
         )
+        b.phases, b.rcs = out[-1], {"start": 1, "continue": 0, "abort": 0}
     return out
 
 
@@ -213,3 +220,142 @@ def test_abort_after_a_killed_start_leaves_the_project_as_before(benches):
         subprocess.run(["git", "status", "--porcelain"], check=False, cwd=tree, capture_output=True, text=True).stdout
         == ""
     )
+
+
+# -- Ctrl-C and OS errors ---------------------------------------------------------------------------------------
+def _fault_points(b: Bench, start: Path, args: list[str], action: str, persistent: bool = False) -> list[Point]:
+    """Every call where the fault can happen, but once each among calls that look alike to it: per system
+    call in a scratch directory, in the release cache, in a tree being unpacked, in a directory being removed,
+    on the terminal; and for a signal (held until the file is whole) or a lasting error (the first call fails
+    the rest) the first call of each atomic write. A call that failed by itself is left out: the kernel
+    answers EEXIST before ENOSPC or EROFS, and a signal there finds nothing changed."""
+    b.reset(start)
+    pts, proc = trace_points(python_argv(*args), b.env, b.proj, b.log)
+    assert proc.returncode in (0, 1), proc.stderr
+    alike = {
+        "scratch": lambda p, path: str(b.tmp) in path,
+        "cache": lambda p, path: str(b.work / "cache") in path,
+        "unpack": lambda p, path: "/.tmp-" in path,
+        "rmtree": lambda p, path: p.syscall == "unlinkat" and not p.call.startswith("unlinkat(AT_FDCWD"),
+        "output": lambda p, path: is_output(p),
+    }
+    whole = action.startswith("signal=") or persistent
+    out, seen, fds = [], set(), {}
+    for p in pts:
+        path = p.call
+        if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p.call
+        elif p.syscall in ("write", "fsync", "fchmod"):  # a call on a descriptor: where it was opened
+            path = fds.get(p.call.split("(", 1)[1].split(",")[0].rstrip(")"), p.call)
+        if " = -1 " in p.call or (action.startswith("error=") and not error_points([p], action)):
+            continue
+        if whole and TMP_SUFFIX in path and not (p.syscall == "openat" and path == p.call):
+            continue  # inside an atomic write, after its first call
+        kind = next((k for k, test in alike.items() if test(p, path)), None)
+        if kind is None or (kind, p.syscall) not in seen:
+            out.append(p)
+            seen.add((kind, p.syscall))
+    return out
+
+
+def _status_lies(b: Bench, out: str, finished: dict) -> list[str]:
+    """What `rebase --status` says against what is on disk: a patch it calls done has its staged files as the
+    uninterrupted rebase writes them; the patch it calls stopped has its files in the release tree."""
+    lies = []
+    staging = b.proj / "pins" / f".rebase-{VERSION}"
+    if not staging.is_dir():  # the new pin was renamed into place: what is done is there
+        staging = b.proj / "pins" / VERSION
+    for line in out.splitlines():
+        words = line.split()
+        if line.startswith("  done ") and len(words) >= 3:
+            key = f"pins/{VERSION}/patches/{words[2].rstrip(':')}.patch"
+            if key in finished:
+                staged = staging / "patches" / f"{words[2].rstrip(':')}.patch"
+                if not staged.is_file() or staged.read_bytes() != finished[key]:
+                    lies.append(f"says {words[2]} is done, but {staged} is {'wrong' if staged.exists() else 'missing'}")
+        elif line.startswith("  stopped ") and len(words) >= 3:
+            text = (b.proj / ".sglang" / f"sglang-{VERSION}" / SARGS).read_text()
+            if "<<<<<<<" not in text and "fixture b: resolved" not in text:
+                lies.append(f"says {words[2]} stopped at a conflict, but the release tree does not carry it")
+    return lies
+
+
+def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persistent: bool, expected: dict) -> list[str]:
+    start, args, _ = b.phases[phase]
+    b.reset(start)
+    r = inject(python_argv(*args), b.env, b.proj, b.log, point, action, persistent)
+    if not r.hit:
+        return [f"not reached (rc {r.rc})"]
+    problems = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr or r.rc == 3 else []
+    now = b.state()
+    if action == "signal=INT":
+        if r.rc != 130 or not r.stderr.rstrip().endswith("interrupted"):
+            problems.append(f"rc {r.rc} (expected 130), stderr ends {r.stderr[-300:]!r}")
+    else:
+        mute = is_output(point) or (persistent and point.syscall == "write")  # stderr itself fails
+        said = ERRNO_TEXT[action.split("=", 1)[1]] in r.stderr and "hint:" in r.stderr
+        if r.rc not in (1, b.rcs[phase]):
+            problems.append(f"rc {r.rc}")
+        elif now != expected and not said and not mute:
+            problems.append(
+                f"rc {r.rc}: the project changed but the message does not name the error and a fix:\n{r.stderr[-600:]}"
+            )
+    st = b.cli("rebase", "--status")
+    if "Traceback" in st.stderr or st.returncode not in (0, 2):
+        problems.append(f"`rebase --status`: rc {st.returncode}\n{st.stderr[-800:]}")
+    problems += [f"`rebase --status` {lie}" for lie in _status_lies(b, st.stdout, b.phases["continue"][2])]
+    if index % 2:  # every other point: --abort from here leaves the project as before the rebase
+        if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
+            ab = b.cli("rebase", "--abort")
+            got = b.state()
+            if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
+                diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
+                problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
+        return problems
+    # and the way on reaches the end an uninterrupted run reaches
+    if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
+        again = b.cli("rebase", "--abort" if phase == "abort" else "--continue")
+    elif phase == "start":
+        again = b.cli(*args)
+    else:
+        again = b.cli("rebase", "--status")
+    if "Traceback" in again.stderr:
+        problems.append(f"the next command: traceback\n{again.stderr[-1200:]}")
+    got = b.state()
+    if got != expected:
+        diff = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
+        problems.append(f"after the next command (rc {again.returncode}) differs in {diff[:6]}\n{again.stderr[-400:]}")
+    return problems
+
+
+def _sweep(benches, phase: str, action: str, persistent: bool = False) -> None:
+    start, args, _ = benches[0].phases[phase]
+    points = _fault_points(benches[0], start, args, action, persistent)
+
+    def run(i: int) -> list[str]:
+        b = benches[i]
+        return [
+            f"{point}: {p}"
+            for n, point in list(enumerate(points))[i::WORKERS]
+            for p in _fault(b, phase, n, point, action, persistent, b.phases[phase][2])
+        ]
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
+    record(f"rebase {phase}", action + ("+" if persistent else ""), points, len({f.split(": ", 1)[0] for f in failed}))
+    assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
+
+
+@pytest.mark.parametrize("phase", ["start", "continue", "abort"])
+@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS", "error=EACCES"])
+def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
+    """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then
+    tells the truth, `--abort` leaves the project as before, and the way on ends where an uninterrupted run
+    ends."""
+    _sweep(benches, phase, action)
+
+
+@pytest.mark.parametrize("phase", ["start", "continue"])
+def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, phase):
+    """ENOSPC from that call on (the cleanup fails too); once space is free, the way on still works."""
+    _sweep(benches, phase, "error=ENOSPC", persistent=True)

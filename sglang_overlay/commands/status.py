@@ -1,5 +1,6 @@
 """Show the pin, the tree, the fingerprint, and each patch's state: applied, not-applied, upstreamed, drifted,
-stale (the patch file changed since it was applied), unavailable (hardware gate), or proof-failed. Read-only."""
+stale (the patch file changed since it was applied), unavailable (hardware gate), or proof-failed; and the
+entries a rebase left out of this pin (`skipped:`, from `rebase --skip`). Read-only."""
 
 from __future__ import annotations
 
@@ -28,7 +29,13 @@ def add_arguments(p) -> None:
 
 
 def collect(ctx) -> dict[str, Any]:
-    return api.status(context=ctx).to_json()
+    info = api.status(context=ctx).to_json()
+    # entries a rebase left out of this pin: not patches of it, but not to be forgotten either
+    info["skipped"] = [
+        {"name": s.name, "reason": s.reason, "stop": s.stop, "release": s.release, "from": s.source}
+        for s in ctx.manifest.skipped
+    ]
+    return info
 
 
 def run(ctx, args) -> int:
@@ -52,4 +59,6 @@ def run(ctx, args) -> int:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "
         line += r["detail"] or r["description"]
         print(line.rstrip())
+    for sk in ctx.manifest.skipped:
+        print(f"  [s] {sk.name:<{width}}  {'':<12} {'skipped':<12} {sk.describe()}")
     return 0

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from conftest import ROOT, tree_snapshot
 from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, python_argv, record, trace_points
 from test_rebase import SARGS, make_release, pin_text, project
 
+from sglang_overlay import scratch
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.fsio import TMP_SUFFIX
 
@@ -86,9 +88,13 @@ class Bench:
             text[:start] + "    # upstream wrote something else here\n    # fixture b: resolved\n" + text[end:]
         )
 
-    def state(self) -> dict:
+    def state(self, reaped: bool = False) -> dict:
         """What an end state is made of: the project's files (progress without its start time), the release
-        tree's files and journal, and anything a kill may leave behind (temp files, stale directories)."""
+        tree's files and journal, and anything a kill may leave behind (temp files, stale directories).
+        `reaped`: the scratch directories of processes that are gone removed first, as the next command that
+        changes a tree does (an error can stop their own removal: $TMPDIR is not the user's project)."""
+        if reaped:
+            scratch.reap(self.tmp)
         out: dict = {}
         for p in sorted(self.proj.rglob("*")):
             rel = str(p.relative_to(self.proj))
@@ -287,7 +293,7 @@ def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persiste
     if not r.hit:
         return [f"not reached (rc {r.rc})"]
     problems = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr or r.rc == 3 else []
-    now = b.state()
+    now = b.state(reaped=True)
     if action == "signal=INT":
         if r.rc != 130 or not r.stderr.rstrip().endswith("interrupted"):
             problems.append(f"rc {r.rc} (expected 130), stderr ends {r.stderr[-300:]!r}")
@@ -295,7 +301,7 @@ def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persiste
         mute = is_output(point) or (persistent and point.syscall == "write")  # stderr itself fails
         said = ERRNO_TEXT[action.split("=", 1)[1]] in r.stderr and "hint:" in r.stderr
         if r.rc not in (1, b.rcs[phase]):
-            problems.append(f"rc {r.rc}")
+            problems.append(f"rc {r.rc}:\n{r.stderr[-600:]}")
         elif now != expected and not said and not mute:
             problems.append(
                 f"rc {r.rc}: the project changed but the message does not name the error and a fix:\n{r.stderr[-600:]}"
@@ -307,7 +313,7 @@ def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persiste
     if index % 2:  # every other point: --abort from here leaves the project as before the rebase
         if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
             ab = b.cli("rebase", "--abort")
-            got = b.state()
+            got = b.state(reaped=True)
             if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
                 diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
                 problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
@@ -321,7 +327,7 @@ def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persiste
         again = b.cli("rebase", "--status")
     if "Traceback" in again.stderr:
         problems.append(f"the next command: traceback\n{again.stderr[-1200:]}")
-    got = b.state()
+    got = b.state(reaped=True)
     if got != expected:
         diff = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
         problems.append(f"after the next command (rc {again.returncode}) differs in {diff[:6]}\n{again.stderr[-400:]}")
@@ -359,3 +365,71 @@ def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase,
 def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, phase):
     """ENOSPC from that call on (the cleanup fails too); once space is free, the way on still works."""
     _sweep(benches, phase, "error=ENOSPC", persistent=True)
+
+
+# -- a second process -------------------------------------------------------------------------------------------
+def _held(b: Bench, args: list[str], point: Point, seconds: float) -> subprocess.Popen:
+    """The command, stopped for `seconds` right after `point` (strace's delay_exit), then let go on."""
+    inj = f"inject={point.syscall}:delay_exit={int(seconds * 1e6)}:when={point.n}"
+    cmd = [STRACE, "-o", str(b.base / "held.log"), "-e", f"trace={point.syscall}", "-e", inj, *python_argv(*args)]
+    return subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+SECOND = {  # the second command -> (its exit code, words it says, whether it waits for the first)
+    ("rebase", "--continue"): (0, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", "--abort"): (1, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", "--skip"): (1, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", VERSION): (2, f"a rebase to {VERSION} is already in progress", False),
+    ("rebase", "--status"): (0, "done     resolved         fx_args_b", False),  # as it is at that moment
+}
+
+
+@pytest.mark.parametrize("second", list(SECOND), ids=" ".join)
+def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, phases, second):
+    """`--continue` held in the middle of putting the release tree back (its journal in place, the tree's lock
+    held): the second command waits for the lock and then finds the rebase done, or is refused at once; either
+    way the first one's result is whole, nothing lost."""
+    b = benches[0]
+    start, args, finished = b.phases["continue"]
+    pts = _points(b, start, args)
+    journal = next(p for p in pts if p.syscall == "rename" and "journal.json" in p.call)
+    b.reset(start)
+    first = _held(b, args, journal, 4.0)
+    deadline = time.monotonic() + 60
+    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
+    while not tree_journal.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    got = b.cli(*second)
+    out, err = first.communicate(timeout=120)
+    rc, words, waits = SECOND[second]
+    assert first.returncode == 0, err
+    assert got.returncode == rc and words in got.stdout + got.stderr, (got.stdout, got.stderr)
+    assert ("waiting for another command" in got.stderr) == waits, got.stderr
+    assert "Traceback" not in got.stderr
+    assert b.state() == finished
+
+
+def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, phases, pinned_tree, tmp_path):
+    """The source pin's own tree has its own lock: a rebase held mid-step does not hold them up, and neither
+    changes what the other ends with."""
+    b = benches[0]
+    start, args, finished = b.phases["continue"]
+    tree = tmp_path / "sglang-0.5.17"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
+    journal = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
+    b.reset(start)
+    first = _held(b, args, journal, 6.0)
+    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
+    deadline = time.monotonic() + 60
+    while not tree_journal.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    for cmd in (("apply", "--set", "default"), ("status",), ("revert", "--all"), ("apply", "fx_topk")):
+        r = b.cli("--tree", str(tree), *cmd)
+        assert r.returncode == 0 and "waiting" not in r.stderr, (cmd, r.stderr)
+    assert first.poll() is None, "the rebase was not held while they ran"
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert b.state() == finished
+    assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout

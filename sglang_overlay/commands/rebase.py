@@ -84,23 +84,25 @@ def run(ctx, args) -> int:
         return _status(root, version)
     progress = read_progress(progress_path(root, version))
     if progress is None:  # killed after the new pin was renamed into place: nothing is left to do
-        print(
-            f"no rebase to {version} in progress"
-            + (f"; {pin_dir(root, version)} exists" if pin_dir(root, version).is_dir() else "")
-        )
-        return 0 if args.resume else 1
+        return _none_in_progress(root, version, args.resume)
     source = load_manifest(root / progress.source)
     tree = _release_tree(root, source.pin, progress)
     with Transaction.open(tree) as txn:
         progress = read_progress(progress_path(root, version))  # decided under the lock
-        if progress is None:
-            print(f"no rebase to {version} in progress")
-            return 0
+        if progress is None:  # another process finished or aborted it while this one waited for the lock
+            return _none_in_progress(root, version, args.resume)
         if args.abort:
             return _abort(root, tree, txn, progress)
         if args.skip:
             return _skip(root, source, tree, txn, progress, args.reason)
         return _continue(root, source, tree, txn, progress)
+
+
+def _none_in_progress(root: Path, version: str, resume: bool) -> int:
+    """Nothing to go on with: done (`--continue` asked for what is so: 0) or gone (`--abort`, `--skip`: 1)."""
+    done = pin_dir(root, version)
+    print(f"no rebase to {version} in progress" + (f"; {done} exists" if done.is_dir() else ""))
+    return 0 if resume and done.is_dir() else 1
 
 
 def _which(root: Path, version: str | None) -> str:

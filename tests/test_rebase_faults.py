@@ -13,6 +13,7 @@ about a minute on two cores."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -88,6 +89,15 @@ class Bench:
             text[:start] + "    # upstream wrote something else here\n    # fixture b: resolved\n" + text[end:]
         )
 
+    def key(self, state: dict) -> str:
+        """A state and the release tree's own bookkeeping (state, journal, saved copies): what a command that
+        comes next can see."""
+        h = hashlib.sha256(repr(sorted(state.items())).encode())
+        own = self.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay"
+        for p in sorted(own.rglob("*")) if own.is_dir() else ():
+            h.update(str(p.relative_to(own)).encode() + (p.read_bytes() if p.is_file() and p.name != "lock" else b""))
+        return h.hexdigest()
+
     def state(self, reaped: bool = False) -> dict:
         """What an end state is made of: the project's files (progress without its start time), the release
         tree's files and journal, and anything a kill may leave behind (temp files, stale directories).
@@ -142,6 +152,10 @@ def phases(benches):
         finished = b.state()
         assert not finished["leftovers"] and any(k.startswith(f"pins/{VERSION}/") for k in finished)
         b.reset(stopped_at)
+        skip = b.cli("rebase", "--skip")
+        assert skip.returncode == 0 and "skipped          fx_args_b" in skip.stdout, skip.stderr
+        skipped = b.state()
+        b.reset(stopped_at)
         aborted = b.cli("rebase", "--abort")
         assert aborted.returncode == 0, aborted.stderr
         b.aborted = b.state()
@@ -149,10 +163,11 @@ def phases(benches):
             {
                 "start": (b.template, ["rebase", VERSION], stopped),
                 "continue": (stopped_at, ["rebase", "--continue"], finished),
+                "skip": (stopped_at, ["rebase", "--skip"], skipped),
                 "abort": (stopped_at, ["rebase", "--abort"], b.aborted),
             }
         )
-        b.phases, b.rcs = out[-1], {"start": 1, "continue": 0, "abort": 0}
+        b.phases, b.rcs = out[-1], {"start": 1, "continue": 0, "skip": 0, "abort": 0}
     return out
 
 
@@ -177,7 +192,7 @@ def _points(b: Bench, start: Path, args: list[str]):
     return out
 
 
-@pytest.mark.parametrize("phase", ["start", "continue"])
+@pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
 def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     start, args, _ = phases[0][phase]
     points = _points(benches[0], start, args)
@@ -192,11 +207,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
             if not r.hit:
                 problems.append(f"{point}: not reached (rc {r.rc})")
                 continue
-            # recovery: go on when a rebase is recorded, else start it again
-            if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
-                again = b.cli("rebase", "--continue")
-            else:
-                again = b.cli(*args) if phase == "start" else b.cli("rebase", "--status")
+            again = _way_on(b, phase, args)
             if "Traceback" in again.stderr:
                 problems.append(f"{point}: traceback\n{again.stderr[-1200:]}")
             got = b.state()
@@ -208,6 +219,18 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
     assert not failed, f"{len(failed)} of {len(points)} kill points failed:\n" + "\n".join(failed[:12])
+
+
+def _way_on(b: Bench, phase: str, args: list[str]) -> subprocess.CompletedProcess:
+    """What the user runs next to get where the command was going: the same again when the rebase still
+    stands where it stood (a start without progress, a stop not yet skipped, an abort), else `--continue`."""
+    progress = b.proj / "pins" / f".rebase-{VERSION}.json"
+    if not progress.exists():
+        return b.cli(*args) if phase == "start" else b.cli("rebase", "--status")
+    stopped = json.loads(progress.read_text())["stop"] is not None
+    if phase == "abort" or (phase == "skip" and stopped):
+        return b.cli(*args)
+    return b.cli("rebase", "--continue")
 
 
 def test_abort_after_a_killed_start_leaves_the_project_as_before(benches):
@@ -234,7 +257,8 @@ def _fault_points(b: Bench, start: Path, args: list[str], action: str, persisten
     call in a scratch directory, in the release cache, in a tree being unpacked, in a directory being removed,
     on the terminal; and for a signal (held until the file is whole) or a lasting error (the first call fails
     the rest) the first call of each atomic write. A call that failed by itself is left out: the kernel
-    answers EEXIST before ENOSPC or EROFS, and a signal there finds nothing changed."""
+    answers EEXIST before ENOSPC or EROFS, and a signal there finds nothing changed. A lasting error starts at
+    every write, fsync, mkdir and rename, not at an open (strace cannot fail only the opens that create)."""
     b.reset(start)
     pts, proc = trace_points(python_argv(*args), b.env, b.proj, b.log)
     assert proc.returncode in (0, 1), proc.stderr
@@ -246,7 +270,7 @@ def _fault_points(b: Bench, start: Path, args: list[str], action: str, persisten
         "output": lambda p, path: is_output(p),
     }
     whole = action.startswith("signal=") or persistent
-    out, seen, fds = [], set(), {}
+    out, seen, fds, writes = [], set(), {}, set()
     for p in pts:
         path = p.call
         if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
@@ -255,8 +279,13 @@ def _fault_points(b: Bench, start: Path, args: list[str], action: str, persisten
             path = fds.get(p.call.split("(", 1)[1].split(",")[0].rstrip(")"), p.call)
         if " = -1 " in p.call or (action.startswith("error=") and not error_points([p], action)):
             continue
-        if whole and TMP_SUFFIX in path and not (p.syscall == "openat" and path == p.call):
-            continue  # inside an atomic write, after its first call
+        if persistent and p.syscall == "openat":
+            continue  # strace would fail every later open, reads and imports too: a full disk does not
+        tmp = re.search(rf'"([^"]*{re.escape(TMP_SUFFIX)})"', path)
+        if whole and tmp:
+            if tmp.group(1) in writes:
+                continue  # inside an atomic write, after its first call
+            writes.add(tmp.group(1))
         kind = next((k for k, test in alike.items() if test(p, path)), None)
         if kind is None or (kind, p.syscall) not in seen:
             out.append(p)
@@ -286,8 +315,8 @@ def _status_lies(b: Bench, out: str, finished: dict) -> list[str]:
     return lies
 
 
-def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persistent: bool, expected: dict) -> list[str]:
-    start, args, _ = b.phases[phase]
+def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, explored: set) -> list[str]:
+    start, args, expected = b.phases[phase]
     b.reset(start)
     r = inject(python_argv(*args), b.env, b.proj, b.log, point, action, persistent)
     if not r.hit:
@@ -304,27 +333,30 @@ def _fault(b: Bench, phase: str, index: int, point: Point, action: str, persiste
             problems.append(f"rc {r.rc}:\n{r.stderr[-600:]}")
         elif now != expected and not said and not mute:
             problems.append(
-                f"rc {r.rc}: the project changed but the message does not name the error and a fix:\n{r.stderr[-600:]}"
+                f"rc {r.rc}, short of its end, and no message names the error and a fix:\n{r.stderr[-600:]}"
             )
+    # What follows depends on the state alone (files, the tree's own bookkeeping): once per state met.
+    key = b.key(now)
+    if key in explored:
+        return problems
+    explored.add(key)
     st = b.cli("rebase", "--status")
     if "Traceback" in st.stderr or st.returncode not in (0, 2):
         problems.append(f"`rebase --status`: rc {st.returncode}\n{st.stderr[-800:]}")
-    problems += [f"`rebase --status` {lie}" for lie in _status_lies(b, st.stdout, b.phases["continue"][2])]
-    if index % 2:  # every other point: --abort from here leaves the project as before the rebase
-        if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
-            ab = b.cli("rebase", "--abort")
-            got = b.state(reaped=True)
-            if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
-                diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
-                problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
-        return problems
-    # and the way on reaches the end an uninterrupted run reaches
-    if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
-        again = b.cli("rebase", "--abort" if phase == "abort" else "--continue")
-    elif phase == "start":
-        again = b.cli(*args)
-    else:
-        again = b.cli("rebase", "--status")
+    final = b.phases["skip" if phase == "skip" else "continue"][2]
+    problems += [f"`rebase --status` {lie}" for lie in _status_lies(b, st.stdout, final)]
+    if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():  # --abort from here (on a copy)
+        copy = b.base / "abort-copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(b.work, copy, symlinks=True)
+        ab = b.cli("rebase", "--abort")
+        got = b.state(reaped=True)
+        if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
+            diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
+            problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
+        shutil.rmtree(b.work)
+        os.rename(copy, b.work)
+    again = _way_on(b, phase, args)  # and the way on ends where an uninterrupted run ends
     if "Traceback" in again.stderr:
         problems.append(f"the next command: traceback\n{again.stderr[-1200:]}")
     got = b.state(reaped=True)
@@ -339,11 +371,11 @@ def _sweep(benches, phase: str, action: str, persistent: bool = False) -> None:
     points = _fault_points(benches[0], start, args, action, persistent)
 
     def run(i: int) -> list[str]:
-        b = benches[i]
+        b, explored = benches[i], set()
         return [
             f"{point}: {p}"
-            for n, point in list(enumerate(points))[i::WORKERS]
-            for p in _fault(b, phase, n, point, action, persistent, b.phases[phase][2])
+            for point in points[i::WORKERS]
+            for p in _fault(b, phase, point, action, persistent, explored)
         ]
 
     with ThreadPoolExecutor(WORKERS) as pool:
@@ -352,7 +384,7 @@ def _sweep(benches, phase: str, action: str, persistent: bool = False) -> None:
     assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
 
 
-@pytest.mark.parametrize("phase", ["start", "continue", "abort"])
+@pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
 @pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS", "error=EACCES"])
 def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
     """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then

@@ -26,7 +26,7 @@ import yaml
 
 from ..carry import Step, carry
 from ..diffgen import make_diff
-from ..errors import BadInput, Conflict, ManifestError
+from ..errors import BadInput, Conflict, ManifestError, StateError
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
 from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes, unlink_if_present
 from ..gitcmd import git
@@ -154,10 +154,11 @@ def _start(ctx, version: str) -> int:
         )
         try:
             _save(root, progress)
-        except BaseException:  # nothing refers to the staging directory yet: no trace of the rebase is left
-            shutil.rmtree(staging, ignore_errors=True)
-            if made_pins:
-                _rmdir_quietly(staging.parent)
+        except BaseException:
+            if not progress_path(root, version).exists():  # nothing refers to the staging directory: no trace left
+                shutil.rmtree(staging, ignore_errors=True)
+                if made_pins:
+                    _rmdir_quietly(staging.parent)
             raise
         print(f"rebase {m.pin.version} -> {version}: {len(m.names)} entries, tree {tree.root}", file=sys.stderr)
         return _go(root, m, tree, txn, progress, t0)
@@ -331,8 +332,14 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
             hint=f"`{prog()} rebase --abort` finishes it",
         )
     rel_src = WheelSource(release_wheel(m.pin, progress.target))
-    if not staging_dir(root, progress.target).is_dir():  # killed after the new pin was renamed into place
-        _restore(tree, txn, rel_src.read)
+    if not staging_dir(root, progress.target).is_dir():
+        if not pin_dir(root, progress.target).is_dir():
+            raise StateError(
+                f"{staging_dir(root, progress.target)}: the rebase's staging directory is missing "
+                f"(and {pin_dir(root, progress.target)} does not exist): something else removed it",
+                hint=f"`{prog()} rebase --abort`, then start again",
+            )
+        _restore(tree, txn, rel_src.read)  # killed after the new pin was renamed into place
         return _cleanup_finished(root, progress)
     _drop_tmp(staging_dir(root, progress.target))
     stop = progress.stop

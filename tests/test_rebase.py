@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -446,3 +447,31 @@ def test_a_second_rebase_to_the_same_release_is_refused(tmp_path, cache, pin_sou
     proj = project(tmp_path)
     cli(proj, cache, "rebase", "9.0.2", rc=1)
     assert "already in progress" in cli(proj, cache, "rebase", "9.0.2", rc=2).stderr
+
+
+def test_an_abort_cut_short_says_so_and_is_finished_by_abort(tmp_path, cache, pin_source):
+    """What an abort interrupted after putting the release tree back leaves: the progress marked `aborting`."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    data = json.loads(progress.read_text())
+    progress.write_text(json.dumps(data | {"aborting": True}))
+    st = cli(proj, cache, "rebase", "--status", rc=0).stdout
+    assert "an abort was cut short" in st and "stopped" not in st
+    assert "rebase --abort` finishes it" in cli(proj, cache, "rebase", "--continue", rc=2).stderr
+    assert "rebase --abort` finishes it" in cli(proj, cache, "rebase", "--skip", rc=2).stderr
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    assert project_files(proj) == before and tree_is_pristine(proj, "9.0.2")
+
+
+def test_a_staging_directory_gone_is_not_taken_for_a_finished_rebase(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    shutil.rmtree(proj / "pins" / ".rebase-9.0.2")
+    res = cli(proj, cache, "rebase", "--continue", rc=2)
+    assert "staging directory is missing" in res.stderr and "rebased" not in res.stdout
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    assert not (proj / "pins").exists() and tree_is_pristine(proj, "9.0.2")

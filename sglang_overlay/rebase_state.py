@@ -82,6 +82,7 @@ class Progress:
     stop: Stop | None = None
     started: str = ""
     aborting: bool = False  # `--abort` began: only finishing it is left (the tree may be put back already)
+    source_files: dict[str, str] = field(default_factory=dict)  # what the rebase reads of the source pin: sha256
 
     def advanced(self, name: str, result: Result) -> Progress:
         return replace(self, next=self.order.index(name) + 1, results={**self.results, name: result}, stop=None)
@@ -113,6 +114,7 @@ class Progress:
                     "stop": stop,
                     "started": self.started,
                     **({"aborting": True} if self.aborting else {}),
+                    **({"source_files": self.source_files} if self.source_files else {}),
                 },
                 indent=1,
             )
@@ -127,7 +129,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
     except UnicodeDecodeError as e:
         raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
-    sh.keys(data, keys + ("started", "aborting"))
+    sh.keys(data, keys + ("started", "aborting", "source_files"))
     if data.get("version") != PROGRESS_VERSION:
         raise sh.fail("'version'", f"{data.get('version')!r}, this tool reads {PROGRESS_VERSION}")
     order = tuple(sh.name(n, "'order'") for n in sh.get(data, "order", list))
@@ -173,6 +175,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         stop,
         str(data.get("started") or ""),
         data.get("aborting") is True,
+        {str(k): str(v) for k, v in sh.get(data, "source_files", dict).items()} if "source_files" in data else {},
     )
 
 

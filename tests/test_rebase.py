@@ -475,3 +475,20 @@ def test_a_staging_directory_gone_is_not_taken_for_a_finished_rebase(tmp_path, c
     assert "staging directory is missing" in res.stderr and "rebased" not in res.stdout
     cli(proj, cache, "rebase", "--abort", rc=0)
     assert not (proj / "pins").exists() and tree_is_pristine(proj, "9.0.2")
+
+
+def test_a_source_pin_changed_during_the_rebase_is_refused_not_lost(tmp_path, cache, pin_source):
+    """A `refresh` (or an editor) changed a patch of the source pin after the rebase carried it: going on would
+    leave the change out of the new pin, so it is refused, naming the file, until it is put back."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    patch = proj / "patches" / "fx_topk.patch"
+    old = patch.read_bytes()
+    patch.write_bytes(old.replace(b"Description: ", b"Description: reworded. ", 1))
+    for args in (("rebase", "--continue"), ("rebase", "--skip")):
+        res = cli(proj, cache, *args, rc=1)
+        assert "the source pin changed since the rebase to 9.0.2 started: patches/fx_topk.patch" in res.stderr
+    assert "stopped  conflict         fx_args_b" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+    patch.write_bytes(old)
+    cli(proj, cache, "rebase", "--skip", rc=0)

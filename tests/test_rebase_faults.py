@@ -465,3 +465,28 @@ def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, 
     assert first.returncode == 0, err
     assert b.state() == finished
     assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout
+
+
+def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, phases):
+    """A second process rewrites a source patch (as `refresh` does) while `--continue` is held mid-step: the
+    rebase refuses to make the new pin of what it read before, and goes on once the file is as it was."""
+    b = benches[0]
+    start, args, finished = b.phases["continue"]
+    journal = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
+    b.reset(start)
+    first = _held(b, args, journal, 3.0)
+    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
+    deadline = time.monotonic() + 60
+    while not tree_journal.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    patch = b.proj / "patches" / "fx_common.patch"
+    old = patch.read_bytes()
+    patch.write_bytes(old.replace(b"Description: ", b"Description: refreshed. ", 1))
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
+    assert not (b.proj / "pins" / VERSION).exists()
+    patch.write_bytes(old)
+    done = b.cli("rebase", "--continue")
+    assert done.returncode == 0, done.stderr
+    assert b.state() == finished

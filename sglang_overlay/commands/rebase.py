@@ -151,6 +151,7 @@ def _start(ctx, version: str) -> int:
             sha256=rel_pin.sha256,
             order=m.names,
             started=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            source_files={os.path.relpath(f, root): file_sha256(f) for f in _source_files(m)},
         )
         try:
             _save(root, progress)
@@ -162,6 +163,33 @@ def _start(ctx, version: str) -> int:
             raise
         print(f"rebase {m.pin.version} -> {version}: {len(m.names)} entries, tree {tree.root}", file=sys.stderr)
         return _go(root, m, tree, txn, progress, t0)
+
+
+def _source_files(m: Manifest) -> list[Path]:
+    """The files of the source pin the rebase carries: its manifest, every patch file and overlay file."""
+    out = [m.path]
+    for p in m.patches:
+        change = patch_file(p)
+        out += [change.path] if change is not None else []
+        out += [p.overlay_source(f) for f in getattr(p, "overlay", ())]
+    return out
+
+
+def _refuse_changed_source(root: Path, progress: Progress) -> None:
+    """Another process (a `refresh`, an editor) changed the source pin since the rebase read it: going on would
+    carry what it held before, and the change would be lost from the new pin."""
+    changed = [
+        rel
+        for rel, digest in progress.source_files.items()
+        if read_bytes(root / rel) is None or file_sha256(root / rel) != digest
+    ]
+    if changed:
+        raise Conflict(
+            f"the source pin changed since the rebase to {progress.target} started: {', '.join(changed[:6])}: "
+            "the new pin would carry what they held before",
+            hint=f"put them back as they were (`git diff`), then `{prog()} rebase --continue`; or `rebase --abort` "
+            "and start again to carry them as they are now",
+        )
 
 
 def _refuse_taken(root: Path, version: str) -> None:
@@ -341,6 +369,7 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
             )
         _restore(tree, txn, rel_src.read)  # killed after the new pin was renamed into place
         return _cleanup_finished(root, progress)
+    _refuse_changed_source(root, progress)
     _drop_tmp(staging_dir(root, progress.target))
     stop = progress.stop
     if stop is None:
@@ -382,6 +411,7 @@ def _skip(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progr
             f"the rebase to {progress.target} is being aborted (an abort was cut short)",
             hint=f"`{prog()} rebase --abort` finishes it",
         )
+    _refuse_changed_source(root, progress)
     stop = progress.stop
     if stop is None:
         raise BadInput(
@@ -532,6 +562,7 @@ def _status(root: Path, version: str) -> int:
 # -- the end ----------------------------------------------------------------------------------------------------
 def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress, rel_src) -> int:
     version, staging = progress.target, staging_dir(root, progress.target)
+    _refuse_changed_source(root, progress)  # the last look before the new pin is made of what was carried
     text = set_pin(
         m.path.read_text(), Pin(m.pin.package, version, f"v{version}", progress.wheel, progress.sha256), str(m.path)
     )

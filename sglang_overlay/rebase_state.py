@@ -92,8 +92,11 @@ class Progress:
             proof = None
             if r.proof is not None:
                 proof = {"file": r.proof.file, "symbols": list(r.proof.symbols), "contains": list(r.proof.contains)}
-            out = {"status": r.status, "detail": r.detail, "files": [list(f) for f in r.files], "proof": proof}
-            return out | ({"stop": r.stop} if r.stop else {})
+            out: dict[str, object] = {"status": r.status, "detail": r.detail, "files": [list(f) for f in r.files]}
+            out["proof"] = proof
+            if r.stop:
+                out["stop"] = r.stop
+            return out
 
         stop = None
         if self.stop is not None:

@@ -400,11 +400,21 @@ def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, pha
 
 
 # -- a second process -------------------------------------------------------------------------------------------
-def _held(b: Bench, args: list[str], point: Point, seconds: float) -> subprocess.Popen:
-    """The command, stopped for `seconds` right after `point` (strace's delay_exit), then let go on."""
+def _held(b: Bench, seconds: float) -> subprocess.Popen:
+    """`rebase --continue` from the stopped state, stopped for `seconds` once its first journal is in place
+    (strace's delay_exit at that rename: the release tree's lock held, a transaction in flight)."""
+    start, args, _ = b.phases["continue"]
+    point = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
+    b.reset(start)
     inj = f"inject={point.syscall}:delay_exit={int(seconds * 1e6)}:when={point.n}"
     cmd = [STRACE, "-o", str(b.base / "held.log"), "-e", f"trace={point.syscall}", "-e", inj, *python_argv(*args)]
-    return subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
+    deadline = time.monotonic() + 60
+    while not journal.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    return first
 
 
 SECOND = {  # the second command -> (its exit code, words it says, whether it waits for the first)
@@ -422,16 +432,7 @@ def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, pha
     held): the second command waits for the lock and then finds the rebase done, or is refused at once; either
     way the first one's result is whole, nothing lost."""
     b = benches[0]
-    start, args, finished = b.phases["continue"]
-    pts = _points(b, start, args)
-    journal = next(p for p in pts if p.syscall == "rename" and "journal.json" in p.call)
-    b.reset(start)
-    first = _held(b, args, journal, 4.0)
-    deadline = time.monotonic() + 60
-    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
-    while not tree_journal.exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.02)
+    first = _held(b, 4.0)
     got = b.cli(*second)
     out, err = first.communicate(timeout=120)
     rc, words, waits = SECOND[second]
@@ -439,31 +440,23 @@ def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, pha
     assert got.returncode == rc and words in got.stdout + got.stderr, (got.stdout, got.stderr)
     assert ("waiting for another command" in got.stderr) == waits, got.stderr
     assert "Traceback" not in got.stderr
-    assert b.state() == finished
+    assert b.state() == b.phases["continue"][2]
 
 
 def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, phases, pinned_tree, tmp_path):
     """The source pin's own tree has its own lock: a rebase held mid-step does not hold them up, and neither
     changes what the other ends with."""
     b = benches[0]
-    start, args, finished = b.phases["continue"]
     tree = tmp_path / "sglang-0.5.17"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
-    journal = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
-    b.reset(start)
-    first = _held(b, args, journal, 6.0)
-    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
-    deadline = time.monotonic() + 60
-    while not tree_journal.exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.02)
+    first = _held(b, 6.0)
     for cmd in (("apply", "--set", "default"), ("status",), ("revert", "--all"), ("apply", "fx_topk")):
         r = b.cli("--tree", str(tree), *cmd)
         assert r.returncode == 0 and "waiting" not in r.stderr, (cmd, r.stderr)
     assert first.poll() is None, "the rebase was not held while they ran"
     _, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    assert b.state() == finished
+    assert b.state() == b.phases["continue"][2]
     assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout
 
 
@@ -471,15 +464,7 @@ def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, ph
     """A second process rewrites a source patch (as `refresh` does) while `--continue` is held mid-step: the
     rebase refuses to make the new pin of what it read before, and goes on once the file is as it was."""
     b = benches[0]
-    start, args, finished = b.phases["continue"]
-    journal = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
-    b.reset(start)
-    first = _held(b, args, journal, 3.0)
-    tree_journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
-    deadline = time.monotonic() + 60
-    while not tree_journal.exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.02)
+    first = _held(b, 3.0)
     patch = b.proj / "patches" / "fx_common.patch"
     old = patch.read_bytes()
     patch.write_bytes(old.replace(b"Description: ", b"Description: refreshed. ", 1))
@@ -489,4 +474,4 @@ def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, ph
     patch.write_bytes(old)
     done = b.cli("rebase", "--continue")
     assert done.returncode == 0, done.stderr
-    assert b.state() == finished
+    assert b.state() == b.phases["continue"][2]

@@ -8,9 +8,16 @@ message names file, hunk, Python symbol and the patch's Description: edit them, 
 entry's proof is checked again and rewritten where its code moved; a patch whose change VERSION already has
 is offered to become `upstreamed` (`--continue` accepts); an overlay file that now ships upstream stops it.
 
+`rebase --skip` leaves the stopped patch out of the new pin instead (and the entries that require it), each
+recorded under the new manifest's `skipped:` with the reason and the stop, so it is found again later.
+
 Nothing of the project changes before the end: pins/VERSION/ is built in pins/.rebase-VERSION/ (its
-manifest, with the new pin, written last) and renamed into place. Killed anywhere, the project is as before,
-and `rebase --continue` goes on from the last finished step (`--abort` drops it all)."""
+manifest, with the new pin, written last) and renamed into place. Killed, interrupted or refused a write
+anywhere, the project is as before, and `rebase --continue` goes on from the last finished step (`--abort`
+drops it all; an abort cut short says so and is finished by `--abort` again). Every step that writes runs
+under the release tree's lock: a second `--continue`/`--skip`/`--abort` waits and then finds what the first
+left; the source pin's files are checked against what the rebase read, so a change to them meanwhile is
+refused rather than left out of the new pin."""
 
 from __future__ import annotations
 

@@ -1,15 +1,20 @@
-"""A rebase killed (SIGKILL, strace) at every step of its own process, then recovered: the next `rebase
---continue` (or, with no progress recorded yet, the same `rebase VERSION` again) ends exactly where an
-uninterrupted run ends, with nothing left behind; `--abort` after a killed start leaves the project as before.
+"""A rebase faulted (strace) at every step of its own process: a SIGKILL, a Ctrl-C (SIGINT), ENOSPC, EROFS or
+EACCES at one call, ENOSPC from one call on (a disk that stays full); and a second process beside it.
 
-Two phases of one rebase on a fixture release made from the real 0.5.17 files: the start up to the first
-conflict (making the release tree, the staging directory, the progress file, the conflict written into the
-tree through its journal) and `--continue` after the resolution to the end (capture, the tree put back, the
-remaining patches, the manifest last, the rename of the new pin into place). Kill points: every rename,
-unlink, mkdir and rmdir of the command's own process that succeeds, the calls after which the disk looks
-different (a kill at a write or an fsync leaves the disk a kill at the next of those leaves); calls that look
-alike to a kill (in scratch directories, inside a removal, inside an unpacking) once each: the sweep stays
-about a minute on two cores."""
+Four commands of one rebase on a fixture release made from the real 0.5.17 files, a small synthetic pin pair
+with a 3-way merge (fx_args_b's file) and a conflict stop: the start up to the first conflict (the release
+tree unpacked, the staging directory, the progress file, the conflict written into the tree through its
+journal), `--continue` after the resolution to the end (capture, the tree put back, the remaining patches,
+the manifest last, the rename of the new pin into place), `--skip` from the same stop, and `--abort`.
+
+After a kill, the next command (`--continue`, the same start again, `--skip` or `--abort` again) ends
+exactly where an uninterrupted run ends, with nothing left behind. After a Ctrl-C the command exits 130 with
+one line; after an OS error it exits 1 naming the error and a fix (or ends as without it), never with a
+traceback; then `rebase --status` tells the truth (a patch it calls done has its staged files, one it calls
+stopped is in the release tree), `--abort` leaves the project as before the rebase, and the way on ends where
+an uninterrupted run ends. Points: the calls after which the disk looks different for a kill; every call of
+the kinds the kernel fails with that error for the others; calls that look alike (in scratch directories,
+the release cache, an unpacking, a removal) once each. The sweeps run on three workers."""
 
 from __future__ import annotations
 
@@ -218,6 +223,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
+    record(f"rebase {phase}", "signal=KILL", points, len({f.split(": ", 1)[0] for f in failed}))
     assert not failed, f"{len(failed)} of {len(points)} kill points failed:\n" + "\n".join(failed[:12])
 
 
@@ -366,26 +372,33 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
     return problems
 
 
-def _sweep(benches, phase: str, action: str, persistent: bool = False) -> None:
+def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
+    """`fault`: one action, or two with `|` that take turns over the points (EROFS|EACCES: the same calls fail
+    with either, and the command's handling differs only in the fix it names)."""
     start, args, _ = benches[0].phases[phase]
-    points = _fault_points(benches[0], start, args, action, persistent)
+    actions = ["error=" + e for e in fault.removeprefix("error=").split("|")] if "|" in fault else [fault]
+    points = _fault_points(benches[0], start, args, actions[0], persistent)
+    turns = [(point, actions[n % len(actions)]) for n, point in enumerate(points)]
 
     def run(i: int) -> list[str]:
         b, explored = benches[i], set()
         return [
-            f"{point}: {p}"
-            for point in points[i::WORKERS]
+            f"{action} {point}: {p}"
+            for point, action in turns[i::WORKERS]
             for p in _fault(b, phase, point, action, persistent, explored)
         ]
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
-    record(f"rebase {phase}", action + ("+" if persistent else ""), points, len({f.split(": ", 1)[0] for f in failed}))
+    for action in actions:
+        mine = [p for p, a in turns if a == action]
+        bad = {f.split(": ", 1)[0] for f in failed if f.startswith(action + " ")}
+        record(f"rebase {phase}", action + ("+" if persistent else ""), mine, len(bad))
     assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
 
 
 @pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
-@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS", "error=EACCES"])
+@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS|EACCES"])
 def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
     """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then
     tells the truth, `--abort` leaves the project as before, and the way on ends where an uninterrupted run

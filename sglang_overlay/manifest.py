@@ -218,11 +218,6 @@ class Skipped:
     release: str  # the release it could not be carried to
     source: str  # the pin's version it was carried from
 
-    def describe(self) -> str:
-        return f"skipped carrying {self.source} -> {self.release}: {self.reason}" + (
-            f" ({self.stop})" if self.stop else ""
-        )
-
 
 @dataclass(frozen=True)
 class Manifest:

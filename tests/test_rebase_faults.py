@@ -334,12 +334,12 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
             problems.append(f"rc {r.rc} (expected 130), stderr ends {r.stderr[-300:]!r}")
     else:
         mute = is_output(point) or (persistent and point.syscall == "write")  # stderr itself fails
-        said = ERRNO_TEXT[action.split("=", 1)[1]] in r.stderr and "hint:" in r.stderr
+        said = ERRNO_TEXT[action.split("=", 1)[1]] in r.stderr and "hint:" in r.stderr and str(b.base) in r.stderr
         if r.rc not in (1, b.rcs[phase]):
             problems.append(f"rc {r.rc}:\n{r.stderr[-600:]}")
         elif now != expected and not said and not mute:
             problems.append(
-                f"rc {r.rc}, short of its end, and no message names the error and a fix:\n{r.stderr[-600:]}"
+                f"rc {r.rc}, short of its end, and no message names the file, the error and a fix:\n{r.stderr[-600:]}"
             )
     # What follows depends on the state alone (files, the tree's own bookkeeping): once per state met.
     key = b.key(now)

@@ -530,7 +530,7 @@ def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
     rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, version))
     _restore(tree, txn, rel_src.read)
     if staging.exists():
-        shutil.rmtree(staging)
+        _rmtree_named(staging)
     os.unlink(progress_path(root, version))
     fsync_dir(progress_path(root, version).parent)
     _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
@@ -645,6 +645,21 @@ def _cleanup_finished(root: Path, progress: Progress) -> int:
     done = pin_dir(root, progress.target)
     print(f"rebased {progress.source_pin} -> {progress.target}: {done} (`{prog()} --pin {progress.target} check`)")
     return 0
+
+
+def _rmtree_named(directory: Path) -> None:
+    """shutil.rmtree whose error names the file by its whole path (rmtree's own names it relative to its
+    directory, which tells the user nothing)."""
+
+    def named(_func: object, path: str, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            exc.filename = path
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(directory, onexc=named)
+    else:
+        shutil.rmtree(directory, onerror=lambda func, path, info: named(func, path, info[1]))
 
 
 def _rmdir_quietly(directory: Path) -> None:

@@ -27,7 +27,7 @@ from .patchset import from_options
 from .project import manifest_path
 
 if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs them
-    from .manifest import Manifest
+    from .manifest import Manifest, Skipped
     from .patchset import PatchSet
     from .state import State
     from .switch import Outcome
@@ -79,6 +79,7 @@ class Status:
     cuda_capability: tuple[str, ...]
     presets: Mapping[str, tuple[str, ...]]
     env_profiles: tuple[str, ...]
+    skipped: tuple[Skipped, ...] = ()  # entries a rebase left out of this pin (`rebase --skip`)
 
     def patch(self, name: str) -> PatchStatus:
         return next(p for p in self.patches if p.name == name)
@@ -113,6 +114,10 @@ class Status:
             "cuda_capability": list(self.cuda_capability),
             "presets": {k: list(v) for k, v in self.presets.items()},
             "env_profiles": list(self.env_profiles),
+            "skipped": [
+                {"name": s.name, "reason": s.reason, "stop": s.stop, "release": s.release, "from": s.source}
+                for s in self.skipped
+            ],
         }
 
 
@@ -289,6 +294,7 @@ def status(
             cuda_capability=tuple(capabilities() or ()),
             presets={k: tuple(v) for k, v in m.presets.items()},
             env_profiles=tuple(sorted(m.env_profiles)),
+            skipped=m.skipped,
         )
 
 

@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Mapping
 
 from . import scratch as scratch_dirs
+from .fsio import write_plain
 from .gitcmd import git_outside_repo
 
 
@@ -25,7 +26,7 @@ def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | No
                     continue
                 p = scratch / side / repo_path
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_bytes(data)
+                write_plain(p, data)  # a full disk's error names the file
                 sides.append(f"{side}/{repo_path}")
             res = git_outside_repo(
                 "diff",

@@ -105,3 +105,11 @@ def os_failure(err: OSError, what: str, outcome: str) -> OSFailure:
     where = os.path.dirname(str(path)) or str(path) if path != "?" else "."
     fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again").format(where=where)
     return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix)
+
+
+def os_fix_in(text: str, where: str) -> str | None:
+    """The fix for an OS error another program (git) reports in its own words: the system's text for it."""
+    for code, fix in _FIXES.items():
+        if code != errno.ENOENT and os.strerror(code) in text:
+            return fix.format(where=where)
+    return None

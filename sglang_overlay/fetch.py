@@ -143,8 +143,12 @@ def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
                 found = ", ".join(p.name for p in tmp.glob("*.whl")) or "nothing"
                 raise FetchError(f"pip fetched {found}, not the pinned {pin.wheel}")
             _checked(got_file, pin, f"{pin.wheel} as downloaded")
-            with open(got_file, "rb") as f:
-                os.fsync(f.fileno())
+            try:
+                with open(got_file, "rb") as f:
+                    os.fsync(f.fileno())
+            except OSError as e:
+                e.filename = e.filename or str(got_file)  # fsync names no file; the user needs to know which
+                raise
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(got_file, target)  # the cache holds a whole, checked wheel or none
         finally:

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import OverlayError
+from .errors import OverlayError, os_fix_in
 from .interrupts import SIGNALS, Interrupted
 
 
@@ -63,7 +63,7 @@ def git(
             hint="run the command again",
         )
     if check and proc.returncode != 0:
-        raise OverlayError(res.describe())
+        raise OverlayError(res.describe(), hint=os_fix_in(proc.stderr, str(cwd)))
     return res
 
 

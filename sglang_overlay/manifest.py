@@ -24,7 +24,7 @@ UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 
-TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles")
+TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles", "skipped")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
 PATCH_KEYS = (
     "name",
@@ -47,6 +47,7 @@ UPSTREAM_KEYS = ("status", "release", "pr", "url")
 PROOF_KEYS = ("file", "symbols", "contains")
 PROFILE_KEYS = ("description", "vars")
 PROFILE_VAR_KEYS = ("value", "why")
+SKIPPED_KEYS = ("reason", "stop", "release", "from")
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,18 @@ class EnvProfile:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """An entry `rebase --skip` left behind: not carried to this pin's release, kept here so it is not forgotten
+    (the entry itself is in the pin it was carried from)."""
+
+    name: str
+    reason: str
+    stop: str  # why the rebase stopped at it ("" for an entry dropped because it required a skipped one)
+    release: str  # the release it could not be carried to
+    source: str  # the pin's version it was carried from
+
+
+@dataclass(frozen=True)
 class Manifest:
     path: Path
     schema: int
@@ -216,6 +229,7 @@ class Manifest:
     presets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     env_profiles: Mapping[str, EnvProfile] = field(default_factory=dict)
     pin_source: Path | None = None  # the manifest that declares the pin (an `extends` chain shares its cache)
+    skipped: tuple[Skipped, ...] = ()  # entries a rebase left behind (`rebase --skip`)
 
     @property
     def project_root(self) -> Path:
@@ -427,6 +441,10 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
     for name, raw in ctx.mapping("env_profiles", data.get("env_profiles") or {}).items():
         profiles[str(name)] = _parse_profile(ctx, str(name), raw)
 
+    skipped = list(parent.skipped) if parent else []
+    for name, raw in ctx.mapping("skipped", data.get("skipped") or {}).items():
+        skipped.append(_parse_skipped(ctx, str(name), raw, names))
+
     manifest = Manifest(
         path=path,
         schema=schema,
@@ -435,6 +453,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         presets=presets,
         env_profiles=profiles,
         pin_source=pin_source,
+        skipped=tuple(skipped),
     )
     for name, members in presets.items():
         try:
@@ -734,6 +753,25 @@ def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
                         "each added file belongs to exactly one entry; merge the entries or rename the file",
                     )
                 owner[f] = p.name
+
+
+def _parse_skipped(ctx: _Ctx, name: str, raw: Any, names: list[str]) -> Skipped:
+    where = f"skipped.{name}"
+    if not NAME_RE.fullmatch(name):
+        raise ctx.fail("skipped", f"{name!r} is not a patch name")
+    if name in names:
+        raise ctx.fail(
+            where, f"{name!r} is an entry of `patches:` again", f"remove `{name}:` from `skipped:` now that it is back"
+        )
+    raw = ctx.mapping(where, raw)
+    ctx.check_keys(where, raw, SKIPPED_KEYS)
+    return Skipped(
+        name,
+        ctx.string(f"{where}.reason", raw.get("reason")),
+        ctx.optional_string(f"{where}.stop", raw.get("stop")) or "",
+        ctx.string(f"{where}.release", raw.get("release")),
+        ctx.string(f"{where}.from", raw.get("from")),
+    )
 
 
 def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:

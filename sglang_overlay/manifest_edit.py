@@ -53,16 +53,43 @@ def _scalar(value: str) -> str:
     return yaml.safe_dump(value, default_style=None).strip().removesuffix("...").strip()
 
 
-def set_entry_key(text: str, name: str, key: str, value: object, where: str) -> str:
-    """Replace (or add, or with value None remove) `key` of the entry `name`; the value is written as YAML."""
+def remove_entry(text: str, name: str, where: str) -> str:
+    """The entry `name` taken out of `patches:`: its block, with any comment lines that follow it inside the list."""
     lines = text.splitlines(keepends=True)
+    head = _entry_head(lines, name, where)
+    del lines[head : _block(lines, head, 2)]
+    return "".join(lines)
+
+
+def set_top_key(text: str, key: str, value: object) -> str:
+    """Replace (or append, or with value None remove) the top-level `key`, written as YAML; the comments inside
+    the old block are not kept."""
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.startswith(f"{key}:")), None)
+    new = [] if value is None else [line[4:] for line in _yaml_key(key, value)]
+    if at is None:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines += new
+    else:
+        lines[at : _block(lines, at, 0)] = new
+    return "".join(lines)
+
+
+def _entry_head(lines: list[str], name: str, where: str) -> int:
     heads = [i for i, line in enumerate(lines) if re.fullmatch(rf"  - name: {re.escape(name)}\s*", line)]
     if len(heads) != 1:
         raise ManifestError(
             f"{where}: cannot find the entry `- name: {name}` to rewrite",
             hint="write each entry as a block starting with `  - name: NAME`",
         )
-    head = heads[0]
+    return heads[0]
+
+
+def set_entry_key(text: str, name: str, key: str, value: object, where: str) -> str:
+    """Replace (or add, or with value None remove) `key` of the entry `name`; the value is written as YAML."""
+    lines = text.splitlines(keepends=True)
+    head = _entry_head(lines, name, where)
     end = _block(lines, head, 2)
     at = next((i for i in range(head + 1, end) if lines[i].startswith(f"    {key}:")), None)
     new = [] if value is None else _yaml_key(key, value)

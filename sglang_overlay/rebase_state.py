@@ -4,7 +4,8 @@
 
 Each step writes its staged files first and the progress file after (atomically), so a step cut short is
 done again from the same inputs with the same result. A staging directory without its progress file is what
-a killed `--abort` or a killed start left: nothing refers to it, and the next rebase removes it."""
+a killed start left: nothing refers to it, and the next rebase removes it. `--abort` marks the progress file
+first (`aborting`) and removes it last, so an abort cut short says so and is finished by `--abort` again."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ class Result:
     detail: str = ""
     files: tuple[tuple[str, str], ...] = ()
     proof: Proof | None = None
+    stop: str = ""  # a skipped patch: why the rebase had stopped at it
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Progress:
     results: dict[str, Result] = field(default_factory=dict)
     stop: Stop | None = None
     started: str = ""
+    aborting: bool = False  # `--abort` began: only finishing it is left (the tree may be put back already)
+    source_files: dict[str, str] = field(default_factory=dict)  # what the rebase reads of the source pin: sha256
 
     def advanced(self, name: str, result: Result) -> Progress:
         return replace(self, next=self.order.index(name) + 1, results={**self.results, name: result}, stop=None)
@@ -88,7 +92,11 @@ class Progress:
             proof = None
             if r.proof is not None:
                 proof = {"file": r.proof.file, "symbols": list(r.proof.symbols), "contains": list(r.proof.contains)}
-            return {"status": r.status, "detail": r.detail, "files": [list(f) for f in r.files], "proof": proof}
+            out: dict[str, object] = {"status": r.status, "detail": r.detail, "files": [list(f) for f in r.files]}
+            out["proof"] = proof
+            if r.stop:
+                out["stop"] = r.stop
+            return out
 
         stop = None
         if self.stop is not None:
@@ -108,6 +116,8 @@ class Progress:
                     "results": {n: res(r) for n, r in self.results.items()},
                     "stop": stop,
                     "started": self.started,
+                    **({"aborting": True} if self.aborting else {}),
+                    **({"source_files": self.source_files} if self.source_files else {}),
                 },
                 indent=1,
             )
@@ -122,7 +132,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
     except UnicodeDecodeError as e:
         raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
-    sh.keys(data, keys + ("started",))
+    sh.keys(data, keys + ("started", "aborting", "source_files"))
     if data.get("version") != PROGRESS_VERSION:
         raise sh.fail("'version'", f"{data.get('version')!r}, this tool reads {PROGRESS_VERSION}")
     order = tuple(sh.name(n, "'order'") for n in sh.get(data, "order", list))
@@ -134,7 +144,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         key = f"'results'[{name!r}]"
         if name not in order or not isinstance(r, dict):
             raise sh.fail(key, "not a patch of the rebase, or not an object")
-        sh.keys(r, ("status", "detail", "files", "proof"), key)
+        sh.keys(r, ("status", "detail", "files", "proof", "stop"), key)
         files = tuple((sh.repo_path(f[0], key), str(f[1])) for f in sh.get(r, "files", list))
         proof = None
         if r.get("proof") is not None:
@@ -142,7 +152,8 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
             proof = Proof(
                 sh.repo_path(pr.get("file"), key), tuple(pr.get("symbols") or ()), tuple(pr.get("contains") or ())
             )
-        results[name] = Result(sh.get(r, "status", str), sh.get(r, "detail", str), files, proof)
+        stop_why = str(r.get("stop") or "")
+        results[name] = Result(sh.get(r, "status", str), sh.get(r, "detail", str), files, proof, stop_why)
     stop = None
     if data.get("stop") is not None:
         s = sh.get(data, "stop", dict)
@@ -166,6 +177,8 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         results,
         stop,
         str(data.get("started") or ""),
+        data.get("aborting") is True,
+        {str(k): str(v) for k, v in sh.get(data, "source_files", dict).items()} if "source_files" in data else {},
     )
 
 

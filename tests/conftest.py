@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from faultlib import FAULT_COUNTS  # noqa: E402
+
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
@@ -21,8 +23,6 @@ from sglang_overlay.manifest import load_manifest  # noqa: E402
 # `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
 # given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).
 collect_ignore = ["sglang_patches_0523"]
-
-FAULT_COUNTS: list[dict] = []  # filled by test_engine_faults: what each sweep tried and what passed
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -33,6 +33,7 @@ ERROR_SYSCALLS = {  # where each error is one the kernel really returns
     "EROFS": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
     "EACCES": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
 }
+ERRNO_TEXT = {"ENOSPC": "No space left on device", "EROFS": "Read-only file system", "EACCES": "Permission denied"}
 STATE_DIR = ".sglang-overlay"
 STATE_NAMES = {"lock", ".gitignore", "state.json", "objects", "logs", "backups"}
 _CALL = re.compile(r"^(\d+) +(\w+)\((.*)$")
@@ -75,6 +76,34 @@ def trace_points(argv: list[str], env: dict, cwd: Path, log: Path) -> tuple[list
             continue
         points.append(Point(name, n, f"{name}({args}", first_at[(name, n)] != main))
     return points, proc
+
+
+def is_output(point: Point) -> bool:
+    """A write to the command's stdout or stderr: an error there can only cost the message, not the tree."""
+    return point.syscall == "write" and point.call.startswith(("write(1,", "write(2,"))
+
+
+def error_points(points: list[Point], action: str) -> list[Point]:
+    """The points where the kernel can return the error `action` names ("error=ENOSPC")."""
+    return [p for p in points if p.syscall in ERROR_SYSCALLS[action.split("=", 1)[1]]]
+
+
+FAULT_COUNTS: list[dict] = []  # filled by the sweeps: what each tried and what passed (conftest prints it)
+
+
+def record(command: str, fault: str, points: list[Point], failed: int) -> None:
+    by_call: dict[str, int] = {}
+    for p in points:
+        by_call[p.syscall] = by_call.get(p.syscall, 0) + 1
+    FAULT_COUNTS.append(
+        {
+            "command": command,
+            "fault": fault,
+            "points": len(points),
+            "passed": len(points) - failed,
+            "by_syscall": by_call,
+        }
+    )
 
 
 @dataclass

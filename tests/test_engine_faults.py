@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import FAULT_COUNTS, ROOT
+from conftest import ROOT
 from faultlib import (
-    ERROR_SYSCALLS,
+    ERRNO_TEXT,
     STATE_DIR,
     STRACE,
     Layout,
@@ -30,9 +30,12 @@ from faultlib import (
     Saved,
     Snapshot,
     consistent,
+    error_points,
     inject,
+    is_output,
     leftovers,
     python_argv,
+    record,
     trace_points,
 )
 
@@ -55,7 +58,6 @@ MANAGED = (
     NEWDIR_FILE,
 )
 SERVER_ARGS = "python/sglang/srt/server_args.py"
-ERRNO_TEXT = {"ENOSPC": "No space left on device", "EROFS": "Read-only file system", "EACCES": "Permission denied"}
 
 
 def _edit_args_a(tree: Path) -> None:
@@ -182,7 +184,7 @@ class Worker:
         journal = (self.tree / STATE_DIR / "journal.json").exists()
         states = {"before": case.before, "after": case.after}
         found = self.which(name, case, now)
-        output = point.syscall == "write" and point.call.startswith(("write(1,", "write(2,"))
+        output = is_output(point)
         if action == "signal=KILL":
             if r.rc != -9:
                 problems.append(f"rc {r.rc}, expected a kill")
@@ -290,7 +292,7 @@ def points_of(name: str, workers) -> list[Point]:
 def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
     pts = points_of(name, workers)
     if action.startswith("error="):
-        pts = [p for p in pts if p.syscall in ERROR_SYSCALLS[action.split("=", 1)[1]]]
+        pts = error_points(pts, action)
 
     def run(i: int) -> list[list[str]]:
         return [workers[i].run_point(name, p, action, persistent) for p in pts[i::WORKERS]]
@@ -298,18 +300,7 @@ def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
     with ThreadPoolExecutor(WORKERS) as pool:
         results = [r for chunk in pool.map(run, range(WORKERS)) for r in chunk]
     failed = [r for r in results if r]
-    by_call: dict[str, int] = {}
-    for p in pts:
-        by_call[p.syscall] = by_call.get(p.syscall, 0) + 1
-    FAULT_COUNTS.append(
-        {
-            "command": name,
-            "fault": action + ("+" if persistent else ""),
-            "points": len(pts),
-            "passed": len(pts) - len(failed),
-            "by_syscall": by_call,
-        }
-    )
+    record(name, action + ("+" if persistent else ""), pts, len(failed))
     assert not failed, (
         f"{len(failed)} of {len(pts)} points failed:\n"
         + "\n".join(f[0] for f in failed[:15])
@@ -370,15 +361,7 @@ def test_ctrl_c_at_start_up(workers):
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
-    FAULT_COUNTS.append(
-        {
-            "command": "apply --all",
-            "fault": "INT at start-up",
-            "points": len(points),
-            "passed": len(points) - len(failed),
-            "by_syscall": {"openat (any)": len(points)},
-        }
-    )
+    record("apply --all", "INT at start-up", points, len(failed))
     assert len(points) > 100 and not failed, "\n".join(failed[:10])
 
 

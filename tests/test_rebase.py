@@ -7,6 +7,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import zipfile
 from pathlib import Path
@@ -313,6 +314,101 @@ def test_an_overlay_file_that_now_ships_upstream_stops(tmp_path, cache, pin_sour
     cli(proj, cache, "rebase", "--abort", rc=0)
 
 
+# -- --skip -------------------------------------------------------------------------------------------------------
+def test_skip_leaves_the_stopped_patch_out_and_records_why(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    res = cli(proj, cache, "rebase", "--skip", "--reason", "reworked for 9.0.2 upstream (PR 123)", rc=0)
+    assert "skipped          fx_args_b: reworked for 9.0.2 upstream (PR 123)" in res.stdout
+    assert "rebased 0.5.17 -> 9.0.2" in res.stdout
+    new = proj / "pins" / "9.0.2"
+    m = load_manifest(new / "manifest.yaml")
+    assert "fx_args_b" not in m.names and not (new / "patches" / "fx_args_b.patch").exists()
+    assert m.presets["args"] == ("fx_args_a",)  # the preset keeps the rest of its patches
+    (sk,) = m.skipped
+    assert (sk.name, sk.reason, sk.release, sk.source) == (
+        "fx_args_b",
+        "reworked for 9.0.2 upstream (PR 123)",
+        "9.0.2",
+        "0.5.17",
+    )
+    assert sk.stop.startswith("conflict on sglang 9.0.2: python/sglang/srt/server_args.py hunk #1")
+    assert "`prepare_server_args`" in sk.stop
+    # the user finds it later: `status` of the new pin names it, with why
+    st = cli(proj, cache, "--pin", "9.0.2", "status", rc=0).stdout
+    assert "[s] fx_args_b" in st and "skipped carrying 0.5.17 -> 9.0.2: reworked for 9.0.2" in st
+    info = json.loads(cli(proj, cache, "--pin", "9.0.2", "status", "--json", rc=0).stdout)
+    assert [s["name"] for s in info["skipped"]] == ["fx_args_b"]
+    # the source pin is untouched, the release tree pristine, and the new pin holds on its release
+    assert {k: v for k, v in project_files(proj).items() if not k.startswith("pins/")} == before
+    assert tree_is_pristine(proj, "9.0.2")
+    cli(proj, cache, "--pin", "9.0.2", "check", rc=0)
+
+
+def test_skip_takes_the_entries_that_require_the_skipped_one(tmp_path, cache, pin_source):
+    """fx_common requires fx_args_a: left out with it, also when it was carried before the stop."""
+    src = pin_text(pin_source, SARGS).replace(
+        "class ServerArgs:\n", "class ServerArgs:\n    # upstream put a note here\n", 1
+    )
+    make_release(cache, pin_source, "9.0.7", **{SARGS: src.encode()})
+    proj = project(tmp_path)
+    man = proj / "manifest.yaml"
+    text = man.read_text()
+    common = text[text.index("  - name: fx_common") : text.index("  - name: fx_overlay")]
+    man.write_text(text.replace(common, "").replace("  - name: fx_topk\n", common + "  - name: fx_topk\n", 1))
+    res = cli(proj, cache, "rebase", "9.0.7", rc=1)
+    assert (
+        "fx_args_a: conflict" in res.stdout
+        and "done     clean            fx_common" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+    )
+    res = cli(proj, cache, "rebase", "--skip", rc=0)
+    assert "skipped          fx_common: requires fx_args_a, which was skipped" in res.stdout
+    new = proj / "pins" / "9.0.7"
+    m = load_manifest(new / "manifest.yaml")
+    assert {"fx_args_a", "fx_common"}.isdisjoint(m.names) and "fx_args_b" in m.names
+    assert sorted(os.listdir(new / "patches")) == ["fx_args_b.patch", "fx_topk.patch"]
+    assert m.presets == {"default": ("fx_topk",), "args": ("fx_args_b",)}
+    assert {s.name: s.reason for s in m.skipped} == {
+        "fx_args_a": "left out by `rebase --skip`",
+        "fx_common": "requires fx_args_a, which was skipped",
+    }
+    cli(proj, cache, "--pin", "9.0.7", "check", rc=0)
+
+
+def test_skip_resolves_an_overlay_collision(tmp_path, cache, pin_source):
+    make_release(cache, pin_source, "9.0.6", **{OVERLAY: b"# upstream's own module of that name\n"})
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.6", rc=1)
+    cli(proj, cache, "rebase", "--skip", rc=0)
+    new = proj / "pins" / "9.0.6"
+    m = load_manifest(new / "manifest.yaml")
+    assert "fx_overlay" not in m.names and not (new / "overlay" / OVERLAY).exists()
+    assert m.skipped[0].stop.startswith("collision on sglang 9.0.6: overlay file(s)")
+
+
+def test_skip_needs_a_stop_and_reason_needs_skip(tmp_path, cache, pin_source):
+    make_release(cache, pin_source, "9.0.4", **{KIMI: pin_text(pin_source, KIMI).replace("set_eagle3", "aux").encode()})
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.4", rc=1)  # a proof-failed stop
+    assert "--reason goes with --skip" in cli(proj, cache, "rebase", "--continue", "--reason", "x", rc=2).stderr
+    progress = proj / "pins" / ".rebase-9.0.4.json"
+    data = json.loads(progress.read_text())
+    data["stop"] = None
+    progress.write_text(json.dumps(data))
+    res = cli(proj, cache, "rebase", "--skip", rc=2)
+    assert "nothing to skip" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_skipped_record_that_is_an_entry_again_is_bad_input(tmp_path, cache):
+    proj = project(tmp_path)
+    man = proj / "manifest.yaml"
+    man.write_text(man.read_text() + "skipped:\n  fx_topk: {reason: x, release: 9.0.2, from: 0.5.17}\n")
+    res = cli(proj, cache, "status", rc=2)
+    assert "skipped.fx_topk" in res.stderr and "now that it is back" in res.stderr
+
+
 # -- bad input ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args, words",
@@ -351,3 +447,48 @@ def test_a_second_rebase_to_the_same_release_is_refused(tmp_path, cache, pin_sou
     proj = project(tmp_path)
     cli(proj, cache, "rebase", "9.0.2", rc=1)
     assert "already in progress" in cli(proj, cache, "rebase", "9.0.2", rc=2).stderr
+
+
+def test_an_abort_cut_short_says_so_and_is_finished_by_abort(tmp_path, cache, pin_source):
+    """What an abort interrupted after putting the release tree back leaves: the progress marked `aborting`."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    data = json.loads(progress.read_text())
+    progress.write_text(json.dumps(data | {"aborting": True}))
+    st = cli(proj, cache, "rebase", "--status", rc=0).stdout
+    assert "an abort was cut short" in st and "stopped" not in st
+    assert "rebase --abort` finishes it" in cli(proj, cache, "rebase", "--continue", rc=2).stderr
+    assert "rebase --abort` finishes it" in cli(proj, cache, "rebase", "--skip", rc=2).stderr
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    assert project_files(proj) == before and tree_is_pristine(proj, "9.0.2")
+
+
+def test_a_staging_directory_gone_is_not_taken_for_a_finished_rebase(tmp_path, cache, pin_source):
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    shutil.rmtree(proj / "pins" / ".rebase-9.0.2")
+    res = cli(proj, cache, "rebase", "--continue", rc=2)
+    assert "staging directory is missing" in res.stderr and "rebased" not in res.stdout
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    assert not (proj / "pins").exists() and tree_is_pristine(proj, "9.0.2")
+
+
+def test_a_source_pin_changed_during_the_rebase_is_refused_not_lost(tmp_path, cache, pin_source):
+    """A `refresh` (or an editor) changed a patch of the source pin after the rebase carried it: going on would
+    leave the change out of the new pin, so it is refused, naming the file, until it is put back."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    patch = proj / "patches" / "fx_topk.patch"
+    old = patch.read_bytes()
+    patch.write_bytes(old.replace(b"Description: ", b"Description: reworded. ", 1))
+    for args in (("rebase", "--continue"), ("rebase", "--skip")):
+        res = cli(proj, cache, *args, rc=1)
+        assert "the source pin changed since the rebase to 9.0.2 started: patches/fx_topk.patch" in res.stderr
+    assert "stopped  conflict         fx_args_b" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+    patch.write_bytes(old)
+    cli(proj, cache, "rebase", "--skip", rc=0)

@@ -1,36 +1,45 @@
-"""A rebase killed (SIGKILL, strace) at every step of its own process, then recovered: the next `rebase
---continue` (or, with no progress recorded yet, the same `rebase VERSION` again) ends exactly where an
-uninterrupted run ends, with nothing left behind; `--abort` after a killed start leaves the project as before.
+"""A rebase faulted (strace) at every step of its own process: a SIGKILL, a Ctrl-C (SIGINT), ENOSPC, EROFS or
+EACCES at one call, ENOSPC from one call on (a disk that stays full); and a second process beside it.
 
-Two phases of one rebase on a fixture release made from the real 0.5.17 files: the start up to the first
-conflict (making the release tree, the staging directory, the progress file, the conflict written into the
-tree through its journal) and `--continue` after the resolution to the end (capture, the tree put back, the
-remaining patches, the manifest last, the rename of the new pin into place). Kill points: every rename,
-unlink, mkdir and rmdir of the command's own process that succeeds, the calls after which the disk looks
-different (a kill at a write or an fsync leaves the disk a kill at the next of those leaves); calls that look
-alike to a kill (in scratch directories, inside a removal, inside an unpacking) once each: the sweep stays
-about a minute on two cores."""
+Four commands of one rebase on a fixture release made from the real 0.5.17 files, a small synthetic pin pair
+with a 3-way merge (fx_args_b's file) and a conflict stop: the start up to the first conflict (the release
+tree unpacked, the staging directory, the progress file, the conflict written into the tree through its
+journal), `--continue` after the resolution to the end (capture, the tree put back, the remaining patches,
+the manifest last, the rename of the new pin into place), `--skip` from the same stop, and `--abort`.
+
+After a kill, the next command (`--continue`, the same start again, `--skip` or `--abort` again) ends
+exactly where an uninterrupted run ends, with nothing left behind. After a Ctrl-C the command exits 130 with
+one line; after an OS error it exits 1 naming the error and a fix (or ends as without it), never with a
+traceback; then `rebase --status` tells the truth (a patch it calls done has its staged files, one it calls
+stopped is in the release tree), `--abort` leaves the project as before the rebase, and the way on ends where
+an uninterrupted run ends. Points: the calls after which the disk looks different for a kill; every call of
+the kinds the kernel fails with that error for the others; calls that look alike (in scratch directories,
+the release cache, an unpacking, a removal) once each. The sweeps run on three workers."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, tree_snapshot
-from faultlib import STRACE, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, python_argv, record, trace_points
 from test_rebase import SARGS, make_release, pin_text, project
 
+from sglang_overlay import scratch
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.fsio import TMP_SUFFIX
 
 VERSION = "9.1.0"
-WORKERS = 2
+WORKERS = 3
 VISIBLE = ("rename", "unlink", "unlinkat", "mkdir", "rmdir")  # the calls after which the disk looks different
 
 
@@ -85,9 +94,22 @@ class Bench:
             text[:start] + "    # upstream wrote something else here\n    # fixture b: resolved\n" + text[end:]
         )
 
-    def state(self) -> dict:
+    def key(self, state: dict) -> str:
+        """A state and the release tree's own bookkeeping (state, journal, saved copies): what a command that
+        comes next can see."""
+        h = hashlib.sha256(repr(sorted(state.items())).encode())
+        own = self.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay"
+        for p in sorted(own.rglob("*")) if own.is_dir() else ():
+            h.update(str(p.relative_to(own)).encode() + (p.read_bytes() if p.is_file() and p.name != "lock" else b""))
+        return h.hexdigest()
+
+    def state(self, reaped: bool = False) -> dict:
         """What an end state is made of: the project's files (progress without its start time), the release
-        tree's files and journal, and anything a kill may leave behind (temp files, stale directories)."""
+        tree's files and journal, and anything a kill may leave behind (temp files, stale directories).
+        `reaped`: the scratch directories of processes that are gone removed first, as the next command that
+        changes a tree does (an error can stop their own removal: $TMPDIR is not the user's project)."""
+        if reaped:
+            scratch.reap(self.tmp)
         out: dict = {}
         for p in sorted(self.proj.rglob("*")):
             rel = str(p.relative_to(self.proj))
@@ -134,12 +156,23 @@ def phases(benches):
         assert done.returncode == 0, done.stderr
         finished = b.state()
         assert not finished["leftovers"] and any(k.startswith(f"pins/{VERSION}/") for k in finished)
+        b.reset(stopped_at)
+        skip = b.cli("rebase", "--skip")
+        assert skip.returncode == 0 and "skipped          fx_args_b" in skip.stdout, skip.stderr
+        skipped = b.state()
+        b.reset(stopped_at)
+        aborted = b.cli("rebase", "--abort")
+        assert aborted.returncode == 0, aborted.stderr
+        b.aborted = b.state()
         out.append(
             {
                 "start": (b.template, ["rebase", VERSION], stopped),
                 "continue": (stopped_at, ["rebase", "--continue"], finished),
+                "skip": (stopped_at, ["rebase", "--skip"], skipped),
+                "abort": (stopped_at, ["rebase", "--abort"], b.aborted),
             }
         )
+        b.phases, b.rcs = out[-1], {"start": 1, "continue": 0, "skip": 0, "abort": 0}
     return out
 
 
@@ -164,7 +197,7 @@ def _points(b: Bench, start: Path, args: list[str]):
     return out
 
 
-@pytest.mark.parametrize("phase", ["start", "continue"])
+@pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
 def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     start, args, _ = phases[0][phase]
     points = _points(benches[0], start, args)
@@ -179,11 +212,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
             if not r.hit:
                 problems.append(f"{point}: not reached (rc {r.rc})")
                 continue
-            # recovery: go on when a rebase is recorded, else start it again
-            if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():
-                again = b.cli("rebase", "--continue")
-            else:
-                again = b.cli(*args) if phase == "start" else b.cli("rebase", "--status")
+            again = _way_on(b, phase, args)
             if "Traceback" in again.stderr:
                 problems.append(f"{point}: traceback\n{again.stderr[-1200:]}")
             got = b.state()
@@ -194,7 +223,20 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
+    record(f"rebase {phase}", "signal=KILL", points, len({f.split(": ", 1)[0] for f in failed}))
     assert not failed, f"{len(failed)} of {len(points)} kill points failed:\n" + "\n".join(failed[:12])
+
+
+def _way_on(b: Bench, phase: str, args: list[str]) -> subprocess.CompletedProcess:
+    """What the user runs next to get where the command was going: the same again when the rebase still
+    stands where it stood (a start without progress, a stop not yet skipped, an abort), else `--continue`."""
+    progress = b.proj / "pins" / f".rebase-{VERSION}.json"
+    if not progress.exists():
+        return b.cli(*args) if phase == "start" else b.cli("rebase", "--status")
+    stopped = json.loads(progress.read_text())["stop"] is not None
+    if phase == "abort" or (phase == "skip" and stopped):
+        return b.cli(*args)
+    return b.cli("rebase", "--continue")
 
 
 def test_abort_after_a_killed_start_leaves_the_project_as_before(benches):
@@ -213,3 +255,236 @@ def test_abort_after_a_killed_start_leaves_the_project_as_before(benches):
         subprocess.run(["git", "status", "--porcelain"], check=False, cwd=tree, capture_output=True, text=True).stdout
         == ""
     )
+
+
+# -- Ctrl-C and OS errors ---------------------------------------------------------------------------------------
+def _fault_points(b: Bench, start: Path, args: list[str], action: str, persistent: bool = False) -> list[Point]:
+    """Every call where the fault can happen, but once each among calls that look alike to it: per system
+    call in a scratch directory, in the release cache, in a tree being unpacked, in a directory being removed,
+    on the terminal; and for a signal (held until the file is whole) or a lasting error (the first call fails
+    the rest) the first call of each atomic write. A call that failed by itself is left out: the kernel
+    answers EEXIST before ENOSPC or EROFS, and a signal there finds nothing changed. A lasting error starts at
+    every write, fsync, mkdir and rename, not at an open (strace cannot fail only the opens that create)."""
+    b.reset(start)
+    pts, proc = trace_points(python_argv(*args), b.env, b.proj, b.log)
+    assert proc.returncode in (0, 1), proc.stderr
+    alike = {
+        "scratch": lambda p, path: str(b.tmp) in path,
+        "cache": lambda p, path: str(b.work / "cache") in path,
+        "unpack": lambda p, path: "/.tmp-" in path,
+        "rmtree": lambda p, path: p.syscall == "unlinkat" and not p.call.startswith("unlinkat(AT_FDCWD"),
+        "output": lambda p, path: is_output(p),
+    }
+    whole = action.startswith("signal=") or persistent
+    out, seen, fds, writes = [], set(), {}, set()
+    for p in pts:
+        path = p.call
+        if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p.call
+        elif p.syscall in ("write", "fsync", "fchmod"):  # a call on a descriptor: where it was opened
+            path = fds.get(p.call.split("(", 1)[1].split(",")[0].rstrip(")"), p.call)
+        if " = -1 " in p.call or (action.startswith("error=") and not error_points([p], action)):
+            continue
+        if persistent and p.syscall == "openat":
+            continue  # strace would fail every later open, reads and imports too: a full disk does not
+        tmp = re.search(rf'"([^"]*{re.escape(TMP_SUFFIX)})"', path)
+        if whole and tmp:
+            if tmp.group(1) in writes:
+                continue  # inside an atomic write, after its first call
+            writes.add(tmp.group(1))
+        kind = next((k for k, test in alike.items() if test(p, path)), None)
+        if kind is None or (kind, p.syscall) not in seen:
+            out.append(p)
+            seen.add((kind, p.syscall))
+    return out
+
+
+def _status_lies(b: Bench, out: str, finished: dict) -> list[str]:
+    """What `rebase --status` says against what is on disk: a patch it calls done has its staged files as the
+    uninterrupted rebase writes them; the patch it calls stopped has its files in the release tree."""
+    lies = []
+    staging = b.proj / "pins" / f".rebase-{VERSION}"
+    if not staging.is_dir():  # the new pin was renamed into place: what is done is there
+        staging = b.proj / "pins" / VERSION
+    for line in out.splitlines():
+        words = line.split()
+        if line.startswith("  done ") and len(words) >= 3:
+            key = f"pins/{VERSION}/patches/{words[2].rstrip(':')}.patch"
+            if key in finished:
+                staged = staging / "patches" / f"{words[2].rstrip(':')}.patch"
+                if not staged.is_file() or staged.read_bytes() != finished[key]:
+                    lies.append(f"says {words[2]} is done, but {staged} is {'wrong' if staged.exists() else 'missing'}")
+        elif line.startswith("  stopped ") and len(words) >= 3:
+            text = (b.proj / ".sglang" / f"sglang-{VERSION}" / SARGS).read_text()
+            if "<<<<<<<" not in text and "fixture b: resolved" not in text:
+                lies.append(f"says {words[2]} stopped at a conflict, but the release tree does not carry it")
+    return lies
+
+
+def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, explored: set) -> list[str]:
+    start, args, expected = b.phases[phase]
+    b.reset(start)
+    r = inject(python_argv(*args), b.env, b.proj, b.log, point, action, persistent)
+    if not r.hit:
+        return [f"not reached (rc {r.rc})"]
+    problems = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr or r.rc == 3 else []
+    now = b.state(reaped=True)
+    if action == "signal=INT":
+        if r.rc != 130 or not r.stderr.rstrip().endswith("interrupted"):
+            problems.append(f"rc {r.rc} (expected 130), stderr ends {r.stderr[-300:]!r}")
+    else:
+        mute = is_output(point) or (persistent and point.syscall == "write")  # stderr itself fails
+        said = ERRNO_TEXT[action.split("=", 1)[1]] in r.stderr and "hint:" in r.stderr and str(b.base) in r.stderr
+        if r.rc not in (1, b.rcs[phase]):
+            problems.append(f"rc {r.rc}:\n{r.stderr[-600:]}")
+        elif now != expected and not said and not mute:
+            problems.append(
+                f"rc {r.rc}, short of its end, and no message names the file, the error and a fix:\n{r.stderr[-600:]}"
+            )
+    # What follows depends on the state alone (files, the tree's own bookkeeping): once per state met.
+    key = b.key(now)
+    if key in explored:
+        return problems
+    explored.add(key)
+    st = b.cli("rebase", "--status")
+    if "Traceback" in st.stderr or st.returncode not in (0, 2):
+        problems.append(f"`rebase --status`: rc {st.returncode}\n{st.stderr[-800:]}")
+    final = b.phases["skip" if phase == "skip" else "continue"][2]
+    problems += [f"`rebase --status` {lie}" for lie in _status_lies(b, st.stdout, final)]
+    if (b.proj / "pins" / f".rebase-{VERSION}.json").exists():  # --abort from here (on a copy)
+        copy = b.base / "abort-copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(b.work, copy, symlinks=True)
+        ab = b.cli("rebase", "--abort")
+        got = b.state(reaped=True)
+        if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
+            diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
+            problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
+        shutil.rmtree(b.work)
+        os.rename(copy, b.work)
+    again = _way_on(b, phase, args)  # and the way on ends where an uninterrupted run ends
+    if "Traceback" in again.stderr:
+        problems.append(f"the next command: traceback\n{again.stderr[-1200:]}")
+    got = b.state(reaped=True)
+    if got != expected:
+        diff = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
+        problems.append(f"after the next command (rc {again.returncode}) differs in {diff[:6]}\n{again.stderr[-400:]}")
+    return problems
+
+
+def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
+    """`fault`: one action, or two with `|` that take turns over the points (EROFS|EACCES: the same calls fail
+    with either, and the command's handling differs only in the fix it names)."""
+    start, args, _ = benches[0].phases[phase]
+    actions = ["error=" + e for e in fault.removeprefix("error=").split("|")] if "|" in fault else [fault]
+    points = _fault_points(benches[0], start, args, actions[0], persistent)
+    turns = [(point, actions[n % len(actions)]) for n, point in enumerate(points)]
+
+    def run(i: int) -> list[str]:
+        b, explored = benches[i], set()
+        return [
+            f"{action} {point}: {p}"
+            for point, action in turns[i::WORKERS]
+            for p in _fault(b, phase, point, action, persistent, explored)
+        ]
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
+    for action in actions:
+        mine = [p for p, a in turns if a == action]
+        bad = {f.split(": ", 1)[0] for f in failed if f.startswith(action + " ")}
+        record(f"rebase {phase}", action + ("+" if persistent else ""), mine, len(bad))
+    assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
+
+
+@pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
+@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS|EACCES"])
+def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
+    """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then
+    tells the truth, `--abort` leaves the project as before, and the way on ends where an uninterrupted run
+    ends."""
+    _sweep(benches, phase, action)
+
+
+@pytest.mark.parametrize("phase", ["start", "continue"])
+def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, phase):
+    """ENOSPC from that call on (the cleanup fails too); once space is free, the way on still works."""
+    _sweep(benches, phase, "error=ENOSPC", persistent=True)
+
+
+# -- a second process -------------------------------------------------------------------------------------------
+def _held(b: Bench, seconds: float) -> subprocess.Popen:
+    """`rebase --continue` from the stopped state, stopped for `seconds` once its first journal is in place
+    (strace's delay_exit at that rename: the release tree's lock held, a transaction in flight)."""
+    start, args, _ = b.phases["continue"]
+    point = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
+    b.reset(start)
+    inj = f"inject={point.syscall}:delay_exit={int(seconds * 1e6)}:when={point.n}"
+    cmd = [STRACE, "-o", str(b.base / "held.log"), "-e", f"trace={point.syscall}", "-e", inj, *python_argv(*args)]
+    first = subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
+    deadline = time.monotonic() + 60
+    while not journal.exists():
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    return first
+
+
+SECOND = {  # the second command -> (its exit code, words it says, whether it waits for the first)
+    ("rebase", "--continue"): (0, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", "--abort"): (1, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", "--skip"): (1, f"no rebase to {VERSION} in progress; ", True),
+    ("rebase", VERSION): (2, f"a rebase to {VERSION} is already in progress", False),
+    ("rebase", "--status"): (0, "done     resolved         fx_args_b", False),  # as it is at that moment
+}
+
+
+@pytest.mark.parametrize("second", list(SECOND), ids=" ".join)
+def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, phases, second):
+    """`--continue` held in the middle of putting the release tree back (its journal in place, the tree's lock
+    held): the second command waits for the lock and then finds the rebase done, or is refused at once; either
+    way the first one's result is whole, nothing lost."""
+    b = benches[0]
+    first = _held(b, 4.0)
+    got = b.cli(*second)
+    out, err = first.communicate(timeout=120)
+    rc, words, waits = SECOND[second]
+    assert first.returncode == 0, err
+    assert got.returncode == rc and words in got.stdout + got.stderr, (got.stdout, got.stderr)
+    assert ("waiting for another command" in got.stderr) == waits, got.stderr
+    assert "Traceback" not in got.stderr
+    assert b.state() == b.phases["continue"][2]
+
+
+def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, phases, pinned_tree, tmp_path):
+    """The source pin's own tree has its own lock: a rebase held mid-step does not hold them up, and neither
+    changes what the other ends with."""
+    b = benches[0]
+    tree = tmp_path / "sglang-0.5.17"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
+    first = _held(b, 6.0)
+    for cmd in (("apply", "--set", "default"), ("status",), ("revert", "--all"), ("apply", "fx_topk")):
+        r = b.cli("--tree", str(tree), *cmd)
+        assert r.returncode == 0 and "waiting" not in r.stderr, (cmd, r.stderr)
+    assert first.poll() is None, "the rebase was not held while they ran"
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert b.state() == b.phases["continue"][2]
+    assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout
+
+
+def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, phases):
+    """A second process rewrites a source patch (as `refresh` does) while `--continue` is held mid-step: the
+    rebase refuses to make the new pin of what it read before, and goes on once the file is as it was."""
+    b = benches[0]
+    first = _held(b, 3.0)
+    patch = b.proj / "patches" / "fx_common.patch"
+    old = patch.read_bytes()
+    patch.write_bytes(old.replace(b"Description: ", b"Description: refreshed. ", 1))
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
+    assert not (b.proj / "pins" / VERSION).exists()
+    patch.write_bytes(old)
+    done = b.cli("rebase", "--continue")
+    assert done.returncode == 0, done.stderr
+    assert b.state() == b.phases["continue"][2]

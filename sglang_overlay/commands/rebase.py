@@ -8,9 +8,16 @@ message names file, hunk, Python symbol and the patch's Description: edit them, 
 entry's proof is checked again and rewritten where its code moved; a patch whose change VERSION already has
 is offered to become `upstreamed` (`--continue` accepts); an overlay file that now ships upstream stops it.
 
+`rebase --skip` leaves the stopped patch out of the new pin instead (and the entries that require it), each
+recorded under the new manifest's `skipped:` with the reason and the stop, so it is found again later.
+
 Nothing of the project changes before the end: pins/VERSION/ is built in pins/.rebase-VERSION/ (its
-manifest, with the new pin, written last) and renamed into place. Killed anywhere, the project is as before,
-and `rebase --continue` goes on from the last finished step (`--abort` drops it all)."""
+manifest, with the new pin, written last) and renamed into place. Killed, interrupted or refused a write
+anywhere, the project is as before, and `rebase --continue` goes on from the last finished step (`--abort`
+drops it all; an abort cut short says so and is finished by `--abort` again). Every step that writes runs
+under the release tree's lock: a second `--continue`/`--skip`/`--abort` waits and then finds what the first
+left; the source pin's files are checked against what the rebase read, so a change to them meanwhile is
+refused rather than left out of the new pin."""
 
 from __future__ import annotations
 
@@ -26,12 +33,12 @@ import yaml
 
 from ..carry import Step, carry
 from ..diffgen import make_diff
-from ..errors import BadInput, Conflict, ManifestError
+from ..errors import BadInput, Conflict, ManifestError, StateError
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
-from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes
+from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes, unlink_if_present
 from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, Proof, UpstreamedPatch, load_manifest, patch_file
-from ..manifest_edit import set_entry_key, set_pin
+from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
 from ..progname import prog
 from ..rebase_state import (
@@ -52,7 +59,7 @@ from ..tree import Tree, embedded_path
 from ..upstream import prove
 
 NAME = "rebase"
-HELP = "carry the patch set to another SGLang release into pins/VERSION/ (--continue, --abort, --status)"
+HELP = "carry the patch set to another SGLang release into pins/VERSION/ (--continue, --skip, --abort, --status)"
 PROOFS = ".proofs"  # in the staging directory: proofs the user is asked to rewrite
 
 
@@ -60,13 +67,22 @@ def add_arguments(p) -> None:
     p.add_argument("version", nargs="?", metavar="VERSION", help="the release to carry the patch set to")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a stop")
+    g.add_argument(
+        "--skip",
+        action="store_true",
+        help="leave the patch the rebase stopped at out of the new pin (and the entries that require it), "
+        "recorded under `skipped:` in its manifest, and go on",
+    )
     g.add_argument("--abort", action="store_true", help="drop the rebase: the project is as it was before it")
     g.add_argument("--status", action="store_true", help="where the rebase in progress is")
+    p.add_argument("--reason", metavar="TEXT", help="with --skip: why, kept in the new manifest beside the stop")
 
 
 def run(ctx, args) -> int:
     root = ctx.project_root
-    if not (args.resume or args.abort or args.status):
+    if args.reason is not None and not args.skip:
+        raise BadInput("rebase: --reason goes with --skip", hint=f"`{prog()} rebase --skip --reason TEXT`")
+    if not (args.resume or args.abort or args.status or args.skip):
         if not args.version:
             raise BadInput("rebase: name the release", hint=f"e.g. `{prog()} rebase 0.5.23`")
         return _start(ctx, check_version_arg(args.version))
@@ -75,21 +91,25 @@ def run(ctx, args) -> int:
         return _status(root, version)
     progress = read_progress(progress_path(root, version))
     if progress is None:  # killed after the new pin was renamed into place: nothing is left to do
-        print(
-            f"no rebase to {version} in progress"
-            + (f"; {pin_dir(root, version)} exists" if pin_dir(root, version).is_dir() else "")
-        )
-        return 0 if args.resume else 1
+        return _none_in_progress(root, version, args.resume)
     source = load_manifest(root / progress.source)
     tree = _release_tree(root, source.pin, progress)
     with Transaction.open(tree) as txn:
         progress = read_progress(progress_path(root, version))  # decided under the lock
-        if progress is None:
-            print(f"no rebase to {version} in progress")
-            return 0
+        if progress is None:  # another process finished or aborted it while this one waited for the lock
+            return _none_in_progress(root, version, args.resume)
         if args.abort:
             return _abort(root, tree, txn, progress)
+        if args.skip:
+            return _skip(root, source, tree, txn, progress, args.reason)
         return _continue(root, source, tree, txn, progress)
+
+
+def _none_in_progress(root: Path, version: str, resume: bool) -> int:
+    """Nothing to go on with: done (`--continue` asked for what is so: 0) or gone (`--abort`, `--skip`: 1)."""
+    done = pin_dir(root, version)
+    print(f"no rebase to {version} in progress" + (f"; {done} exists" if done.is_dir() else ""))
+    return 0 if resume and done.is_dir() else 1
 
 
 def _which(root: Path, version: str | None) -> str:
@@ -128,6 +148,7 @@ def _start(ctx, version: str) -> int:
         staging = staging_dir(root, version)
         if staging.exists():
             shutil.rmtree(staging)  # a killed start or abort left it; no progress file refers to it
+        made_pins = not staging.parent.exists()
         staging.mkdir(parents=True)
         progress = Progress(
             target=version,
@@ -137,10 +158,45 @@ def _start(ctx, version: str) -> int:
             sha256=rel_pin.sha256,
             order=m.names,
             started=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            source_files={os.path.relpath(f, root): file_sha256(f) for f in _source_files(m)},
         )
-        _save(root, progress)
+        try:
+            _save(root, progress)
+        except BaseException:
+            if not progress_path(root, version).exists():  # nothing refers to the staging directory: no trace left
+                shutil.rmtree(staging, ignore_errors=True)
+                if made_pins:
+                    _rmdir_quietly(staging.parent)
+            raise
         print(f"rebase {m.pin.version} -> {version}: {len(m.names)} entries, tree {tree.root}", file=sys.stderr)
         return _go(root, m, tree, txn, progress, t0)
+
+
+def _source_files(m: Manifest) -> list[Path]:
+    """The files of the source pin the rebase carries: its manifest, every patch file and overlay file."""
+    out = [m.path]
+    for p in m.patches:
+        change = patch_file(p)
+        out += [change.path] if change is not None else []
+        out += [p.overlay_source(f) for f in getattr(p, "overlay", ())]
+    return out
+
+
+def _refuse_changed_source(root: Path, progress: Progress) -> None:
+    """Another process (a `refresh`, an editor) changed the source pin since the rebase read it: going on would
+    carry what it held before, and the change would be lost from the new pin."""
+    changed = [
+        rel
+        for rel, digest in progress.source_files.items()
+        if read_bytes(root / rel) is None or file_sha256(root / rel) != digest
+    ]
+    if changed:
+        raise Conflict(
+            f"the source pin changed since the rebase to {progress.target} started: {', '.join(changed[:6])}: "
+            "the new pin would carry what they held before",
+            hint=f"put them back as they were (`git diff`), then `{prog()} rebase --continue`; or `rebase --abort` "
+            "and start again to carry them as they are now",
+        )
 
 
 def _refuse_taken(root: Path, version: str) -> None:
@@ -182,6 +238,8 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
     rel_src = WheelSource(release_wheel(m.pin, version))
     staging = staging_dir(root, version)
     for name in progress.order[progress.next :]:
+        if name in progress.results:  # skipped ahead of its turn: it requires a skipped entry
+            continue
         p = m.patch(name)
         step = carry(p, pin_src.read, rel_src.read, rel_src.paths, version)
         if step.stops:
@@ -303,10 +361,22 @@ def _changed(tree: Tree) -> list[str]:
 
 # -- continue / abort / status ------------------------------------------------------------------------------------
 def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress) -> int:
+    if progress.aborting:
+        raise BadInput(
+            f"the rebase to {progress.target} is being aborted (an abort was cut short)",
+            hint=f"`{prog()} rebase --abort` finishes it",
+        )
     rel_src = WheelSource(release_wheel(m.pin, progress.target))
-    if not staging_dir(root, progress.target).is_dir():  # killed after the new pin was renamed into place
-        _restore(tree, txn, rel_src.read)
+    if not staging_dir(root, progress.target).is_dir():
+        if not pin_dir(root, progress.target).is_dir():
+            raise StateError(
+                f"{staging_dir(root, progress.target)}: the rebase's staging directory is missing "
+                f"(and {pin_dir(root, progress.target)} does not exist): something else removed it",
+                hint=f"`{prog()} rebase --abort`, then start again",
+            )
+        _restore(tree, txn, rel_src.read)  # killed after the new pin was renamed into place
         return _cleanup_finished(root, progress)
+    _refuse_changed_source(root, progress)
     _drop_tmp(staging_dir(root, progress.target))
     stop = progress.stop
     if stop is None:
@@ -338,6 +408,56 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
     print(f"  {result.status:<17}{p.name}: {result.detail}")
     _restore(tree, txn, rel_src.read)
     return _go(root, m, tree, txn, progress)
+
+
+def _skip(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress, reason: str | None) -> int:
+    """Leave the stopped patch out of the new pin, with every entry that requires it (they cannot be carried
+    without it): each recorded as a `skipped` result, written into the new manifest's `skipped:` at the end."""
+    if progress.aborting:
+        raise BadInput(
+            f"the rebase to {progress.target} is being aborted (an abort was cut short)",
+            hint=f"`{prog()} rebase --abort` finishes it",
+        )
+    _refuse_changed_source(root, progress)
+    stop = progress.stop
+    if stop is None:
+        raise BadInput(
+            f"the rebase to {progress.target} is not stopped at a patch: there is nothing to skip",
+            hint=f"`{prog()} rebase --status` shows where it is; `rebase --continue` goes on",
+        )
+    why = reason or "left out by `rebase --skip`"
+    results = {stop.patch: Result("skipped", why, (), None, _stop_summary(stop.message))}
+    for dep in _requiring(m, stop.patch):
+        results[dep] = Result("skipped", f"requires {stop.patch}, which was skipped")
+    progress = replace(progress.advanced(stop.patch, results[stop.patch]), results={**progress.results, **results})
+    _save(root, progress)
+    for name, r in results.items():
+        print(f"  {'skipped':<17}{name}: {r.detail}" + (f" ({r.stop})" if r.stop else ""))
+    rel_src = WheelSource(release_wheel(m.pin, progress.target))
+    _restore(tree, txn, rel_src.read)
+    return _go(root, m, tree, txn, progress)
+
+
+def _stop_summary(message: str) -> str:
+    """One line of a stop's message (describe_stop): what it was, and where (a conflict) or why."""
+    lines = [ln.strip() for ln in message.splitlines()]
+    where = [ln[len("where: ") :] for ln in lines if ln.startswith("where: ")]
+    head = lines[0].split(": ", 1)[-1] if lines else "stopped"
+    why = where[0] if where else (lines[1] if len(lines) > 1 and not lines[1].startswith("the patch's intent") else "")
+    return head + (f": {why}" if why else "")
+
+
+def _requiring(m: Manifest, name: str) -> list[str]:
+    """The entries that require `name`, directly or through others, in manifest order."""
+    out: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for p in m.patches:
+            if p.name not in out and (name in p.requires or out & set(p.requires)):
+                out.add(p.name)
+                grew = True
+    return [p.name for p in m.patches if p.name in out]
 
 
 def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progress: Progress, release) -> Result:
@@ -399,16 +519,22 @@ def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result
 
 
 def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
-    rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, progress.target))
+    version = progress.target
+    staging, done = staging_dir(root, version), pin_dir(root, version)
+    if not progress.aborting:
+        progress = replace(progress, aborting=True)
+        _save(root, progress)
+    if done.is_dir() and not staging.exists():  # the new pin was renamed into place, the progress not yet removed
+        os.rename(done, staging)  # this rebase made it (a start refuses a pin that exists): it goes too
+        fsync_dir(staging.parent)
+    rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, version))
     _restore(tree, txn, rel_src.read)
-    os.unlink(progress_path(root, progress.target))  # from here the staging directory is garbage
-    fsync_dir(progress_path(root, progress.target).parent)
-    shutil.rmtree(staging_dir(root, progress.target), ignore_errors=True)
-    try:
-        os.rmdir(staging_dir(root, progress.target).parent)  # pins/ goes too if the rebase made it
-    except OSError:
-        pass
-    print(f"rebase to {progress.target} aborted: the project and {tree.root} are as before it")
+    if staging.exists():
+        _rmtree_named(staging)
+    os.unlink(progress_path(root, version))
+    fsync_dir(progress_path(root, version).parent)
+    _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
+    print(f"rebase to {version} aborted: the project and {tree.root} are as before it")
     return 0
 
 
@@ -421,6 +547,11 @@ def _status(root: Path, version: str) -> int:
         )
         return 0
     print(f"rebase {progress.source_pin} -> {progress.target} ({progress.source}), started {progress.started}")
+    if progress.aborting:
+        print(f"  an abort was cut short: `{prog()} rebase --abort` finishes it (the project is then as before it)")
+        return 0
+    if not staging_dir(root, version).is_dir() and pin_dir(root, version).is_dir():
+        print(f"  done: the new pin {pin_dir(root, version)} is in place; `{prog()} rebase --continue` tidies up")
     for name in progress.order:
         r = progress.results.get(name)
         if r is not None:
@@ -438,10 +569,14 @@ def _status(root: Path, version: str) -> int:
 # -- the end ----------------------------------------------------------------------------------------------------
 def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress, rel_src) -> int:
     version, staging = progress.target, staging_dir(root, progress.target)
+    _refuse_changed_source(root, progress)  # the last look before the new pin is made of what was carried
     text = set_pin(
         m.path.read_text(), Pin(m.pin.package, version, f"v{version}", progress.wheel, progress.sha256), str(m.path)
     )
+    text = _leave_out_skipped(m, text, progress, staging)
     for name, r in progress.results.items():
+        if r.status == "skipped":
+            continue
         if r.proof is not None:
             text = set_entry_key(text, name, "proof", r.proof, str(m.path))
             if patch_file(m.patch(name)) is not None:
@@ -470,6 +605,38 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
     return _cleanup_finished(root, progress)
 
 
+def _leave_out_skipped(m: Manifest, text: str, progress: Progress, staging: Path) -> str:
+    """The skipped entries out of the new manifest (their entries, presets and conflicts naming them, their
+    staged files), recorded under `skipped:` with why, so `status` on the new pin names them."""
+    skipped = {n: r for n, r in progress.results.items() if r.status == "skipped"}
+    if not skipped:
+        return text
+    where = str(m.path)
+    for name in skipped:
+        p = m.patch(name)
+        text = remove_entry(text, name, where)
+        change = patch_file(p)
+        for f in ([os.path.relpath(change.path, p.source_dir)] if change is not None else []) + [
+            os.path.join("overlay", f) for f in getattr(p, "overlay", ())
+        ]:
+            unlink_if_present(staging / f)  # staged before a later skip dropped it (it required the skipped one)
+    for p in m.patches:
+        if p.name not in skipped and set(p.conflicts) & set(skipped):
+            kept = [c for c in p.conflicts if c not in skipped]
+            text = set_entry_key(text, p.name, "conflicts", kept or None, where)
+    if any(set(members) & set(skipped) for members in m.presets.values()):
+        presets = {k: [n for n in v if n not in skipped] for k, v in m.presets.items()}
+        text = set_top_key(text, "presets", {k: v for k, v in presets.items() if v} or None)
+    record = {s.name: _skipped_yaml(s.reason, s.stop, s.release, s.source) for s in m.skipped}
+    for name, r in skipped.items():
+        record[name] = _skipped_yaml(r.detail, r.stop, progress.target, progress.source_pin)
+    return set_top_key(text, "skipped", record)
+
+
+def _skipped_yaml(reason: str, stop: str, release: str, source: str) -> dict[str, str]:
+    return {"reason": reason, **({"stop": stop} if stop else {}), "release": release, "from": source}
+
+
 def _cleanup_finished(root: Path, progress: Progress) -> int:
     path = progress_path(root, progress.target)
     if path.exists():
@@ -478,6 +645,28 @@ def _cleanup_finished(root: Path, progress: Progress) -> int:
     done = pin_dir(root, progress.target)
     print(f"rebased {progress.source_pin} -> {progress.target}: {done} (`{prog()} --pin {progress.target} check`)")
     return 0
+
+
+def _rmtree_named(directory: Path) -> None:
+    """shutil.rmtree whose error names the file by its whole path (rmtree's own names it relative to its
+    directory, which tells the user nothing)."""
+
+    def named(_func: object, path: str, exc: BaseException) -> None:
+        if isinstance(exc, OSError):
+            exc.filename = path
+        raise exc
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(directory, onexc=named)
+    else:
+        shutil.rmtree(directory, onerror=lambda func, path, info: named(func, path, info[1]))
+
+
+def _rmdir_quietly(directory: Path) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
 
 
 def _drop_tmp(directory: Path) -> None:

@@ -1,5 +1,6 @@
 """Show the pin, the tree, the fingerprint, and each patch's state: applied, not-applied, upstreamed, drifted,
-stale (the patch file changed since it was applied), unavailable (hardware gate), or proof-failed. Read-only."""
+stale (the patch file changed since it was applied), unavailable (hardware gate), or proof-failed; and the
+entries a rebase left out of this pin (`skipped:`, from `rebase --skip`). Read-only."""
 
 from __future__ import annotations
 
@@ -52,4 +53,9 @@ def run(ctx, args) -> int:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "
         line += r["detail"] or r["description"]
         print(line.rstrip())
+    for sk in info["skipped"]:  # entries a rebase left out of this pin: not patches of it, not to be forgotten
+        line = f"skipped carrying {sk['from']} -> {sk['release']}: {sk['reason']}"
+        print(
+            f"  [s] {sk['name']:<{width}}  {'':<12} {'skipped':<12} {line}" + (f" ({sk['stop']})" if sk["stop"] else "")
+        )
     return 0

@@ -492,22 +492,24 @@ def test_time_budget_estimates_from_this_invocations_starts(tmp_path, manifest, 
     assert len([r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done"]) == 4
 
 
-def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, manifest, launcher_arg, monkeypatch):
+@pytest.fixture
+def ab(tmp_path, manifest, launcher_arg, monkeypatch):
+    """bench ab against the fake launcher in DIR: (out, records, starts); rc is the exit code it must give."""
+
+    def run(d, args, fake, rc=0):
+        return _run(d, manifest, launcher_arg, monkeypatch, "ab", args, fake, rc=rc)
+
+    return run
+
+
+def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, ab, monkeypatch):
     # The H200 run: --no-warmup-start on a fresh machine, its first start 346 s of a 575 s budget; the next
     # start was estimated at the cold one's 352 s and refused, though warm starts took 57-83 s. Here a cold
     # start of 10 s in a 20 s budget: taken at its own cost the next one never fits, at its reps and stop plus
     # the guess it does (with ~9 s to spare for a loaded machine's overhead).
     args = ["--arms", "a=base", "b=base+beta", "--restarts", "1", "--max-starts", "1", "--no-warmup-start"]
     fake = {"cold_marker": str(tmp_path / "cold-done"), "cold_start_s": 10.0}
-    out, recs, starts = _run(
-        tmp_path,
-        manifest,
-        launcher_arg,
-        monkeypatch,
-        "ab",
-        [*args, "--time-budget", "20", "--warm-start-estimate", "0.5"],
-        fake,
-    )
+    _, recs, _ = ab(tmp_path, [*args, "--time-budget", "20", "--warm-start-estimate", "0.5"], fake)
     done = [r for r in recs if r["type"] == "unit_done"]
     assert len(done) == 2, "the second (warm) start fits: only the cold one's start-up was slow"
     first = next(r for r in recs if r["type"] == "start")
@@ -516,16 +518,7 @@ def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, manife
     (tmp_path / "cold-done").unlink()
     (tmp_path / "again").mkdir()
     monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path / "again" / "warm"))
-    out2, recs2, _ = _run(
-        tmp_path / "again",
-        manifest,
-        launcher_arg,
-        monkeypatch,
-        "ab",
-        [*args, "--time-budget", "20", "--warm-start-estimate", "100"],
-        fake,
-        rc=4,
-    )
+    _, recs2, _ = ab(tmp_path / "again", [*args, "--time-budget", "20", "--warm-start-estimate", "100"], fake, rc=4)
     assert len([r for r in recs2 if r["type"] == "unit_done"]) == 1
 
 
@@ -578,7 +571,7 @@ def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, mon
         (["--arms", "a=base", "--restarts", "0"], "--restarts must be >= 1"),
     ],
 )
-def test_bad_bench_arguments_exit_2_with_the_message(tmp_path, manifest, launcher_arg, monkeypatch, capsys, args, says):
-    _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, {}, rc=2)
+def test_bad_bench_arguments_exit_2_with_the_message(tmp_path, ab, capsys, args, says):
+    ab(tmp_path, args, {}, rc=2)
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err

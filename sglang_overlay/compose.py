@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .patchfile import Hunk, PatchFile
 
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
-_CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
+CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
 _FAILED_RE = re.compile(r"^error: patch failed: (.+?):(\d+)$", re.M)
 
 
@@ -74,7 +74,7 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
             diff = patch.diff
             if diff is not None and diff.body:
                 out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, diff, reverse)
-                _offsets(patch.name, diff, out, result.offsets, shifts)
+                offsets_of(patch.name, diff, out, result.offsets, shifts)
                 for h in diff.hunks:
                     delta = len(h.added) - len(h.removed)
                     shifts.setdefault(h.file, []).append((h.source_start, -delta if reverse else delta))
@@ -92,13 +92,13 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
         for repo_path in {p for patch in patches for p in patch.files} | set(base):
             f = scratch / repo_path
             contents[repo_path] = f.read_bytes() if f.is_file() else None
-        _check_created(patches, contents, reverse)
+        check_created(patches, contents, reverse)
         return result
     finally:
         shutil.rmtree(holder, ignore_errors=True)
 
 
-def _check_created(patches: list[Change], contents: dict[str, bytes | None], reverse: bool) -> None:
+def check_created(patches: list[Change], contents: dict[str, bytes | None], reverse: bool) -> None:
     # git apply maps paths by stripping one component: a diff whose paths lack a/ b/ would land elsewhere.
     for patch in patches:
         diff = patch.diff
@@ -119,14 +119,14 @@ def _fill(scratch: Path, present: Mapping[str, bytes]) -> None:
         write_plain(scratch / repo_path, data)
 
 
-def _diffs(patches: list[Change]) -> list[tuple[str, PatchFile]]:
+def diffs_of(patches: list[Change]) -> list[tuple[str, PatchFile]]:
     """(name, diff) of each patch with a diff body, in order."""
     return [(p.name, p.diff) for p in patches if p.diff is not None and p.diff.body]
 
 
 def _batchable(patches: list[Change]) -> bool:
     """Two diffs or more, none writing a path some patch adds as an overlay file (their order would matter)."""
-    diffs = _diffs(patches)
+    diffs = diffs_of(patches)
     overlay = {f for p in patches for f in p.overlay}
     return len(diffs) > 1 and not any(overlay.intersection(d.files) for _, d in diffs)
 
@@ -137,7 +137,7 @@ def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[
 
     git applies its input files in turn, each on what the ones before wrote (a file several patches change
     included), and stops at the first that fails, leaving the earlier ones written: the caller starts over."""
-    diffs = _diffs(patches)
+    diffs = diffs_of(patches)
     files = []
     for i, (_, diff) in enumerate(diffs):
         files.append(scratch.parent / f"change-{i}.patch")
@@ -151,7 +151,7 @@ def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[
     parts: dict[str, list[str]] = {name: [] for name, _ in diffs}
     at = -1
     for line in (res.stdout + res.stderr).splitlines():
-        m = _CHECKING_RE.match(line)
+        m = CHECKING_RE.match(line)
         if m:
             at += 1
             if at >= len(expected) or expected[at][1] != m.group(1):
@@ -179,12 +179,12 @@ def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool) -> 
     return out
 
 
-def _offsets(
+def offsets_of(
     name: str, diff: PatchFile, out: str, offsets: list[Offset], shifts: dict[str, list[tuple[int, int]]]
 ) -> None:
     current = None
     for line in out.splitlines():
-        m = _CHECKING_RE.match(line)
+        m = CHECKING_RE.match(line)
         if m:
             current = m.group(1)
         m = _OFFSET_RE.match(line)
@@ -197,7 +197,7 @@ def _offsets(
                 offsets.append(Offset(name, current, index, at, off))
 
 
-_IO_ERRORS = {
+IO_ERRORS = {
     "No space left on device": errno.ENOSPC,
     "Disk quota exceeded": errno.EDQUOT,
     "Read-only file system": errno.EROFS,
@@ -207,7 +207,7 @@ _IO_ERRORS = {
 
 def _raise_if_io(git_output: str, scratch: Path) -> None:
     """A git apply that failed to write its scratch copy is a full or read-only $TMPDIR, not a conflict."""
-    for text, code in _IO_ERRORS.items():
+    for text, code in IO_ERRORS.items():
         if text in git_output:
             raise os_failure(
                 OSError(code, text, str(scratch)),

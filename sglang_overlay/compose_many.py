@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import scratch as scratch_dirs
-from .compose import _CHECKING_RE, _IO_ERRORS, Composed, _check_created, _diffs, _offsets
+from .compose import CHECKING_RE, IO_ERRORS, Composed, check_created, diffs_of, offsets_of
 from .errors import Conflict
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
@@ -69,16 +69,16 @@ def compose_many(jobs: Sequence[Job]) -> list[Composed | None]:
 
 def _prepare(k: int, base: Mapping[str, bytes | None], patches: list[Change]) -> _Ready | None:
     # An overlay file is copied in between diffs (and may collide): that stays with `compose`.
-    if any(p.overlay for p in patches) or not _diffs(patches):
+    if any(p.overlay for p in patches) or not diffs_of(patches):
         return None
     names = {f: f"{k}.{i}" for i, f in enumerate(dict.fromkeys([*base, *(f for p in patches for f in p.files)]))}
     moved = []
-    for _, diff in _diffs(patches):
+    for _, diff in diffs_of(patches):
         body = move_paths(diff.body, {f.encode(): n.encode() for f, n in names.items()})
         if body is None:
             return None
         moved.append(body if body.endswith(b"\n") else body + b"\n")
-    return _Ready(k, base, patches, names, [(n, d.files) for n, d in _diffs(patches)], b"".join(moved))
+    return _Ready(k, base, patches, names, [(n, d.files) for n, d in diffs_of(patches)], b"".join(moved))
 
 
 def move_paths(body: bytes, names: Mapping[bytes, bytes]) -> bytes | None:
@@ -195,7 +195,7 @@ def _apply(
     parts: dict[tuple[int, int], list[str]] = {}
     at = -1
     for line in output.splitlines():
-        m = _CHECKING_RE.match(line)
+        m = CHECKING_RE.match(line)
         if m:
             at += 1
             if at >= len(expected) or m.group(1) != todo[expected[at][0]].names[expected[at][2]]:
@@ -207,7 +207,7 @@ def _apply(
         if at != len(expected) - 1:
             return [], []
         failing = len(todo)
-    elif at < 0 or any(text in output for text in _IO_ERRORS):
+    elif at < 0 or any(text in output for text in IO_ERRORS):
         return [], []  # a full or read-only scratch: `compose` of each says so
     else:
         failing = expected[at][0]
@@ -233,15 +233,15 @@ def _collect(tree: Path, r: _Ready, outputs: list[str]) -> Composed | None:
     contents = dict(r.base)
     result = Composed(contents)
     shifts: dict[str, list[tuple[int, int]]] = {}
-    for (name, diff), out in zip(_diffs(r.patches), outputs):
-        _offsets(name, diff, out, result.offsets, shifts)
+    for (name, diff), out in zip(diffs_of(r.patches), outputs):
+        offsets_of(name, diff, out, result.offsets, shifts)
         for h in diff.hunks:
             shifts.setdefault(h.file, []).append((h.source_start, len(h.added) - len(h.removed)))
     try:
         for repo_path in {p for patch in r.patches for p in patch.files} | set(r.base):
             f = tree / r.names[repo_path]
             contents[repo_path] = f.read_bytes() if f.is_file() else None
-        _check_created(r.patches, contents, False)
+        check_created(r.patches, contents, False)
     except (OSError, Conflict):
         return None
     return result

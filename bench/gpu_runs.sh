@@ -12,6 +12,7 @@
 #                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
+#   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
 #   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
@@ -32,7 +33,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|hostprobe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|profhost|hostprobe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -252,6 +253,17 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
       --out "$OUT/hostprobe" -- "${SA[@]}" ;;
+  profhost)
+    # eagle_profiling on against not applied with the host-speed covariate beside every start: issue 16's "< 3 %"
+    # (applied-but-off does a subset of on's work) and issue 12's test of the covariate on real slow stretches,
+    # 3 starts each. The overhead check is short (4 paired rounds) when the step runs first in a dir.
+    if [ -n "${DRY:-}" ]; then echo "profhost: overhead check: $PY -m bench.hostprobe --overhead 4"
+    elif [ ! -f "$OUT/profhost/overhead.txt" ]; then
+      mkdir -p "$OUT/profhost"; run $PY -m bench.hostprobe --overhead 4 | tee "$OUT/profhost/overhead.txt"
+    fi
+    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling \
+      --host-probe --adjust "${ADJUST:-none}" "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" \
+      --out "$OUT/profhost" -- "${SA[@]}" ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \

@@ -89,6 +89,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument("--b1-requests", type=int, default=2)
     m.add_argument("--concurrency", type=int, default=8)
     m.add_argument(
+        "--ttft-requests",
+        type=int,
+        default=4,
+        help="one-token requests per repetition that time the first token (the prefill path); 0: none",
+    )
+    m.add_argument(
         "--metric",
         default="step_ms_b1",
         choices=[x for x, _, _ in METRICS],
@@ -253,6 +259,8 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
             raise UsageError(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
+    if a.ttft_requests < 0:
+        raise UsageError("--ttft-requests must be >= 0 (0: no time-to-first-token phase)")
     if a.adjust == "host" and not a.host_probe:
         raise UsageError("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
     return RunConfig(
@@ -260,7 +268,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         out_dir=Path(out),
         argv=argv,
         launch=launch,
-        workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency),
+        workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency, ttft_requests=a.ttft_requests),
         initial_starts=a.restarts,
         max_starts=max(a.max_starts, a.restarts),
         reps_per_start=a.reps_per_start,

@@ -100,6 +100,12 @@ def catalogue() -> list[Scenario]:
             note="+8% in the draft phase only",
         ),
         Scenario(
+            "prefill-only-10",
+            _w(plants=[Plant(frozenset({"p0"}), {"ttft_ms_b1": 1.10})], start_cv=0.01),
+            _p("p0"),
+            note="+10% on the first token only (a prefill-path delay): no decode metric moves",
+        ),
+        Scenario(
             "step-gain-verify-up",
             _w(plants=[masked_by_step_gain("p1", 0.20, 0.05)], start_cv=0.01),
             _p("p1"),

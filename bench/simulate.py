@@ -33,6 +33,7 @@ BASE = {
     "step_ms_bc": 5.0,
     "tok_s_b1": 240.0,
     "tok_s_bc": 1400.0,
+    "ttft_ms_b1": 14.0,
     "eagle_step_ms_b1": 3.0,
     "eagle_draft_ms_b1": 1.0,
     "eagle_verify_ms_b1": 1.6,

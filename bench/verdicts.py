@@ -53,6 +53,16 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
                 f"{LABELS[m]} moved ({c.verdict}, {pct(c)}) while step ms (batch 1) did not ({step.verdict}, "
                 f"{pct(step)}): the change is in that phase's GPU span; a host-bound step can hide it"
             )
+    # what the primary step cannot show: the prefill path (first token) and the concurrent batch
+    for m, where in (("ttft_ms_b1", "the prefill path"), ("step_ms_bc", "the concurrent batch")):
+        c = by.get(m)
+        if c is None or c.verdict not in moved or (step is not None and step.verdict in moved):
+            continue
+        out.append(
+            f"{LABELS[m]} moved ({c.verdict}, {pct(c)}) while step ms (batch 1) did not"
+            + (f" ({step.verdict}, {pct(step)})" if step is not None else "")
+            + f": the change is in {where}; bisect or ablate with --metric {m} to find it"
+        )
     ups = [m for m in PHASES if m in by and by[m].verdict == REGRESSION]
     downs = [m for m in PHASES if m in by and by[m].verdict == IMPROVEMENT]
     if ups and downs:

@@ -9,6 +9,11 @@ decode_log_interval decode steps (metrics_reporter.py l.746) and `/server_info` 
 steps are the entries appended between two snapshots. The first entry after an idle gap includes the gap, which
 is why a phase's step time is the median of its entries, not the mean.
 
+After the two phases, `ttft_requests` requests of one new token each, one after another, time the way to a
+first token (client wall time: HTTP, tokenizing, scheduling, the target's prefill and, under EAGLE, the draft's
+extend): a prefill-path change shows there and nowhere in the decode step. One token ends a request at
+prefill, so these requests add no decode-step entries.
+
 With the oea_topk patch and SGLANG_OEA_STATS=1, `internal_states[0].oea_stats` holds routing-call totals since
 start (calls, distinct routed experts, non-padded rows); a phase's figure is the difference of the snapshots
 around it, so the mean distinct experts per routing call describes that phase alone.
@@ -61,6 +66,7 @@ class Workload:
     b1_requests: int = 4
     concurrency: int = 8
     request_timeout_s: float = 300.0
+    ttft_requests: int = 4  # 0: no time-to-first-token phase
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -188,6 +194,7 @@ class RepMetrics:
     eagle_verify_ms_b1: float | None = None
     eagle_draft_extend_ms_b1: float | None = None
     eagle_step_ms_b1: float | None = None
+    ttft_ms_b1: float | None = None  # Workload.ttft_requests' median (None in records made before it existed)
     # oea_topk with SGLANG_OEA_STATS=1: each phase's routing calls (oea_phase_delta) and their mean number of
     # distinct routed experts per call (None without the patch/env)
     oea_b1: dict | None = None
@@ -200,19 +207,30 @@ class RepMetrics:
         return asdict(self)
 
 
-def _one(base: str, prompt: str, wl: Workload) -> dict:
+def _one(base: str, prompt: str, wl: Workload, max_new_tokens: int | None = None) -> dict:
+    want = wl.max_new_tokens if max_new_tokens is None else max_new_tokens
     payload = {
         "text": prompt,
-        "sampling_params": {"temperature": 0.0, "max_new_tokens": wl.max_new_tokens, "ignore_eos": True},
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": want, "ignore_eos": True},
     }
     out = _post(base + "/generate", payload, wl.request_timeout_s)
     meta = out.get("meta_info") or {}
     n = int(meta.get("completion_tokens", 0))
-    if n < wl.max_new_tokens:
+    if n < want:
         # fewer tokens than asked means the request stopped early: ignore_eos was not honoured, and tok/s and
         # step counts would no longer be comparable between arms
-        raise WorkloadError(f"request decoded {n} tokens, expected {wl.max_new_tokens} (ignore_eos not honoured?)")
+        raise WorkloadError(f"request decoded {n} tokens, expected {want} (ignore_eos not honoured?)")
     return out
+
+
+def ttft_ms(base: str, prompts: list[str], wl: Workload) -> float | None:
+    """Median client wall time of one-token requests sent one after another (None when there are none)."""
+    times = []
+    for p in prompts:
+        t0 = time.perf_counter()
+        _one(base, p, wl, max_new_tokens=1)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times) if times else None
 
 
 def _phase(
@@ -245,10 +263,12 @@ def _p50(timing: dict | None, phase: str) -> float | None:
 
 
 def run_rep(base: str, wl: Workload) -> RepMetrics:
-    prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency))
+    prompts = fixed_prompts(max(wl.b1_requests, wl.concurrency, wl.ttft_requests))
     state0 = internal_state(server_info(base))
     b1, state1 = _phase(base, prompts[: wl.b1_requests], wl, False, state0, 1)
     bc, state2 = _phase(base, prompts[: wl.concurrency], wl, True, state1, wl.concurrency)
+    # after the decode phases, so they are measured exactly as before this phase existed
+    ttft = ttft_ms(base, prompts[: wl.ttft_requests], wl)
     return RepMetrics(
         step_ms_b1=b1.step_ms,
         step_ms_bc=bc.step_ms,
@@ -267,6 +287,7 @@ def run_rep(base: str, wl: Workload) -> RepMetrics:
         eagle_verify_ms_b1=_p50(b1.eagle_phase_timing, "verify"),
         eagle_draft_extend_ms_b1=_p50(b1.eagle_phase_timing, "draft_extend"),
         eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"),
+        ttft_ms_b1=ttft,
         oea_b1=b1.oea_stats,
         oea_bc=bc.oea_stats,
         oea_distinct_experts_b1=(b1.oea_stats or {}).get("mean_distinct_experts"),

@@ -5,6 +5,8 @@ and serves /health, /generate, /server_info (+ /get_server_info) with timing dis
 through env FAKE_BENCH (JSON):
   base_ms      per-step time of the pristine set (default 3.0)
   costs        {patch: relative slowdown}, e.g. {"planted": 0.05}: the step and every phase
+  prefill_ms   the pristine set's prefill, slept (times time_scale) before each request's tokens (default 0)
+  prefill_costs {patch: relative slowdown} of the prefill alone (a first-token-only change)
   phase_costs  {patch: {phase: relative change}}: only that EAGLE phase's span (draft, verify, draft_extend),
                e.g. a GPU-side delay on a host-bound step: {"verify": 0.2, "draft_extend": -0.2}
   noise        relative sd of each step-time entry (default 0.004)
@@ -165,6 +167,7 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
         for ph in ("draft", "verify", "draft_extend")
     }
     noise, scale = cfg.get("noise", 0.004), cfg.get("time_scale", 0.01)
+    prefill_s = cfg.get("prefill_ms", 0.0) * (1 + sum(cfg.get("prefill_costs", {}).get(p, 0.0) for p in patches)) / 1e3
     interval = cfg.get("interval", 8)
     spec = "--speculative-algorithm" in server_args
     accept = cfg.get("accept", 1.0)
@@ -241,7 +244,7 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                 for k in inflight:
                     inflight[k] = max(inflight[k], state["active"])
                 inflight[rid] = state["active"]
-            time.sleep(n * step_s * scale)
+            time.sleep((prefill_s * start + n * step_s) * scale)
             time.sleep(0.002)  # let concurrently sent requests overlap
             with lock:
                 bs = inflight.pop(rid)

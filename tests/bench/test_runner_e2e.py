@@ -102,6 +102,29 @@ def test_identical_arms_are_refused_and_a_null_pair_needs_an_env(tmp_path, manif
     assert _conclusion(recs)["comparisons"][0]["verdict"] == "same" and len(starts) == 7
 
 
+def test_a_prefill_only_regression_shows_in_time_to_first_token_and_is_flagged(
+    tmp_path, manifest, launcher_arg, monkeypatch
+):
+    """The step does not move; the first token does (+30 %): the verdict table says so and the flag points at it."""
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "ref=full-planted", "slow=full"],
+        {"prefill_ms": 2000.0, "prefill_costs": {"planted": 0.3}, **QUIET},
+    )
+    m = [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"]]
+    assert all(x["ttft_ms_b1"] > 15.0 for x in m)  # 2000 ms x time_scale 0.01, plus HTTP
+    assert _conclusion(recs)["comparisons"][0]["verdict"] == "same"  # the primary step
+    md = (out / "report.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| ab | ref | slow | time to first token ms (b1) |"))
+    cells = [x.strip() for x in row.split("|")]
+    assert cells[5] == "3 / 3" and "**regression**" in cells[7] and float(cells[6].split("%")[0]) > 15, row
+    assert "the prefill path; bisect or ablate with --metric ttft_ms_b1" in md
+
+
 def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(
         tmp_path,

@@ -27,6 +27,7 @@ KINDS = [
     ("host-5", 0.75),
     ("gpu-hidden-20", 0.75),
     ("phase-only-draft-8", 0.75),
+    ("prefill-only-10", 0.75),
     ("step-gain-verify-up", 0.75),
     ("interaction-p0-p2", 0.75),
     ("drift-slower-0.3", 0.0),

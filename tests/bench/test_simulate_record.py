@@ -31,7 +31,8 @@ def pool():
 
 def test_the_record_gives_its_measured_starts(pool):
     assert len(pool) == 10  # the throwaway starts are left out
-    assert all(set(start) == set(s.BASE) for start in pool)
+    # every modelled metric but the first token's: the record predates the time-to-first-token phase
+    assert all(set(start) == set(s.BASE) - {"ttft_ms_b1"} for start in pool)
     assert all(len(v) == 5 for start in pool for v in start.values())  # warm-up repetitions left out
     medians = sorted(sorted(st["step_ms_b1"])[2] for st in pool)
     assert medians[0] == pytest.approx(3.880, abs=1e-3) and medians[-1] == pytest.approx(5.194, abs=1e-3)

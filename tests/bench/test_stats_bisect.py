@@ -74,6 +74,20 @@ def test_flags_name_a_phase_that_moved_while_the_step_did_not():
     assert flags([c("step_ms_b1", 0.1), c("eagle_verify_ms_b1", 0.1)]) == []
 
 
+def test_flags_name_a_first_token_or_concurrent_change_the_step_does_not_show():
+    def c(metric, change):
+        ref = [1.0, 1.01, 0.99]
+        return stats.compare_starts(ref, [x * (1 + change) for x in ref], metric=metric)
+
+    out = flags([c("step_ms_b1", 0.0), c("ttft_ms_b1", 0.15)])
+    assert len(out) == 1 and out[0].startswith("time to first token ms (b1) moved (regression")
+    assert "the prefill path" in out[0] and "--metric ttft_ms_b1" in out[0]
+    out = flags([c("step_ms_b1", 0.0), c("step_ms_bc", -0.1)])
+    assert len(out) == 1 and "the concurrent batch" in out[0] and "(improvement" in out[0]
+    # the step moved too: its own verdict says so, no flag
+    assert flags([c("step_ms_b1", 0.1), c("ttft_ms_b1", 0.1), c("step_ms_bc", 0.1)]) == []
+
+
 # ---- bisect: scripted oracles --------------------------------------------------------------------------------
 
 

@@ -209,13 +209,24 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     return lines
 
 
-def _conclusion(v: store.StoreView) -> list[str]:
+def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) -> list[str]:
     if not v.conclusions:
         return []
     c = v.conclusions[-1]
+    own = run.get("config", {}).get("adjust", "none")
     lines = ["## Conclusion", ""]
     if c.get("budget_exhausted"):
         lines += [f"Stopped by the time budget ({c.get('budget_message')}); `--resume` continues.", ""]
+    if pol.adjust != own:
+        # the stored conclusion was read the run's way: under another reading every verdict is read again here
+        # (the Comparisons table's), so that no line of this report states a verdict it does not hold
+        lines += [
+            f"Read with `--adjust {pol.adjust}` ({_ADJUST_WORDS.get(pol.adjust, pol.adjust)}); the run itself read "
+            f"them with `--adjust {own}`, and added its starts by that reading (its own conclusion: "
+            f"{_stored_summary(c)}).",
+            "",
+        ]
+        c = readjusted(c, {r.name: r for r in rows}, pol)
     if c["kind"] == "ab":
         for r in c["comparisons"]:
             cmp_ = r["comparison"]
@@ -239,6 +250,108 @@ def _conclusion(v: store.StoreView) -> list[str]:
         lines += _bisect_lines(c)
     lines.append("")
     return lines
+
+
+_ADJUST_WORDS = {"host": "verdicts at a fixed host speed", "none": "verdicts on the raw start values"}
+
+
+def _stored_summary(c: dict) -> str:
+    if c["kind"] == "ab":
+        return "; ".join(
+            f"{r['arm']} vs {r['ref']} {r['verdict']} ({_change(r['comparison'])})" for r in c["comparisons"]
+        )
+    if c["kind"] == "ablate":
+        return f"culprit(s) {', '.join(c['culprits'])}" if c["culprits"] else "no culprit named"
+    if c.get("culprit"):
+        return f"culprit {c['culprit']}" + (f" with {c['partner']}" if c.get("partner") else "")
+    return f"no culprit named ({c.get('outcome')})"
+
+
+def _cmp_dict(rows: dict[str, ArmRow], ref: str, arm: str, metric: str, pol: Policy) -> dict | None:
+    a, b = rows.get(ref), rows.get(arm)
+    if a is None or b is None or not (a.medians(metric) and b.medians(metric)):
+        return None
+    return _compare(a, b, metric, pol).to_dict()
+
+
+def _expect(c: dict, role: str) -> str | None:
+    """The reference a confirmation set must match, from its role (bench.bisect names them)."""
+    if role.startswith("confirm: bad - "):
+        return "good"
+    if role == f"confirm: good + {c.get('partner')} + {c.get('culprit')}" or (
+        not c.get("partner") and role == f"confirm: good + {c.get('culprit')}"
+    ):
+        return "bad"
+    if c.get("partner") and role == f"confirm: good + {c['partner']}":
+        return "good"
+    return None
+
+
+def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
+    """A stored conclusion with its verdicts read again under `pol` (its adjust) from the arms' starts.
+
+    ab: each comparison read again. ablate: each patch's two sides read again and its finding taken anew.
+    bisect: the search cannot be replayed (its probes were chosen by the run's reading), so the adjusted
+    reading can only withdraw: the culprit stands if the endpoints still regress and each of its confirmations
+    still holds one way (bad - c clearly better than bad, good + c clearly worse than good); otherwise no
+    culprit, saying which step fails. A culprit is never named that the run did not name.
+    """
+    from .plans import ablate_finding
+    from .stats import IMPROVEMENT, REGRESSION
+
+    m = c["metric"]
+    out = dict(c)
+    if c["kind"] == "ab":
+        out["comparisons"] = []
+        for r in c["comparisons"]:
+            d = _cmp_dict(rows, r["ref"], r["arm"], m, pol) or r["comparison"]
+            out["comparisons"].append({**r, "verdict": d["verdict"], "comparison": d})
+        return out
+    if c["kind"] == "ablate":
+        out["patches"] = []
+        for r in c["patches"]:
+            sides = {}
+            for side, ref, arm in (("alone", "base", f"+{r['patch']}"), ("left_out", "full", f"-{r['patch']}")):
+                d = _cmp_dict(rows, ref, arm, m, pol) if r[side] is not None else None
+                sides[side] = d["verdict"] if d is not None else r[side]
+            finding, sentence = ablate_finding(sides["alone"], sides["left_out"])
+            out["patches"].append({**r, **sides, "finding": finding, "sentence": sentence})
+        out["culprits"] = [r["patch"] for r in out["patches"] if r["finding"] == "culprit"]
+        return out
+    ep = _cmp_dict(rows, c["good"], c["bad"], m, pol)
+    if ep is not None:
+        out["endpoint"] = ep
+    probes = []
+    for p in c.get("probes", []):
+        q = dict(p)
+        for key, ref in (("vs_good", p.get("good", c["good"])), ("vs_bad", p.get("bad", c["bad"]))):
+            d = _cmp_dict(rows, ref, p["arm"], m, pol)
+            if d is not None:
+                q[key] = d
+        probes.append(q)
+    out["probes"] = probes
+    out["readjusted"] = True
+    if not c.get("culprit"):
+        out["reason"] = f"{c['reason']} (the search as the run read it; endpoints now {out['endpoint']['verdict']})"
+        return out
+    failed = [] if out["endpoint"]["verdict"] == REGRESSION else [f"bad vs good is {out['endpoint']['verdict']}"]
+    last = max((p.get("block", "") for p in probes if p.get("block")), default=None)
+    for p in probes:
+        if p.get("block") != last or (expect := _expect(c, p["role"])) is None:
+            continue
+        key, want = ("vs_bad", IMPROVEMENT) if expect == "good" else ("vs_good", REGRESSION)
+        if p[key]["verdict"] != want:
+            other = "bad" if expect == "good" else "good"
+            failed.append(f"{p['role'].removeprefix('confirm: ')} vs {other} is {p[key]['verdict']} (must be {want})")
+    if failed:
+        named = c["culprit"] + (f" with {c['partner']}" if c.get("partner") else "")
+        out.update(
+            culprit=None,
+            partner=None,
+            outcome=f"culprit {named} withdrawn",
+            reason=f"the run named {named}, but under this reading " + "; ".join(failed),
+        )
+    return out
 
 
 def _change(c: dict) -> str:
@@ -275,6 +388,11 @@ def _bisect_lines(c: dict) -> list[str]:
                 f"{_fmt(p.get('toward_bad'), 2)} | {_change(p['vs_good'])} | {_change(p['vs_bad'])} |"
             )
         lines.append("")
+        if c.get("readjusted"):
+            lines += [
+                "place / toward bad: as the run's search placed the probe; vs good / vs bad: read again this way.",
+                "",
+            ]
     lines += [
         f"{head} — {c['reason']}. {len(c.get('probes', []))} probe set(s) (search bound "
         f"{c.get('max_search_probes')} + 2 confirmations), {c.get('server_starts_this_run', '?')} server "
@@ -639,12 +757,13 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
-    lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(v) + _arms(rows, metric)
+    lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
     lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run, rows, v, pol, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
-    if (run_dir / "plot.png").exists():
-        lines += ["![plot](plot.png)", ""]
+    name = _plot_name(adjust)
+    if (run_dir / name).exists():
+        lines += [f"![plot]({name})", ""]
     return "\n".join(lines)
 
 
@@ -663,7 +782,7 @@ def _command(run_dir: Path, run: dict) -> str:
     return p.read_text().strip() if p.exists() else " ".join(run.get("argv", []))
 
 
-def plot(run_dir: Path) -> Path:
+def plot(run_dir: Path, adjust: str | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -701,14 +820,22 @@ def plot(run_dir: Path) -> Path:
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
         ax.set_title("EAGLE phase p50 (ms, median over starts)")
         ax.legend()
+    own = run.get("config", {}).get("adjust", "none")
+    reading = adjust or own
     fig.suptitle(
         f"bench {run.get('kind')} {run.get('run_id')} ({', '.join(run.get('host', {}).get('gpus', [])) or 'no GPU'})"
+        + (f"; raw values shown, verdicts read at a fixed host speed (--adjust {reading})" if reading != "none" else "")
     )
     fig.tight_layout()
-    out = run_dir / "plot.png"
+    out = run_dir / _plot_name(adjust)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _plot_name(adjust: str | None) -> str:
+    """plot.png is the run's own; another reading gets its own file (its title names the reading)."""
+    return "plot.png" if adjust is None else f"plot-adjust-{adjust}.png"
 
 
 def write_report(run_dir: Path, adjust: str | None = None) -> Path:
@@ -716,7 +843,7 @@ def write_report(run_dir: Path, adjust: str | None = None) -> Path:
     run_dir = Path(run_dir)
     note = ""
     try:
-        plot(run_dir)
+        plot(run_dir, adjust)
     except ImportError as e:
         # sglang installs do not always carry matplotlib (only its "test" extra does); the data is all in the
         # JSONL, so the plot can be made later on any machine with `python -m bench report RUN_DIR`.

@@ -1,0 +1,196 @@
+"""A report read another way (`bench report DIR --adjust host`) states one verdict everywhere: the Conclusion,
+the Comparisons table, the bisect and ablate findings, the plot's title.
+
+The recorded run is an excerpt of the H200 profhost run (eagle_profiling on vs not applied, 3 starts each, the
+host probe beside every start: /work/team/gpu5/profhost of session 5), the run itself read unadjusted.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from bench_fixtures import DATA
+
+from bench import report, store
+from bench.replication import Policy
+from bench.report import ArmRow, build_markdown, readjusted
+from bench.stats import REGRESSION
+
+PROFHOST = DATA / "profhost"
+
+
+@pytest.fixture
+def profhost(tmp_path) -> Path:
+    d = tmp_path / "profhost"
+    shutil.copytree(PROFHOST, d)
+    return d
+
+
+def _primary_row(md: str) -> str:
+    return next(ln for ln in md.splitlines() if "(primary)" in ln)
+
+
+def _conclusion_line(md: str) -> str:
+    body = md[md.index("## Conclusion") :]
+    return next(ln for ln in body.splitlines() if ln.startswith("- notapplied vs on"))
+
+
+@pytest.mark.parametrize("adjust, change, interval", [(None, "-3.1", "-49.3, +85.2"), ("host", "+5.5", "-40.9, +88.1")])
+def test_the_conclusion_states_the_comparisons_figure_on_the_recorded_run(profhost, adjust, change, interval):
+    md = build_markdown(profhost, adjust)
+    row, concl = _primary_row(md), _conclusion_line(md)
+    assert f"{change}% [{interval}]" in row
+    m = re.search(r"\(([+-]\d+\.\d+)% \[([^\]]+)\]", concl)
+    assert m is not None, concl
+    assert f"{float(m.group(1)):+.1f}" == change and m.group(2) == interval
+    if adjust == "host":
+        # the run's own reading is said once, as what the run concluded, not as this report's verdict
+        assert "its own conclusion: notapplied vs on cannot tell (-3.08% [-49.3, +85.2])" in md
+        assert md.count("-3.08%") == 1
+
+
+def test_the_adjusted_report_has_its_own_plot_and_leaves_the_runs_alone(profhost):
+    pytest.importorskip("matplotlib")
+    before = (profhost / "plot.png").read_bytes() if (profhost / "plot.png").exists() else None
+    out = report.write_report(profhost, "host")
+    assert out.name == "report-adjust-host.md"
+    assert (profhost / "plot-adjust-host.png").stat().st_size > 10_000
+    assert "![plot](plot-adjust-host.png)" in out.read_text()
+    assert ((profhost / "plot.png").read_bytes() if (profhost / "plot.png").exists() else None) == before
+
+
+# -- bisect and ablate conclusions, read again ------------------------------------------------------------------
+
+
+def _row(name: str, values: list[tuple[float, float]]) -> ArmRow:
+    units = [
+        store.Unit(
+            arm_key=name,
+            round=i,
+            start_id=f"{name}{i}",
+            arm=name,
+            reps=[{"step_ms_b1": y}],
+            host_probe={"start": {"py_us": p}},
+        )
+        for i, (y, p) in enumerate(values)
+    ]
+    return ArmRow(name, name, name, units)
+
+
+def _starts(rng: random.Random, n: int, effect: float, host: list[float]) -> list[tuple[float, float]]:
+    """n starts on a host whose slowness per start is `host` (the step and the probe move with it)."""
+    return [
+        (4.0 * h * (1 + effect) * (1 + rng.gauss(0, 0.005)), 400.0 * h * (1 + rng.gauss(0, 0.005))) for h in host[:n]
+    ]
+
+
+def _bisect_conclusion(culprit: str = "p2") -> dict:
+    probe = {"toward_bad": 1.0, "place": "bad", "starts": 4, "vs_good": {}, "vs_bad": {}}
+    return {
+        "type": "conclusion",
+        "kind": "bisect",
+        "good": "good",
+        "bad": "bad",
+        "metric": "step_ms_b1",
+        "endpoint": {"verdict": REGRESSION},
+        "culprit": culprit,
+        "partner": None,
+        "outcome": "culprit",
+        "reason": f"bad without {culprit} is good and good with {culprit} is bad",
+        "candidates": ["p1", "p2"],
+        "probes": [
+            {**probe, "arm": "probe1", "role": "prefix 1 of 2", "patches": ["p1"]},
+            {
+                **probe,
+                "arm": "probe2",
+                "role": "confirm: bad - p2",
+                "patches": ["p1"],
+                "block": "confirm1",
+                "good": "good",
+                "bad": "bad",
+                "place": "good",
+            },
+            {
+                **probe,
+                "arm": "probe3",
+                "role": "confirm: good + p2",
+                "patches": ["p2"],
+                "block": "confirm1",
+                "good": "good",
+                "bad": "bad",
+            },
+        ],
+        "max_search_probes": 1,
+    }
+
+
+def _bisect_rows(rng: random.Random, culprit_effect: float, host_of_bad: float) -> dict[str, ArmRow]:
+    """good, bad and the probes; bad's and good + p2's starts all ran on a host `host_of_bad` times slower."""
+    slow, fast = [host_of_bad] * 4, [1.0] * 4
+    return {
+        "good": _row("good", _starts(rng, 4, 0.0, fast)),
+        "bad": _row("bad", _starts(rng, 4, culprit_effect, slow)),
+        "probe1": _row("probe1", _starts(rng, 4, 0.0, fast)),
+        "probe2": _row("probe2", _starts(rng, 4, 0.0, fast)),
+        "probe3": _row("probe3", _starts(rng, 4, culprit_effect, slow)),
+    }
+
+
+def test_a_culprit_the_host_made_is_withdrawn_under_the_adjustment():
+    # bad and good + p2 measured in the host's slow stretch: the run (unadjusted) named p2; at a fixed host speed
+    # there is nothing left (the probe differs between the arms: cannot tell), so no culprit
+    c = readjusted(_bisect_conclusion(), _bisect_rows(random.Random(1), 0.0, 1.3), Policy(4, 4, adjust="host"))
+    assert c["culprit"] is None and c["outcome"] == "culprit p2 withdrawn"
+    assert "bad vs good is cannot tell" in c["reason"]
+    lines = "\n".join(report._bisect_lines(c))
+    assert "**No culprit named: culprit p2 withdrawn**" in lines and "read again this way" in lines
+
+
+def test_a_real_culprit_stands_under_the_adjustment():
+    c = readjusted(_bisect_conclusion(), _bisect_rows(random.Random(2), 0.10, 1.0), Policy(4, 4, adjust="host"))
+    assert c["culprit"] == "p2" and c["endpoint"]["verdict"] == REGRESSION
+    assert c["probes"][1]["vs_bad"]["verdict"] == "improvement" and c["probes"][2]["vs_good"]["verdict"] == REGRESSION
+
+
+def test_a_confirmation_that_fails_when_adjusted_withdraws_the_culprit():
+    rows = _bisect_rows(random.Random(3), 0.10, 1.0)
+    rows["probe2"] = _row("probe2", _starts(random.Random(4), 4, 0.10, [1.0] * 4))  # bad - p2 as slow as bad
+    c = readjusted(_bisect_conclusion(), rows, Policy(4, 4, adjust="host"))
+    assert c["culprit"] is None and "bad - p2 vs bad is same (must be improvement)" in c["reason"]
+
+
+def test_a_bisect_that_named_nothing_names_nothing_when_adjusted():
+    stored = _bisect_conclusion() | {"culprit": None, "outcome": "cannot tell", "reason": "probe stayed undecided"}
+    c = readjusted(stored, _bisect_rows(random.Random(5), 0.10, 1.0), Policy(4, 4, adjust="host"))
+    assert c["culprit"] is None and c["outcome"] == "cannot tell"
+    assert c["reason"].endswith("(the search as the run read it; endpoints now regression)")
+
+
+def test_ablate_findings_are_taken_anew_from_the_adjusted_sides():
+    rng = random.Random(6)
+    slow = [1.3] * 4
+    rows = {
+        "base": _row("base", _starts(rng, 4, 0.0, [1.0] * 4)),
+        "+p": _row("+p", _starts(rng, 4, 0.0, slow)),  # only the host: not p
+        "full": _row("full", _starts(rng, 4, 0.0, slow)),
+        "-p": _row("-p", _starts(rng, 4, 0.0, [1.0] * 4)),
+        "+q": _row("+q", _starts(rng, 4, 0.10, [1.0] * 4)),  # q's own +10 %
+        "-q": _row("-q", _starts(rng, 4, -0.09, slow)),
+    }
+    stored = {
+        "type": "conclusion",
+        "kind": "ablate",
+        "metric": "step_ms_b1",
+        "culprits": ["p", "q"],
+        "patches": [
+            {"patch": x, "alone": "regression", "left_out": "improvement", "finding": "culprit", "sentence": "s"}
+            for x in ("p", "q")
+        ],
+    }
+    c = readjusted(stored, rows, Policy(4, 4, adjust="host"))
+    assert c["culprits"] == ["q"]
+    assert [r["finding"] for r in c["patches"]] == ["cannot tell", "culprit"]

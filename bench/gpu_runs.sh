@@ -246,9 +246,9 @@ case "$step" in
     # would read: `python -m bench report DIR --adjust host` writes report-adjust-host.md; or ADJUST=host here).
     # First, on this VM, whether the probe slows a host-bound process on the scheduler's CPU (10 paired rounds, ~45 s;
     # once per output dir: a resumed call skips it).
-    if [ -n "${DRY:-}" ]; then echo "hostprobe: overhead check: $PY -m bench.hostprobe --overhead 10"
+    if [ -n "${DRY:-}" ]; then echo "hostprobe: overhead check: $PY -m bench.hostprobe --overhead 10 --json $OUT/hostprobe/overhead.json"
     elif [ ! -f "$OUT/hostprobe/overhead.txt" ]; then
-      mkdir -p "$OUT/hostprobe"; run $PY -m bench.hostprobe --overhead 10 | tee "$OUT/hostprobe/overhead.txt"
+      mkdir -p "$OUT/hostprobe"; run $PY -m bench.hostprobe --overhead 10 --json "$OUT/hostprobe/overhead.json" | tee "$OUT/hostprobe/overhead.txt"
     fi
     run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
@@ -257,9 +257,9 @@ case "$step" in
     # eagle_profiling on against not applied with the host-speed covariate beside every start: issue 16's "< 3 %"
     # (applied-but-off does a subset of on's work) and issue 12's test of the covariate on real slow stretches,
     # 3 starts each. The overhead check is short (4 paired rounds) when the step runs first in a dir.
-    if [ -n "${DRY:-}" ]; then echo "profhost: overhead check: $PY -m bench.hostprobe --overhead 4"
+    if [ -n "${DRY:-}" ]; then echo "profhost: overhead check: $PY -m bench.hostprobe --overhead 4 --json $OUT/profhost/overhead.json"
     elif [ ! -f "$OUT/profhost/overhead.txt" ]; then
-      mkdir -p "$OUT/profhost"; run $PY -m bench.hostprobe --overhead 4 | tee "$OUT/profhost/overhead.txt"
+      mkdir -p "$OUT/profhost"; run $PY -m bench.hostprobe --overhead 4 --json "$OUT/profhost/overhead.json" | tee "$OUT/profhost/overhead.txt"
     fi
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling \
       --host-probe --adjust "${ADJUST:-none}" "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" \

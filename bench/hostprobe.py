@@ -14,7 +14,8 @@ CPUs and adds one process's worth of memory traffic at a tenth of a core. Each s
 and by itself when its parent dies (a killed bench leaves no probe behind).
 
     python -m bench.hostprobe --out FILE --cpu N [--duty 0.1] [--parent PID]
-    python -m bench.hostprobe --overhead ROUNDS [--victim-cpu C]   # does the probe slow a host-bound process?
+    python -m bench.hostprobe --overhead ROUNDS [--victim-cpu C] [--json FILE]   # does the probe slow a
+                                                                              # host-bound process? (a verdict)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -242,31 +244,182 @@ def _victim_window(seconds: float) -> float:
     return statistics.median(times) * 1e3
 
 
-def overhead(rounds: int, victim_cpu: int | None = None, seconds: float = 2.0) -> dict:
-    """The probe's perturbation of a host-bound process on another CPU: windows without and with a probe on the
-    spare CPU, alternating (off, on, off, on ...) so that drift of the machine falls on both alike."""
+# The order of one round's windows, and of the next round's mirror: a drift of the host that is linear over a
+# round falls on the probe's windows and the others alike (ABBA), and alternating the mirror over rounds
+# cancels what is left of a curve (the earlier OFF, ON pairs put every drift on the probe: session 5's
+# overhead.txt, where round 4 was 1.6x slower than round 3 in both windows).
+ABBA = ((False, True, True, False), (True, False, False, True))
+PERTURBS, CLEAN, UNSURE = "perturbs", "does not perturb", "cannot tell"
+TOLERANCE = 0.02  # the bench's minimum effect: a probe that moves the step by less is below what verdicts see
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The probe's effect on a host-bound victim: on/off step time ratio over rounds, and its verdict."""
+
+    ratios: tuple[float, ...]  # per round: geometric mean of its ON windows / of its OFF windows
+    ratio: float  # geometric mean over rounds
+    low: float
+    high: float
+    confidence: float
+    tolerance: float
+    verdict: str  # PERTURBS / CLEAN / UNSURE
+
+    @property
+    def sentence(self) -> str:
+        n = len(self.ratios)
+        head = (
+            f"on/off {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%} t interval over {n} "
+            f"rounds; tolerance ±{self.tolerance:.0%}): "
+        )
+        if self.verdict == PERTURBS:
+            return head + (
+                "the probe PERTURBS a host-bound process on another CPU: it is not a clean covariate on this "
+                "machine (do not --adjust host with it)"
+            )
+        if self.verdict == CLEAN:
+            return head + "the probe does not perturb a host-bound process on another CPU (within the tolerance)"
+        return head + f"cannot tell at {n} rounds (more rounds: --overhead N)"
+
+    def to_dict(self) -> dict:
+        return {
+            "ratios": list(self.ratios),
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "tolerance": self.tolerance,
+            "verdict": self.verdict,
+        }
+
+
+def judge(rounds: Sequence[Sequence[tuple[bool, float]]], tolerance: float = TOLERANCE, confidence: float = 0.95):
+    """The verdict on rounds of (probe on?, victim ms) windows: a t interval of the mean log on/off ratio.
+
+    PERTURBS when it lies wholly beyond +-tolerance (either way: a probe that speeds the victim up moves it
+    too), CLEAN when wholly inside, UNSURE otherwise or with fewer than 2 rounds. The rounds, not the windows,
+    are the replication unit: windows of one round share the host's state of that minute.
+    """
+    from scipy import stats as sst
+
+    logs = []
+    for r in rounds:
+        on = [math.log(ms) for p, ms in r if p and ms > 0]
+        off = [math.log(ms) for p, ms in r if not p and ms > 0]
+        if on and off:
+            logs.append(statistics.fmean(on) - statistics.fmean(off))
+    ratios = tuple(math.exp(x) for x in logs)
+    if len(logs) < 2:
+        est = logs[0] if logs else math.nan
+        return Overhead(ratios, math.exp(est), math.nan, math.nan, confidence, tolerance, UNSURE)
+    est, sd = statistics.fmean(logs), statistics.stdev(logs)
+    h = float(sst.t.ppf(0.5 + confidence / 2, len(logs) - 1)) * sd / math.sqrt(len(logs))
+    lo, hi = est - h, est + h
+    t = math.log1p(tolerance)
+    if lo > t or hi < -t:
+        verdict = PERTURBS
+    elif -t < lo and hi < t:
+        verdict = CLEAN
+    else:
+        verdict = UNSURE
+    return Overhead(ratios, math.exp(est), math.exp(lo), math.exp(hi), confidence, tolerance, verdict)
+
+
+def _real_probe(d: Path, probe_cpu: int | None):
+    """A context of one ON window: the probe started on its CPU and stopped after."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def on(i: int):
+        p = start(d / f"s{i}.txt", probe_cpu)
+        wait_ready(p)
+        try:
+            yield p
+        finally:
+            stop(p)
+
+    return on
+
+
+def overhead(
+    rounds: int,
+    victim_cpu: int | None = None,
+    seconds: float = 2.0,
+    *,
+    victim=None,
+    probe=None,
+    tolerance: float = TOLERANCE,
+    confidence: float = 0.95,
+) -> dict:
+    """The probe's perturbation of a host-bound process on another CPU, in ABBA rounds (ABBA above).
+
+    `victim(seconds) -> ms` times the host-bound work (default: _victim_window on `victim_cpu`); `probe(i)` is a
+    context during which the probe runs (default: the real probe on the spare CPU). Tests pass simulated ones.
+    """
+    import contextlib
+    import tempfile
+
     cpus = os.sched_getaffinity(0)
     probe_cpu = spare_cpu(cpus)
     # the scheduler's CPU under spread (core 0 takes the interrupts); CPU 0 on a 2-CPU machine
-    victim = victim_cpu if victim_cpu is not None else sorted(cpus)[1 if len(cpus) > 2 else 0]
-    os.sched_setaffinity(0, {victim})
-    import tempfile
-
-    out: dict = {"victim_cpu": victim, "probe_cpu": probe_cpu, "rounds": []}
-    with tempfile.TemporaryDirectory() as d:
+    victim_at = victim_cpu if victim_cpu is not None else sorted(cpus)[1 if len(cpus) > 2 else 0]
+    out: dict = {"victim_cpu": victim_at, "probe_cpu": probe_cpu, "window_s": seconds, "rounds": []}
+    with tempfile.TemporaryDirectory() as d, contextlib.ExitStack() as stack:
+        if victim is None:
+            os.sched_setaffinity(0, {victim_at})
+            stack.callback(os.sched_setaffinity, 0, cpus)
+            victim = _victim_window
+        if probe is None:
+            probe = _real_probe(Path(d), probe_cpu)
+        k = 0
         for i in range(rounds):
-            off = _victim_window(seconds)
-            p = start(Path(d) / f"s{i}.txt", probe_cpu)
-            wait_ready(p)
-            on = _victim_window(seconds)
-            stop(p)
-            out["rounds"].append({"off_ms": off, "on_ms": on, "duty": duty_of(read_samples(p.path))})
-    os.sched_setaffinity(0, cpus)
-    ratios = [r["on_ms"] / r["off_ms"] for r in out["rounds"]]
-    out["ratio_median"] = statistics.median(ratios)
+            windows, duties = [], []
+            for on in ABBA[i % 2]:
+                if on:
+                    with probe(k) as p:
+                        ms = victim(seconds)
+                    duty = duty_of(read_samples(p.path)) if isinstance(p, Probe) else None
+                    if duty is not None:
+                        duties.append(duty)
+                    k += 1
+                else:
+                    ms = victim(seconds)
+                windows.append((on, ms))
+            out["rounds"].append({"windows": windows, "duty": statistics.median(duties) if duties else None})
+    o = judge([r["windows"] for r in out["rounds"]], tolerance, confidence)
+    out |= o.to_dict()
+    out["sentence"] = o.sentence
     duties = [r["duty"] for r in out["rounds"] if r["duty"] is not None]
     out["duty_median"] = statistics.median(duties) if duties else None
     return out
+
+
+_OLD_ROUND = re.compile(r"^round \d+: step median off ([\d.]+) ms, on ([\d.]+) ms")
+
+
+def read_overhead(run_dir: Path) -> Overhead | None:
+    """The overhead check recorded beside a run: overhead.json (--overhead N --json FILE), or the text of the
+    earlier OFF/ON pairs (overhead.txt), judged the same way; None when there is none. ValueError naming the
+    file when overhead.json is there but not a record of rounds."""
+    import json
+
+    path = run_dir / "overhead.json"
+    try:
+        d = json.loads(path.read_text())
+        return judge([[(bool(on), float(ms)) for on, ms in r["windows"]] for r in d["rounds"]], d["tolerance"])
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path}: not an overhead record ({type(e).__name__}: {e}); write it again with "
+            f"`python -m bench.hostprobe --overhead 10 --json {path}`"
+        ) from None
+    try:
+        text = (run_dir / "overhead.txt").read_text()
+    except OSError:
+        return None
+    pairs = [(float(m.group(1)), float(m.group(2))) for ln in text.splitlines() if (m := _OLD_ROUND.match(ln))]
+    return judge([[(False, off), (True, on)] for off, on in pairs]) if pairs else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,15 +432,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overhead", type=int, default=None, metavar="ROUNDS", help="measure the probe's perturbation")
     p.add_argument("--victim-cpu", type=int, default=None, help="--overhead: the CPU of the timed process")
     p.add_argument("--window", type=float, default=2.0, help="--overhead: seconds per window (default %(default)s)")
+    p.add_argument("--json", type=Path, default=None, help="--overhead: also write the rounds and verdict here")
+    p.add_argument(
+        "--tolerance", type=float, default=TOLERANCE, help="--overhead: the on/off change called clean (%(default)s)"
+    )
     a = p.parse_args(argv)
     if a.overhead is not None:
-        o = overhead(a.overhead, a.victim_cpu, a.window)
+        if a.overhead < 1:
+            print("hostprobe: --overhead needs at least 1 round (2 for a verdict)", file=sys.stderr)
+            return 2
+        o = overhead(a.overhead, a.victim_cpu, a.window, tolerance=a.tolerance)
         for i, r in enumerate(o["rounds"], 1):
-            print(f"round {i}: step median off {r['off_ms']:.3f} ms, on {r['on_ms']:.3f} ms, duty {r['duty']}")
+            ws = ", ".join(f"{'on' if on else 'off'} {ms:.3f}" for on, ms in r["windows"])
+            print(f"round {i}: step median ms {ws}; on/off {o['ratios'][i - 1]:.4f}, duty {r['duty']}")
         print(
-            f"victim CPU {o['victim_cpu']}, probe CPU {o['probe_cpu']}; {len(o['rounds'])} paired rounds: on/off "
-            f"median {o['ratio_median']:.4f}; probe duty median {(o['duty_median'] or 0) * 100:.1f} % of one core"
+            f"victim CPU {o['victim_cpu']}, probe CPU {o['probe_cpu']}; {len(o['rounds'])} ABBA rounds; probe duty "
+            f"median {(o['duty_median'] or 0) * 100:.1f} % of one core"
         )
+        print(f"verdict: {o['sentence']}")
+        if a.json is not None:
+            import json
+
+            # whole or not at all: the report judges what it finds there
+            tmp = a.json.with_name(a.json.name + ".tmp")
+            try:
+                tmp.write_text(json.dumps(o, indent=1) + "\n")
+                os.replace(tmp, a.json)
+            except OSError as e:
+                print(f"hostprobe: cannot write {a.json}: {e.strerror}", file=sys.stderr)
+                return 1
         return 0
     if a.out is None:
         print("hostprobe: --out FILE is needed (or --overhead ROUNDS)", file=sys.stderr)

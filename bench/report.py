@@ -556,7 +556,31 @@ def _centred(groups: list[list[tuple[float, float]]]) -> list[tuple[float, float
     return out
 
 
-def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+def _overhead_lines(run_dir: Path) -> list[str]:
+    """The overhead check recorded beside the run (bench.hostprobe --overhead): is the probe a clean covariate?"""
+    from . import hostprobe
+
+    try:
+        o = hostprobe.read_overhead(run_dir)
+    except ValueError as e:
+        return [f"- probe overhead: **unreadable**: {e}"]
+    if o is None:
+        return [
+            "- probe overhead: not recorded beside this run (`python -m bench.hostprobe --overhead 10 --json "
+            "DIR/overhead.json` on the machine)"
+        ]
+    if o.verdict == hostprobe.PERTURBS:
+        return [
+            f"- **probe overhead: {o.sentence}. The probe is NOT a clean covariate on this machine: it slows "
+            "host-bound work on other CPUs (shared physical cores or memory bandwidth), so the values measured "
+            "beside it are not the server's alone; a covariate that costs nothing to sample is below.**"
+        ]
+    return [f"- probe overhead: {o.sentence}"]
+
+
+def _host_probe(
+    run_dir: Path, run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str
+) -> list[str]:
     """The probe against the primary metric: does the host's speed explain the spread, and may it adjust verdicts?"""
     probed = [u for r in rows for u in r.units if u.host_probe]
     if not probed:
@@ -590,6 +614,7 @@ def _host_probe(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, 
         + f", measured duty {_fmt(duty * 100 if duty is not None else None, 1)} % of one core; "
         f"{len(probed)} of {sum(len(r.units) for r in rows)} starts probed.",
         "",
+        *_overhead_lines(run_dir),
         f"- rank correlation (Spearman, within arms) of `{metric}` with the probe's work-unit time: per repetition "
         f"{_rank([a for a, _ in reps], [b for _, b in reps])}; per start {_rank([a for a, _ in starts], [b for _, b in starts])}",
     ]
@@ -758,7 +783,7 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
-    lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run, rows, v, pol, metric)
+    lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run_dir, run, rows, v, pol, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
     name = _plot_name(adjust)

@@ -257,16 +257,129 @@ def test_probe_is_pinned_samples_at_its_duty_and_stops(tmp_path):
     assert w["n"] == len(s) and w["py_us"] > 0
 
 
-def test_overhead_mode_times_a_victim_with_and_without_the_probe():
+def test_overhead_mode_times_a_victim_with_and_without_the_probe(tmp_path):
+    out = tmp_path / "overhead.json"
     p = subprocess.run(
-        [sys.executable, "-m", "bench.hostprobe", "--overhead", "1", "--window", "0.3"],
+        [sys.executable, "-m", "bench.hostprobe", "--overhead", "2", "--window", "0.2", "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert p.returncode == 0, p.stderr
-    assert re.search(r"1 paired rounds: on/off median \d+\.\d{4}; probe duty median \d+\.\d % of one core", p.stdout)
+    assert re.search(r"round 1: step median ms off [\d.]+, on [\d.]+, on [\d.]+, off [\d.]+; on/off", p.stdout)
+    assert re.search(r"round 2: step median ms on [\d.]+, off [\d.]+, off [\d.]+, on [\d.]+; on/off", p.stdout)
+    assert re.search(r"verdict: on/off \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(95% t interval over 2 rounds", p.stdout)
+    rec = json.loads(out.read_text())
+    assert len(rec["rounds"]) == 2 and rec["verdict"] in (hostprobe.PERTURBS, hostprobe.CLEAN, hostprobe.UNSURE)
+    assert hostprobe.read_overhead(tmp_path) == hostprobe.judge([r["windows"] for r in rec["rounds"]])
+
+
+def test_overhead_mode_refuses_zero_rounds_and_an_unwritable_json(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-m", "bench.hostprobe", "--overhead", "0"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "at least 1 round" in p.stderr
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.hostprobe",
+            "--overhead",
+            "1",
+            "--window",
+            "0.05",
+            "--json",
+            str(tmp_path / "no" / "o.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 1 and f"cannot write {tmp_path}/no/o.json" in p.stderr and "Traceback" not in p.stderr
+
+
+class Victim:
+    """A simulated host-bound process: `effect` slower while the probe runs, a host that drifts by `drift` per
+    window, lognormal noise `noise`; probe(i) is the context of an ON window."""
+
+    def __init__(self, effect: float, noise: float, drift: float = 0.0, seed: int = 0):
+        self.effect, self.noise, self.drift = effect, noise, drift
+        self.rng, self.on, self.t = random.Random(seed), False, 0
+
+    def __call__(self, seconds: float) -> float:
+        self.t += 1
+        slow = (1 + self.effect) if self.on else 1.0
+        return 2.0 * slow * (1 + self.drift) ** self.t * math.exp(self.rng.gauss(0, self.noise))
+
+    def probe(self, i: int):
+        import contextlib
+
+        @contextlib.contextmanager
+        def ctx():
+            self.on = True
+            try:
+                yield None
+            finally:
+                self.on = False
+
+        return ctx()
+
+
+def _judge(v: Victim, rounds: int) -> dict:
+    return hostprobe.overhead(rounds, seconds=0.0, victim=v, probe=v.probe)
+
+
+@pytest.mark.parametrize(
+    "effect, noise, rounds, verdict",
+    [
+        (0.30, 0.02, 6, hostprobe.PERTURBS),  # session 5's figure, if it were the probe's
+        (-0.10, 0.02, 6, hostprobe.PERTURBS),  # either way: the victim's time moves with the probe
+        (0.0, 0.003, 6, hostprobe.CLEAN),
+        (0.0, 0.15, 4, hostprobe.UNSURE),  # session 5's spread, 4 rounds
+        (0.30, 0.02, 1, hostprobe.UNSURE),  # one round has no interval
+    ],
+)
+def test_overhead_verdict_on_a_simulated_victim(effect, noise, rounds, verdict):
+    o = _judge(Victim(effect, noise, seed=11), rounds)
+    assert o["verdict"] == verdict, o["sentence"]
+    assert len(o["rounds"]) == rounds and all(len(r["windows"]) == 4 for r in o["rounds"])
+    if verdict == hostprobe.PERTURBS:
+        assert "not a clean covariate on this machine" in o["sentence"]
+        assert o["low"] > 1.02 or o["high"] < 0.98
+
+
+def test_abba_rounds_cancel_a_drifting_host_that_off_on_pairs_blame_on_the_probe():
+    # the host slows 3 % per window and the probe does nothing: every OFF, ON pair reads ~ +3 %
+    v = Victim(0.0, 0.002, drift=0.03, seed=12)
+    pairs = [[(False, v(0)), (True, v(0))] for _ in range(8)]
+    assert hostprobe.judge(pairs).verdict == hostprobe.PERTURBS
+    o = _judge(Victim(0.0, 0.002, drift=0.03, seed=12), 8)
+    assert o["verdict"] == hostprobe.CLEAN and abs(o["ratio"] - 1) < 0.005, o["sentence"]
+
+
+def test_the_recorded_off_on_pairs_of_session_5_cannot_tell():
+    o = hostprobe.read_overhead(DATA / "profhost")
+    assert o is not None and o.verdict == hostprobe.UNSURE and len(o.ratios) == 4
+    assert f"{o.ratio:.3f} [{o.low:.3f}, {o.high:.3f}]" == "1.225 [0.921, 1.628]"
+
+
+@pytest.mark.parametrize("effect", [0.30, 0.0])
+def test_the_report_says_when_the_recorded_overhead_makes_the_probe_unclean(tmp_path, effect):
+    d = _probed_run(tmp_path, 1.0, "host")
+    o = _judge(Victim(effect, 0.003, seed=13), 6)
+    (d / "overhead.json").write_text(json.dumps(o))
+    md = build_markdown(d)
+    unclean = "The probe is NOT a clean covariate on this machine" in md
+    assert unclean == (effect > 0)
+    assert ("does not perturb" in md) == (effect == 0)
+    (d / "overhead.json").write_text('{"rounds": [{"windows": [[true, "x"]]}]')
+    assert f"- probe overhead: **unreadable**: {d}/overhead.json: not an overhead record" in build_markdown(d)
+
+
+def test_the_report_says_when_no_overhead_was_recorded(tmp_path):
+    assert "- probe overhead: not recorded beside this run" in build_markdown(_probed_run(tmp_path, 1.0, "host"))
 
 
 def test_spread_keeps_the_server_off_the_probes_cpu():

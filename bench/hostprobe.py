@@ -102,6 +102,105 @@ def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float |
     return 0
 
 
+# -- contention counters: what the kernel already counts, read for free -------------------------------------------
+#
+# The probe is a process: it may perturb what it measures (--overhead says whether it does here). The kernel's own
+# counters cost two reads of /proc per repetition and change nothing: per CPU, the jiffies the hypervisor gave to
+# another guest while this vCPU wanted to run (steal) and those spent in interrupts (irq, softirq); for the
+# scheduler's main thread, the nanoseconds it ran and those it waited runnable on a run queue (schedstat). A
+# host-bound step slowed by the hypervisor shows as steal on the scheduler's CPU, one slowed by a neighbour on
+# the same VM as run-queue wait.
+
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+COUNTERS = ("host_steal_pct", "host_steal_pct_all", "host_irq_pct", "host_guest_pct_all", "sched_wait_pct", "sched_run_pct")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    t: float  # time.monotonic()
+    cpus: dict[str, tuple[int, ...]]  # "cpu" (all) and "cpuN": STAT_FIELDS in jiffies
+    sched: tuple[int, int] | None  # (run_ns, wait_ns) of the watched thread; None: no pid, or gone
+
+
+def read_cpu_stat(text: str) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or not parts[0].startswith("cpu"):
+            continue
+        try:
+            vals = tuple(int(x) for x in parts[1 : 1 + len(STAT_FIELDS)])
+        except ValueError:
+            continue
+        out[parts[0]] = vals + (0,) * (len(STAT_FIELDS) - len(vals))  # old kernels: no guest columns
+    return out
+
+
+def snapshot(pid: int | None, proc: Path = Path("/proc")) -> Snapshot:
+    """The counters now: /proc/stat, and /proc/PID/schedstat of `pid` (its main thread: the scheduler's loop)."""
+    try:
+        cpus = read_cpu_stat((proc / "stat").read_text())
+    except OSError:
+        cpus = {}
+    sched = None
+    if pid is not None:
+        try:
+            run_ns, wait_ns, *_ = (int(x) for x in (proc / str(pid) / "schedstat").read_text().split())
+            sched = (run_ns, wait_ns)
+        except (OSError, ValueError):
+            pass
+    return Snapshot(time.monotonic(), cpus, sched)
+
+
+def _pct(a: Snapshot, b: Snapshot, names: Sequence[str], fields: Sequence[str]) -> float | None:
+    """Percent of all jiffies on CPUs `names` between a and b that fell in `fields` (user and nice include guest
+    time in /proc/stat: the total leaves guest out so that nothing counts twice)."""
+    idx = [STAT_FIELDS.index(f) for f in fields]
+    part = total = 0
+    for n in names:
+        if n not in a.cpus or n not in b.cpus:
+            return None
+        d = [y - x for x, y in zip(a.cpus[n], b.cpus[n])]
+        part += sum(d[i] for i in idx)
+        total += sum(d[:8])
+    return round(100 * part / total, 3) if total > 0 else None
+
+
+def counters(a: Snapshot, b: Snapshot, cpus: Sequence[int] | None) -> dict[str, float | None]:
+    """Per repetition (a: before it, b: after): the COUNTERS, in percent. host_steal_pct and host_irq_pct are
+    over `cpus` (the scheduler's own CPUs under `spread`), machine-wide without them; sched_* are of the wall
+    time between the snapshots."""
+    own = [f"cpu{c}" for c in cpus] if cpus else ["cpu"]
+    wall_ns = (b.t - a.t) * 1e9
+    out: dict[str, float | None] = {
+        "host_steal_pct": _pct(a, b, own, ("steal",)),
+        "host_steal_pct_all": _pct(a, b, ["cpu"], ("steal",)),
+        "host_irq_pct": _pct(a, b, own, ("irq", "softirq")),
+        "host_guest_pct_all": _pct(a, b, ["cpu"], ("guest", "guest_nice")),
+        "sched_wait_pct": None,
+        "sched_run_pct": None,
+    }
+    if a.sched is not None and b.sched is not None and wall_ns > 0:
+        run, wait = b.sched[0] - a.sched[0], b.sched[1] - a.sched[1]
+        if run >= 0 and wait >= 0:
+            out["sched_wait_pct"] = round(100 * wait / (run + wait), 3) if run + wait > 0 else None
+            out["sched_run_pct"] = round(100 * run / wall_ns, 3)
+    return out
+
+
+def watched(placed: dict, root_pid: int) -> tuple[int | None, list[int] | None]:
+    """(the scheduler's pid, its main CPUs) from bench.placement's record of a start; the pid found from the
+    process tree when placement did nothing (mode none), the CPUs then unknown (machine-wide steal)."""
+    procs = placed.get("processes") or {}
+    scheds = sorted((int(pid), p) for pid, p in procs.items() if p.get("role") == "scheduler")
+    if scheds:
+        return scheds[0][0], list(scheds[0][1].get("main") or []) or None
+    from . import placement
+
+    found = sorted(pid for pid in placement.descendants(root_pid) if placement.role(pid) == "scheduler")
+    return (found[0] if found else None), None
+
+
 # -- the runner's side --------------------------------------------------------------------------------------------
 
 

@@ -526,12 +526,16 @@ class Runner:
                 for w in warnings:
                     progress(f"WARNING arm {arm.name}: {w}")
             total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
+            # the kernel's contention counters around every repetition: two reads of /proc, nothing perturbed
+            sched_pid, sched_cpus = hostprobe.watched(placed, srv.proc.pid)
             for i in range(max(total, 1)):
                 warm = warmup or i < self.cfg.warmup_reps
+                before = hostprobe.snapshot(sched_pid)
                 t_rep = time.monotonic()
                 m = run_rep(srv.url, self.cfg.workload)
                 if not warm:
                     windows.append((t_rep, time.monotonic()))
+                host = hostprobe.counters(before, hostprobe.snapshot(sched_pid), sched_cpus)
                 self.rec(
                     {
                         "type": "rep",
@@ -541,7 +545,7 @@ class Runner:
                         "round": rnd,
                         "rep": i - self.cfg.warmup_reps,
                         "warmup": warm,
-                        "metrics": m.to_dict(),
+                        "metrics": m.to_dict() | host,
                     }
                 )
                 if not warm:

@@ -157,10 +157,12 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument(
         "--adjust",
-        choices=["none", "host"],
+        choices=["none", "host", "steal", "wait"],
         default="none",
-        help="host: verdicts at a fixed host speed (analysis of covariance on the probe; needs --host-probe; "
-        "refused per comparison when the probe differs between its arms). Default %(default)s",
+        help="verdicts at a fixed host speed: host (the probe's work-unit time; needs --host-probe), steal (the "
+        "scheduler CPU's steal), wait (the scheduler's run-queue wait); a mixed model over repetitions, random "
+        "intercept per start (bench.covariate); refused per comparison when the covariate differs between its "
+        "arms. Default %(default)s",
     )
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
@@ -217,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument(
         "--adjust",
-        choices=["none", "host"],
+        choices=["none", "host", "steal", "wait"],
         default=None,
         help="read the verdicts this way instead of the run's own (written to report-adjust-<X>.md beside report.md)",
     )

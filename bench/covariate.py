@@ -390,27 +390,65 @@ def _balanced(ref: Sequence[Sequence[float]], arm: Sequence[Sequence[float]], co
 
 
 def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], covariate: str = PROBE) -> Spread | None:
-    """Spread (above) from the per-repetition model: each start's mean log value moved to the mean covariate
-    with the model's slope, its sd around the arms' means (the same df as the raw figure)."""
+    """Spread (above) from the per-repetition model: each start's log median moved to the mean covariate with
+    the model's slope, its sd around the arms' means; the raw figure is the per-start fit's, so the two compare."""
     tf = transform_of(covariate)
     starts = [(i, s) for i, g in enumerate(groups) for s in g if s]
-    if len({i for i, _ in starts}) != len([g for g in groups if g]):
+    n_groups = len({i for i, _ in starts})
+    if len(starts) < n_groups + 2:
         return None
     fit = fit_mixed(starts, tf)
-    if fit is None or len(starts) < len(groups) + 2:
+    if fit is None:
         return None
     slope = fit.coef[-1]
-    allx = [tf(x) for _, s in starts for _, x in s]
-    mx = statistics.fmean(allx)
+    mx = statistics.fmean(tf(x) for _, s in starts for _, x in s)
     by: dict[int, list[tuple[float, float]]] = {}
     for i, s in starts:
-        ly = statistics.fmean(math.log(y) for y, _ in s)
+        ly = math.log(statistics.median(y for y, _ in s))
         lx = statistics.fmean(tf(x) for _, x in s)
         by.setdefault(i, []).append((ly, ly - slope * (lx - mx)))
-    df = len(starts) - len(by)
+    df = len(starts) - n_groups
 
     def sd(k: int) -> float:
         ss = sum((v[k] - statistics.fmean(w[k] for w in g)) ** 2 for g in by.values() for v in g)
         return math.sqrt(ss / df)
 
     return Spread(len(starts), sd(0), sd(1), slope, fit.se[-1])
+
+
+# --adjust X: the covariate it reads; the probe's (host) falls back to the per-start fit where repetitions lack it
+COVARIATES = {"host": PROBE, "steal": "host_steal_pct", "wait": "sched_wait_pct"}
+
+
+def compare_host(
+    ref: Sequence[Unit],
+    arm: Sequence[Unit],
+    adjust: str = "host",
+    *,
+    metric: str = "step_ms_b1",
+    lower_is_better: bool = True,
+    confidence: float = 0.95,
+    min_effect: float = 0.02,
+) -> Comparison | None:
+    """The comparison `--adjust` reads: the per-repetition model where every start has the covariate on each of
+    at least 2 repetitions (the within-start relation is what it adds: it is better justified whenever it can be
+    fitted, tests/bench/test_covariate_mixed.py), else, for the probe, the per-start fit; None: unadjusted."""
+    cov = COVARIATES[adjust]
+    kw = {"metric": metric, "lower_is_better": lower_is_better, "confidence": confidence, "min_effect": min_effect}
+    r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
+    if r is not None and a is not None and all(len(s) >= 2 for s in r + a):
+        c = compare_mixed(r, a, covariate=cov, **kw)
+        if c is not None:
+            return c
+    if cov != PROBE:
+        return None
+    return compare_adjusted(start_pairs(ref, metric), start_pairs(arm, metric), **kw)
+
+
+def model_of(ref: Sequence[Unit], arm: Sequence[Unit], adjust: str, metric: str) -> str:
+    """Which fit compare_host uses for these starts, in words (the report's line)."""
+    cov = COVARIATES[adjust]
+    r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
+    if r is not None and a is not None and all(len(s) >= 2 for s in r + a):
+        return "per repetition: mixed model, random intercept per start (REML)"
+    return "per start: OLS on start medians" if cov == PROBE else "not adjusted (covariate missing)"

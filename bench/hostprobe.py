@@ -112,7 +112,14 @@ def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float |
 # the same VM as run-queue wait.
 
 STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
-COUNTERS = ("host_steal_pct", "host_steal_pct_all", "host_irq_pct", "host_guest_pct_all", "sched_wait_pct", "sched_run_pct")
+COUNTERS = (
+    "host_steal_pct",
+    "host_steal_pct_all",
+    "host_irq_pct",
+    "host_guest_pct_all",
+    "sched_wait_pct",
+    "sched_run_pct",
+)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class Policy:
     # "obf" / "pocock" Lan-DeMets spending, "bonferroni" the earlier alpha / looks at every look.
     spending: str = "pocock"
     step: int = 1  # starts per arm between planned looks
-    adjust: str = "none"  # "host": verdicts at a fixed host speed (bench.covariate), where admissible
+    # "host" / "steal" / "wait": verdicts at a fixed probe speed, steal or run-queue wait (bench.covariate.COVARIATES)
+    adjust: str = "none"
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -108,7 +109,7 @@ def compare(
     lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
-    if policy.adjust == "host":
+    if policy.adjust != "none":
         adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
         if adjusted is not None:
             return adjusted
@@ -126,21 +127,21 @@ def compare(
 def compare_host_adjusted(
     lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison | None:
-    """compare() at a fixed host speed, from a lab that has (start value, probe) pairs; None where it cannot be."""
-    from .covariate import compare_adjusted
+    """compare() with the policy's covariate (bench.covariate), from a lab that has the starts' repetitions
+    (`units`) or (start value, probe) pairs (`paired`); None where it cannot be."""
+    from .covariate import compare_adjusted, compare_host
 
-    paired = getattr(lab, "paired", None)
-    if paired is None:
+    units, paired = getattr(lab, "units", None), getattr(lab, "paired", None)
+    kw = {"metric": metric, "lower_is_better": lower_is_better(metric), "min_effect": policy.min_effect}
+    if units is not None:
+        a, b = units(ref), units(arm)
+        conf = policy.pair_confidence(len(a), len(b)) if confidence is None else confidence
+        return compare_host(a, b, policy.adjust, confidence=conf, **kw)
+    if paired is None or policy.adjust != "host":
         return None
-    a, b = paired(ref, metric), paired(arm, metric)
-    return compare_adjusted(
-        a,
-        b,
-        metric=metric,
-        lower_is_better=lower_is_better(metric),
-        confidence=policy.pair_confidence(len(a), len(b)) if confidence is None else confidence,
-        min_effect=policy.min_effect,
-    )
+    pa, pb = paired(ref, metric), paired(arm, metric)
+    conf = policy.pair_confidence(len(pa), len(pb)) if confidence is None else confidence
+    return compare_adjusted(pa, pb, confidence=conf, **kw)
 
 
 def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:

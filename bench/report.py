@@ -114,14 +114,14 @@ def schedule(pol: Policy) -> str:
 
 
 def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
-    if pol.adjust == "host":
-        ref_pairs, arm_pairs = covariate.start_pairs(ref.units, metric), covariate.start_pairs(arm.units, metric)
-        adjusted = covariate.compare_adjusted(
-            ref_pairs,
-            arm_pairs,
+    if pol.adjust != "none":
+        adjusted = covariate.compare_host(
+            ref.units,
+            arm.units,
+            pol.adjust,
             metric=metric,
             lower_is_better=not metric.startswith("tok_s"),
-            confidence=pol.pair_confidence(len(ref_pairs), len(arm_pairs)),
+            confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
             min_effect=pol.min_effect,
         )
         if adjusted is not None:
@@ -252,7 +252,12 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
     return lines
 
 
-_ADJUST_WORDS = {"host": "verdicts at a fixed host speed", "none": "verdicts on the raw start values"}
+_ADJUST_WORDS = {
+    "host": "verdicts at a fixed host speed: the probe's work-unit time",
+    "steal": "verdicts at a fixed steal on the scheduler's CPU",
+    "wait": "verdicts at a fixed run-queue wait of the scheduler",
+    "none": "verdicts on the raw start values",
+}
 
 
 def _stored_summary(c: dict) -> str:
@@ -620,10 +625,18 @@ def _host_probe(
     ]
     sp = covariate.spread([ps for ps in pairs.values() if ps])
     if sp is not None:
+        groups = [covariate.rep_starts(r.units, metric, store.PROBE_METRIC) for r in rows]
+        mx = covariate.spread_mixed([g for g in groups if g]) if all(g is not None for g in groups) else None
         lines.append(
             f"- start-to-start CV around the arms' means: {sp.cv_raw * 100:.1f} % raw, {sp.cv_adjusted * 100:.1f} % "
-            f"after regressing log start value on log probe (slope {sp.probe_slope:.2f} ± {sp.probe_slope_se:.2f}, "
-            f"n = {sp.n})"
+            f"after regressing log start value on log probe over starts (slope {sp.probe_slope:.2f} ± "
+            f"{sp.probe_slope_se:.2f}, n = {sp.n})"
+            + (
+                f"; {mx.cv_adjusted * 100:.1f} % with the per-repetition model's slope ({mx.probe_slope:.2f} ± "
+                f"{mx.probe_slope_se:.2f}, mostly within starts)"
+                if mx is not None
+                else ""
+            )
         )
     refused = []
     for _section, ref, arm in _pairs(run, rows, v):
@@ -645,13 +658,20 @@ def _host_probe(
                 f"remove part of the arm's own effect), or the host ran at another speed during one arm's starts "
                 f"(then the unadjusted verdict is the host's too).**"
             )
+    by_name = {r.name: r for r in rows}
     if pol.adjust == "host":
+        models = sorted(
+            {
+                covariate.model_of(by_name[ref].units, by_name[arm].units, "host", metric)
+                for _, ref, arm in _pairs(run, rows, v)
+            }
+        )
         lines.append(
-            "- verdicts above: **adjusted for the host probe** (`--adjust host`: log start value ~ arm + log probe, "
-            "OLS, the arm coefficient's interval)"
+            "- verdicts above: **adjusted for the host probe** (`--adjust host`: log value ~ arm + log probe, "
+            f"{'; '.join(models) or 'per start'}; the arm coefficient's t interval on starts - 3 df)"
             + (f"; {', '.join(refused)}: cannot tell (probe differs between the arms)" if refused else "")
         )
-    else:
+    elif pol.adjust == "none":
         lines.append("- verdicts above are unadjusted (`--adjust host` would read them at a fixed host speed)")
     lines += ["", "| arm | start | " + metric + " | probe py µs | probe mem µs |", "|---|---|---|---|---|"]
     for r in rows:
@@ -662,6 +682,79 @@ def _host_probe(
                 f"| {r.name} | {u.round + 1} | {_fmt(m, 4)} | {_fmt(st.get('py_us'), 1)} | {_fmt(st.get('mem_us'), 1)} |"
             )
     return lines + [""]
+
+
+_COUNTER_WORDS = {
+    "host_steal_pct": "steal, scheduler's CPU(s)",
+    "host_steal_pct_all": "steal, all CPUs",
+    "host_irq_pct": "irq + softirq, scheduler's CPU(s)",
+    "host_guest_pct_all": "guest, all CPUs",
+    "sched_wait_pct": "scheduler run-queue wait (of run + wait)",
+    "sched_run_pct": "scheduler on CPU (of wall)",
+}
+
+
+def _within(rows: list[ArmRow], metric: str, counter: str, per_start: bool) -> tuple[list[float], list[float]]:
+    """(log metric, counter) pairs, each arm centred on its own means (an arm's effect is not the host's)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for r in rows:
+        pts = []
+        for u in r.units:
+            reps = [(m[metric], m[counter]) for m in u.reps if m.get(metric) and m.get(counter) is not None]
+            if per_start and reps:
+                pts.append((math.log(statistics.median(y for y, _ in reps)), statistics.fmean(c for _, c in reps)))
+            elif not per_start:
+                pts += [(math.log(y), c) for y, c in reps]
+        if pts:
+            my, mc = statistics.fmean(y for y, _ in pts), statistics.fmean(c for _, c in pts)
+            ys += [y - my for y, _ in pts]
+            xs += [c - mc for _, c in pts]
+    return ys, xs
+
+
+def _counters(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+    """The kernel's contention counters per repetition (bench.hostprobe.counters): free to sample, so they cannot
+    perturb what they measure; how they relate to the metric, and what the per-repetition model makes of them."""
+    from .hostprobe import COUNTERS
+
+    present = [c for c in COUNTERS if any(m.get(c) is not None for r in rows for u in r.units for m in u.reps)]
+    if not present:
+        return []
+    lines = [
+        "## Contention counters (the kernel's, per repetition)",
+        "",
+        "Read from /proc/stat and the scheduler's /proc/PID/schedstat before and after every repetition (nothing "
+        "runs to measure them). Correlations are within arms; the CV is the start-to-start CV of "
+        f"`{metric}` around the arms' means after the per-repetition model (random intercept per start) with "
+        "that counter (raw: the first figure).",
+        "",
+        "| counter | median % | Spearman per rep | per start | CV raw -> adjusted | slope (per 1 %) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in present:
+        vals = [m[c] for r in rows for u in r.units for m in u.reps if m.get(c) is not None]
+        ys, xs = _within(rows, metric, c, per_start=False)
+        ys_s, xs_s = _within(rows, metric, c, per_start=True)
+        groups = [covariate.rep_starts(r.units, metric, c) for r in rows]
+        sp = covariate.spread_mixed([g for g in groups if g], c) if all(g is not None for g in groups) else None
+        cvs = f"{sp.cv_raw * 100:.1f} % -> {sp.cv_adjusted * 100:.1f} %" if sp is not None else "-"
+        slope = f"{sp.probe_slope / 100:+.4f} ± {sp.probe_slope_se / 100:.4f}" if sp is not None else "-"
+        lines.append(
+            f"| {_COUNTER_WORDS.get(c, c)} (`{c}`) | {statistics.median(vals):.2f} | "
+            f"{_rank(ys, xs).removeprefix('- ')} | {_rank(ys_s, xs_s).removeprefix('- ')} | {cvs} | {slope} |"
+        )
+    lines.append("")
+    if pol.adjust in ("steal", "wait"):
+        cov = covariate.COVARIATES[pol.adjust]
+        by_name = {r.name: r for r in rows}
+        for _section, ref, arm in _pairs(run, rows, v):
+            a, b = by_name[ref].units, by_name[arm].units
+            lines.append(
+                f"- {arm} vs {ref}: verdicts above adjusted for `{cov}` ({covariate.model_of(a, b, pol.adjust, metric)})"
+            )
+        lines.append("")
+    return lines
 
 
 def _startup(v: store.StoreView) -> list[str]:
@@ -784,6 +877,7 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     pol = _policy(cfg)
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
     lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run_dir, run, rows, v, pol, metric)
+    lines += _counters(run, rows, v, pol, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
     name = _plot_name(adjust)

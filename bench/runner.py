@@ -671,6 +671,9 @@ class StoreLab:
     def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float | None]]:
         return covariate.start_pairs(self._units(arm), metric)
 
+    def units(self, arm: ArmSpec) -> list[store.Unit]:
+        return self._units(arm)
+
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         for arm in arms:
             rnd = self.cursor.get(arm.key, 0)

@@ -39,7 +39,7 @@ def _conclusion_line(md: str) -> str:
     return next(ln for ln in body.splitlines() if ln.startswith("- notapplied vs on"))
 
 
-@pytest.mark.parametrize("adjust, change, interval", [(None, "-3.1", "-49.3, +85.2"), ("host", "+5.5", "-40.9, +88.1")])
+@pytest.mark.parametrize("adjust, change, interval", [(None, "-3.1", "-49.3, +85.2"), ("host", "+5.7", "-29.4, +58.2")])
 def test_the_conclusion_states_the_comparisons_figure_on_the_recorded_run(profhost, adjust, change, interval):
     md = build_markdown(profhost, adjust)
     row, concl = _primary_row(md), _conclusion_line(md)

@@ -434,15 +434,29 @@ def compare_host(
     at least 2 repetitions (the within-start relation is what it adds: it is better justified whenever it can be
     fitted, tests/bench/test_covariate_mixed.py), else, for the probe, the per-start fit; None: unadjusted."""
     cov = COVARIATES[adjust]
-    kw = {"metric": metric, "lower_is_better": lower_is_better, "confidence": confidence, "min_effect": min_effect}
     r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
     if r is not None and a is not None and all(len(s) >= 2 for s in r + a):
-        c = compare_mixed(r, a, covariate=cov, **kw)
+        c = compare_mixed(
+            r,
+            a,
+            covariate=cov,
+            metric=metric,
+            lower_is_better=lower_is_better,
+            confidence=confidence,
+            min_effect=min_effect,
+        )
         if c is not None:
             return c
     if cov != PROBE:
         return None
-    return compare_adjusted(start_pairs(ref, metric), start_pairs(arm, metric), **kw)
+    return compare_adjusted(
+        start_pairs(ref, metric),
+        start_pairs(arm, metric),
+        metric=metric,
+        lower_is_better=lower_is_better,
+        confidence=confidence,
+        min_effect=min_effect,
+    )
 
 
 def model_of(ref: Sequence[Unit], arm: Sequence[Unit], adjust: str, metric: str) -> str:

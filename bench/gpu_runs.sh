@@ -15,6 +15,9 @@
 #   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
 #   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
+#   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
+#                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
+#                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
@@ -33,7 +36,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|profhost|hostprobe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|profhost|hostprobe|hostcov|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -253,6 +256,25 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
       --out "$OUT/hostprobe" -- "${SA[@]}" ;;
+  hostcov)
+    # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do
+    # steal / run-queue wait (free to read, cannot perturb) track the slow stretches, and which adjustment lowers
+    # the start-to-start CV of a null pair (report-adjust-*.md). A second call resumes a run the budget stopped.
+    if [ -n "${DRY:-}" ]; then
+      echo "hostcov: overhead check: $PY -m bench.hostprobe --overhead 12 --json $OUT/hostcov/overhead.json"
+    elif [ ! -f "$OUT/hostcov/overhead.json" ]; then
+      mkdir -p "$OUT/hostcov"
+      run $PY -m bench.hostprobe --overhead 12 --json "$OUT/hostcov/overhead.json" | tee "$OUT/hostcov/overhead.txt"
+    fi
+    resume=()
+    [ -f "$OUT/hostcov/results.jsonl" ] && resume=(--resume "$OUT/hostcov")
+    run $PY -m bench ab --manifest $PLANTED --arms a=default null=default --arm-env null:BENCH_NULL=1 \
+      --host-probe --adjust none "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" "${resume[@]}" \
+      --out "$OUT/hostcov" -- "${SA[@]}"
+    for adj in host steal wait; do
+      if [ -n "${DRY:-}" ]; then echo "hostcov: report: $PY -m bench report $OUT/hostcov --adjust $adj"
+      else run $PY -m bench report "$OUT/hostcov" --adjust $adj; fi
+    done ;;
   profhost)
     # eagle_profiling on against not applied with the host-speed covariate beside every start: issue 16's "< 3 %"
     # (applied-but-off does a subset of on's work) and issue 12's test of the covariate on real slow stretches,

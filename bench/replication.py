@@ -132,16 +132,18 @@ def compare_host_adjusted(
     from .covariate import compare_adjusted, compare_host
 
     units, paired = getattr(lab, "units", None), getattr(lab, "paired", None)
-    kw = {"metric": metric, "lower_is_better": lower_is_better(metric), "min_effect": policy.min_effect}
+    lib = lower_is_better(metric)
     if units is not None:
         a, b = units(ref), units(arm)
         conf = policy.pair_confidence(len(a), len(b)) if confidence is None else confidence
-        return compare_host(a, b, policy.adjust, confidence=conf, **kw)
+        return compare_host(
+            a, b, policy.adjust, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect
+        )
     if paired is None or policy.adjust != "host":
         return None
     pa, pb = paired(ref, metric), paired(arm, metric)
     conf = policy.pair_confidence(len(pa), len(pb)) if confidence is None else confidence
-    return compare_adjusted(pa, pb, confidence=conf, **kw)
+    return compare_adjusted(pa, pb, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect)
 
 
 def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:

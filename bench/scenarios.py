@@ -165,6 +165,24 @@ def catalogue() -> list[Scenario]:
             note="10% split 70/30 between p0 and p2: no single culprit",
         ),
         Scenario(
+            "host-regimes-null",
+            _w(start_cv=0.01, host_slow=0.6),
+            NONE,
+            note="no effect; the host x1.6 slow in stretches switching with p 0.2 per rep (session 5's VM)",
+        ),
+        Scenario(
+            "host-regimes-5",
+            _w(plants=[h("p1", 0.05)], start_cv=0.01, host_slow=0.6),
+            _p("p1"),
+            note="p1 +5%; the host x1.6 slow in stretches switching with p 0.2 per rep",
+        ),
+        Scenario(
+            "host-stretches-5",
+            _w(plants=[h("p2", 0.05)], start_cv=0.01, host_slow=0.6, host_stay=0.97),
+            _p("p2"),
+            note="p2 +5%; the host x1.6 slow in long stretches (p 0.03 per rep: several starts)",
+        ),
+        Scenario(
             "record-null",
             lambda pool: World(pool=pool),
             NONE,

@@ -87,6 +87,12 @@ class World:
     outlier_shift: float = 0.0
     rep_outlier_p: float = 0.0  # a repetition hit by a pause: x (1 + rep_outlier_shift)
     rep_outlier_shift: float = 0.0
+    # a host that switches speed in stretches (session 5's VM): x (1 + host_slow) while slow, switching with
+    # probability 1 - host_stay per repetition over the whole session; the probe (host_probe_us) and the
+    # scheduler CPU's steal (host_steal_pct) see it, with their own noise
+    host_slow: float = 0.0
+    host_stay: float = 0.8
+    probe_cv: float = 0.01
 
     def active(self, patches: Sequence[str], rng: random.Random) -> list[Plant]:
         """The plants this start shows (an intermittent one only in some starts)."""
@@ -102,12 +108,34 @@ class SimLab:
         self.starts: dict[str, list[dict[str, list[float]]]] = {}
         self.order: list[str] = []  # arm keys in the order their starts ran
         self.max_total = max_total_starts
+        self.host_is_slow = world.host_slow > 0 and self.rng.random() < 0.5
 
     def n_starts(self, arm: ArmSpec) -> int:
         return len(self.starts.get(arm.key, []))
 
     def medians(self, arm: ArmSpec, metric: str) -> list[float]:
         return [statistics.median(s[metric]) for s in self.starts.get(arm.key, []) if s.get(metric)]
+
+    def units(self, arm: ArmSpec) -> list:
+        """The arm's starts as bench.store units (what --adjust reads: every repetition's metrics, the probe's
+        start median)."""
+        from .store import Unit
+
+        out = []
+        for i, s in enumerate(self.starts.get(arm.key, [])):
+            n = min(len(v) for v in s.values())
+            probe = s.get("host_probe_us")
+            out.append(
+                Unit(
+                    arm_key=arm.key,
+                    round=i,
+                    start_id=f"{arm.key}#{i}",
+                    arm=arm.name,
+                    reps=[{m: v[r] for m, v in s.items()} for r in range(n)],
+                    host_probe={"start": {"py_us": statistics.median(probe)}} if probe else {},
+                )
+            )
+        return out
 
     def reps(self, arm: ArmSpec, metric: str) -> list[float]:
         return [x for s in self.starts.get(arm.key, []) for x in s.get(metric, [])]
@@ -164,7 +192,22 @@ class SimLab:
                     x = x * (1 + w.rep_outlier_shift) if not m.startswith("tok_s") else x / (1 + w.rep_outlier_shift)
                 reps.append(x)
             out[m] = reps
+        if w.host_slow:
+            self._host(out)
         return out
+
+    def _host(self, out: dict[str, list[float]]) -> None:
+        """The session's host regime over this start's repetitions (World.host_slow), applied in place."""
+        w, rng = self.world, self.rng
+        factors = []
+        for _ in range(w.reps):
+            if rng.random() > w.host_stay:
+                self.host_is_slow = not self.host_is_slow
+            factors.append(1 + w.host_slow if self.host_is_slow else 1.0)
+        for m, xs in out.items():
+            out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, factors)]
+        out["host_probe_us"] = [400.0 * f * math.exp(rng.gauss(0, w.probe_cv)) for f in factors]
+        out["host_steal_pct"] = [max(0.0, (20.0 if f > 1 else 0.5) + rng.gauss(0, 1.0)) for f in factors]
 
 
 def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, list[float]]]:
@@ -227,6 +270,12 @@ def add_cli(sub) -> None:
     )
     p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")
     p.add_argument(
+        "--adjust",
+        choices=["none", "host", "steal"],
+        default="none",
+        help="verdicts at a fixed host speed (bench.covariate; the host-regime scenarios carry the covariates)",
+    )
+    p.add_argument(
         "--from-record",
         metavar="RESULTS_JSONL",
         help="draw each start from a recorded GPU run's starts (its noise, not a model of it); "
@@ -284,7 +333,8 @@ def _cli(a) -> int:
     from .replication import Policy
 
     settings = Settings(
-        Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step), confirm=a.confirm
+        Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step, adjust=a.adjust),
+        confirm=a.confirm,
     )
     if a.scenario:
         return _scenarios(a, settings)
@@ -330,7 +380,7 @@ def _scenarios(a, settings) -> int:
         return 2
     pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
     pol = settings.policy
-    method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm"
+    method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
     print(f"bisect, {a.trials} seeded trials each, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}")
     print(sc.HEADER)
     for n in names:

@@ -271,3 +271,14 @@ def test_trained_step_without_a_trained_draft_stops_before_any_start(tiny, sglan
         assert p.returncode == 2 and f"no trained draft in {tiny}/draft" in p.stderr, p.stderr
         assert "run gpu_runs.sh train, train_edge (tiny) or kimi_train first" in p.stderr
     assert not (tmp_path / "calls").exists()
+
+
+def test_hostcov_step_checks_the_overhead_runs_a_null_pair_and_reads_it_every_way(tiny, sglang_tree, tmp_path):
+    p = _dry("hostcov", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"-m bench.hostprobe --overhead 12 --json {tmp_path}/hostcov/overhead.json" in p.stdout
+    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 3 starts" in p.stdout
+    cmd = next(line for line in p.stderr.splitlines() if line.startswith("+ ") and " ab " in line)
+    assert "--host-probe --adjust none" in cmd and f"--out {tmp_path}/hostcov" in cmd and "--resume" not in cmd
+    for adj in ("host", "steal", "wait"):
+        assert f"hostcov: report: {sys.executable} -m bench report {tmp_path}/hostcov --adjust {adj}" in p.stdout

@@ -550,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         o = overhead(a.overhead, a.victim_cpu, a.window, tolerance=a.tolerance)
         for i, r in enumerate(o["rounds"], 1):
             ws = ", ".join(f"{'on' if on else 'off'} {ms:.3f}" for on, ms in r["windows"])
-            print(f"round {i}: step median ms {ws}; on/off {o['ratios'][i - 1]:.4f}, duty {r['duty']}")
+            duty = "-" if r["duty"] is None else f"{r['duty']:.3f}"
+            print(f"round {i}: step median ms {ws}; on/off {o['ratios'][i - 1]:.4f}, duty {duty}")
         print(
             f"victim CPU {o['victim_cpu']}, probe CPU {o['probe_cpu']}; {len(o['rounds'])} ABBA rounds; probe duty "
             f"median {(o['duty_median'] or 0) * 100:.1f} % of one core"

@@ -464,5 +464,13 @@ def model_of(ref: Sequence[Unit], arm: Sequence[Unit], adjust: str, metric: str)
     cov = COVARIATES[adjust]
     r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
     if r is not None and a is not None and all(len(s) >= 2 for s in r + a):
-        return "per repetition: mixed model, random intercept per start (REML)"
-    return "per start: OLS on start medians" if cov == PROBE else "not adjusted (covariate missing)"
+        starts = [(0, s) for s in r] + [(1, s) for s in a]
+        if min(len(r), len(a)) >= MIN_STARTS and len(starts) > 3 and fit_mixed(starts, transform_of(cov)):
+            return "per repetition: mixed model, random intercept per start (REML)"
+    probed = all((u.host_probe.get("start") or {}).get("py_us") for u in [*ref, *arm])
+    if cov == PROBE and probed and min(len(ref), len(arm)) >= MIN_STARTS:
+        return "per start: OLS on start medians"
+    return (
+        f"**not adjusted**: `{cov}` is missing on some repetition, does not vary, or the starts are too few for "
+        "the model (the unadjusted comparison)"
+    )

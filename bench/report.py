@@ -534,6 +534,15 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
             lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
         notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
     lines.append("")
+    if pol.adjust != "none":
+        # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
+        cov = covariate.COVARIATES[pol.adjust]
+        lines += [f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; refused where the arms differ in it):", ""]
+        lines += [
+            f"- {arm} vs {ref}: {covariate.model_of(by_name[ref].units, by_name[arm].units, pol.adjust, metric)}"
+            for _, ref, arm in pairs
+        ]
+        lines.append("")
     if notes:
         lines += ["Flags:", ""] + notes + [""]
     return lines

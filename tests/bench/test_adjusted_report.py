@@ -53,6 +53,17 @@ def test_the_conclusion_states_the_comparisons_figure_on_the_recorded_run(profho
         assert md.count("-3.08%") == 1
 
 
+def test_an_adjustment_whose_covariate_was_not_recorded_says_so(profhost):
+    # session 5's run predates the contention counters: --adjust steal cannot adjust, and says so, and the
+    # Conclusion and the table both state the unadjusted figure
+    md = build_markdown(profhost, "steal")
+    assert "- notapplied vs on: **not adjusted**: `host_steal_pct` is missing on some repetition" in md
+    assert "-3.1% [-49.3, +85.2]" in _primary_row(md) and "(-3.08% [-49.3, +85.2]; 3 vs 3 starts)" in _conclusion_line(
+        md
+    )
+    assert "- notapplied vs on: per repetition: mixed model" in build_markdown(profhost, "host")
+
+
 def test_the_adjusted_report_has_its_own_plot_and_leaves_the_runs_alone(profhost):
     pytest.importorskip("matplotlib")
     before = (profhost / "plot.png").read_bytes() if (profhost / "plot.png").exists() else None

@@ -107,6 +107,16 @@ def ols(y: Sequence[float], columns: Sequence[Sequence[float]]) -> Fit:
     )
 
 
+def t_interval(est: float, se: float, df: int, confidence: float) -> tuple[float, float, float]:
+    """(low, high, two-sided p) of a coefficient's t interval; a zero standard error is exact."""
+    from scipy import stats as sst
+
+    if se == 0:
+        return est, est, 1.0 if est == 0 else 0.0
+    h = float(sst.t.ppf(0.5 + confidence / 2, df)) * se
+    return est - h, est + h, float(2 * sst.t.sf(abs(est) / se, df))
+
+
 def compare_adjusted(
     ref: Pairs,
     arm: Pairs,
@@ -134,7 +144,6 @@ def compare_adjusted(
             min_starts=min_starts,
         )
         return replace(raw, verdict=UNDECIDED)
-    from scipy import stats as sst
 
     ly = [math.log(y) for y, _ in a + b]
     lp = [math.log(p) for _, p in a + b]
@@ -143,13 +152,7 @@ def compare_adjusted(
     est, se = fit.coef[1], fit.se[1]
     if fit.df < 1 or math.isnan(se):
         return None
-    if se == 0:
-        lo = hi = est
-        p_value = 1.0 if est == 0 else 0.0
-    else:
-        h = float(sst.t.ppf(0.5 + confidence / 2, fit.df)) * se
-        lo, hi = est - h, est + h
-        p_value = float(2 * sst.t.sf(abs(est) / se, fit.df))
+    lo, hi, p_value = t_interval(est, se, fit.df, confidence)
     return Comparison(
         metric=metric,
         lower_is_better=lower_is_better,
@@ -334,7 +337,6 @@ def compare_mixed(
     """The arm's change at a fixed covariate from the per-repetition model, as a bench.stats.Comparison; "cannot
     tell" when the arms' start means of the covariate differ (balance, as compare_adjusted); None when the model
     cannot be fitted (the caller falls back to the per-start fit, then to the unadjusted comparison)."""
-    from scipy import stats as sst
 
     if len(ref) < min_starts or len(arm) < min_starts:
         return None
@@ -359,13 +361,7 @@ def compare_mixed(
     est, se = fit.coef[1], fit.se[1]
     if df < 1 or math.isnan(se):
         return None
-    if se == 0:
-        lo = hi = est
-        p_value = 1.0 if est == 0 else 0.0
-    else:
-        h = float(sst.t.ppf(0.5 + confidence / 2, df)) * se
-        lo, hi = est - h, est + h
-        p_value = float(2 * sst.t.sf(abs(est) / se, df))
+    lo, hi, p_value = t_interval(est, se, df, confidence)
     return replace(
         raw,
         change=math.exp(est) - 1,

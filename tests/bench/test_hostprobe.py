@@ -269,7 +269,8 @@ def test_overhead_mode_times_a_victim_with_and_without_the_probe(tmp_path):
     assert p.returncode == 0, p.stderr
     assert re.search(r"round 1: step median ms off [\d.]+, on [\d.]+, on [\d.]+, off [\d.]+; on/off", p.stdout)
     assert re.search(r"round 2: step median ms on [\d.]+, off [\d.]+, off [\d.]+, on [\d.]+; on/off", p.stdout)
-    assert re.search(r"verdict: on/off \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \(95% t interval over 2 rounds", p.stdout)
+    # 2 rounds: t(1) makes the interval wide on a loaded machine (its high end may pass 10)
+    assert re.search(r"verdict: on/off \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\] \(95% t interval over 2 rounds", p.stdout)
     rec = json.loads(out.read_text())
     assert len(rec["rounds"]) == 2 and rec["verdict"] in (hostprobe.PERTURBS, hostprobe.CLEAN, hostprobe.UNSURE)
     assert hostprobe.read_overhead(tmp_path) == hostprobe.judge([r["windows"] for r in rec["rounds"]])

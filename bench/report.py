@@ -292,6 +292,11 @@ def _expect(c: dict, role: str) -> str | None:
     return None
 
 
+def _block_number(tag: str) -> int:
+    n = tag.removeprefix("confirm")
+    return int(n) if n.isdigit() else 0
+
+
 def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
     """A stored conclusion with its verdicts read again under `pol` (its adjust) from the arms' starts.
 
@@ -340,7 +345,9 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
         out["reason"] = f"{c['reason']} (the search as the run read it; endpoints now {out['endpoint']['verdict']})"
         return out
     failed = [] if out["endpoint"]["verdict"] == REGRESSION else [f"bad vs good is {out['endpoint']['verdict']}"]
-    last = max((p.get("block", "") for p in probes if p.get("block")), default=None)
+    # the block that decided (blocks are numbered in order: confirm1, confirm2, ... confirm10)
+    tags = [p["block"] for p in probes if p.get("block")]
+    last = max(tags, key=_block_number, default=None)
     for p in probes:
         if p.get("block") != last or (expect := _expect(c, p["role"])) is None:
             continue

@@ -174,6 +174,16 @@ def test_a_confirmation_that_fails_when_adjusted_withdraws_the_culprit():
     assert c["culprit"] is None and "bad - p2 vs bad is same (must be improvement)" in c["reason"]
 
 
+def test_the_deciding_confirmation_block_is_the_last_one_by_number():
+    # blocks 2..10: block 10 decided (a shared block refuted, measured again fresh); "confirm9" sorts after it
+    rows = _bisect_rows(random.Random(9), 0.10, 1.0)
+    stored = _bisect_conclusion()
+    stale = [{**p, "block": "confirm9", "arm": "probe1"} for p in stored["probes"][1:]]  # probe1: like good
+    stored["probes"] = stored["probes"][:1] + stale + [{**p, "block": "confirm10"} for p in stored["probes"][1:]]
+    c = readjusted(stored, rows, Policy(4, 4, adjust="host"))
+    assert c["culprit"] == "p2", c["reason"]  # block 9's good + p2 (probe1, like good) would withdraw it
+
+
 def test_a_bisect_that_named_nothing_names_nothing_when_adjusted():
     stored = _bisect_conclusion() | {"culprit": None, "outcome": "cannot tell", "reason": "probe stayed undecided"}
     c = readjusted(stored, _bisect_rows(random.Random(5), 0.10, 1.0), Policy(4, 4, adjust="host"))

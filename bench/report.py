@@ -729,7 +729,7 @@ def _within(rows: list[ArmRow], metric: str, counter: str, per_start: bool) -> t
     return ys, xs
 
 
-def _counters(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+def _counters(rows: list[ArmRow], metric: str) -> list[str]:
     """The kernel's contention counters per repetition (bench.hostprobe.counters): free to sample, so they cannot
     perturb what they measure; how they relate to the metric, and what the per-repetition model makes of them."""
     from .hostprobe import COUNTERS
@@ -761,15 +761,6 @@ def _counters(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, me
             f"{_rank(ys, xs).removeprefix('- ')} | {_rank(ys_s, xs_s).removeprefix('- ')} | {cvs} | {slope} |"
         )
     lines.append("")
-    if pol.adjust in ("steal", "wait"):
-        cov = covariate.COVARIATES[pol.adjust]
-        by_name = {r.name: r for r in rows}
-        for _section, ref, arm in _pairs(run, rows, v):
-            a, b = by_name[ref].units, by_name[arm].units
-            lines.append(
-                f"- {arm} vs {ref}: verdicts above adjusted for `{cov}` ({covariate.model_of(a, b, pol.adjust, metric)})"
-            )
-        lines.append("")
     return lines
 
 
@@ -893,7 +884,7 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     pol = _policy(cfg)
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
     lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run_dir, run, rows, v, pol, metric)
-    lines += _counters(run, rows, v, pol, metric)
+    lines += _counters(rows, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
     name = _plot_name(adjust)

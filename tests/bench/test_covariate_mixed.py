@@ -280,7 +280,7 @@ def test_the_report_adjusts_for_steal_from_a_stored_run(tmp_path):
     (d / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     md = build_markdown(d, "steal")
     assert "| steal, scheduler's CPU(s) (`host_steal_pct`) |" in md
-    assert "slow vs ref: verdicts above adjusted for `host_steal_pct` (per repetition: mixed model" in md
+    assert "- slow vs ref: per repetition: mixed model, random intercept per start (REML)" in md
     concl = md[md.index("## Conclusion") :].split("\n## ")[0]
     row = next(ln for ln in md.splitlines() if "(primary)" in ln)
     interval = row.split(" | ")[5].split("% ")[1]

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from bench_fixtures import DATA
+from bench_fixtures import DATA, fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import report, store
 from bench.replication import Policy
@@ -215,3 +215,40 @@ def test_ablate_findings_are_taken_anew_from_the_adjusted_sides():
     c = readjusted(stored, rows, Policy(4, 4, adjust="host"))
     assert c["culprits"] == ["q"]
     assert [r["finding"] for r in c["patches"]] == ["cannot tell", "culprit"]
+
+
+# -- end to end: a stored bisect and ablate of the fake server, read with --adjust host -------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, args",
+    [("bisect", ["--good", "base", "--bad", "full"]), ("ablate", ["--base", "base", "--patches", "planted,beta"])],
+)
+def test_a_fake_run_read_adjusted_names_only_what_the_run_named(
+    tmp_path, manifest, launcher_arg, monkeypatch, kind, args
+):
+    import json
+
+    from bench.cli import main
+
+    monkeypatch.setenv("FAKE_BENCH", json.dumps({"costs": {"planted": 0.05}, "noise": 0.002}))
+    monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
+    out = tmp_path / "run"
+    assert main(fake_argv(kind, [*args, "--host-probe"], manifest, launcher_arg, out)) == 0
+    stored = [r for r in store.read(out / "results.jsonl") if r["type"] == "conclusion"][-1]
+    md = build_markdown(out, "host")
+    body = md[md.index("## Conclusion") : md.index("## Arms")]
+    assert "its own conclusion: " in body
+    if kind == "bisect":
+        assert stored["culprit"] == "planted"
+        assert "**Culprit: planted** (confirmed)" in body or "**No culprit named: culprit planted withdrawn**" in body
+        ep = next(
+            ln for ln in md.splitlines() if ln.startswith("| bisect endpoints | good | bad |") and "(primary)" in ln
+        )
+        interval = ep.split(" | ")[5].split("% ")[1]
+        assert "Endpoints on `step_ms_b1`: bad vs good " in body and interval in body
+    else:
+        assert stored["culprits"] == ["planted"]
+        line = next(ln for ln in body.splitlines() if ln.startswith("On `step_ms_b1`: "))
+        assert line in ("On `step_ms_b1`: **culprit(s): planted**", "On `step_ms_b1`: no culprit named")
+        assert "| beta |" in body and "| beta | regression" not in body

@@ -190,7 +190,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import engine_speed, oea_micro, peer_speed, rebase_speed, simulate, tinymodel, train_draft
+    from . import engine_speed, oea_micro, peer_speed, rebase_speed, server_seqs, simulate, tinymodel, train_draft
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the verdicts this way instead of the run's own (written to report-adjust-<X>.md beside report.md)",
     )
     tinymodel.add_cli(sub)
+    server_seqs.add_cli(sub)
     train_draft.add_cli(sub)
     oea_micro.add_cli(sub)
     engine_speed.add_cli(sub)
@@ -539,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as e:  # bad arguments: the message and exit 2, never a traceback
             print(f"bench: {e}", file=sys.stderr)
             return e.exit_code
-    a = build_parser().parse_args(argv)
+    # server-seqs starts a server too: its args after `--` are the server's, as for ab
+    own, server_args = _split_server_args(argv) if argv[:1] == ["server-seqs"] else (argv, [])
+    a = build_parser().parse_args(own)
+    if server_args:
+        a.server_args = server_args
     if a.cmd == "report":
         from .report import write_report
 

@@ -44,3 +44,10 @@ class BudgetExhausted(BenchError):
     """The next server start would not finish within --time-budget: stop cleanly, keep everything."""
 
     exit_code = EXIT_BUDGET
+
+
+class ServerSeqsError(BenchError):
+    """bench server-seqs could not get the server's continuations (it did not start, or /generate answered
+    otherwise than SGLang's): the message names the request and the field."""
+
+    exit_code = EXIT_ABORTED

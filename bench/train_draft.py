@@ -42,7 +42,7 @@ class TrainOptions:
     out: Path
     prompts: int = 256
     eval_prompts: int = 32
-    new_tokens: int = 192
+    new_tokens: int | None = 192  # None: the --sequences file's length
     steps: int = 3
     epochs: int = 30
     train_seconds: float = 240.0
@@ -53,6 +53,8 @@ class TrainOptions:
     device: str = "auto"
     gen_batch: int = 64
     draft: str = "draft"  # the draft config: MODEL_DIR/<draft>/config.json
+    sequences: Path | None = None  # bench server-seqs' file: the server's continuations instead of the reference's
+    weight_decay: float = 0.0
     command: tuple[str, ...] = ()
 
 
@@ -165,6 +167,46 @@ def make_data(target, prompts: list[list[int]], new_tokens: int, capture: list[i
     return Data(tokens, nxt, aux, [len(x) for x in seqs], [len(p) for p in prompts])
 
 
+def data_from_sequences(target, seqs, capture: list[int], gen_batch: int) -> tuple[Data, dict]:
+    """Data over the server's sequences (prompt + its greedy continuation), teacher-forced through the reference
+    in one forward per batch for the aux hidden states. Labels: the server's own next token over the
+    continuation (from the prompt's last position on), the reference's greedy token inside the prompt (the
+    server decoded none there), none after the last token. Also how often the reference's argmax is the
+    server's token over the continuations (1.0: the reference decodes as the server does)."""
+    import torch
+
+    from .target_ref import features
+
+    rows = [p + o for p, o in zip(seqs.prompt_ids, seqs.output_ids)]
+    width, dev = max(len(x) for x in rows), target.device
+    tokens = torch.zeros(len(rows), width, dtype=torch.long, device=dev)
+    nxt = torch.full((len(rows), width), -1, dtype=torch.long, device=dev)
+    aux, agree, counted, first_flip = None, 0, 0, []
+    for s in range(0, len(rows), gen_batch):
+        chunk = rows[s : s + gen_batch]
+        a, ref = features(target, chunk, capture)
+        if aux is None:
+            aux = torch.zeros(len(rows), width, a.shape[-1], dtype=a.dtype, device=dev)
+        aux[s : s + len(chunk), : a.shape[1]] = a
+        for r, x in enumerate(chunk):
+            p, row = len(seqs.prompt_ids[s + r]), torch.tensor(x, device=dev)
+            tokens[s + r, : len(x)] = row
+            nxt[s + r, : p - 1] = ref[r, : p - 1]
+            nxt[s + r, p - 1 : len(x) - 1] = row[p:]
+            same = ref[r, p - 1 : len(x) - 1] == row[p:]
+            agree, counted = agree + int(same.sum()), counted + same.numel()
+            flips = (~same).nonzero()
+            first_flip.append(int(flips[0]) if len(flips) else None)
+    stats = {
+        "reference_agrees": round(agree / max(1, counted), 4),
+        # per sequence of the bench's (the first 8): the first continuation token where the reference's
+        # greedy choice is not the server's (None: none in the continuation)
+        "first_disagreement_bench": first_flip[:BENCH_PROMPTS],
+    }
+    data = Data(tokens, nxt, aux, [len(x) for x in rows], [len(p) for p in seqs.prompt_ids])
+    return data, stats
+
+
 def _autocast(device):
     import torch
 
@@ -189,7 +231,9 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
 
     params = [p for p in draft.parameters() if p.requires_grad]
     lr = opts.lr if opts.lr is not None else LR_WIDTH / draft.arch.hidden
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0, fused=device.type == "cuda")
+    opt = torch.optim.AdamW(
+        params, lr=lr, betas=(0.9, 0.95), weight_decay=opts.weight_decay, fused=device.type == "cuda"
+    )
     per_epoch = max(1, math.ceil(len(rows) / opts.batch))
     total, warm = opts.epochs * per_epoch, min(50, opts.epochs * per_epoch // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -367,11 +411,16 @@ def check_writable(out: Path) -> None:
 
 def _checked(opts: TrainOptions):
     _, dcfg, ta, da = load_archs(opts.model_dir, opts.draft)
+    if opts.new_tokens is None and opts.sequences is None:
+        raise DraftInputError("--new-tokens is needed without --sequences")
     for name in ("prompts", "new_tokens", "steps", "epochs", "batch", "gen_batch"):
-        if getattr(opts, name) < 1:
+        v = getattr(opts, name)
+        if v is not None and v < 1:
             raise DraftInputError(f"--{name.replace('_', '-')} must be >= 1")
-    if opts.eval_prompts < 0 or opts.new_tokens <= opts.steps:
+    if opts.eval_prompts < 0 or (opts.new_tokens is not None and opts.new_tokens <= opts.steps):
         raise DraftInputError("--eval-prompts must be >= 0 and --new-tokens greater than --steps")
+    if opts.weight_decay < 0:
+        raise DraftInputError("--weight-decay must be >= 0")
     return dcfg, ta, da
 
 
@@ -381,7 +430,18 @@ def plan(opts: TrainOptions) -> str:
 
     _, ta, da = _checked(opts)
     n = opts.prompts + opts.eval_prompts
-    width = 110 + opts.new_tokens  # the bench's prompts are 55-100 tokens
+    new_tokens = opts.new_tokens
+    if opts.sequences is not None and opts.sequences.exists():
+        new_tokens = _load_sequences(opts).new_tokens  # checked now, as the run would
+    if opts.sequences is None:
+        source = f"{new_tokens} greedy tokens of the reference's"
+    else:
+        source = (
+            f"{new_tokens or 'all the'} greedy tokens of the server's from {opts.sequences}"
+            + ("" if opts.sequences.exists() else " (not written yet)")
+            + ", teacher-forced through the reference (no generation)"
+        )
+    width = 110 + (new_tokens or 160)  # the bench's prompts are 55-100 tokens
     k = len(da.aux_ids)
     trainable = (
         da.hidden * da.target_hidden * k
@@ -393,11 +453,20 @@ def plan(opts: TrainOptions) -> str:
     return (
         f"train-draft plan: target {opts.model_dir / 'target'} ({ta.layers} layers, hidden {ta.hidden}, "
         f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 dummy_init_normal weights, std {opts.std})\n"
-        f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {opts.new_tokens} greedy tokens, "
+        f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {source}, "
         f"aux ids {list(da.aux_ids)}: up to {n * width * k * ta.hidden * 2 / 2**30:.2f} GiB of aux hidden states\n"
         f"  draft: {opts.model_dir / opts.draft} ({trainable / 1e6:.0f}M trainable, lr "
         f"{opts.lr if opts.lr is not None else LR_WIDTH / da.hidden:.3g}); {opts.steps} steps of training-time test, "
         f"{opts.epochs} epochs of batch {opts.batch} or {opts.train_seconds:g} s\n  out: {opts.out}"
+    )
+
+
+def _load_sequences(opts: TrainOptions):
+    from . import server_seqs
+
+    assert opts.sequences is not None
+    return server_seqs.load(
+        opts.sequences, opts.model_dir, opts.prompts + opts.eval_prompts, opts.new_tokens, opts.steps + 1
     )
 
 
@@ -409,6 +478,7 @@ def run(opts: TrainOptions, log=print) -> dict:
     from .workload import fixed_prompts
 
     dcfg, ta, da = _checked(opts)
+    seqs = _load_sequences(opts) if opts.sequences is not None else None
     check_writable(opts.out)
     device = _device(opts.device)
     torch.manual_seed(opts.seed)
@@ -421,17 +491,33 @@ def run(opts: TrainOptions, log=print) -> dict:
 
     texts = fixed_prompts(opts.prompts + opts.eval_prompts)
     prompts = tokenize(opts.model_dir, texts)
+    new_tokens = seqs.new_tokens if seqs is not None else opts.new_tokens
+    assert new_tokens is not None
     # bf16 as the server holds them; on a CPU the same values are computed in float32
     weights = dummy_weights(ta, torch.bfloat16, device, opts.std)
     if device.type == "cpu":
         weights = {k: v.float() for k, v in weights.items()}
     target = TargetRef(ta, weights)
     lap("target_weights_s")
-    data = make_data(target, prompts, opts.new_tokens, capture_layers(list(da.aux_ids)), opts.gen_batch)
-    lap("generate_and_features_s")
+    capture = capture_layers(list(da.aux_ids))
+    if seqs is None:
+        data = make_data(target, prompts, new_tokens, capture, opts.gen_batch)
+        lap("generate_and_features_s")
+        source: dict[str, Any] = {"generated_by": "the reference (bench/target_ref.py greedy)"}
+    else:
+        data, source = data_from_sequences(target, seqs, capture, opts.gen_batch)
+        lap("features_s")
+        # the file holds the server tokenizer's ids; the local tokenizer should make the same
+        source = {
+            "generated_by": "the server (bench server-seqs)",
+            **seqs.record(),
+            **source,
+            "prompt_ids_equal_local_tokenizer": sum(a == b for a, b in zip(prompts, seqs.prompt_ids)),
+        }
     log(
         f"target: {ta.layers} layers, hidden {ta.hidden}; {len(texts)} sequences of up to {max(data.lens)} tokens "
-        f"({sum(data.lens)} in all), {times['generate_and_features_s']} s on {device}"
+        f"({sum(data.lens)} in all, {source['generated_by']}), {sum(times.values()):.1f} s on {device}"
+        + (f"; the reference's argmax is the server's token at {source['reference_agrees']:.2%}" if seqs else "")
     )
     # the checkpoint holds the real rows only (SGLang's loader pads them again)
     draft = Eagle3Draft(
@@ -442,7 +528,7 @@ def run(opts: TrainOptions, log=print) -> dict:
     eval_rows = list(range(opts.prompts, opts.prompts + opts.eval_prompts))
     bench_rows = train_rows[:BENCH_PROMPTS]
     # the bench's requests decode 128 tokens; the chains of the last positions need steps more labels
-    n_eval = min(BENCH_NEW_TOKENS, opts.new_tokens - opts.steps)
+    n_eval = min(BENCH_NEW_TOKENS, new_tokens - opts.steps)
     before = evaluate(draft, data, eval_rows, opts.steps, n_eval, device)
     history = train(draft, data, train_rows, opts, device, log)
     lap("train_s")
@@ -460,7 +546,13 @@ def run(opts: TrainOptions, log=print) -> dict:
         "torch": torch.__version__,
         "target_config_sha256": hashlib.sha256((opts.model_dir / "target" / "config.json").read_bytes()).hexdigest(),
         "dummy_init": {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": opts.std, "seed": 1234},
-        "sequences": {"train": len(train_rows), "held_out": len(eval_rows), "tokens": sum(data.lens)},
+        "sequences": {
+            "train": len(train_rows),
+            "held_out": len(eval_rows),
+            "tokens": sum(data.lens),
+            "new_tokens": new_tokens,
+            "source": source,
+        },
         "reference_hash_b1": reference_hashes(opts.model_dir, data),
         "history": history,
         "metrics": metrics,
@@ -496,7 +588,20 @@ def add_cli(sub) -> None:
         help="training prompts: fixed_prompts' first N (the bench sends the first 8)",
     )
     p.add_argument("--eval-prompts", type=int, default=d.eval_prompts, help="held-out prompts after those")
-    p.add_argument("--new-tokens", type=int, default=d.new_tokens, help="greedy continuation per prompt")
+    p.add_argument(
+        "--new-tokens",
+        type=int,
+        default=None,
+        help=f"greedy continuation per prompt (default {d.new_tokens}; with --sequences: the file's)",
+    )
+    p.add_argument(
+        "--sequences",
+        type=Path,
+        default=None,
+        help="the server's own greedy continuations (`python -m bench server-seqs`): trained on instead of the "
+        "reference's, whose bf16-free argmaxes part from the server's",
+    )
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's (default %(default)s)")
     p.add_argument(
         "--steps",
         type=int,
@@ -548,7 +653,7 @@ def _cli(a) -> int:
         out=a.out or a.model_dir / f"{a.draft}_trained",
         prompts=a.prompts,
         eval_prompts=a.eval_prompts,
-        new_tokens=a.new_tokens,
+        new_tokens=a.new_tokens if a.new_tokens is not None else (None if a.sequences else TrainOptions.new_tokens),
         steps=a.steps,
         epochs=a.epochs,
         train_seconds=a.train_seconds,
@@ -559,6 +664,8 @@ def _cli(a) -> int:
         device=a.device,
         gen_batch=a.gen_batch,
         draft=a.draft,
+        sequences=a.sequences,
+        weight_decay=a.weight_decay,
         # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
         command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else (),
     )

@@ -76,7 +76,7 @@ class WorkloadError(RuntimeError):
     pass
 
 
-def _post(url: str, payload: dict, timeout: float) -> dict:
+def post_json(url: str, payload: dict, timeout: float) -> dict:
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -213,7 +213,7 @@ def _one(base: str, prompt: str, wl: Workload, max_new_tokens: int | None = None
         "text": prompt,
         "sampling_params": {"temperature": 0.0, "max_new_tokens": want, "ignore_eos": True},
     }
-    out = _post(base + "/generate", payload, wl.request_timeout_s)
+    out = post_json(base + "/generate", payload, wl.request_timeout_s)
     meta = out.get("meta_info") or {}
     n = int(meta.get("completion_tokens", 0))
     if n < want:

@@ -187,7 +187,13 @@ def test_train_json_records_the_run(trained, model_dir):
         "seed": 1234,
     }
     assert set(rec["seconds"]) >= {"target_weights_s", "generate_and_features_s", "train_s", "eval_s"}
-    assert rec["sequences"] == {"train": 64, "held_out": 12, "tokens": rec["sequences"]["tokens"]}
+    assert rec["sequences"] == {
+        "train": 64,
+        "held_out": 12,
+        "tokens": rec["sequences"]["tokens"],
+        "new_tokens": 48,
+        "source": {"generated_by": "the reference (bench/target_ref.py greedy)"},
+    }
     assert rec["reference_hash_b1"] == {}  # 48-token continuations: shorter than the bench's 64 and 128
     print(f"CPU: {rec['seconds']} ({trained['_wall_s']:.0f} s wall)")
 

@@ -1,0 +1,350 @@
+"""bench server-seqs and train-draft --sequences on the tiny CPU configuration of test_train_draft.py.
+
+The "server" is a small real HTTP server answering /generate the way SGLang 0.5.17's does (output_ids,
+prompt_token_ids with return_prompt_token_ids, ignore_eos honoured): its prompt ids come from the model dir's
+tokenizer and its continuations are the reference target's greedy decoding with one token changed at a fixed
+continuation position, then the target's greedy decoding again from there, the way the H200's bf16 kernels
+part from the plain-torch reference at a near tie. A draft trained on the file must learn the server's
+continuation, not the reference's."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from test_train_draft import SPEC
+
+from bench.tinymodel import write_model_dirs
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS, EVAL, NEW, FLIP = 32, 8, 40, 12  # FLIP: the continuation index where the server parts from the reference
+TRAIN = dict(prompts=PROMPTS, eval_prompts=EVAL, epochs=10, batch=4, lr=5e-3, device="cpu", train_seconds=3600.0)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("seqs_model")
+    write_model_dirs(d, SPEC)
+    return d
+
+
+@pytest.fixture(scope="module")
+def table(model_dir) -> dict[str, dict]:
+    """text -> {prompt_ids, output_ids}: what the fake server decodes for each of the bench's prompts."""
+    import torch
+
+    from bench.target_ref import TargetArch, TargetRef, dummy_weights, greedy
+    from bench.train_draft import tokenize
+    from bench.workload import fixed_prompts
+
+    arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
+    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()})
+    texts = fixed_prompts(PROMPTS + EVAL)
+    prompts = tokenize(model_dir, texts)
+    ref = greedy(target, prompts, FLIP + 1)
+    # the server's token at FLIP is another than the reference's argmax; the target decodes greedily after it
+    flipped = [r[:-1] + [(r[-1] + 1) % SPEC.vocab] for r in ref]
+    seqs = greedy(target, flipped, NEW - FLIP - 1)
+    return {t: {"prompt_ids": p, "output_ids": s[len(p) :]} for t, p, s in zip(texts, prompts, seqs)}
+
+
+class FakeSGLang:
+    """/generate as SGLang's, from a table; `mode` breaks it on purpose; `inflight_max` per request index."""
+
+    def __init__(self, table: dict[str, dict]):
+        self.table, self.mode, self.lock = table, "ok", threading.Lock()
+        self.inflight, self.seen = 0, []  # seen: (text, in-flight count when it arrived)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.inflight += 1
+                    fake.seen.append((body["text"], fake.inflight))
+                time.sleep(0.002)  # long enough for concurrent requests to overlap
+                row = fake.table[body["text"]]
+                n = body["sampling_params"]["max_new_tokens"]
+                assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["ignore_eos"]
+                out = {"text": "x", "output_ids": row["output_ids"][:n], "meta_info": {"completion_tokens": n}}
+                if body.get("return_prompt_token_ids"):
+                    out["prompt_token_ids"] = row["prompt_ids"]
+                if fake.mode == "short":
+                    out["output_ids"] = out["output_ids"][: n // 2]
+                elif fake.mode == "no_prompt_ids":
+                    out.pop("prompt_token_ids", None)
+                data = json.dumps(out).encode()
+                with fake.lock:
+                    fake.inflight -= 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # uvicorn's backlog is 2048; the default 5 resets concurrent clients
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def fake(table):
+    srv = FakeSGLang(table)
+    yield srv
+    srv.httpd.shutdown()
+
+
+def _main(*args: str) -> tuple[int, str, str]:
+    from bench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def seq_file(fake, model_dir, tmp_path_factory) -> Path:
+    f = tmp_path_factory.mktemp("seqs") / "seqs.json"
+    fake.mode, fake.seen = "ok", []
+    rc, out, err = _main(
+        "server-seqs", model_dir, "--out", f, "--url", fake.url, "--prompts", PROMPTS + EVAL, "--new-tokens", NEW
+    )
+    assert rc == 0, err
+    return f
+
+
+# ------------------------------------------------------------------ the generation client
+def test_server_seqs_writes_the_servers_ids_b1_first_one_at_a_time(seq_file, fake, table, model_dir):
+    doc = json.loads(seq_file.read_text())
+    assert doc["format"] == "bench-server-seqs/1" and doc["new_tokens"] == NEW
+    assert doc["model"]["vocab_size"] == SPEC.vocab and doc["source"]["url"] == fake.url
+    rows = doc["sequences"]
+    assert [r["text"] for r in rows] == list(table)  # prompt order, whatever order the answers came in
+    assert all(r["output_ids"] == table[r["text"]]["output_ids"] for r in rows)
+    assert [r["batch"] for r in rows] == ["1"] * 8 + ["concurrent"] * (PROMPTS + EVAL - 8)
+    # the bench's 8 prompts arrived alone and in order; the rest overlapped
+    assert [t for t, _ in fake.seen[:8]] == list(table)[:8] and all(n == 1 for _, n in fake.seen[:8])
+    assert max(n for _, n in fake.seen[8:]) > 1
+    assert sorted(p.name for p in seq_file.parent.iterdir()) == ["seqs.json"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "mode,expect", [("short", "output_ids 20, expected 40"), ("no_prompt_ids", "no prompt_token_ids")]
+)
+def test_a_server_that_answers_otherwise_is_exit_3_and_no_file(fake, model_dir, tmp_path, mode, expect):
+    f = tmp_path / "s.json"
+    fake.mode = mode
+    try:
+        rc, _, err = _main("server-seqs", model_dir, "--out", f, "--url", fake.url, "--prompts", 3, "--new-tokens", NEW)
+    finally:
+        fake.mode = "ok"
+    assert rc == 3 and expect in err and f"{fake.url}/generate" in err and "Traceback" not in err
+    assert not f.exists()
+
+
+def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):
+    rc, _, err = _main("server-seqs", model_dir, "--out", tmp_path / "s.json")
+    assert rc == 2 and "no server: give --url" in err
+    rc, _, err = _main("server-seqs", model_dir, "--out", tmp_path / "s.json", "--url", "http://127.0.0.1:9")
+    assert rc == 3 and "is the server up" in err and not (tmp_path / "s.json").exists()
+
+
+def test_dry_run_prints_the_launch_command(model_dir, tmp_path):
+    rc, out, err = _main(
+        "server-seqs",
+        model_dir,
+        "--out",
+        tmp_path / "s.json",
+        "--manifest",
+        ROOT / "tests" / "bench" / "planted" / "manifest.yaml",
+        "--env",
+        "SGLANG_DUMMY_INIT=normal",
+        "--dry-run",
+        "--",
+        "--model-path",
+        model_dir / "target",
+        "--load-format",
+        "dummy",
+    )
+    assert rc == 0, err
+    assert "launch --patches overlay_identity," in out and ",dummy_init_normal --log LOG" in out
+    assert f"-- --model-path {model_dir}/target --load-format dummy" in out and "SGLANG_DUMMY_INIT" in out
+    assert not (tmp_path / "s.json").exists()
+
+
+# ------------------------------------------------------------------ training on the file
+def test_labels_are_the_servers_tokens_where_the_reference_disagrees(seq_file, model_dir):
+    import torch
+
+    from bench import server_seqs
+    from bench.target_ref import TargetArch, TargetRef, dummy_weights
+    from bench.train_draft import data_from_sequences
+
+    seqs = server_seqs.load(seq_file, model_dir, 3, None, 4)
+    arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
+    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()})
+    data, stats = data_from_sequences(target, seqs, [0, 1, 2], 2)
+    for r in range(3):
+        p, out = len(seqs.prompt_ids[r]), seqs.output_ids[r]
+        assert data.tokens[r, : p + NEW].tolist() == seqs.prompt_ids[r] + out
+        assert data.nxt[r, p - 1 : p + NEW - 1].tolist() == out  # the server's, the flipped one included
+        assert data.nxt[r, p + NEW - 1 :].tolist() == [-1] * (data.nxt.shape[1] - p - NEW + 1)
+    assert stats["first_disagreement_bench"] == [FLIP] * 3
+    assert stats["reference_agrees"] == round((NEW - 1) / NEW, 4)
+
+
+@pytest.fixture(scope="module")
+def trained(seq_file, model_dir):
+    from bench.train_draft import TrainOptions, run
+
+    logs: list[str] = []
+    rec = run(
+        TrainOptions(
+            model_dir=model_dir, out=model_dir / "draft_trained", sequences=seq_file, new_tokens=None, **TRAIN
+        ),
+        log=logs.append,
+    )
+    print("\n".join(logs))
+    return rec
+
+
+def test_training_on_the_servers_sequences(trained, seq_file, model_dir):
+    h = trained["history"]
+    assert len(h) == TRAIN["epochs"] and h[-1]["loss"] < 0.5 * h[0]["loss"], [r["loss"] for r in h]
+    rec = json.loads((model_dir / "draft_trained" / "train.json").read_text())
+    src = rec["sequences"]["source"]
+    assert src["generated_by"] == "the server (bench server-seqs)" and src["file"] == str(seq_file)
+    assert src["sha256"] == __import__("hashlib").sha256(seq_file.read_bytes()).hexdigest()
+    assert src["source"]["url"].startswith("http://127.0.0.1:") and src["new_tokens"] == NEW
+    assert src["prompt_ids_equal_local_tokenizer"] == PROMPTS + EVAL
+    assert src["first_disagreement_bench"] == [FLIP] * 8 and src["reference_agrees"] < 1
+    assert rec["sequences"]["new_tokens"] == NEW and "features_s" in rec["seconds"]
+    assert "generate_and_features_s" not in rec["seconds"]
+    # a short CPU run: the trained-on prompts' chains get accepted more than the untrained draft's
+    m = rec["metrics"]
+    assert m["bench_prompts"]["accept_length"] > m["held_out_before"]["accept_length"] + 0.1, m
+
+
+def test_the_saved_draft_loads_and_reproduces_its_metrics(trained, seq_file, model_dir):
+    """model.safetensors back into Eagle3Draft: the bench prompts' simulated accept length is the recorded one."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bench import server_seqs
+    from bench.draft_ref import DraftArch, Eagle3Draft
+    from bench.target_ref import TargetArch, TargetRef, dummy_weights
+    from bench.train_draft import data_from_sequences, evaluate
+
+    arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
+    w = {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()}
+    da = DraftArch.from_config(json.loads((model_dir / "draft_trained" / "config.json").read_text()))
+    draft = Eagle3Draft(da, w["model.embed_tokens.weight"][: arch.vocab], w["lm_head.weight"][: arch.vocab], seed=9)
+    draft.load_sglang_state(load_file(str(model_dir / "draft_trained" / "model.safetensors")))
+    seqs = server_seqs.load(seq_file, model_dir, PROMPTS + EVAL, None, 4)
+    data, _ = data_from_sequences(TargetRef(arch, w), seqs, [0, 1, 2], 16)
+    got = evaluate(draft, data, list(range(8)), 3, NEW - 3, torch.device("cpu"))
+    # bf16 storage moves a few near-tie chains at most
+    assert abs(got["accept_length"] - trained["metrics"]["bench_prompts"]["accept_length"]) < 0.15, got
+
+
+# ------------------------------------------------------------------ a file that does not fit
+def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, str]:
+    doc = json.loads(seq_file.read_text())
+    key = {
+        "malformed": "unreadable JSON",
+        "format": "format: 'other/1'",
+        "config": "model.target_config_sha256",
+        "tokenizer": "model.tokenizer_sha256",
+        "vocab": "sequences[3].output_ids: must be a non-empty list of token ids in 0..9999",
+        "text": "sequences[5].text: not the bench's prompt",
+        "few": "sequences: 10 sequences, training needs 40",
+        "short": "sequences[7].output_ids: 5 tokens, training needs 40",
+        "missing": "not found",
+    }[case]
+    if case == "format":
+        doc["format"] = "other/1"
+    elif case == "config":
+        cfg = json.loads((model / "target" / "config.json").read_text())
+        cfg["rms_norm_eps"] = 1e-5
+        (model / "target" / "config.json").write_text(json.dumps(cfg))
+    elif case == "tokenizer":
+        doc["model"]["tokenizer_sha256"] = "0" * 64
+    elif case == "vocab":
+        doc["sequences"][3]["output_ids"][4] = SPEC.vocab
+    elif case == "text":
+        doc["sequences"][5]["text"] += " "
+    elif case == "few":
+        doc["sequences"] = doc["sequences"][:10]
+    elif case == "short":
+        doc["sequences"][7]["output_ids"] = doc["sequences"][7]["output_ids"][:5]
+    f = dst / "seqs.json"
+    if case == "malformed":
+        f.write_text(seq_file.read_text()[:100])
+    elif case != "missing":
+        f.write_text(json.dumps(doc))
+    return f, key
+
+
+@pytest.mark.parametrize(
+    "case", ["malformed", "format", "config", "tokenizer", "vocab", "text", "few", "short", "missing"]
+)
+def test_a_sequences_file_that_does_not_fit_is_exit_2_naming_file_and_key(seq_file, model_dir, tmp_path, case):
+    m = tmp_path / "m"
+    for sub in ("target", "draft"):
+        shutil.copytree(model_dir / sub, m / sub)
+    f, key = _variant(seq_file, tmp_path, case, m)
+    args = ["train-draft", m, "--sequences", f, "--device", "cpu", "--prompts", PROMPTS, "--eval-prompts", EVAL]
+    rc, _, err = _main(*args, *(["--new-tokens", NEW] if case == "short" else []))
+    assert rc == 2, err
+    assert f"{f}: {key}" in err or f"{f}: {key}" in err.replace("\n", " "), err
+    assert "hint:" in err and "Traceback" not in err and not (m / "draft_trained").exists()
+
+
+def test_a_too_long_new_tokens_and_the_dry_run_read_the_file(seq_file, model_dir):
+    rc, _, err = _main(
+        "train-draft",
+        model_dir,
+        "--sequences",
+        seq_file,
+        "--new-tokens",
+        NEW + 1,
+        "--dry-run",
+        "--prompts",
+        PROMPTS,
+        "--eval-prompts",
+        EVAL,
+    )
+    assert rc == 2 and f"output_ids: {NEW} tokens, training needs {NEW + 1}" in err
+    rc, out, err = _main(
+        "train-draft", model_dir, "--sequences", seq_file, "--dry-run", "--prompts", 4, "--eval-prompts", 1
+    )
+    assert rc == 0 and f"x {NEW} greedy tokens of the server's from {seq_file}, teacher-forced" in out
+
+
+def test_the_real_cli_with_a_bad_file(model_dir, tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text("[]")
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "train-draft", str(model_dir), "--sequences", str(f), "--device", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 2 and f"{f}: format: 'list', expected 'bench-server-seqs/1'" in p.stderr, p.stderr

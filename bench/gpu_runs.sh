@@ -20,8 +20,9 @@
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
-#   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output)
-#   kimi_train   the Kimi-width proxy's draft
+#   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
+#                each first asks one plain server for its greedy continuations (bench server-seqs), then trains on them
+#   kimi_train   the Kimi-width proxy's draft, the same way
 #   draft_check  SGLang's own DummyModelLoader on this GPU (full + dummy_init_normal applied to the tree) against
 #                train-draft's reconstruction, parameter by parameter, for both targets
 #   trained      tiny, accepted runs: none / full / OEA K0=3 with the trained draft, then plain decoding, one start
@@ -85,10 +86,27 @@ run() { echo "+ $*" >&2; "$@"; }
 # 128 new tokens, the length train-draft's reference hash and its held-out accept length are computed for.
 TR=(--tree "$SGL_TREE" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --reps-per-start "${REPS:-3}"
     --warmup-reps "${WREPS:-2}" --no-warmup-start --time-budget "$BUDGET" ${DRY:+--dry-run})
-# train-draft for one draft config of a model dir (bench/train_draft.py; its defaults are the GPU's)
+# The server's own greedy continuations of the bench's prompts (bench/server_seqs.py): one plain server of the
+# full set with dummy_init_normal (trained's plain arm), the bench's 8 prompts at batch 1, the rest 128 at a
+# time. The reference's continuations part from the server's bf16 ones (gpu5: in-server accept 1.19 against a
+# simulated 4.0), so the draft trains on these. Kept in MODEL_DIR/server_seqs.json for the model's other drafts
+# (SEQS_REGEN=1 makes it again); a copy comes back in $OUT/train/.
+server_seqs() {  # MODEL_DIR PROMPTS SERVER_ARGS...
+  local dir=$1 n=$2; shift 2
+  if [ -z "${DRY:-}" ] && [ -f "$dir/server_seqs.json" ] && [ "${SEQS_REGEN:-}" != 1 ]; then
+    echo "server_seqs: reusing $dir/server_seqs.json (SEQS_REGEN=1 makes it again)" >&2; return 0
+  fi
+  run $PY -m bench server-seqs "$dir" --out "$dir/server_seqs.json" --prompts "$n" --new-tokens 160 --concurrency 128 \
+    --manifest $PLANTED --tree "$SGL_TREE" --set full+dummy_init_normal "${DI[@]}" --log-dir "$OUT/train/raw" \
+    ${DRY:+--dry-run} -- "$@"
+  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$dir/server_seqs.json" "$OUT/train/$(basename "$dir")-server_seqs.json"; }
+}
+# train-draft for one draft config of a model dir on the server's sequences (bench/train_draft.py; its
+# defaults are the GPU's), after server_seqs
 train_draft() {  # MODEL_DIR DRAFT EXTRA...
   local dir=$1 draft=$2; shift 2
-  run $PY -m bench train-draft "$dir" --draft "$draft" --eval-prompts 32 --new-tokens 160 ${DRY:+--dry-run} "$@"
+  run $PY -m bench train-draft "$dir" --draft "$draft" --eval-prompts 32 --sequences "$dir/server_seqs.json" \
+    ${DRY:+--dry-run} "$@"
   [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$dir/${draft}_trained/train.json" "$OUT/train/$(basename "$dir")-$draft.json"; }
 }
 # ARGS = the array named ARRAY with the value after each FLAG replaced
@@ -167,12 +185,16 @@ case "$step" in
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
   train|train_edge)
-    # Expected 3-4 min each on an H200 (bench/README.md): more prompts than Kimi's, the tiny target is cheap
+    # One device call: a warm server start (~85 s on the H200; a machine's first start ~450 s: run `cold` or
+    # another server step first), ~20 s of generation, then training (features ~10 s, --train-seconds 150)
+    server_seqs "$TINY" $(( ${TRAIN_PROMPTS:-1024} + 32 )) "${PLAIN[@]}"
     train_draft "$TINY" "$( [ "$step" = train ] && echo draft || echo draft_edge )" --prompts "${TRAIN_PROMPTS:-1024}" \
       --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
   kimi_train)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-240}" ;;
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${MEMF:-0.45}"
+    server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
+    train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
   draft_check)
     # the CUDA generator's values: the CPU tests prove the same code on the CPU's (tests/bench/test_train_draft.py)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null

@@ -200,12 +200,34 @@ def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
         (f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
         (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained"),
     ]
-    assert "--eval-prompts 32 --new-tokens 160 --dry-run --prompts 1024" in p.stderr
+    assert f"--eval-prompts 32 --sequences {tiny}/server_seqs.json --dry-run --prompts 1024" in p.stderr
     kimi = tmp_path / "kimi"
     p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
     assert p.returncode == 0, p.stderr
     assert f"train-draft plan: target {kimi}/target (7 layers, hidden 7168, 64 experts" in p.stdout
     assert f"out: {kimi}/draft_trained" in p.stdout and "--prompts 512 --gen-batch 128" in p.stderr
+    assert f"greedy tokens of the server's from {kimi}/server_seqs.json (not written yet)" in p.stdout
+
+
+def test_train_steps_first_ask_the_plain_server_for_its_sequences(tiny, sglang_tree, tmp_path):
+    """One device call: the plain server of trained's plain arm (full + dummy_init_normal, the same server args)
+    decodes the training, held-out and bench prompts; train-draft then reads that file."""
+    p = _dry("train", tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stderr
+    seqs, train = p.stdout.split("train-draft plan:")
+    assert "server-seqs plan: 1056 bench prompts x 160 greedy tokens from a server started with:" in seqs
+    (launch,) = _launches(seqs)
+    assert f"--tree {sglang_tree} " in launch and ",dummy_init_normal --log LOG" in launch
+    assert f"-- --model-path {tiny}/target --load-format dummy --attention-backend flashinfer" in launch
+    assert "--speculative" not in launch and "{'SGLANG_DUMMY_INIT': 'normal'}" in seqs
+    assert f"the first 8 at batch 1, the rest 128 at a time; out: {tiny}/server_seqs.json" in seqs
+    assert f"from {tiny}/server_seqs.json (not written yet), teacher-forced" in train
+    assert not (tmp_path / "train").exists() and not (tiny / "server_seqs.json").exists()
+    kimi = tmp_path / "kimi"
+    p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
+    (launch,) = _launches(p.stdout)
+    assert f"-- --model-path {kimi}/target --load-format dummy" in launch and "--mem-fraction-static 0.45" in launch
+    assert "server-seqs plan: 544 bench prompts" in p.stdout
 
 
 def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_path):

@@ -36,6 +36,8 @@ from .errors import DraftInputError, ServerSeqsError
 
 FORMAT = "bench-server-seqs/1"
 BENCH_B1 = 8  # the bench's first 8 prompts (fixed_prompts(8)): every request it sends
+BENCH_B1_REQUESTS = 2  # gpu_runs.sh's --b1-requests
+BENCH_HASH_TOKENS = (64, 128)  # its --max-new-tokens (correctness runs, issue 17's runs)
 
 
 def file_sha256(path: Path) -> str | None:
@@ -189,21 +191,41 @@ def request(url: str, text: str, new_tokens: int, timeout: float) -> dict:
             f"POST {url}/generate: no prompt_token_ids in the response",
             hint="the server must honour return_prompt_token_ids (SGLang 0.5.17's /generate does)",
         )
-    return {"text": text, "prompt_ids": prompt, "output_ids": ids}
+    return {"text": text, "prompt_ids": prompt, "output_ids": ids, "reply": out.get("text")}
+
+
+def bench_hashes(url: str, texts: list[str], rows: list[dict], new_tokens: int, timeout: float) -> dict:
+    """The plain server's hash_b1 as the bench computes it (workload.PhaseResult.output_hash over the server's
+    own text and ids of its b1 requests) at the lengths gpu_runs.sh decodes, asked for at those lengths; and
+    whether those ids are the longer batch-1 rows' first tokens (greedy decoding stops nowhere else)."""
+    from .workload import PhaseResult
+
+    out: dict[str, Any] = {"hash_b1": {}, "prefix_equal": True}
+    for n in BENCH_HASH_TOKENS:
+        if n > new_tokens or len(rows) < BENCH_B1_REQUESTS:
+            continue
+        got = [request(url, t, n, timeout) for t in texts[:BENCH_B1_REQUESTS]]
+        out["hash_b1"][str(n)] = PhaseResult(0, 0.0, [], 0, [[g["reply"], g["output_ids"]] for g in got]).output_hash()
+        out["prefix_equal"] &= all(g["output_ids"] == r["output_ids"][:n] for g, r in zip(got, rows))
+    return out
 
 
 def generate(url: str, texts: list[str], new_tokens: int, b1: int, concurrency: int, timeout: float, log=print):
-    """[{text, prompt_ids, output_ids, batch}] in prompt order: the first b1 alone, the rest concurrently."""
+    """([{text, prompt_ids, output_ids, batch}] in prompt order: the first b1 alone, the rest concurrently;
+    bench_hashes of the first rows)."""
     t0 = time.monotonic()
     rows = [dict(request(url, t, new_tokens, timeout), batch="1") for t in texts[:b1]]
-    log(f"server-seqs: {len(rows)} prompt(s) at batch 1 in {time.monotonic() - t0:.1f} s")
+    hashes = bench_hashes(url, texts, rows, new_tokens, timeout)
+    log(f"server-seqs: {len(rows)} prompt(s) at batch 1 in {time.monotonic() - t0:.1f} s; bench hashes {hashes}")
     t1 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
         rest = list(ex.map(lambda t: request(url, t, new_tokens, timeout), texts[b1:]))
     rows += [dict(r, batch="concurrent") for r in rest]
     if rest:
         log(f"server-seqs: {len(rest)} prompt(s), {concurrency} at a time, in {time.monotonic() - t1:.1f} s")
-    return rows
+    for r in rows:
+        del r["reply"]
+    return rows, hashes
 
 
 def write(out: Path, doc: dict) -> None:
@@ -299,9 +321,10 @@ def run(opts: SeqOptions, log=print) -> dict:
     t0 = time.monotonic()
     if opts.url is not None:
         source["url"] = opts.url
-        rows = generate(opts.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log)
+        rows, hashes = generate(opts.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log)
     else:
-        rows = _with_server(opts, texts, source, log)
+        rows, hashes = _with_server(opts, texts, source, log)
+    source["bench"] = hashes
     source["generate_s"] = round(time.monotonic() - t0, 1)
     write(
         opts.out,
@@ -311,7 +334,7 @@ def run(opts: SeqOptions, log=print) -> dict:
     return source
 
 
-def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> list[dict]:
+def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> tuple[list[dict], dict]:
     from . import launcher
 
     arm, cfg = _arm(opts), _launch_config(opts)

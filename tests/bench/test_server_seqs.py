@@ -78,7 +78,11 @@ class FakeSGLang:
                 row = fake.table[body["text"]]
                 n = body["sampling_params"]["max_new_tokens"]
                 assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["ignore_eos"]
-                out = {"text": "x", "output_ids": row["output_ids"][:n], "meta_info": {"completion_tokens": n}}
+                ids = row["output_ids"][:n]
+                if fake.mode == "drift" and n != len(row["output_ids"]):
+                    ids = ids[:-1] + [(ids[-1] + 1) % SPEC.vocab]
+                # the detokenized text of those ids, as SGLang's detokenizer returns it
+                out = {"text": f"t{len(ids)}-{sum(ids)}", "output_ids": ids, "meta_info": {"completion_tokens": n}}
                 if body.get("return_prompt_token_ids"):
                     out["prompt_token_ids"] = row["prompt_ids"]
                 if fake.mode == "short":
@@ -158,6 +162,46 @@ def test_a_server_that_answers_otherwise_is_exit_3_and_no_file(fake, model_dir, 
     assert not f.exists()
 
 
+@pytest.mark.parametrize("mode", ["ok", "drift"])
+def test_the_bench_hashes_are_the_servers_own_b1_replies(model_dir, tmp_path, mode):
+    """At 64 and 128 tokens the bench's two b1 prompts are asked again: the hash is workload.PhaseResult's over
+    the server's text and ids (what the plain server's hash_b1 will be), and the ids must be the 130-token
+    rows' first tokens (a server whose shorter requests decode otherwise says so)."""
+    from bench.workload import PhaseResult, fixed_prompts
+
+    texts = fixed_prompts(8)
+    table = {
+        t: {"prompt_ids": [1, 2, i], "output_ids": [(7 * i + 3 * j) % 997 for j in range(130)]}
+        for i, t in enumerate(texts)
+    }
+    srv = FakeSGLang(table)
+    srv.mode = mode
+    try:
+        rc, _, err = _main(
+            "server-seqs",
+            model_dir,
+            "--out",
+            tmp_path / "s.json",
+            "--url",
+            srv.url,
+            "--prompts",
+            8,
+            "--new-tokens",
+            130,
+        )
+    finally:
+        srv.httpd.shutdown()
+    assert rc == 0, err
+    bench = json.loads((tmp_path / "s.json").read_text())["source"]["bench"]
+    assert bench["prefix_equal"] is (mode == "ok")
+    for n in (64, 128):
+        ids = [table[t]["output_ids"][:n] for t in texts[:2]]
+        if mode == "drift":
+            ids = [x[:-1] + [(x[-1] + 1) % SPEC.vocab] for x in ids]
+        want = PhaseResult(0, 0.0, [], 0, [[f"t{n}-{sum(x)}", x] for x in ids]).output_hash()
+        assert bench["hash_b1"][str(n)] == want
+
+
 def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):
     rc, _, err = _main("server-seqs", model_dir, "--out", tmp_path / "s.json")
     assert rc == 2 and "no server: give --url" in err
@@ -232,6 +276,7 @@ def test_training_on_the_servers_sequences(trained, seq_file, model_dir):
     assert src["generated_by"] == "the server (bench server-seqs)" and src["file"] == str(seq_file)
     assert src["sha256"] == __import__("hashlib").sha256(seq_file.read_bytes()).hexdigest()
     assert src["source"]["url"].startswith("http://127.0.0.1:") and src["new_tokens"] == NEW
+    assert src["source"]["bench"] == {"hash_b1": {}, "prefix_equal": True}  # 40 tokens: shorter than 64
     assert src["prompt_ids_equal_local_tokenizer"] == PROMPTS + EVAL
     assert src["first_disagreement_bench"] == [FLIP] * 8 and src["reference_agrees"] < 1
     assert rec["sequences"]["new_tokens"] == NEW and "features_s" in rec["seconds"]

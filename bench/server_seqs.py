@@ -129,7 +129,8 @@ def load(path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_
             f"lower --prompts/--eval-prompts or {REGENERATE} with --prompts {prompts}",
         )
     vocab, texts = mine["vocab_size"], fixed_prompts(prompts)
-    p_ids, o_ids = [], []
+    p_ids: list[list[int]] = []
+    o_ids: list[list[int]] = []
     for i, row in enumerate(rows[:prompts]):
         key = f"sequences[{i}]"
         if not isinstance(row, dict):

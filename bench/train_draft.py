@@ -55,6 +55,7 @@ class TrainOptions:
     draft: str = "draft"  # the draft config: MODEL_DIR/<draft>/config.json
     sequences: Path | None = None  # bench server-seqs' file: the server's continuations instead of the reference's
     weight_decay: float = 0.0
+    eval_each_epoch: bool = False  # the held-out accept length after every epoch, in the history
     command: tuple[str, ...] = ()
 
 
@@ -222,7 +223,7 @@ def _batch(data: Data, rows, steps: int):
     return data.aux[rows, :width], tokens, labels
 
 
-def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -> list[dict]:
+def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log, each_epoch=None) -> list[dict]:
     """AdamW, warm-up then cosine, loss = sum over steps of 0.8^k x cross-entropy to the target's token."""
     import math
 
@@ -266,8 +267,13 @@ def train(draft, data: Data, rows: list[int], opts: TrainOptions, device, log) -
             "seconds": round(time.monotonic() - t0, 1),
             "step_accuracy": [round(c / max(1, n), 4) for c, n in zip(correct, counted)],
         }
+        if each_epoch is not None:
+            rec.update(each_epoch())
         history.append(rec)
-        log(f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, step accuracy {rec['step_accuracy']}, {rec['seconds']} s")
+        held = f", held-out accept {rec['held_out_accept']}" if "held_out_accept" in rec else ""
+        log(
+            f"epoch {rec['epoch']}: loss {rec['loss']:.4f}, step accuracy {rec['step_accuracy']}{held}, {rec['seconds']} s"
+        )
         if time.monotonic() - t0 > opts.train_seconds:
             log(f"stopping after epoch {epoch + 1}: --train-seconds {opts.train_seconds:g} reached")
             break
@@ -530,7 +536,17 @@ def run(opts: TrainOptions, log=print) -> dict:
     # the bench's requests decode 128 tokens; the chains of the last positions need steps more labels
     n_eval = min(BENCH_NEW_TOKENS, new_tokens - opts.steps)
     before = evaluate(draft, data, eval_rows, opts.steps, n_eval, device)
-    history = train(draft, data, train_rows, opts, device, log)
+    history = train(
+        draft,
+        data,
+        train_rows,
+        opts,
+        device,
+        log,
+        (lambda: {"held_out_accept": evaluate(draft, data, eval_rows, opts.steps, n_eval, device).get("accept_length")})
+        if opts.eval_each_epoch
+        else None,
+    )
     lap("train_s")
     metrics = {
         "held_out_before": before,
@@ -603,6 +619,9 @@ def add_cli(sub) -> None:
     )
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's (default %(default)s)")
     p.add_argument(
+        "--eval-each-epoch", action="store_true", help="the held-out accept length after every epoch (in the history)"
+    )
+    p.add_argument(
         "--steps",
         type=int,
         default=d.steps,
@@ -666,6 +685,7 @@ def _cli(a) -> int:
         draft=a.draft,
         sequences=a.sequences,
         weight_decay=a.weight_decay,
+        eval_each_epoch=a.eval_each_epoch,
         # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
         command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else (),
     )

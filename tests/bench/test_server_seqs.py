@@ -27,7 +27,17 @@ from bench.tinymodel import write_model_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS, EVAL, NEW, FLIP = 32, 8, 40, 12  # FLIP: the continuation index where the server parts from the reference
-TRAIN = dict(prompts=PROMPTS, eval_prompts=EVAL, epochs=10, batch=4, lr=5e-3, device="cpu", train_seconds=3600.0)
+TRAIN = dict(
+    prompts=PROMPTS,
+    eval_prompts=EVAL,
+    epochs=10,
+    batch=4,
+    lr=5e-3,
+    device="cpu",
+    train_seconds=3600.0,
+    weight_decay=0.01,
+    eval_each_epoch=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +293,9 @@ def test_training_on_the_servers_sequences(trained, seq_file, model_dir):
     assert "generate_and_features_s" not in rec["seconds"]
     # a short CPU run: the trained-on prompts' chains get accepted more than the untrained draft's
     m = rec["metrics"]
+    # --eval-each-epoch: the held-out accept length after each epoch, the last one the final figure's
+    assert len({r["held_out_accept"] for r in h}) > 1 and h[-1]["held_out_accept"] == m["held_out"]["accept_length"]
+    assert rec["options"]["weight_decay"] == 0.01
     assert m["bench_prompts"]["accept_length"] > m["held_out_before"]["accept_length"] + 0.1, m
 
 
@@ -380,6 +393,11 @@ def test_a_too_long_new_tokens_and_the_dry_run_read_the_file(seq_file, model_dir
         "train-draft", model_dir, "--sequences", seq_file, "--dry-run", "--prompts", 4, "--eval-prompts", 1
     )
     assert rc == 0 and f"x {NEW} greedy tokens of the server's from {seq_file}, teacher-forced" in out
+
+
+def test_a_negative_weight_decay_is_exit_2(model_dir):
+    rc, _, err = _main("train-draft", model_dir, "--weight-decay", "-1", "--dry-run")
+    assert rc == 2 and "--weight-decay must be >= 0" in err
 
 
 def test_the_real_cli_with_a_bad_file(model_dir, tmp_path):

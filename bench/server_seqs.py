@@ -219,8 +219,15 @@ def generate(url: str, texts: list[str], new_tokens: int, b1: int, concurrency: 
     hashes = bench_hashes(url, texts, rows, new_tokens, timeout)
     log(f"server-seqs: {len(rows)} prompt(s) at batch 1 in {time.monotonic() - t0:.1f} s; bench hashes {hashes}")
     t1 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as ex:
+    ex = ThreadPoolExecutor(max_workers=max(1, concurrency))
+    try:
         rest = list(ex.map(lambda t: request(url, t, new_tokens, timeout), texts[b1:]))
+    except BaseException:
+        # a failed request or Ctrl-C: the queued requests are dropped, not sent (the in-flight ones end with
+        # the server, or their timeout)
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown()
     rows += [dict(r, batch="concurrent") for r in rest]
     if rest:
         log(f"server-seqs: {len(rest)} prompt(s), {concurrency} at a time, in {time.monotonic() - t1:.1f} s")
@@ -229,8 +236,31 @@ def generate(url: str, texts: list[str], new_tokens: int, b1: int, concurrency: 
     return rows, hashes
 
 
+def _cannot_write(out: Path, e: OSError) -> DraftInputError:
+    return DraftInputError(
+        f"cannot write {out}: {e.strerror or e}", hint=f"free space or choose another --out; {out} is as it was"
+    )
+
+
+def check_writable(out: Path) -> None:
+    """Before a server start and minutes of generation: --out's directory takes a file."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(prefix=f".{out.name}.", suffix=".probe", dir=out.parent):
+            pass
+    except OSError as e:
+        raise _cannot_write(out, e) from None
+
+
 def write(out: Path, doc: dict) -> None:
     """Beside and renamed into place (fsync'ed): a kill leaves the previous file or the new one."""
+    try:
+        _write(out, doc)
+    except OSError as e:
+        raise _cannot_write(out, e) from None
+
+
+def _write(out: Path, doc: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
     try:
@@ -316,6 +346,7 @@ def run(opts: SeqOptions, log=print) -> dict:
     from .workload import fixed_prompts
 
     _checked(opts)
+    check_writable(opts.out)
     ident = model_identity(opts.model_dir)
     texts = fixed_prompts(opts.prompts)
     source: dict[str, Any] = {"command": list(opts.command) or None, "b1_prompts": min(opts.b1, opts.prompts)}

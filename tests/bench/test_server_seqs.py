@@ -84,7 +84,7 @@ class FakeSGLang:
                 with fake.lock:
                     fake.inflight += 1
                     fake.seen.append((body["text"], fake.inflight))
-                time.sleep(0.002)  # long enough for concurrent requests to overlap
+                time.sleep(0.5 if fake.mode == "slow" else 0.002)  # long enough for concurrent requests to overlap
                 row = fake.table[body["text"]]
                 n = body["sampling_params"]["max_new_tokens"]
                 assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["ignore_eos"]
@@ -210,6 +210,63 @@ def test_the_bench_hashes_are_the_servers_own_b1_replies(model_dir, tmp_path, mo
             ids = [x[:-1] + [(x[-1] + 1) % SPEC.vocab] for x in ids]
         want = PhaseResult(0, 0.0, [], 0, [[f"t{n}-{sum(x)}", x] for x in ids]).output_hash()
         assert bench["hash_b1"][str(n)] == want
+
+
+def test_an_unwritable_out_fails_before_any_request(fake, model_dir, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    fake.seen = []
+    rc, _, err = _main("server-seqs", model_dir, "--out", blocker / "s.json", "--url", fake.url, "--prompts", 3)
+    assert rc == 2 and f"cannot write {blocker}/s.json" in err and "Traceback" not in err
+    assert fake.seen == []
+
+
+def test_ctrl_c_drops_the_queued_requests_and_writes_nothing(fake, model_dir, tmp_path):
+    """SIGINT while 2 of 40 requests are in flight: exit 130 at once (not after the 38 queued ones), no file, no
+    temporary."""
+    import os
+    import signal
+
+    fake.mode, fake.seen = "slow", []
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "server-seqs",
+            str(model_dir),
+            "--out",
+            str(tmp_path / "s.json"),
+            "--url",
+            fake.url,
+            "--prompts",
+            str(PROMPTS + EVAL),
+            "--new-tokens",
+            str(NEW),
+            "--b1",
+            "0",
+            "--concurrency",
+            "2",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(fake.seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        fake.mode = "ok"
+    assert proc.returncode == 130 and "interrupted;" in err and "Traceback" not in err, err
+    assert took < 5 and len(fake.seen) < 10, (took, len(fake.seen))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):

@@ -51,3 +51,19 @@ class ServerSeqsError(BenchError):
     otherwise than SGLang's): the message names the request and the field."""
 
     exit_code = EXIT_ABORTED
+
+
+def run_reported(prog: str, call, interrupted: str) -> int:
+    """A command's body with its failures as users see them: the package's errors as the message and their
+    exit code (never a traceback), Ctrl-C as 130 and what it left as it was."""
+    import sys
+
+    try:
+        call()
+    except OverlayError as e:
+        print(f"{prog}: {e.render()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; {interrupted}", file=sys.stderr)
+        return 130
+    return 0

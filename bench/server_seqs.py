@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DraftInputError, ServerSeqsError
+from .errors import DraftInputError, ServerSeqsError, run_reported
 
 FORMAT = "bench-server-seqs/1"
 BENCH_B1 = 8  # the bench's first 8 prompts (fixed_prompts(8)): every request it sends
@@ -433,8 +433,6 @@ def _env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 
 def _cli(a) -> int:
-    from sglang_overlay.errors import OverlayError
-
     try:
         env = _env(a.env)
     except DraftInputError as e:
@@ -458,15 +456,6 @@ def _cli(a) -> int:
         log_dir=a.log_dir,
         command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["server-seqs"] else (),
     )
-    try:
-        if a.dry_run:
-            print(plan(opts))
-        else:
-            run(opts)
-    except OverlayError as e:
-        print(f"bench server-seqs: {e.render()}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print(f"bench server-seqs: interrupted; {a.out} is as it was", file=sys.stderr)
-        return 130
-    return 0
+    return run_reported(
+        "bench server-seqs", lambda: print(plan(opts)) if a.dry_run else run(opts), f"{a.out} is as it was"
+    )

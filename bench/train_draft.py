@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import DraftInputError
+from .errors import DraftInputError, run_reported
 
 BENCH_PROMPTS = 8  # the bench's requests: fixed_prompts(8) (--concurrency 8; b1 sends the first 2)
 BENCH_NEW_TOKENS = 128  # gpu_runs.sh's --max-new-tokens for issue 17's runs
@@ -689,15 +689,6 @@ def _cli(a) -> int:
         # the command line when run as `python -m bench train-draft ...` (main(argv) has no other trace)
         command=(sys.executable, "-m", "bench", *sys.argv[1:]) if sys.argv[1:2] == ["train-draft"] else (),
     )
-    try:
-        if a.dry_run:
-            print(plan(opts))
-        else:
-            run(opts)
-    except DraftInputError as e:
-        print(f"bench train-draft: {e.render()}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("bench train-draft: interrupted; the draft dir is as it was", file=sys.stderr)
-        return 130
-    return 0
+    return run_reported(
+        "bench train-draft", lambda: print(plan(opts)) if a.dry_run else run(opts), "the draft dir is as it was"
+    )

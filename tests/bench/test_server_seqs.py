@@ -21,9 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_train_draft import SPEC
-
-from bench.tinymodel import write_model_dirs
+from test_train_draft import SPEC, model_dir  # noqa: F401  (the same tiny model dir fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS, EVAL, NEW, FLIP = 32, 8, 40, 12  # FLIP: the continuation index where the server parts from the reference
@@ -38,13 +36,6 @@ TRAIN = dict(
     weight_decay=0.01,
     eval_each_epoch=True,
 )
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("seqs_model")
-    write_model_dirs(d, SPEC)
-    return d
 
 
 @pytest.fixture(scope="module")

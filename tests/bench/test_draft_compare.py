@@ -14,7 +14,9 @@ import pytest
 from bench import store
 from bench.draft_compare import main
 
-GPU5 = Path(__file__).parent / "data" / "gpu5_trained"
+# GPU session 5's trained step as recorded (its stores and train-draft's train.json)
+RUN5 = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-h200-run5"
+TRAIN5 = RUN5 / "train" / "tiny-draft.json"
 WL = {"max_new_tokens": 128, "b1_requests": 2, "concurrency": 8, "request_timeout_s": 300.0}
 
 
@@ -120,7 +122,7 @@ def _gpu5(tmp_path: Path) -> tuple[Path, Path]:
     for name in ("plain", "eagle"):
         d = tmp_path / name
         d.mkdir()
-        shutil.copyfile(GPU5 / f"{name}.jsonl", d / "results.jsonl")
+        shutil.copyfile(RUN5 / "trained" / name / "results.jsonl", d / "results.jsonl")
         dirs.append(d)
     return dirs[0], dirs[1]
 
@@ -129,7 +131,7 @@ def test_gpu5s_trained_run(tmp_path, capsys):
     """The recorded H200 run that the old verdict called NO in every arm: batch-1 outputs are plain decoding's in
     the none and full arms; the OEA arm is not expected to be equal; concurrent outputs vary (not judged)."""
     plain, eagle = _gpu5(tmp_path)
-    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(GPU5 / "train.json")]) == 0
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(TRAIN5)]) == 0
     text = capsys.readouterr().out
     assert (
         "| eagle | none | full | 1 | 1.19 | 1.14 | 179.7 | 0.43 | 1161.4 | 0.39 | yes | differ (2 distinct; plain 1) |"
@@ -156,8 +158,9 @@ def test_gpu5_with_one_batch1_output_changed(tmp_path, capsys, arm):
     """One measured repetition's batch-1 hash changed: a failure in the full arm, still no verdict in OEA's."""
     plain, eagle = _gpu5(tmp_path)
     lines = (eagle / "results.jsonl").read_text().splitlines()
-    i = max(n for n, x in enumerate(lines) if f'"arm":"{arm}"' in x and '"type":"rep"' in x)
-    rec = json.loads(lines[i])
+    recs = [json.loads(x) for x in lines]
+    i = max(n for n, r in enumerate(recs) if r.get("type") == "rep" and r["arm"] == arm and not r.get("warmup"))
+    rec = recs[i]
     rec["metrics"]["hash_b1"] = "0" * 16
     lines[i] = json.dumps(rec)
     (eagle / "results.jsonl").write_text("\n".join(lines) + "\n")
@@ -171,7 +174,7 @@ def test_gpu5_with_one_batch1_output_changed(tmp_path, capsys, arm):
 
 def test_a_draft_trained_on_the_servers_sequences(tmp_path, capsys):
     plain, eagle = _gpu5(tmp_path)
-    rec = json.loads((GPU5 / "train.json").read_text())
+    rec = json.loads(TRAIN5.read_text())
     rec["reference_hash_b1"]["128"] = "a76b6bdadb38efaf"  # the server's, as bench server-seqs records it
     rec["sequences"]["source"] = {
         "generated_by": "the server (bench server-seqs)",

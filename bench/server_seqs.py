@@ -368,10 +368,13 @@ def run(opts: SeqOptions, log=print) -> dict:
 
 def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> tuple[list[dict], dict]:
     from . import launcher
+    from .runner import HASH_SEED_ENV, QUIET_STOP_ENV, STEP_TIME_ENV
 
     arm, cfg = _arm(opts), _launch_config(opts)
     log_dir = opts.log_dir or Path(tempfile.mkdtemp(prefix="server-seqs-"))
-    env = {**os.environ, **dict(opts.env)}
+    # the environment the bench's plain arms run under (less phase timing, which they turn off), so this server
+    # takes their code paths
+    env = {**os.environ, **STEP_TIME_ENV, **HASH_SEED_ENV, **QUIET_STOP_ENV, **dict(opts.env)}
     t0 = time.monotonic()
     try:
         srv = launcher.start(cfg, arm, env, log_dir / "server-seqs.console.log")

@@ -261,13 +261,15 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
             meta = {"completion_tokens": n, "prompt_tokens": len(req["text"]) // 4, "e2e_latency": n * step_s}
             if spec:
                 meta["spec_verify_ct"] = verify
-            return self._send(
-                {
-                    "text": "out " + digest[:24],
-                    "output_ids": [int(digest[i : i + 4], 16) % 32768 for i in range(0, 32, 4)],
-                    "meta_info": meta,
-                }
-            )
+            out = {
+                "text": "out " + digest[:24],
+                "output_ids": [int(digest[i : i + 4], 16) % 32768 for i in range(0, 32, 4)],
+                "meta_info": meta,
+            }
+            if req.get("return_prompt_token_ids"):  # bench server-seqs: SGLang's full answer, n ids
+                out["output_ids"] = [(int(digest[:8], 16) + 7 * j) % 32768 for j in range(n)]
+                out["prompt_token_ids"] = [ord(c) % 256 for c in req["text"]]
+            return self._send(out)
 
     srv = ThreadingHTTPServer((host, port), H)
     srv.daemon_threads = True

@@ -260,6 +260,56 @@ def test_ctrl_c_drops_the_queued_requests_and_writes_nothing(fake, model_dir, tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_path, monkeypatch):
+    """Without --url: the real `apply.py launch` (the fake SGLang server module) carries --set, the bench's server
+    env and --env, serves the requests, and is stopped after; the file names the server it came from."""
+    import socket
+
+    here = Path(__file__).resolve().parent
+    monkeypatch.delenv("SGLANG_OVERLAY_TREE", raising=False)
+    monkeypatch.setenv("SGLANG_OVERLAY_SERVER_MODULE", "fake_bench_server")
+    monkeypatch.setenv("PYTHONPATH", str(here))
+    monkeypatch.setenv("FAKE_BENCH_LOG", str(tmp_path / "starts.jsonl"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    f = tmp_path / "s.json"
+    args = ["--manifest", ROOT / "manifest.yaml", "--tree", sglang_tree, "--set", "overlay_identity"]
+    rc, _, err = _main(
+        "server-seqs",
+        model_dir,
+        "--out",
+        f,
+        "--prompts",
+        3,
+        "--new-tokens",
+        9,
+        "--b1",
+        2,
+        *args,
+        "--env",
+        "SGLANG_DUMMY_INIT=normal",
+        "--log-dir",
+        tmp_path / "logs",
+        "--health-timeout",
+        60,
+        "--",
+        "--port",
+        port,
+    )
+    assert rc == 0, err
+    doc = json.loads(f.read_text())
+    src = doc["source"]
+    assert src["patches"] == ["overlay_identity"] and src["set"] == "overlay_identity" and len(src["fingerprint"]) > 8
+    assert src["server_args"] == ["--port", str(port)] and src["env"] == {"SGLANG_DUMMY_INIT": "normal"}
+    assert [len(r["output_ids"]) for r in doc["sequences"]] == [9, 9, 9]
+    (start,) = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert start["patches"] == ["overlay_identity"] and start["env"]["SGLANG_DUMMY_INIT"] == "normal"
+    assert start["env"]["SGLANG_RECORD_STEP_TIME"] == "1"
+    with socket.socket() as sock, pytest.raises(ConnectionRefusedError):  # stopped: nothing listens there
+        sock.connect(("127.0.0.1", port))
+
+
 def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):
     rc, _, err = _main("server-seqs", model_dir, "--out", tmp_path / "s.json")
     assert rc == 2 and "no server: give --url" in err

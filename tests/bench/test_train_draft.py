@@ -448,7 +448,7 @@ def test_dry_run_plans_without_writing_and_a_bad_std_variable_is_exit_2(model_di
     assert main(["train-draft", str(d), "--dry-run", "--prompts", "8", "--eval-prompts", "2"]) == 0
     out = capsys.readouterr().out
     assert f"train-draft plan: target {d}/target (4 layers, hidden 128, 8 experts;" in out and "std 0.05" in out
-    assert "data: 10 prompts (train 8, held out 2) x 192 greedy tokens, aux ids [0, 1, 2]" in out
+    assert "data: 10 prompts (train 8, held out 2) x 192 greedy tokens of the reference's, aux ids [0, 1, 2]" in out
     assert f"out: {d}/draft_trained" in out
     assert sorted(x.name for x in d.iterdir()) == ["draft", "draft_bad", "target"]
     monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "abc")

@@ -190,7 +190,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import engine_speed, oea_micro, peer_speed, rebase_speed, server_seqs, simulate, tinymodel, train_draft
+    from . import engine_speed, oea_micro, peer_speed, rebase_speed, server_seqs, simulate_cli, tinymodel, train_draft
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine_speed.add_cli(sub)
     peer_speed.add_cli(sub)
     rebase_speed.add_cli(sub)
-    simulate.add_cli(sub)
+    simulate_cli.add_cli(sub)
     return ap
 
 

@@ -2,7 +2,7 @@
 
 The plans (bench.plans) run against it exactly as against real servers, so their error rates can be measured
 on the CPU: how often a null comparison names a culprit, how often a planted regression is named (and the
-right one), how many starts that takes. `python -m bench simulate` prints those rates for noise you give it
+right one), how many starts that takes. `python -m bench simulate` (bench.simulate_cli) prints those rates for noise you give it
 (e.g. the start-to-start CV a real run reported), which is also how to choose --max-starts for a budget.
 
 Model of one start of a set S (all multiplicative, per metric):
@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -249,56 +248,6 @@ def sim_arm(name: str, patches: Sequence[str]) -> ArmSpec:
     return ArmSpec(name, PatchSet(",".join(patches) or "none", patches))
 
 
-def add_cli(sub) -> None:
-    p = sub.add_parser("simulate", help="error rates of bisect on simulated servers (CPU; choose budgets)")
-    p.add_argument("--trials", type=int, default=200)
-    p.add_argument("--candidates", type=int, default=3, help="patches between good and bad")
-    p.add_argument("--effect", type=float, default=0.05, help="planted step-time regression (0 = a null run)")
-    p.add_argument("--start-cv", type=float, default=0.01)
-    p.add_argument("--rep-cv", type=float, default=0.01)
-    p.add_argument("--bimodal-p", type=float, default=0.0)
-    p.add_argument("--bimodal-shift", type=float, default=0.0)
-    p.add_argument("--initial", type=int, default=3)
-    p.add_argument("--max-starts", type=int, default=8)
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--min-effect", type=float, default=0.02)
-    p.add_argument(
-        "--spending",
-        choices=["obf", "pocock", "bonferroni"],
-        default="pocock",
-        help="alpha over the looks (bench/sequential.py); bonferroni = the method before 2026-12-01's fourth session",
-    )
-    p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")
-    p.add_argument(
-        "--adjust",
-        choices=["none", "host", "steal"],
-        default="none",
-        help="verdicts at a fixed host speed (bench.covariate; the host-regime scenarios carry the covariates)",
-    )
-    p.add_argument(
-        "--from-record",
-        metavar="RESULTS_JSONL",
-        help="draw each start from a recorded GPU run's starts (its noise, not a model of it); "
-        "--start-cv/--rep-cv/--bimodal-* are then unused",
-    )
-    p.add_argument("--record-set", metavar="A,B", help="with --from-record: the patch set whose starts to draw")
-    p.add_argument(
-        "--confirm",
-        choices=["fresh", "shared"],
-        default="shared",
-        help="bisect's confirmations: a block of fresh good/bad starts, or the endpoints' and probes' starts "
-        "shared (bench/plans.py Settings.confirm)",
-    )
-    p.add_argument(
-        "--scenario",
-        action="append",
-        metavar="NAME",
-        help="run a named adversarial scenario instead (bench/scenarios.py; 'all', or 'list' to print them); "
-        "repeatable; prints one markdown row each with Clopper-Pearson intervals",
-    )
-    p.set_defaults(func=_cli)
-
-
 def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, settings) -> dict[str, Any]:
     """Run bench.plans.run_bisect `trials` times; count named / right / wrong culprits and starts used."""
     from .plans import run_bisect
@@ -326,69 +275,3 @@ def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, setti
         out["starts"].append(len(lab.order))
     out["median_starts"] = statistics.median(out["starts"])
     return out
-
-
-def _cli(a) -> int:
-    from .plans import Settings
-    from .replication import Policy
-
-    settings = Settings(
-        Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step, adjust=a.adjust),
-        confirm=a.confirm,
-    )
-    if a.scenario:
-        return _scenarios(a, settings)
-    culprit = f"p{a.candidates - 1}" if a.effect else None
-    plants = [host_slowdown(culprit, a.effect)] if culprit else []
-
-    pool = recorded_starts(a.from_record, a.record_set) if a.from_record else ()
-
-    def world(_t: int) -> World:
-        return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift, pool=pool)
-
-    r = bisect_rates(world, a.candidates, culprit, a.trials, settings)
-    noise = (
-        f"starts drawn from the {len(pool)} recorded in {a.from_record}"
-        if pool
-        else f"start cv {a.start_cv * 100:.1f}%, rep cv {a.rep_cv * 100:.1f}%, bimodal p {a.bimodal_p} "
-        f"shift {a.bimodal_shift * 100:+.0f}%"
-    )
-    print(
-        f"bisect over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% "
-        f"({noise}), {a.trials} trials, {a.initial} to {a.max_starts} starts per arm:"
-    )
-    print(
-        f"  right culprit {r['right']} ({r['right'] / a.trials:.1%}), wrong culprit {r['wrong']} "
-        f"({r['wrong'] / a.trials:.1%}), none named {r['none']} ({r['none'] / a.trials:.1%}); "
-        f"median server starts {r['median_starts']:.0f} (max {max(r['starts'])})"
-    )
-    return 0
-
-
-def _scenarios(a, settings) -> int:
-    from . import scenarios as sc
-
-    if "list" in a.scenario:
-        for x in sc.catalogue():
-            print(f"{x.name}: {x.note}" + (" (needs --from-record)" if x.needs_record else ""))
-        return 0
-    names = [x.name for x in sc.catalogue()] if "all" in a.scenario else a.scenario
-    known = {x.name for x in sc.catalogue()}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        print(f"bench simulate: unknown scenario {', '.join(unknown)}; `--scenario list` names them", file=sys.stderr)
-        return 2
-    pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
-    pol = settings.policy
-    method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
-    print(f"bisect, {a.trials} seeded trials each, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}")
-    print(sc.HEADER)
-    for n in names:
-        x = sc.by_name(n)
-        if x.needs_record and not pool:
-            if "all" not in a.scenario:
-                print(f"bench simulate: scenario {n} draws recorded starts: give --from-record", file=sys.stderr)
-                return 2
-            continue
-        print(sc.row(n, method, sc.run(x, settings, a.trials, pool)), flush=True)
-    return 0

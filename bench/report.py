@@ -860,6 +860,16 @@ def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
             lines.append(f"- {name} start {u.round + 1}: {len(u.nccl_env_lines)} rank line(s)")
             lines += [f"    - `{ln}`" for ln in u.nccl_env_lines]
         lines.append("")
+    void = [(r.name, (m.get("extra") or {}).get("ttft_void")) for r in rows for u in r.units for m in u.reps]
+    void = [(name, why) for name, why in void if why]
+    if void:
+        lines += [
+            "## Time to first token voided",
+            "",
+            f"- {len(void)} repetition(s) ({', '.join(sorted({n for n, _ in void}))}) have no first-token figure: "
+            f"{void[0][1]} (bench.workload.ttft_ms); the metric is read over the others only",
+            "",
+        ]
     if v.identity_warnings:
         lines += (
             ["## Identity warnings", ""]

@@ -12,7 +12,11 @@ is why a phase's step time is the median of its entries, not the mean.
 After the two phases, `ttft_requests` requests of one new token each, one after another, time the way to a
 first token (client wall time: HTTP, tokenizing, scheduling, the target's prefill and, under EAGLE, the draft's
 extend): a prefill-path change shows there and nowhere in the decode step. One token ends a request at
-prefill, so these requests add no decode-step entries.
+prefill, so these requests add no decode-step entries. The decode phases have just sent the same prompts, and
+SGLang's radix cache (on by default) would serve all but one token of them from the cache, so each of these
+prompts starts with a number no earlier request of the server had (`_ttft_nonce`): the prefix shared with any
+cached request is a token or two. A reply whose `cached_tokens` still covers more than a quarter of its prompt
+voids the figure (None, and the reason in `extra`): a cache hit is never reported as a prefill.
 
 With the oea_topk patch and SGLANG_OEA_STATS=1, `internal_states[0].oea_stats` holds routing-call totals since
 start (calls, distinct routed experts, non-padded rows); a phase's figure is the difference of the snapshots
@@ -22,6 +26,7 @@ around it, so the mean distinct experts per routing call describes that phase al
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import statistics
 import time
@@ -223,14 +228,22 @@ def _one(base: str, prompt: str, wl: Workload, max_new_tokens: int | None = None
     return out
 
 
-def ttft_ms(base: str, prompts: list[str], wl: Workload) -> float | None:
-    """Median client wall time of one-token requests sent one after another (None when there are none)."""
+_ttft_nonce = itertools.count()  # per client process: never the same prefix twice for one server
+TTFT_MAX_CACHED = 0.25
+
+
+def ttft_ms(base: str, prompts: list[str], wl: Workload) -> tuple[float | None, str]:
+    """Median client wall time of one-token requests sent one after another, and why it is None if it is."""
     times = []
     for p in prompts:
         t0 = time.perf_counter()
-        _one(base, p, wl, max_new_tokens=1)
+        out = _one(base, f"{next(_ttft_nonce):08d} {p}", wl, max_new_tokens=1)
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times) if times else None
+        meta = out.get("meta_info") or {}
+        cached, total = int(meta.get("cached_tokens") or 0), int(meta.get("prompt_tokens") or 0)
+        if total and cached > TTFT_MAX_CACHED * total:
+            return None, f"a first-token request was served {cached} of {total} prompt tokens from the cache"
+    return (statistics.median(times), "") if times else (None, "")
 
 
 def _phase(
@@ -268,7 +281,7 @@ def run_rep(base: str, wl: Workload) -> RepMetrics:
     b1, state1 = _phase(base, prompts[: wl.b1_requests], wl, False, state0, 1)
     bc, state2 = _phase(base, prompts[: wl.concurrency], wl, True, state1, wl.concurrency)
     # after the decode phases, so they are measured exactly as before this phase existed
-    ttft = ttft_ms(base, prompts[: wl.ttft_requests], wl)
+    ttft, ttft_void = ttft_ms(base, prompts[: wl.ttft_requests], wl)
     return RepMetrics(
         step_ms_b1=b1.step_ms,
         step_ms_bc=bc.step_ms,
@@ -288,6 +301,7 @@ def run_rep(base: str, wl: Workload) -> RepMetrics:
         eagle_draft_extend_ms_b1=_p50(b1.eagle_phase_timing, "draft_extend"),
         eagle_step_ms_b1=_p50(b1.eagle_phase_timing, "step"),
         ttft_ms_b1=ttft,
+        extra={"ttft_void": ttft_void} if ttft_void else {},
         oea_b1=b1.oea_stats,
         oea_bc=bc.oea_stats,
         oea_distinct_experts_b1=(b1.oea_stats or {}).get("mean_distinct_experts"),

@@ -181,6 +181,7 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
     steps: dict[int, list[float]] = defaultdict(list)
     inflight: dict[int, int] = {}
     state = {"active": 0, "tokens": 0, "verify": 0, "next": 0}
+    seen: set[str] = set()
 
     class H(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -258,7 +259,17 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                     oea["rows_sum"] += 2 * n * bs
                 state["verify"] += verify
             digest = hashlib.sha256((req["text"] + ",".join(changed)).encode()).hexdigest()
-            meta = {"completion_tokens": n, "prompt_tokens": len(req["text"]) // 4, "e2e_latency": n * step_s}
+            # SGLang's radix cache, roughly: a prompt sent before is served from the cache but its last token
+            with lock:
+                seen_before = req["text"] in seen
+                seen.add(req["text"])
+            prompt_tokens = len(req["text"]) // 4
+            meta = {
+                "completion_tokens": n,
+                "prompt_tokens": prompt_tokens,
+                "cached_tokens": prompt_tokens - 1 if seen_before else 0,
+                "e2e_latency": n * step_s,
+            }
             if spec:
                 meta["spec_verify_ct"] = verify
             out = {

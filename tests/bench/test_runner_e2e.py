@@ -123,6 +123,31 @@ def test_a_prefill_only_regression_shows_in_time_to_first_token_and_is_flagged(
     cells = [x.strip() for x in row.split("|")]
     assert cells[5] == "3 / 3" and "**regression**" in cells[7] and float(cells[6].split("%")[0]) > 15, row
     assert "the prefill path; bisect or ablate with --metric ttft_ms_b1" in md
+    # the fake serves repeated prompts from its "radix cache": none of the first-token requests was one
+    assert "Time to first token voided" not in md
+
+
+def test_a_first_token_request_served_from_the_cache_voids_the_figure(tmp_path, manifest, launcher_arg, monkeypatch):
+    """Without the per-request prefix the repetitions' first-token prompts repeat, the server's cache serves them,
+    and the figure is not a prefill: it is left out (and said), never reported."""
+    import itertools
+
+    from bench import workload
+
+    monkeypatch.setattr(workload, "_ttft_nonce", itertools.repeat(0))
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ab",
+        ["--arms", "ref=full-planted", "slow=full", "--restarts", "1", "--max-starts", "1"],
+        QUIET,
+    )
+    m = [r["metrics"] for r in recs if r["type"] == "rep" and not r["warmup"]]
+    assert m and all(x["ttft_ms_b1"] is None and "from the cache" in x["extra"]["ttft_void"] for x in m)
+    md = (out / "report.md").read_text()
+    assert "## Time to first token voided" in md and "time to first token ms (b1)" not in md
 
 
 def test_eagle_phase_timing_and_accept_length_are_collected(tmp_path, manifest, launcher_arg, monkeypatch):

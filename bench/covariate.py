@@ -70,6 +70,7 @@ class Balance:
 
 
 def balance(ref_probe: Sequence[float], arm_probe: Sequence[float], confidence: float) -> Balance:
+    """The report's diagnostic line (a difference test); the adjustment itself is gated by `equivalence`."""
     from scipy import stats as sst
 
     a, b = [math.log(x) for x in clean(ref_probe)], [math.log(x) for x in clean(arm_probe)]
@@ -81,6 +82,41 @@ def balance(ref_probe: Sequence[float], arm_probe: Sequence[float], confidence: 
     else:
         p = float(sst.ttest_ind(b, a, equal_var=False).pvalue)
     return Balance(change, p, p >= 1 - confidence)
+
+
+# The arms' covariate difference is read at this confidence whatever the look: a stricter look must not make
+# the gate more lenient (a difference test's would: its "no difference" grows easier as alpha shrinks).
+BALANCE_CONFIDENCE = 0.95
+
+
+def equivalence(ref: Sequence[float], arm: Sequence[float], slope: float, min_effect: float) -> str:
+    """Empty when the adjustment may be made, else why not. `ref` / `arm`: the starts' mean (transformed)
+    covariate. Balance is an equivalence claim, not the absence of evidence: the adjustment moves the arm's
+    estimate by slope x (the arms' covariate difference), and if the arm itself moves the covariate that
+    share is the arm's own effect taken away. So it is made only when |slope| x the farther end of the
+    difference's Welch interval (BALANCE_CONFIDENCE) is below min_effect / 2: then no more than half the
+    minimum effect can be the arm's own, moved. With 3 starts an arm that interval is wide and the gate closes:
+    more starts, or a covariate the arm cannot move, open it."""
+    from scipy import stats as sst
+
+    a, b = list(ref), list(arm)
+    if len(a) < 2 or len(b) < 2:
+        return "too few starts to bound the arms' covariate difference"
+    d = statistics.fmean(b) - statistics.fmean(a)
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        half = 0.0
+    else:
+        df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+        half = float(sst.t.ppf(0.5 + BALANCE_CONFIDENCE / 2, df)) * math.sqrt(va + vb)
+    bound = abs(slope) * (abs(d) + half)
+    if bound < min_effect / 2:
+        return ""
+    return (
+        f"the arms' covariate difference {d:+.3g} [{d - half:+.3g}, {d + half:+.3g}] ({BALANCE_CONFIDENCE:.0%}) "
+        f"x slope {slope:.2f} could move the change by {bound * 100:.1f} %, not below half the minimum effect "
+        f"({min_effect * 50:.1f} %): the arm may move the covariate, so adjusting could remove its own effect"
+    )
 
 
 @dataclass(frozen=True)
@@ -133,18 +169,15 @@ def compare_adjusted(
     a, b = _complete(ref), _complete(arm)
     if len(a) != len(ref) or len(b) != len(arm) or len(a) < min_starts or len(b) < min_starts:
         return None
-    if not balance([p for _, p in a], [p for _, p in b], confidence).admissible:
-        raw = compare_starts(
-            [y for y, _ in a],
-            [y for y, _ in b],
-            metric=metric,
-            lower_is_better=lower_is_better,
-            confidence=confidence,
-            min_effect=min_effect,
-            min_starts=min_starts,
-        )
-        return replace(raw, verdict=UNDECIDED)
-
+    raw = compare_starts(
+        [y for y, _ in a],
+        [y for y, _ in b],
+        metric=metric,
+        lower_is_better=lower_is_better,
+        confidence=confidence,
+        min_effect=min_effect,
+        min_starts=min_starts,
+    )
     ly = [math.log(y) for y, _ in a + b]
     lp = [math.log(p) for _, p in a + b]
     mp = statistics.fmean(lp)
@@ -152,6 +185,9 @@ def compare_adjusted(
     est, se = fit.coef[1], fit.se[1]
     if fit.df < 1 or math.isnan(se):
         return None
+    why = equivalence(lp[: len(a)], lp[len(a) :], fit.coef[2], min_effect)
+    if why:
+        return replace(raw, verdict=UNDECIDED, note=why)
     lo, hi, p_value = t_interval(est, se, fit.df, confidence)
     return Comparison(
         metric=metric,
@@ -352,8 +388,6 @@ def compare_mixed(
         min_effect=min_effect,
         min_starts=min_starts,
     )
-    if not _balanced([[tf(x) for _, x in s] for s in ref], [[tf(x) for _, x in s] for s in arm], confidence):
-        return replace(raw, verdict=UNDECIDED)
     fit = fit_mixed([(0, s) for s in ref] + [(1, s) for s in arm], tf)
     if fit is None:
         return None
@@ -361,6 +395,10 @@ def compare_mixed(
     est, se = fit.coef[1], fit.se[1]
     if df < 1 or math.isnan(se):
         return None
+    means = [[statistics.fmean(tf(x) for _, x in s) for s in g if s] for g in (ref, arm)]
+    why = equivalence(means[0], means[1], fit.coef[-1], min_effect)
+    if why:
+        return replace(raw, verdict=UNDECIDED, note=why)
     lo, hi, p_value = t_interval(est, se, df, confidence)
     return replace(
         raw,
@@ -370,19 +408,6 @@ def compare_mixed(
         p_value=p_value,
         verdict=interval_verdict(lo, hi, min_effect, lower_is_better),
     )
-
-
-def _balanced(ref: Sequence[Sequence[float]], arm: Sequence[Sequence[float]], confidence: float) -> bool:
-    """Welch's t on the starts' mean covariate (transformed): no difference between the arms at `confidence`."""
-    from scipy import stats as sst
-
-    a = [statistics.fmean(s) for s in ref if s]
-    b = [statistics.fmean(s) for s in arm if s]
-    if len(a) < 2 or len(b) < 2:
-        return False
-    if statistics.pvariance(a) == 0 and statistics.pvariance(b) == 0:
-        return statistics.fmean(a) == statistics.fmean(b)
-    return float(sst.ttest_ind(b, a, equal_var=False).pvalue) >= 1 - confidence
 
 
 def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], covariate: str = PROBE) -> Spread | None:

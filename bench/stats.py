@@ -90,6 +90,7 @@ class Comparison:
     confidence: float
     min_effect: float
     verdict: str
+    note: str = ""  # why a covariate-adjusted reading is "cannot tell" (bench.covariate), else empty
 
     @property
     def n_ref(self) -> int:

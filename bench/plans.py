@@ -18,7 +18,7 @@ from . import bisect as bis
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
-from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, TOO_FEW
+from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, regression_ruled_out
 from .verdicts import Place, Placement, place_confirmation, place_probe
 
 BUDGET_NOTE = "at this budget"
@@ -205,9 +205,7 @@ def not_ruled_out(lab: Lab, good: ArmSpec, bad: ArmSpec, pol: Policy) -> list[st
     for m, _, _ in METRICS:
         if not (lab.medians(good, m) and lab.medians(bad, m)):
             continue
-        c = compare(lab, good, bad, m, pol)
-        bound = c.high if c.lower_is_better else -c.low
-        if c.verdict == TOO_FEW or not bound < pol.min_effect:
+        if not regression_ruled_out(compare(lab, good, bad, m, pol)):
             out.append(m)
     return out
 

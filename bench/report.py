@@ -307,7 +307,7 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
     culprit, saying which step fails. A culprit is never named that the run did not name.
     """
     from .plans import ablate_finding
-    from .stats import IMPROVEMENT, REGRESSION
+    from .stats import DECIDED, IMPROVEMENT, REGRESSION, regression_ruled_out
 
     m = c["metric"]
     out = dict(c)
@@ -342,7 +342,29 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
     out["probes"] = probes
     out["readjusted"] = True
     if not c.get("culprit"):
-        out["reason"] = f"{c['reason']} (the search as the run read it; endpoints now {out['endpoint']['verdict']})"
+        # the run's outcome stands only where this reading decides the endpoints as the run did and rules out a
+        # regression on every metric (bench.plans.not_ruled_out); the search itself is not re-run
+        now = out["endpoint"]["verdict"]
+        open_ = [
+            name
+            for name, _, _ in METRICS
+            if (a := rows.get(c["good"])) is not None
+            and (b := rows.get(c["bad"])) is not None
+            and a.medians(name)
+            and b.medians(name)
+            and not regression_ruled_out(_compare(a, b, name, pol))
+        ]
+        if now != c["endpoint"].get("verdict") or now not in DECIDED or open_:
+            out["outcome"] = f"cannot tell under this reading (endpoints: {now}; the search was not re-run)"
+        out["reason"] = (
+            f"{c['reason']} (the search as the run read it; endpoints now {now}"
+            + (
+                f"; not ruled out under this reading: a regression beyond {pol.min_effect:.0%} on {', '.join(open_)}"
+                if open_
+                else ""
+            )
+            + ")"
+        )
         return out
     failed = [] if out["endpoint"]["verdict"] == REGRESSION else [f"bad vs good is {out['endpoint']['verdict']}"]
     # the block that decided (blocks are numbered in order: confirm1, confirm2, ... confirm10)
@@ -532,9 +554,11 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         "|---|---|---|---|---|---|---|",
     ]
     notes: list[str] = []
+    refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
         cmps = [_compare(a, b, m, pol) for m in order if a.medians(m) and b.medians(m)]
+        refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
         for c in cmps:
             verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
             label = LABELS.get(c.metric, c.metric) + (" (primary)" if c.metric == metric else "")
@@ -544,9 +568,15 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     if pol.adjust != "none":
         # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
         cov = covariate.COVARIATES[pol.adjust]
-        lines += [f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; refused where the arms differ in it):", ""]
+        lines += [
+            f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; adjusted only where the arms' covariate "
+            f"difference, bounded at {covariate.BALANCE_CONFIDENCE:.0%}, times the slope stays below half the "
+            f"minimum effect, else cannot tell):",
+            "",
+        ]
         lines += [
             f"- {arm} vs {ref}: {covariate.model_of(by_name[ref].units, by_name[arm].units, pol.adjust, metric)}"
+            + (f"; **not admissible, cannot tell**: {refusals[(ref, arm)]}" if refusals[(ref, arm)] else "")
             for _, ref, arm in pairs
         ]
         lines.append("")
@@ -654,20 +684,19 @@ def _host_probe(
                 else ""
             )
         )
-    refused = []
     for _section, ref, arm in _pairs(run, rows, v):
         pr = [p for _, p in pairs.get(ref, []) if p is not None]
         pa = [p for _, p in pairs.get(arm, []) if p is not None]
         b = covariate.balance(pr, pa, pol.confidence)
         if math.isnan(b.p_value):
             lines.append(f"- probe balance {arm} vs {ref}: too few probed starts to check")
-            refused.append(f"{arm} vs {ref}")
         elif b.admissible:
             lines.append(
-                f"- probe balance {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}): no difference at {pol.confidence:.0%}"
+                f"- probe balance {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}): no difference "
+                f"shown at {pol.confidence:.0%} (not a proof of balance: `--adjust` adjusts only where the "
+                f"difference is bounded small enough)"
             )
         else:
-            refused.append(f"{arm} vs {ref}")
             lines.append(
                 f"- **PROBE DIFFERS BETWEEN ARMS {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}). The "
                 f"host probe is NOT an admissible covariate for this comparison: the arm moves it (adjusting would "
@@ -676,6 +705,11 @@ def _host_probe(
             )
     by_name = {r.name: r for r in rows}
     if pol.adjust == "host":
+        refused = [
+            f"{arm} vs {ref}"
+            for _, ref, arm in _pairs(run, rows, v)
+            if ref in by_name and arm in by_name and _compare(by_name[ref], by_name[arm], metric, pol).note
+        ]
         models = sorted(
             {
                 covariate.model_of(by_name[ref].units, by_name[arm].units, "host", metric)
@@ -685,7 +719,11 @@ def _host_probe(
         lines.append(
             "- verdicts above: **adjusted for the host probe** (`--adjust host`: log value ~ arm + log probe, "
             f"{'; '.join(models) or 'per start'}; the arm coefficient's t interval on starts - 3 df)"
-            + (f"; {', '.join(refused)}: cannot tell (probe differs between the arms)" if refused else "")
+            + (
+                f"; {', '.join(refused)}: cannot tell (the arms' probe difference is not bounded small enough)"
+                if refused
+                else ""
+            )
         )
     elif pol.adjust == "none":
         lines.append("- verdicts above are unadjusted (`--adjust host` would read them at a fixed host speed)")

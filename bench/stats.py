@@ -123,6 +123,13 @@ def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[fl
     return c.estimate, c.low, c.high, p
 
 
+def regression_ruled_out(c: Comparison) -> bool:
+    """The arm is not worse than the reference by the minimum effect: its interval's bad-side bound is below it
+    (a "no regression" claim on this metric; too few starts rule nothing out)."""
+    bound = c.high if c.lower_is_better else -c.low
+    return c.verdict != TOO_FEW and bound < c.min_effect
+
+
 def interval_verdict(lo: float, hi: float, min_effect: float, lower_is_better: bool) -> str:
     """The verdict of an interval [lo, hi] of a log ratio against the minimum effect (the module's rules)."""
     thr = math.log1p(min_effect)

@@ -83,35 +83,44 @@ def test_null_runs_adjusted_have_far_lower_spread_and_false_verdicts_at_alpha():
     med_raw = sorted(r for r, _ in cvs)[len(cvs) // 2]
     med_adj = sorted(a for _, a in cvs)[len(cvs) // 2]
     assert med_raw > 0.15 and med_adj < med_raw / 5, (med_raw, med_adj)  # simulated: 24.6 % -> 1.0 %
-    # the point of it: with the host taken out, 4 starts per arm can call the null "same" at 2 %
-    assert adj.count(SAME) > 0.2 * len(adj) and raw.count(SAME) < 0.05 * len(raw)
+    # but the adjustment is not made: with the host switching between 2 speeds 60 % apart, 4 starts per arm
+    # bound the arms' probe difference only to tens of %, so an arm that moved the probe cannot be ruled out
+    # (bench.covariate.equivalence). Measured: "same" 2 of 400 (98 of 400 while the gate was a difference test)
+    assert adj.count(UNDECIDED) >= 0.95 * len(adj) and raw.count(SAME) < 0.05 * len(raw)
 
 
 def test_a_planted_regression_in_the_schedulers_own_work_is_still_found():
     raw, adj, _ = _verdicts(200, 0.05, seed=2)
-    assert adj.count(REGRESSION) / len(adj) >= 0.8
+    # never a wrong verdict; found no more often than unadjusted, for the reason of the test above (measured:
+    # 1 of 200, against >= 160 while the gate was a difference test that could not see an arm move the probe)
     assert adj.count(IMPROVEMENT) == 0 and adj.count(SAME) == 0
-    assert raw.count(REGRESSION) < adj.count(REGRESSION) / 2  # unadjusted: mostly "cannot tell" at this noise
+    assert adj.count(UNDECIDED) >= 0.95 * len(adj)
 
 
 def _refused(ref, arm) -> bool:
     c = covariate.compare_adjusted(ref, arm)
     assert c is not None
-    bal = covariate.balance([p for _, p in ref], [p for _, p in arm], 0.95)
-    assert bal.admissible or c.verdict == UNDECIDED  # refused: no verdict, never the unadjusted one
-    return not bal.admissible
+    assert not c.note or c.verdict == UNDECIDED  # refused: no verdict, never the unadjusted one
+    return bool(c.note)
 
 
 def test_a_probe_the_arm_moves_is_refused():
     # A steady host: an arm that slows the probe by 10 % is refused (the adjustment would take 10 % x slope off it).
     rng = random.Random(3)
-    refused = sum(_refused(*_session(rng, 4, 0.1, 0.1, stay=1.0)) for _ in range(50))
-    assert refused >= 48
-    # Known limit: while the host itself switches regimes (60 %), the balance test over 4 starts per arm sees a
-    # 30 % shift of the probe only sometimes: the report's balance line gives its p-value, not a guarantee.
+    sessions = [_session(rng, 4, 0.1, 0.1, stay=1.0) for _ in range(50)]
+    refused = sum(_refused(*s) for s in sessions)
+    # measured 42 of 50; the rest are admitted because the steady host leaves the probe only its 1 % noise and
+    # the slope fitted to it is near 0: the adjustment then moves the change by less than 1 %, as the gate says
+    assert refused >= 40
+    for ref, arm in sessions:
+        c = covariate.compare_adjusted(ref, arm)
+        raw = compare_starts([y for y, _ in ref], [y for y, _ in arm])
+        assert c is not None and (c.note or abs(math.log1p(c.change) - math.log1p(raw.change)) < 0.01)
+    # while the host itself switches regimes (60 %), a 30 % shift of the probe is refused too: the equivalence
+    # bound does not need the test to see the shift (a difference test saw it only sometimes)
     rng = random.Random(3)
     switching = sum(_refused(*_session(rng, 4, 0.1, 0.3)) for _ in range(50))
-    assert 0 < switching < refused
+    assert switching == 50
 
 
 def test_missing_probe_values_fall_back_to_unadjusted():
@@ -142,10 +151,16 @@ def test_policy_adjust_host_composes_with_the_verdict_code():
     ref, arm = _session(random.Random(4), 4, effect=0.05)
     a, b = (ArmSpec(n, PatchSet(n, ())) for n in ("ref", "arm"))
     lab = SimLab({"ref": ref, "arm": arm})
-    plain = compare(lab, a, b, "step_ms_b1", Policy(4, 4))
     adj = compare(lab, a, b, "step_ms_b1", Policy(4, 4, adjust="host"))
     assert adj == covariate.compare_adjusted(ref, arm, confidence=Policy(4, 4).pair_confidence(4, 4))
-    assert adj.high - adj.low < (plain.high - plain.low) / 3
+    assert adj.verdict == UNDECIDED and adj.note  # the switching host: not admissible (see above)
+    # a steady host, the probe the same in every start: admissible, and the verdict code reads it
+    steps = [4.0, 4.01, 3.99, 4.005]
+    ref, arm = [(y, 400.0) for y in steps], [(y * 1.05, 400.0) for y in steps]
+    lab = SimLab({"ref": ref, "arm": arm})
+    adj = compare(lab, a, b, "step_ms_b1", Policy(4, 4, adjust="host"))
+    assert adj == covariate.compare_adjusted(ref, arm, confidence=Policy(4, 4).pair_confidence(4, 4))
+    assert not adj.note and adj.verdict == REGRESSION
 
 
 # -- the report --------------------------------------------------------------------------------------------------
@@ -197,9 +212,12 @@ def test_report_relates_the_probe_to_the_metric(tmp_path):
 
 
 def test_report_refuses_the_adjustment_when_the_probe_differs_between_arms(tmp_path):
-    md = build_markdown(_probed_run(tmp_path, 1.3, "host"))
+    # the probe follows the step (slope ~1) and is 30 % higher in the slow arm: adjusting would take ~27 % off
+    # (a probe that differs but explains nothing, slope ~0, moves nothing and is admissible)
+    md = build_markdown(_probed_run(tmp_path, 1.3, "host", track=True))
     assert "PROBE DIFFERS BETWEEN ARMS slow vs ref" in md and "NOT an admissible covariate" in md
-    assert "slow vs ref: cannot tell (probe differs between the arms)" in md
+    assert "slow vs ref: cannot tell (the arms' probe difference is not bounded small enough)" in md
+    assert "- slow vs ref: per repetition: mixed model" in md and "**not admissible, cannot tell**: " in md
     row = next(ln for ln in md.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) (primary)"))
     assert row.rstrip(" |").endswith("cannot tell")
 
@@ -496,9 +514,9 @@ def test_the_adaptive_ab_plan_with_adjust_host(effect):
     wrong = (REGRESSION, IMPROVEMENT) if effect == 0 else (IMPROVEMENT, SAME)
     right = SAME if effect == 0 else REGRESSION
     host = [v for v, _ in out["host"]]
-    # measured (seed 7): null 0 wrong, 46 same, 14 cannot tell; +5 %: 60 regression; unadjusted 1-4 right,
-    # 3-5 wrong (an arm whose 3 starts all fell in one regime and the other's in the other)
-    assert sum(v in wrong for v in host) <= 3  # 60 trials at alpha 0.05, spent over the looks
-    assert host.count(right) >= 0.7 * len(host) and [v for v, _ in out["none"]].count(right) <= 0.2 * len(host)
-    starts = sorted(n for _, n in out["host"])
-    assert starts[len(starts) // 2] <= 14  # median 13 (null) and 7 (+5 %) starts of the 16 the budget allows
+    # measured (seed 7) while balance was a difference test: null 0 wrong, 46 same; +5 %: 60 regression. With
+    # the equivalence gate the host's switching leaves the arms' probe difference too loosely bounded at 8
+    # starts an arm: null 3 same, +5 % 1 regression, the rest cannot tell; never a wrong verdict. Unadjusted:
+    # 1-4 right, 3-5 wrong (an arm whose 3 starts all fell in one regime and the other's in the other)
+    assert sum(v in wrong for v in host) == 0
+    assert host.count(UNDECIDED) >= 0.9 * len(host)

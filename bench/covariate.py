@@ -9,14 +9,17 @@ move together, and the model
 takes the host's share out of the residual: b_arm's t interval (OLS, n - 3 degrees of freedom) is the change
 at a fixed host speed, read against the minimum effect by the same rules as the unadjusted comparison
 (bench.stats.interval_verdict). The covariate is admissible only if no arm moves it: a patch that slows the
-probe (more memory traffic, a busier machine) would have part of its own effect subtracted. So the arms'
-probe values are compared first (Welch's t on the logs); when they differ at the run's confidence the
-comparison is "cannot tell", not the unadjusted verdict: either the arm moves the probe, or the host ran at
-another speed during one arm's starts than during the other's (then the arm and the host are confounded, and
-the unadjusted interval, which is narrow when each arm's starts share one regime, names a change that is the
-host's: 5 % wrong verdicts of 200 simulated null runs, tests/bench/test_hostprobe.py). More starts, interleaved,
-may break the confound; the adaptive plan asks for them because the comparison is undecided. The maths is a 3-column least-squares fit (numpy) with scipy's t quantiles: the same
-numbers as statsmodels' OLS, which the project does not install.
+probe (more memory traffic, a busier machine) would have part of its own effect subtracted. Not finding a
+difference between the arms' probe values does not show that (3 starts an arm have no power to find one), so
+balance is an equivalence claim (`equivalence`): the adjustment is made only when |slope| x the farther end of
+the interval of the arms' covariate difference (95 %, whatever the look) is below half the minimum effect;
+otherwise the comparison is "cannot tell", with the reason in Comparison.note, not the unadjusted verdict:
+either the arm moves the probe, or the host ran at another speed during one arm's starts than during the
+other's (then the arm and the host are confounded, and the unadjusted interval names a change that is the
+host's). A host that switches speed between starts therefore makes the adjustment unavailable on a few starts:
+the price of never adjusting an arm's own effect away (tests/bench/test_covariate_equivalence.py).
+The maths is a 3-column least-squares fit (numpy) with scipy's t quantiles: the same numbers as statsmodels'
+OLS, which the project does not install.
 """
 
 from __future__ import annotations
@@ -163,8 +166,8 @@ def compare_adjusted(
     min_effect: float = 0.02,
     min_starts: int = MIN_STARTS,
 ) -> Comparison | None:
-    """The arm's change at a fixed host speed, as a bench.stats.Comparison; "cannot tell" when the probe differs
-    between the arms (the module's docstring says why); None when the adjustment cannot be made (a start without
+    """The arm's change at a fixed host speed, as a bench.stats.Comparison; "cannot tell" unless the arms' probe
+    values are shown close enough (`equivalence`; the module's docstring says why); None when the adjustment cannot be made (a start without
     a probe value, too few starts): the caller then uses the unadjusted comparison."""
     a, b = _complete(ref), _complete(arm)
     if len(a) != len(ref) or len(b) != len(arm) or len(a) < min_starts or len(b) < min_starts:
@@ -371,7 +374,7 @@ def compare_mixed(
     min_starts: int = MIN_STARTS,
 ) -> Comparison | None:
     """The arm's change at a fixed covariate from the per-repetition model, as a bench.stats.Comparison; "cannot
-    tell" when the arms' start means of the covariate differ (balance, as compare_adjusted); None when the model
+    tell" unless the arms' start means of the covariate are shown close enough (`equivalence`); None when the model
     cannot be fitted (the caller falls back to the per-start fit, then to the unadjusted comparison)."""
 
     if len(ref) < min_starts or len(arm) < min_starts:

@@ -111,20 +111,16 @@ def _rates(trials: int, effect: float, n: int, **kw):
 
 
 def test_per_repetition_model_is_narrower_and_finds_more_and_names_no_wrong_change():
-    # measured (150 trials, 4 starts per arm): null: 0 wrong for either fit, "same" 42 (per-start OLS) vs 79
-    # (mixed), median interval width 3.66 % vs 2.87 % (raw 83 %); +5 %: regression 127 vs 142 of 150, never
-    # "improvement" or "same"
+    # While balance was a difference test (measured, 150 trials, 4 starts per arm): null: 0 wrong for either
+    # fit, "same" 42 (per-start OLS) vs 79 (mixed); +5 %: regression 127 vs 142. With the equivalence gate
+    # (bench.covariate.equivalence) neither fit is admissible on this host: its switching between 2 speeds
+    # 60 % apart leaves the arms' probe difference bounded only to tens of %, so both say "cannot tell", and
+    # neither names a wrong change
     null, shift = _rates(150, 0.0, 4), _rates(150, 0.05, 4)
     for k in ("ols", "mixed"):
         assert sum(v in (REGRESSION, IMPROVEMENT) for v, _ in null[k]) <= 0.05 * 150 + 4
         assert not any(v in (IMPROVEMENT, SAME) for v, _ in shift[k])
-
-    def width(rows):
-        return statistics.median(w for _, w in rows)
-
-    assert width(null["mixed"]) < 0.9 * width(null["ols"]) < width(null["raw"]) / 10
-    assert [v for v, _ in null["mixed"]].count(SAME) > [v for v, _ in null["ols"]].count(SAME)
-    assert [v for v, _ in shift["mixed"]].count(REGRESSION) > [v for v, _ in shift["ols"]].count(REGRESSION)
+        assert [v for v, _ in null[k] + shift[k]].count(UNDECIDED) >= 0.9 * 300
 
 
 def test_a_noisy_covariate_costs_power_but_never_a_wrong_verdict():
@@ -137,12 +133,13 @@ def test_a_noisy_covariate_costs_power_but_never_a_wrong_verdict():
 
 
 def test_an_arm_that_moves_the_covariate_is_refused():
+    # a steady host, the arm +10 % on the step and on the covariate: refused (measured 20 of 30), or admitted
+    # where the slope fitted to the covariate's 1 % noise is near 0 and the adjustment moves the change by less
+    # than half the minimum effect: then the arm's +10 % is still found
     rng = random.Random(5)
-    refused = sum(
-        covariate.compare_mixed(*_session(rng, 4, 0.1, stay=1.0, cov_effect=0.1)).verdict == UNDECIDED
-        for _ in range(30)
-    )
-    assert refused >= 28
+    cs = [covariate.compare_mixed(*_session(rng, 4, 0.1, stay=1.0, cov_effect=0.1)) for _ in range(30)]
+    assert all(c is not None and (c.verdict == UNDECIDED if c.note else c.verdict == REGRESSION) for c in cs)
+    assert sum(bool(c.note) for c in cs if c is not None) >= 15
 
 
 # -- compare_host: which fit, on the store's units -----------------------------------------------------------
@@ -183,11 +180,10 @@ def test_steal_as_the_covariate_takes_the_host_out():
         _units("arm", [steal(s) for s in a], "host_steal_pct"),
     )
     c = covariate.compare_host(ref, arm, "steal")
-    assert c is not None and c.verdict == REGRESSION and 0.03 < c.change < 0.07
-    raw = compare_starts(
-        [statistics.median(y for y, _ in s) for s in r], [statistics.median(y for y, _ in s) for s in a]
-    )
-    assert c.high - c.low < (raw.high - raw.low) / 5
+    # the per-repetition model reads steal (the within-start relation is the host's), but with 4 starts an arm
+    # on this switching host the arms' steal difference cannot be bounded: not admissible, cannot tell
+    assert c is not None and c.verdict == UNDECIDED and "covariate difference" in c.note
+    assert covariate.model_of(ref, arm, "steal", "step_ms_b1").startswith("per repetition")
 
 
 # -- the counters -----------------------------------------------------------------------------------------------
@@ -284,4 +280,6 @@ def test_the_report_adjusts_for_steal_from_a_stored_run(tmp_path):
     concl = md[md.index("## Conclusion") :].split("\n## ")[0]
     row = next(ln for ln in md.splitlines() if "(primary)" in ln)
     interval = row.split(" | ")[5].split("% ")[1]
-    assert "- slow vs ref on `step_ms_b1`: **regression** (" in concl and f"{interval}; 3 vs 3 starts)" in concl
+    # the starts' steal differs between the arms by chance of the host: not admissible, the raw interval
+    assert "- slow vs ref on `step_ms_b1`: **cannot tell** (" in concl and f"{interval}; 3 vs 3 starts)" in concl
+    assert "**not admissible, cannot tell**: the arms' covariate difference" in md

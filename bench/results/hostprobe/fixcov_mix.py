@@ -3,11 +3,10 @@
 import collections
 import random
 import statistics
-import sys
 
-sys.path.insert(0, "tests/bench")
-sys.path.insert(0, ".")
-import test_covariate_mixed as t
+import test_covariate_mixed as t  # type: ignore[import-not-found]  # tests/bench on PYTHONPATH (the docstring)
+
+from bench import covariate
 
 for eff in (0.0, 0.05):
     r = t._rates(150, eff, 4)
@@ -19,8 +18,7 @@ for eff in (0.0, 0.05):
             f"{statistics.median(w for _, w in r[k]) * 100:.2f} %",
         )
 
-from bench import covariate  # noqa: E402 - after the path
 
 rng = random.Random(5)
-cs = [covariate.compare_mixed(*t._session(rng, 4, 0.1, stay=1.0, cov_effect=0.1)) for _ in range(30)]
+cs = [c for _ in range(30) if (c := covariate.compare_mixed(*t._session(rng, 4, 0.1, stay=1.0, cov_effect=0.1)))]
 print("moves covariate: refused", sum(bool(c.note) for c in cs), dict(collections.Counter(c.verdict for c in cs)))

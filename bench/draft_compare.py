@@ -70,10 +70,19 @@ def _k0(value) -> int:
 OEA_NOTE = "not expected to be equal (OEA routes per batch)"
 
 
+PLAIN_NONDET = "plain decoding is not deterministic here"
+
+
 def _verdict(r: dict, p: dict) -> tuple[str, bool]:
-    """(the batch-1 outputs' cell, whether it fails the run)."""
+    """(the batch-1 outputs' cell, whether it fails the run). Greedy batch-1 decoding gives one output over
+    every repetition in any arm, OEA's included: more than one is a bug, not OEA's routing."""
     if r["oea_k0"] > 0:
+        if len(r["hash_b1"]) > 1:
+            return f"**NO**: {len(r['hash_b1'])} distinct over its repetitions (not deterministic)", True
         return OEA_NOTE, False
+    if len(p["hash_b1"]) > 1:
+        # no one output to hold EAGLE-3 to: the fault is plain decoding's
+        return f"? ({PLAIN_NONDET}: {len(p['hash_b1'])} distinct)", True
     same = len(r["hash_b1"]) == 1 and r["hash_b1"] == p["hash_b1"]
     return ("yes" if same else "**NO**"), not same
 
@@ -111,7 +120,7 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
         f"{_fmt(p['tok_s_bc'], 1)} | 1.00 | - | {len(p['hash_bc'])} distinct |"
         for p in plain
     ]
-    lossless, eagle_rows, oea_arms = True, [], []
+    lossless, eagle_rows, oea_arms, nondet = True, [], [], sorted(p["arm"] for p in plain if len(p["hash_b1"]) > 1)
     for d in eagle_dirs:
         run, rows = _arms(d)
         if run.get("config", {}).get("workload") != wl:
@@ -141,7 +150,13 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
         src = (rec.get("sequences") or {}).get("source") or {}
         server = src.get("generated_by", "").startswith("the server")
         what = "training sequences' (the server's own, bench server-seqs)" if server else "reference target's"
-        made = ((src.get("source") or {}).get("bench") or {}).get("hash_b1", {}).get(n)
+        bench = (src.get("source") or {}).get("bench") or {}
+        # files before b1_requests was recorded asked for server_seqs.BENCH_B1_REQUESTS (2)
+        b1n, want_b1n = bench.get("b1_requests", 2), wl.get("b1_requests")
+        made = bench.get("hash_b1", {}).get(n) if want_b1n in (None, b1n) else None
+        unrecorded = server and made is None and bool(bench)  # without a bench record: the sequences' own hash
+        if unrecorded:
+            ref = None
         if server and made:
             # the server's own text and ids when the sequences were made, hashed as the bench hashes them
             ref, what = made, "plain server's (when bench server-seqs made the training sequences)"
@@ -161,9 +176,13 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
             f"{', '.join(sorted(first['hash_b1']))} -> "
             + (
                 "equal: the draft was trained on the continuation the server decodes."
-                if {ref} == first["hash_b1"]
+                if ref is not None and {ref} == first["hash_b1"]
                 else (
-                    "differs: the server decoded these prompts otherwise when the sequences were made (another "
+                    f"not recorded for {want_b1n} b1 requests at {n} tokens (bench server-seqs hashed "
+                    f"{b1n} b1 requests at {', '.join(sorted(bench.get('hash_b1', {}))) or 'no length'}): no "
+                    "check."
+                    if unrecorded
+                    else "differs: the server decoded these prompts otherwise when the sequences were made (another "
                     "tree, set or server args?)."
                     if server
                     else "differs (the server's bf16 kernels or its detokenized text part from the reference "
@@ -174,7 +193,7 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
     lines += [
         "",
         "EAGLE-3 batch-1 greedy output = plain decoding in every arm where it must be: "
-        + ("yes" if lossless else "**NO**")
+        + ("yes" if lossless else (f"unknown, {PLAIN_NONDET} ({', '.join(nondet)})" if nondet else "**NO**"))
         + (
             f" ({', '.join(oea_arms)}: not expected to be equal, OEA routes on the union of a batch's top-k0 "
             "experts, so verify (4 tokens) and decode (1) route differently)"

@@ -155,7 +155,8 @@ def test_gpu5s_trained_run(tmp_path, capsys):
 
 @pytest.mark.parametrize("arm", ["full", "oea3"])
 def test_gpu5_with_one_batch1_output_changed(tmp_path, capsys, arm):
-    """One measured repetition's batch-1 hash changed: a failure in the full arm, still no verdict in OEA's."""
+    """One measured repetition's batch-1 hash changed: a failure in the full arm and in OEA's too (greedy batch-1
+    decoding is deterministic in any arm; OEA is only exempt from equality with plain decoding)."""
     plain, eagle = _gpu5(tmp_path)
     lines = (eagle / "results.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in lines]
@@ -169,7 +170,7 @@ def test_gpu5_with_one_batch1_output_changed(tmp_path, capsys, arm):
     if arm == "full":
         assert rc == 1 and "| 0.37 | **NO** |" in text and "must be: **NO** (oea3 (K0=3)" in text
     else:
-        assert rc == 0 and "| 0.33 | not expected to be equal (OEA routes per batch) |" in text
+        assert rc == 1 and "| 0.33 | **NO**: 2 distinct over its repetitions (not deterministic) |" in text
 
 
 def test_a_draft_trained_on_the_servers_sequences(tmp_path, capsys):
@@ -212,3 +213,36 @@ def test_not_a_run_dir_exits_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["--plain", str(tmp_path / "empty"), "--eagle", str(tmp_path / "empty")]) == 2
     assert "results.jsonl: no run record" in capsys.readouterr().err
+
+
+def test_plain_decoding_with_two_batch1_outputs_is_named_not_eagle(tmp_path):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400), _m(100, 400, h1="b")]]})
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "| ? (plain decoding is not deterministic here: 2 distinct) | same |" in text, text
+    assert "must be: unknown, plain decoding is not deterministic here (full)." in text and "**NO**" not in text
+
+
+@pytest.mark.parametrize(
+    "wl_b1,bench,expect",
+    [
+        (2, {"b1_requests": 2, "hash_b1": {"64": "s64"}}, "not recorded for 2 b1 requests at 128 tokens"),
+        (4, {"b1_requests": 2, "hash_b1": {"128": "s128"}}, "not recorded for 4 b1 requests at 128 tokens"),
+        (4, {"hash_b1": {"128": "s128"}}, "not recorded for 4 b1 requests at 128 tokens"),  # before b1_requests
+        (2, {"hash_b1": {"128": "s128"}}, "s128; plain full's: a -> differs: the server decoded"),
+        (2, {"b1_requests": 2, "hash_b1": {"128": "a"}}, "-> equal: the draft was trained on"),
+    ],
+)
+def test_a_hash_server_seqs_did_not_record_is_said_so(tmp_path, capsys, wl_b1, bench, expect):
+    wl = {**WL, "b1_requests": wl_b1}
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]}, workload=wl)
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]}, workload=wl)
+    tj = tmp_path / "train.json"
+    src = {"generated_by": "the server (bench server-seqs)", "file": "s.json", "source": {"bench": bench}}
+    tj.write_text(json.dumps({"reference_hash_b1": {"128": "r"}, "sequences": {"source": src}}))
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
+    text = capsys.readouterr().out
+    assert expect in text, text
+    assert ("differs" in text) is ("differs" in expect)

@@ -26,8 +26,8 @@ import os
 import shlex
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ FORMAT = "bench-server-seqs/1"
 BENCH_B1 = 8  # the bench's first 8 prompts (fixed_prompts(8)): every request it sends
 BENCH_B1_REQUESTS = 2  # gpu_runs.sh's --b1-requests
 BENCH_HASH_TOKENS = (64, 128)  # its --max-new-tokens (correctness runs, issue 17's runs)
+DEFAULT_STD = 0.02  # SGLANG_DUMMY_INIT_STD's default (the dummy_init_normal patch's), train-draft's --std's
 
 
 def file_sha256(path: Path) -> str | None:
@@ -49,18 +50,53 @@ def file_sha256(path: Path) -> str | None:
 
 def model_identity(model_dir: Path) -> dict[str, Any]:
     """What a sequences file must share with the model dir it trains: the target's config and tokenizer."""
-    cfg_path = model_dir / "target" / "config.json"
+    return target_identity(model_dir / "target")
+
+
+def target_identity(target: Path) -> dict[str, Any]:
+    cfg_path = target / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DraftInputError(
             f"{cfg_path}: unreadable ({e})", hint="write the model dir with `python -m bench tinymodel DIR`"
         ) from None
+    # tokenizer_config.json holds the special tokens' flags and the chat template: part of what the ids mean
+    tok = [file_sha256(target / n) for n in ("tokenizer.json", "tokenizer_config.json")]
     return {
         "target_config_sha256": hashlib.sha256(cfg_path.read_bytes()).hexdigest(),
-        "tokenizer_sha256": file_sha256(model_dir / "target" / "tokenizer.json"),
-        "vocab_size": cfg.get("vocab_size"),
+        "tokenizer_sha256": None if tok[0] is None else hashlib.sha256(" ".join(map(str, tok)).encode()).hexdigest(),
+        "vocab_size": cfg.get("vocab_size") if isinstance(cfg, dict) else None,
     }
+
+
+DUMMY_ENV = ("SGLANG_DUMMY_INIT", "SGLANG_DUMMY_INIT_STD")
+IDENTITY_KEYS = ("target_config_sha256", "tokenizer_sha256", "vocab_size")
+
+
+def server_model_path(server_args: tuple[str, ...]) -> str | None:
+    """--model-path (or its alias --model) from sglang.launch_server's args; the last one wins, as in argparse."""
+    found = None
+    for i, a in enumerate(server_args):
+        for flag in ("--model-path", "--model"):
+            if a == flag and i + 1 < len(server_args):
+                found = server_args[i + 1]
+            elif a.startswith(flag + "="):
+                found = a.partition("=")[2]
+    return found
+
+
+def check_served_model(served: str, model_dir: Path, where: str) -> None:
+    """The model the server loads must be MODEL_DIR's target: else the file would be stamped with MODEL_DIR's
+    identity over another model's continuations."""
+    mine, target = model_identity(model_dir), model_dir / "target"
+    fix = f"serve {target} (--model-path {target}), or give the served model's dir as MODEL_DIR"
+    if not (Path(served) / "config.json").is_file():
+        raise DraftInputError(f"{where}: {served!r}: no config.json here, cannot check it is {target}", hint=fix)
+    theirs = target_identity(Path(served))
+    for key in IDENTITY_KEYS:
+        if theirs[key] != mine[key]:
+            raise DraftInputError(f"{where}: {served} is another model than {target} ({key} differs)", hint=fix)
 
 
 @dataclass(frozen=True)
@@ -92,10 +128,13 @@ def _bad(path: Path, key: str, problem: str, fix: str) -> DraftInputError:
 REGENERATE = "write it again for this model dir with `python -m bench server-seqs MODEL_DIR --out FILE ...`"
 
 
-def load(path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_tokens: int) -> Sequences:
+def load(
+    path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_tokens: int, std: float | None = None
+) -> Sequences:
     """The file's first `prompts` sequences, checked against the model dir (config, tokenizer, vocab), the
-    bench's prompt texts (workload.fixed_prompts) and the lengths training needs: DraftInputError naming the
-    file, the key and the fix otherwise."""
+    server's recorded dummy-init env against `std` (train-draft's --std), the bench's prompt texts
+    (workload.fixed_prompts) and the lengths training needs: DraftInputError naming the file, the key and the
+    fix otherwise."""
     from .workload import fixed_prompts
 
     try:
@@ -110,7 +149,7 @@ def load(path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_
     mine, theirs = model_identity(model_dir), doc.get("model")
     if not isinstance(theirs, dict):
         raise _bad(path, "model", "missing", REGENERATE)
-    for key in ("target_config_sha256", "tokenizer_sha256", "vocab_size"):
+    for key in IDENTITY_KEYS:
         if theirs.get(key) != mine[key]:
             raise _bad(
                 path,
@@ -118,6 +157,7 @@ def load(path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_
                 f"{theirs.get(key)!r} != {model_dir / 'target'}'s {mine[key]!r} (generated for another model)",
                 REGENERATE,
             )
+    _check_dummy_init(path, doc.get("source"), std)
     rows = doc.get("sequences")
     if not isinstance(rows, list):
         raise _bad(path, "sequences", "missing or not a list", REGENERATE)
@@ -168,7 +208,34 @@ def load(path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_
     )
 
 
-def request(url: str, text: str, new_tokens: int, timeout: float) -> dict:
+def _check_dummy_init(path: Path, source: Any, std: float | None) -> None:
+    """The server's SGLANG_DUMMY_INIT(_STD) as recorded (None: a --url server's, unknown) against the
+    reference's: dummy_init_normal at `std`."""
+    dummy = source.get("dummy_init") if isinstance(source, dict) else None
+    if std is None or not isinstance(dummy, dict):
+        return
+    init, got = dummy.get("SGLANG_DUMMY_INIT"), dummy.get("SGLANG_DUMMY_INIT_STD")
+    if init != "normal":
+        raise _bad(
+            path,
+            "source.dummy_init.SGLANG_DUMMY_INIT",
+            f"{init!r}: the server did not draw dummy_init_normal weights, the reference does",
+            f"{REGENERATE} with --env SGLANG_DUMMY_INIT=normal",
+        )
+    try:
+        theirs = float(got) if got not in (None, "") else DEFAULT_STD
+    except (TypeError, ValueError):
+        theirs = None
+    if theirs != std:
+        raise _bad(
+            path,
+            "source.dummy_init.SGLANG_DUMMY_INIT_STD",
+            f"{got!r} (the server's) != --std {std}",
+            f"pass --std {got} (or unset SGLANG_DUMMY_INIT_STD here), or {REGENERATE}",
+        )
+
+
+def request(url: str, text: str, new_tokens: int, timeout: float, vocab: int | None = None) -> dict:
     from .workload import WorkloadError, post_json
 
     payload = {
@@ -187,6 +254,13 @@ def request(url: str, text: str, new_tokens: int, timeout: float) -> dict:
             f"POST {url}/generate: output_ids {n!r}, expected {new_tokens} token ids",
             hint="the server must honour ignore_eos and return output_ids (SGLang's /generate does)",
         )
+    bad = [t for t in ids if not _token(t, vocab)]
+    if bad:
+        raise ServerSeqsError(
+            f"POST {url}/generate: output_ids holds {bad[0]!r}, not a token id"
+            + (f" in 0..{vocab - 1}" if vocab else ""),
+            hint="is the server serving MODEL_DIR's target (its vocab)?",
+        )
     if not isinstance(prompt, list) or not prompt:
         raise ServerSeqsError(
             f"POST {url}/generate: no prompt_token_ids in the response",
@@ -195,13 +269,67 @@ def request(url: str, text: str, new_tokens: int, timeout: float) -> dict:
     return {"text": text, "prompt_ids": prompt, "output_ids": ids, "reply": out.get("text")}
 
 
+def _token(t: Any, vocab: int | None) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0 and (vocab is None or t < vocab)
+
+
+def served_model_path(url: str, timeout: float) -> str:
+    """A running server's model_path (SGLang 0.5.17's GET /model_info)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/model_info", timeout=timeout) as r:
+            info = json.loads(r.read())
+    except (OSError, ValueError) as e:
+        raise ServerSeqsError(
+            f"GET {url}/model_info: {e}", hint="is the server up, an SGLang server (0.5.17 serves /model_info)?"
+        ) from None
+    path = info.get("model_path") if isinstance(info, dict) else None
+    if not isinstance(path, str) or not path:
+        raise ServerSeqsError(f"GET {url}/model_info: no model_path in {info!r}", hint="is it an SGLang server?")
+    return path
+
+
+def concurrently(fn, items: list, workers: int) -> list:
+    """[fn(x) for x in items], `workers` at a time, on daemon threads: Ctrl-C or a failed call returns at once,
+    not after the calls in flight (they end with the process, or their server); the rest are not started."""
+    results: list = [None] * len(items)
+    failed: list[BaseException] = []
+    todo, lock = iter(enumerate(items)), threading.Lock()
+
+    def work() -> None:
+        while not failed:
+            with lock:
+                nxt = next(todo, None)
+            if nxt is None:
+                return
+            try:
+                results[nxt[0]] = fn(nxt[1])
+            except BaseException as e:
+                failed.append(e)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(max(1, workers), len(items)))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive() and not failed:
+                t.join(0.05)
+    except BaseException:
+        failed.append(KeyboardInterrupt())  # the workers take no more
+        raise
+    if failed:
+        raise failed[0]
+    return results
+
+
 def bench_hashes(url: str, texts: list[str], rows: list[dict], new_tokens: int, timeout: float) -> dict:
     """The plain server's hash_b1 as the bench computes it (workload.PhaseResult.output_hash over the server's
     own text and ids of its b1 requests) at the lengths gpu_runs.sh decodes, asked for at those lengths; and
     whether those ids are the longer batch-1 rows' first tokens (greedy decoding stops nowhere else)."""
     from .workload import PhaseResult
 
-    out: dict[str, Any] = {"hash_b1": {}, "prefix_equal": True}
+    out: dict[str, Any] = {"b1_requests": BENCH_B1_REQUESTS, "hash_b1": {}, "prefix_equal": True}
     for n in BENCH_HASH_TOKENS:
         if n > new_tokens or len(rows) < BENCH_B1_REQUESTS:
             continue
@@ -211,23 +339,24 @@ def bench_hashes(url: str, texts: list[str], rows: list[dict], new_tokens: int, 
     return out
 
 
-def generate(url: str, texts: list[str], new_tokens: int, b1: int, concurrency: int, timeout: float, log=print):
+def generate(
+    url: str,
+    texts: list[str],
+    new_tokens: int,
+    b1: int,
+    concurrency: int,
+    timeout: float,
+    log=print,
+    vocab: int | None = None,
+):
     """([{text, prompt_ids, output_ids, batch}] in prompt order: the first b1 alone, the rest concurrently;
     bench_hashes of the first rows)."""
     t0 = time.monotonic()
-    rows = [dict(request(url, t, new_tokens, timeout), batch="1") for t in texts[:b1]]
+    rows = [dict(request(url, t, new_tokens, timeout, vocab), batch="1") for t in texts[:b1]]
     hashes = bench_hashes(url, texts, rows, new_tokens, timeout)
     log(f"server-seqs: {len(rows)} prompt(s) at batch 1 in {time.monotonic() - t0:.1f} s; bench hashes {hashes}")
     t1 = time.monotonic()
-    ex = ThreadPoolExecutor(max_workers=max(1, concurrency))
-    try:
-        rest = list(ex.map(lambda t: request(url, t, new_tokens, timeout), texts[b1:]))
-    except BaseException:
-        # a failed request or Ctrl-C: the queued requests are dropped, not sent (the in-flight ones end with
-        # the server, or their timeout)
-        ex.shutdown(wait=False, cancel_futures=True)
-        raise
-    ex.shutdown()
+    rest = concurrently(lambda t: request(url, t, new_tokens, timeout, vocab), texts[b1:], concurrency)
     rows += [dict(r, batch="concurrent") for r in rest]
     if rest:
         log(f"server-seqs: {len(rest)} prompt(s), {concurrency} at a time, in {time.monotonic() - t1:.1f} s")
@@ -326,6 +455,14 @@ def _checked(opts: SeqOptions) -> None:
             hint="e.g. `-- --model-path MODEL_DIR/target --load-format dummy` with --env SGLANG_DUMMY_INIT=normal",
         )
     model_identity(opts.model_dir)
+    if opts.url is None:
+        served = server_model_path(opts.server_args)
+        if served is None:
+            raise DraftInputError(
+                "the server args after `--` name no --model-path",
+                hint=f"add `--model-path {opts.model_dir / 'target'}` (the model whose continuations these are)",
+            )
+        check_served_model(served, opts.model_dir, "--model-path")
 
 
 def plan(opts: SeqOptions) -> str:
@@ -352,8 +489,13 @@ def run(opts: SeqOptions, log=print) -> dict:
     source: dict[str, Any] = {"command": list(opts.command) or None, "b1_prompts": min(opts.b1, opts.prompts)}
     t0 = time.monotonic()
     if opts.url is not None:
-        source["url"] = opts.url
-        rows, hashes = generate(opts.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log)
+        served = served_model_path(opts.url, opts.request_timeout)
+        check_served_model(served, opts.model_dir, f"--url {opts.url}: /model_info's model_path")
+        # a running server's environment is not ours to read: train-draft's argmax check stands in for it
+        source.update(url=opts.url, model_path=served, dummy_init=None)
+        rows, hashes = generate(
+            opts.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log, ident["vocab_size"]
+        )
     else:
         rows, hashes = _with_server(opts, texts, source, log)
     source["bench"] = hashes
@@ -387,11 +529,15 @@ def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> tuple
             patches=list(arm.pset.patches),
             set=opts.set_expr,
             env=dict(opts.env),
+            # the effective values, inherited ones included: what train-draft's --std is checked against
+            dummy_init={k: env.get(k) for k in DUMMY_ENV},
+            model_path=server_model_path(opts.server_args),
             server_args=list(opts.server_args),
             startup_s=round(time.monotonic() - t0, 1),
         )
         log(f"server-seqs: server up at {srv.url} in {source['startup_s']} s (fingerprint {srv.fingerprint})")
-        return generate(srv.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log)
+        vocab = model_identity(opts.model_dir)["vocab_size"]
+        return generate(srv.url, texts, opts.new_tokens, opts.b1, opts.concurrency, opts.request_timeout, log, vocab)
     finally:
         launcher.stop(srv, cfg)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from .errors import DraftInputError, run_reported
 
+FIRST_TOKEN_AGREES = 0.5  # below: the sequences file was made by other weights (data_from_sequences)
 BENCH_PROMPTS = 8  # the bench's requests: fixed_prompts(8) (--concurrency 8; b1 sends the first 2)
 BENCH_NEW_TOKENS = 128  # gpu_runs.sh's --max-new-tokens for issue 17's runs
 COPY_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -182,7 +183,7 @@ def data_from_sequences(target, seqs, capture: list[int], gen_batch: int) -> tup
     width, dev = max(len(x) for x in rows), target.device
     tokens = torch.zeros(len(rows), width, dtype=torch.long, device=dev)
     nxt = torch.full((len(rows), width), -1, dtype=torch.long, device=dev)
-    aux, agree, counted, first_flip = None, 0, 0, []
+    aux, agree, counted, first_flip, first_same = None, 0, 0, [], 0
     for s in range(0, len(rows), gen_batch):
         chunk = rows[s : s + gen_batch]
         a, ref = features(target, chunk, capture)
@@ -196,10 +197,21 @@ def data_from_sequences(target, seqs, capture: list[int], gen_batch: int) -> tup
             nxt[s + r, p - 1 : len(x) - 1] = row[p:]
             same = ref[r, p - 1 : len(x) - 1] == row[p:]
             agree, counted = agree + int(same.sum()), counted + same.numel()
+            first_same += int(same[0])
             flips = (~same).nonzero()
             first_flip.append(int(flips[0]) if len(flips) else None)
+    # the first continuation token follows the prompt alone: the server's kernels flip it at a near tie only, so
+    # the same weights agree in ~0.9+ of the rows and other weights (model, dummy init, std) in ~1/vocab
+    if first_same < FIRST_TOKEN_AGREES * len(rows):
+        raise DraftInputError(
+            f"{seqs.path}: sequences[*].output_ids[0]: the reference's argmax is the server's first token in "
+            f"{first_same} of {len(rows)} rows: these sequences were not made by this model's weights",
+            hint="the server must run MODEL_DIR's target with SGLANG_DUMMY_INIT=normal at this --std; "
+            "write the file again with `python -m bench server-seqs MODEL_DIR --out FILE ...`",
+        )
     stats = {
         "reference_agrees": round(agree / max(1, counted), 4),
+        "reference_agrees_first_token": round(first_same / max(1, len(rows)), 4),
         # per sequence of the bench's (the first 8): the first continuation token where the reference's
         # greedy choice is not the server's (None: none in the continuation)
         "first_disagreement_bench": first_flip[:BENCH_PROMPTS],
@@ -472,7 +484,7 @@ def _load_sequences(opts: TrainOptions):
 
     assert opts.sequences is not None
     return server_seqs.load(
-        opts.sequences, opts.model_dir, opts.prompts + opts.eval_prompts, opts.new_tokens, opts.steps + 1
+        opts.sequences, opts.model_dir, opts.prompts + opts.eval_prompts, opts.new_tokens, opts.steps + 1, opts.std
     )
 
 

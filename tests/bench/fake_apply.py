@@ -278,7 +278,7 @@ def make_server(patches, env, server_args, cfg, overlay, host, port) -> Threadin
                 "meta_info": meta,
             }
             if req.get("return_prompt_token_ids"):  # bench server-seqs: SGLang's full answer, n ids
-                out["output_ids"] = [(int(digest[:8], 16) + 7 * j) % 32768 for j in range(n)]
+                out["output_ids"] = [(int(digest[:8], 16) + 7 * j) % cfg.get("vocab", 32768) for j in range(n)]
                 out["prompt_token_ids"] = [ord(c) % 256 for c in req["text"]]
             return self._send(out)
 

@@ -59,10 +59,11 @@ def table(model_dir) -> dict[str, dict]:
 
 
 class FakeSGLang:
-    """/generate as SGLang's, from a table; `mode` breaks it on purpose; `inflight_max` per request index."""
+    """/generate and /model_info as SGLang's, from a table and the model dir it says it serves; `mode` breaks it
+    on purpose."""
 
-    def __init__(self, table: dict[str, dict]):
-        self.table, self.mode, self.lock = table, "ok", threading.Lock()
+    def __init__(self, table: dict[str, dict], model_path: Path):
+        self.table, self.mode, self.lock, self.model_path = table, "ok", threading.Lock(), model_path
         self.inflight, self.seen = 0, []  # seen: (text, in-flight count when it arrived)
         fake = self
 
@@ -70,12 +71,22 @@ class FakeSGLang:
             def log_message(self, *a):
                 pass
 
+            def do_GET(self):
+                data = json.dumps({"model_path": str(fake.model_path), "is_generation": True}).encode()
+                self.send_response(200 if self.path == "/model_info" else 404)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.inflight += 1
                     fake.seen.append((body["text"], fake.inflight))
-                time.sleep(0.5 if fake.mode == "slow" else 0.002)  # long enough for concurrent requests to overlap
+                # stuck: far past any test's bound (the client's --request-timeout is 600 s)
+                time.sleep(
+                    {"slow": 0.5, "stuck": 120}.get(fake.mode, 0.002)
+                )  # long enough for concurrent requests to overlap
                 row = fake.table[body["text"]]
                 n = body["sampling_params"]["max_new_tokens"]
                 assert body["sampling_params"]["temperature"] == 0.0 and body["sampling_params"]["ignore_eos"]
@@ -88,6 +99,8 @@ class FakeSGLang:
                     out["prompt_token_ids"] = row["prompt_ids"]
                 if fake.mode == "short":
                     out["output_ids"] = out["output_ids"][: n // 2]
+                elif fake.mode == "oov":
+                    out["output_ids"][3] = SPEC.vocab
                 elif fake.mode == "no_prompt_ids":
                     out.pop("prompt_token_ids", None)
                 data = json.dumps(out).encode()
@@ -108,8 +121,8 @@ class FakeSGLang:
 
 
 @pytest.fixture(scope="module")
-def fake(table):
-    srv = FakeSGLang(table)
+def fake(table, model_dir):
+    srv = FakeSGLang(table, model_dir / "target")
     yield srv
     srv.httpd.shutdown()
 
@@ -150,7 +163,12 @@ def test_server_seqs_writes_the_servers_ids_b1_first_one_at_a_time(seq_file, fak
 
 
 @pytest.mark.parametrize(
-    "mode,expect", [("short", "output_ids 20, expected 40"), ("no_prompt_ids", "no prompt_token_ids")]
+    "mode,expect",
+    [
+        ("short", "output_ids 20, expected 40"),
+        ("no_prompt_ids", "no prompt_token_ids"),
+        ("oov", "output_ids holds 10000, not a token id in 0..9999"),
+    ],
 )
 def test_a_server_that_answers_otherwise_is_exit_3_and_no_file(fake, model_dir, tmp_path, mode, expect):
     f = tmp_path / "s.json"
@@ -175,7 +193,7 @@ def test_the_bench_hashes_are_the_servers_own_b1_replies(model_dir, tmp_path, mo
         t: {"prompt_ids": [1, 2, i], "output_ids": [(7 * i + 3 * j) % 997 for j in range(130)]}
         for i, t in enumerate(texts)
     }
-    srv = FakeSGLang(table)
+    srv = FakeSGLang(table, model_dir / "target")
     srv.mode = mode
     try:
         rc, _, err = _main(
@@ -212,13 +230,15 @@ def test_an_unwritable_out_fails_before_any_request(fake, model_dir, tmp_path):
     assert fake.seen == []
 
 
-def test_ctrl_c_drops_the_queued_requests_and_writes_nothing(fake, model_dir, tmp_path):
-    """SIGINT while 2 of 40 requests are in flight: exit 130 at once (not after the 38 queued ones), no file, no
-    temporary."""
+@pytest.mark.parametrize("mode", ["slow", "stuck"])
+def test_ctrl_c_drops_the_queued_requests_and_writes_nothing(table, model_dir, tmp_path, mode):
+    """SIGINT while 2 of 40 requests are in flight: exit 130 at once, not after the 38 queued ones (slow) nor
+    after the 2 in flight (stuck: they would end in 120 s, the request timeout in 600 s); no file, no temporary."""
     import os
     import signal
 
-    fake.mode, fake.seen = "slow", []
+    fake = FakeSGLang(table, model_dir / "target")
+    fake.mode, fake.seen = mode, []
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -254,7 +274,8 @@ def test_ctrl_c_drops_the_queued_requests_and_writes_nothing(fake, model_dir, tm
         _, err = proc.communicate(timeout=30)
         took = time.monotonic() - t0
     finally:
-        fake.mode = "ok"
+        proc.kill()
+        fake.httpd.shutdown()
     assert proc.returncode == 130 and "interrupted;" in err and "Traceback" not in err, err
     assert took < 5 and len(fake.seen) < 10, (took, len(fake.seen))
     assert list(tmp_path.iterdir()) == []
@@ -270,6 +291,8 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
     monkeypatch.setenv("SGLANG_OVERLAY_SERVER_MODULE", "fake_bench_server")
     monkeypatch.setenv("PYTHONPATH", str(here))
     monkeypatch.setenv("FAKE_BENCH_LOG", str(tmp_path / "starts.jsonl"))
+    monkeypatch.setenv("FAKE_BENCH", json.dumps({"vocab": SPEC.vocab}))  # ids in the model's vocab
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "0.05")  # inherited, not given with --env: recorded all the same
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -296,18 +319,29 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
         "--",
         "--port",
         port,
+        "--model-path",
+        model_dir / "target",
     )
     assert rc == 0, err
     doc = json.loads(f.read_text())
     src = doc["source"]
     assert src["patches"] == ["overlay_identity"] and src["set"] == "overlay_identity" and len(src["fingerprint"]) > 8
-    assert src["server_args"] == ["--port", str(port)] and src["env"] == {"SGLANG_DUMMY_INIT": "normal"}
+    assert src["server_args"] == ["--port", str(port), "--model-path", str(model_dir / "target")]
+    assert src["env"] == {"SGLANG_DUMMY_INIT": "normal"} and src["model_path"] == str(model_dir / "target")
+    assert src["dummy_init"] == {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": "0.05"}
     assert [len(r["output_ids"]) for r in doc["sequences"]] == [9, 9, 9]
     (start,) = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
     assert start["patches"] == ["overlay_identity"] and start["env"]["SGLANG_DUMMY_INIT"] == "normal"
     assert start["env"]["SGLANG_RECORD_STEP_TIME"] == "1"
     with socket.socket() as sock, pytest.raises(ConnectionRefusedError):  # stopped: nothing listens there
         sock.connect(("127.0.0.1", port))
+    # train-draft's reference must draw the server's weights: its --std is checked against the recorded one
+    from bench import server_seqs
+    from bench.errors import DraftInputError
+
+    assert server_seqs.load(f, model_dir, 3, None, 4, 0.05).new_tokens == 9
+    with pytest.raises(DraftInputError, match=r"source.dummy_init.SGLANG_DUMMY_INIT_STD: '0.05' .* != --std 0.02"):
+        server_seqs.load(f, model_dir, 3, None, 4, 0.02)
 
 
 def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):
@@ -338,6 +372,38 @@ def test_dry_run_prints_the_launch_command(model_dir, tmp_path):
     assert "launch --patches overlay_identity," in out and ",dummy_init_normal --log LOG" in out
     assert f"-- --model-path {model_dir}/target --load-format dummy" in out and "SGLANG_DUMMY_INIT" in out
     assert not (tmp_path / "s.json").exists()
+
+
+def _other_model(model_dir: Path, dst: Path) -> Path:
+    """A copy of the model dir's target with another config: another model the server could be serving."""
+    other = dst / "other" / "target"
+    shutil.copytree(model_dir / "target", other)
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-5}))
+    return other
+
+
+def test_a_server_started_on_another_model_is_exit_2_before_it_starts(model_dir, tmp_path):
+    base = ["server-seqs", model_dir, "--out", tmp_path / "s.json", "--manifest", ROOT / "manifest.yaml", "--dry-run"]
+    other = _other_model(model_dir, tmp_path)
+    rc, _, err = _main(*base, "--", "--model-path", other, "--load-format", "dummy")
+    assert rc == 2 and f"--model-path: {other} is another model than {model_dir / 'target'}" in err, err
+    assert f"hint: serve {model_dir / 'target'} (--model-path {model_dir / 'target'})" in err
+    rc, _, err = _main(*base, "--", f"--model-path={tmp_path / 'nowhere'}")
+    assert rc == 2 and "no config.json here" in err, err
+    rc, _, err = _main(*base, "--", "--load-format", "dummy")
+    assert rc == 2 and "name no --model-path" in err and f"add `--model-path {model_dir / 'target'}`" in err
+    assert "Traceback" not in err and not (tmp_path / "s.json").exists()
+
+
+def test_a_url_serving_another_model_is_exit_2_and_nothing_asked(table, model_dir, tmp_path):
+    srv = FakeSGLang(table, _other_model(model_dir, tmp_path))
+    try:
+        rc, _, err = _main("server-seqs", model_dir, "--out", tmp_path / "s.json", "--url", srv.url, "--prompts", 3)
+    finally:
+        srv.httpd.shutdown()
+    assert rc == 2 and f"--url {srv.url}: /model_info's model_path: " in err and "is another model than" in err, err
+    assert srv.seen == [] and not (tmp_path / "s.json").exists()
 
 
 # ------------------------------------------------------------------ training on the file
@@ -384,7 +450,10 @@ def test_training_on_the_servers_sequences(trained, seq_file, model_dir):
     assert src["generated_by"] == "the server (bench server-seqs)" and src["file"] == str(seq_file)
     assert src["sha256"] == __import__("hashlib").sha256(seq_file.read_bytes()).hexdigest()
     assert src["source"]["url"].startswith("http://127.0.0.1:") and src["new_tokens"] == NEW
-    assert src["source"]["bench"] == {"hash_b1": {}, "prefix_equal": True}  # 40 tokens: shorter than 64
+    # 40 tokens: shorter than 64
+    assert src["source"]["bench"] == {"b1_requests": 2, "hash_b1": {}, "prefix_equal": True}
+    assert src["source"]["model_path"] == str(model_dir / "target") and src["source"]["dummy_init"] is None
+    assert src["reference_agrees_first_token"] == 1.0  # the server parts from the reference at FLIP only
     assert src["prompt_ids_equal_local_tokenizer"] == PROMPTS + EVAL
     assert src["first_disagreement_bench"] == [FLIP] * 8 and src["reference_agrees"] < 1
     assert rec["sequences"]["new_tokens"] == NEW and "features_s" in rec["seconds"]
@@ -427,6 +496,10 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
         "format": "format: 'other/1'",
         "config": "model.target_config_sha256",
         "tokenizer": "model.tokenizer_sha256",
+        "tokenizer_config": "model.tokenizer_sha256",
+        "std": "source.dummy_init.SGLANG_DUMMY_INIT_STD: '0.05' (the server's) != --std 0.02",
+        "uniform": "source.dummy_init.SGLANG_DUMMY_INIT: None: the server did not draw dummy_init_normal",
+        "weights": "sequences[*].output_ids[0]: the reference's argmax is the server's first token in",
         "vocab": "sequences[3].output_ids: must be a non-empty list of token ids in 0..9999",
         "text": "sequences[5].text: not the bench's prompt",
         "few": "sequences: 10 sequences, training needs 40",
@@ -441,6 +514,16 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
         (model / "target" / "config.json").write_text(json.dumps(cfg))
     elif case == "tokenizer":
         doc["model"]["tokenizer_sha256"] = "0" * 64
+    elif case == "tokenizer_config":
+        tc = json.loads((model / "target" / "tokenizer_config.json").read_text())
+        (model / "target" / "tokenizer_config.json").write_text(json.dumps({**tc, "model_max_length": 7}))
+    elif case in ("std", "uniform"):
+        std = {"std": "0.05", "uniform": None}[case]
+        doc["source"]["dummy_init"] = {"SGLANG_DUMMY_INIT": std and "normal", "SGLANG_DUMMY_INIT_STD": std}
+    elif case == "weights":
+        # another model's continuations (other weights): the first token is the reference's only by chance
+        for row in doc["sequences"]:
+            row["output_ids"] = [(t + 1) % SPEC.vocab for t in row["output_ids"]]
     elif case == "vocab":
         doc["sequences"][3]["output_ids"][4] = SPEC.vocab
     elif case == "text":
@@ -458,7 +541,22 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
 
 
 @pytest.mark.parametrize(
-    "case", ["malformed", "format", "config", "tokenizer", "vocab", "text", "few", "short", "missing"]
+    "case",
+    [
+        "malformed",
+        "format",
+        "config",
+        "tokenizer",
+        "tokenizer_config",
+        "std",
+        "uniform",
+        "weights",
+        "vocab",
+        "text",
+        "few",
+        "short",
+        "missing",
+    ],
 )
 def test_a_sequences_file_that_does_not_fit_is_exit_2_naming_file_and_key(seq_file, model_dir, tmp_path, case):
     m = tmp_path / "m"
@@ -470,6 +568,8 @@ def test_a_sequences_file_that_does_not_fit_is_exit_2_naming_file_and_key(seq_fi
     assert rc == 2, err
     assert f"{f}: {key}" in err or f"{f}: {key}" in err.replace("\n", " "), err
     assert "hint:" in err and "Traceback" not in err and not (m / "draft_trained").exists()
+    if case == "weights":
+        assert "these sequences were not made by this model's weights" in err
 
 
 def test_a_too_long_new_tokens_and_the_dry_run_read_the_file(seq_file, model_dir):

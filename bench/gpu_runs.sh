@@ -60,6 +60,8 @@ GRAPHS=(--cuda-graph-bs-decode 1 8 --cuda-graph-bs-prefill 64 128 256 512 768)
 # what the issue-6 and issue-3 records ran with (the "before" of the start-up figure)
 OLD_GRAPHS=(--cuda-graph-max-bs 8)
 [ "${OLD:-}" = 1 ] && GRAPHS=("${OLD_GRAPHS[@]}")
+# The Kimi-width proxy's memory fraction is its own: gpu_device.sh exports MEMF=0.6 for a one-stream call, and an
+# EAGLE-3 server of the proxy ran out of memory at 0.7 (issue 12); 0.45 is what its runs were measured with.
 # Tiny DeepSeek-V3 target + EAGLE-3 draft (steps 3, topk 1, 4 draft tokens), dummy weights; decode-log-interval 8
 # so every phase has many step-time entries.
 spec_args() {  # MODEL_DIR MEMF: EAGLE-3 server args into SA
@@ -181,7 +183,7 @@ case "$step" in
   kimi_moe)
     # The same on the Kimi-width proxy (bench tinymodel --profile kimi-width): GPU-bound, verify >> decode.
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${MEMF:-0.45}"
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
   train|train_edge)
@@ -192,7 +194,7 @@ case "$step" in
       --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
   kimi_train)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${MEMF:-0.45}"
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
     train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
   draft_check)
@@ -246,14 +248,14 @@ case "$step" in
       "$OUT/trained_edge/edge" ;;
   kimi_trained)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${MEMF:-0.45}"
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
     with_trained "$KIMI" draft
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
       --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" "${TR[@]}" --restarts 2 --max-starts 2 \
       --out "$OUT/kimi_trained" -- "${ARGS[@]}" ;;
   kimi_plain)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${MEMF:-0.45}"
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
       --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 2 \
       --max-starts 2 --out "$OUT/kimi_plain" -- "${ARGS[@]}"

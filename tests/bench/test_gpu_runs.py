@@ -164,6 +164,7 @@ def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
         "KIMI": str(kimi),
         "SGL_TREE": str(sglang_tree),
         "OUT": str(tmp_path / "out"),
+        "MEMF": "0.6",  # what gpu_device.sh exports for a one-stream call: the tiny model's, not the proxy's
     }
     p = subprocess.run(
         ["bash", str(SCRIPT), "kimi_moe"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
@@ -182,6 +183,7 @@ def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subpr
         "KIMI": str(kimi),
         "SGL_TREE": str(tree),
         "OUT": str(out),
+        "MEMF": "0.6",
     }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 

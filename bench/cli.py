@@ -407,7 +407,7 @@ def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
 
 def run_measurement(kind: str, argv_full: list[str]) -> int:
     from . import store
-    from .errors import BudgetExhausted, RunAborted, SetError
+    from .errors import BudgetExhausted, RunAborted, SetError, WriteFailed
     from .report import write_report
     from .runner import Runner, StoreLab, progress
     from .sets import Catalog
@@ -481,7 +481,11 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
             file=sys.stderr,
         )
         rc = 130
-    report = write_report(cfg.out_dir)
+    try:
+        report = write_report(cfg.out_dir)
+    except WriteFailed as e:  # what was measured is in the store: the report can be written again from it
+        print(f"bench: {e}", file=sys.stderr)
+        return rc or e.exit_code
     progress(f"report {report}")
     return rc
 
@@ -545,14 +549,14 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(own)
     if server_args:
         a.server_args = server_args
-    if a.cmd == "report":
-        from .report import write_report
-
-        print(write_report(a.run_dir, a.adjust))
-        return 0
     from sglang_overlay.errors import OverlayError
 
     try:
+        if a.cmd == "report":
+            from .report import write_report
+
+            print(write_report(a.run_dir, a.adjust))
+            return 0
         return a.func(a)
     except OverlayError as e:  # every subcommand's bad input or failure: the message, not a traceback
         print(f"bench: {e}", file=sys.stderr)

@@ -46,6 +46,11 @@ class BudgetExhausted(BenchError):
     exit_code = EXIT_BUDGET
 
 
+class WriteFailed(BenchError):
+    """The OS refused a derived file (a full disk, a read-only directory): the message names the file, the
+    error and the fix; the previous file is as it was."""
+
+
 class ServerSeqsError(BenchError):
     """bench server-seqs could not get the server's continuations (it did not start, or /generate answered
     otherwise than SGLang's): the message names the request and the field."""

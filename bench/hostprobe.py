@@ -560,13 +560,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.json is not None:
             import json
 
+            from .derived import write_whole
+            from .errors import WriteFailed
+
             # whole or not at all: the report judges what it finds there
-            tmp = a.json.with_name(a.json.name + ".tmp")
             try:
-                tmp.write_text(json.dumps(o, indent=1) + "\n")
-                os.replace(tmp, a.json)
-            except OSError as e:
-                print(f"hostprobe: cannot write {a.json}: {e.strerror}", file=sys.stderr)
+                write_whole(a.json, (json.dumps(o, indent=1) + "\n").encode(), "free space or choose another --json")
+            except WriteFailed as e:
+                print(f"hostprobe: {e}", file=sys.stderr)
                 return 1
         return 0
     if a.out is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import covariate, store
+from .derived import png_bytes, write_whole
 from .replication import LABELS, METRICS, Policy
 from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
@@ -1002,8 +1003,11 @@ def plot(run_dir: Path, adjust: str | None = None) -> Path:
     )
     fig.tight_layout()
     out = run_dir / _plot_name(adjust)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        data = png_bytes(fig, dpi=110)
+    finally:
+        plt.close(fig)
+    write_whole(out, data, _again(run_dir, adjust))
     return out
 
 
@@ -1027,5 +1031,11 @@ def write_report(run_dir: Path, adjust: str | None = None) -> Path:
     if note:
         print(f"bench report: {note}")
     out = run_dir / ("report.md" if adjust is None else f"report-adjust-{adjust}.md")
-    out.write_text(build_markdown(run_dir, adjust) + ("\n" + note + "\n" if note else "") + "\n")
+    text = build_markdown(run_dir, adjust) + ("\n" + note + "\n" if note else "") + "\n"
+    write_whole(out, text.encode(), _again(run_dir, adjust))
     return out
+
+
+def _again(run_dir: Path, adjust: str | None) -> str:
+    """The fix a failed write names: everything is in the store, so the same command again once there is room."""
+    return f"free space, then `python -m bench report {run_dir}" + (f" --adjust {adjust}`" if adjust else "`")

@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import covariate, hostprobe, launcher, placement, startup, store
-from .errors import BudgetExhausted, RunAborted
+from .derived import write_whole
+from .errors import BudgetExhausted, RunAborted, WriteFailed
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
 from .replication import WARM_START_ESTIMATE_S
@@ -231,9 +232,11 @@ class Runner:
                 )
         else:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
-            (cfg.out_dir / "command.txt").write_text(
-                "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n"
-            )
+            command = "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n"
+            try:
+                write_whole(cfg.out_dir / "command.txt", command.encode(), "free space or choose another --out")
+            except WriteFailed as e:
+                raise RunAborted(str(e)) from None
         self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
         if resumed:
             for u, now in self._stale(self.view()):

@@ -1,0 +1,251 @@
+"""The bench's writers outside its results store, faulted with strace (tests/faultlib.py) at their own calls:
+`bench report` (report.md, plot.png and the --adjust variants), the command.txt of `bench ab`, `bench
+server-seqs --out FILE` and `python -m bench.hostprobe --overhead N --json FILE`.
+
+A SIGKILL at each write-side call of the command's own process leaves every file it derives byte-equal to the
+previous one or whole and new, never cut short; what else it leaves beside them is at most the package's
+fixed-name temp (sglang_overlay.fsio.tmp_path), and the same command run again ends as an uninterrupted run
+ends, with nothing left. ENOSPC at each call the kernel fails with it exits with the command's own status for a
+refused write and a message naming the error and the file, never a traceback, and leaves the previous file and
+no temp. Calls that look alike to a fault are tried once each: the same system call on the same file (a kill
+at the second write into a temp cuts it short as the first does), in $TMPDIR, and on stdout/stderr; a full
+disk is not tried on stdout/stderr (pipes here: a full disk does not fail them). The sweeps run on two
+workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from bench_fixtures import DATA, fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, record, trace_points
+
+from sglang_overlay.fsio import is_tmp_name
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKERS = 2
+OLD = b"an earlier file of this name: a kill or a full disk must leave these bytes or a whole new file\n"
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One command that writes: its arguments (run in its work dir), the files it derives (relative to the
+    work dir) and what a whole new one of each is."""
+
+    name: str
+    argv: tuple[str, ...]
+    outputs: tuple[str, ...]
+    whole: Callable[[str, bytes], bool]  # (output, bytes) -> a whole file as the command writes it
+    fail_rc: int  # its exit status when the OS refuses its write
+    ok_rc: int = 0  # its exit status without a fault
+
+
+class Work:
+    """One worker's directory: the starting state and the copy each run works on, its own $TMPDIR."""
+
+    def __init__(self, base: Path, index: int, start: Path, env: dict):
+        self.base = base / f"w{index}"
+        self.start, self.dir, self.tmp, self.log = start, self.base / "work", self.base / "tmp", self.base / "s.log"
+        self.env = {**env, "TMPDIR": str(self.tmp)}
+        self.base.mkdir(parents=True)
+
+    def reset(self) -> None:
+        for d in (self.dir, self.tmp):
+            shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(self.start, self.dir)
+        self.tmp.mkdir()
+
+    def run(self, w: Writer) -> subprocess.CompletedProcess:
+        return subprocess.run(w.argv, cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=120)
+
+    def names(self) -> set[str]:
+        return {str(p.relative_to(self.dir)) for p in self.dir.rglob("*")}
+
+    def read(self, rel: str) -> bytes | None:
+        p = self.dir / rel
+        return p.read_bytes() if p.exists() else None
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+    return env | {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _works(base: Path, start: Path, env: dict) -> list[Work]:
+    if STRACE is None:
+        pytest.fail("strace is not installed: `apt-get install -y strace` (.ci/run does it)")
+    return [Work(base, i, start, env) for i in range(WORKERS)]
+
+
+_traced: dict[str, list[Point]] = {}  # per writer: its calls, traced once for all its sweeps
+
+
+def _fault_points(work: Work, w: Writer, action: str, only: Callable[[str], bool] = lambda where: True) -> list[Point]:
+    """The command's own write-side calls, once per (system call, file): a write, fsync or fchmod is on the
+    file its descriptor was opened on; every file under $TMPDIR is one. `only`: the files to fault at."""
+    if w.name not in _traced:
+        work.reset()
+        pts, proc = trace_points(list(w.argv), work.env, work.dir, work.log)
+        assert proc.returncode == w.ok_rc, proc.stderr
+        _traced[w.name] = pts
+    out, seen, fds = [], set(), {}
+    for p in _traced[w.name]:
+        target = p.call
+        if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p.call
+        elif p.syscall in ("write", "fsync", "fchmod") and (fd := re.match(r"\w+\((\d+)", p.call)):
+            target = fds.get(fd.group(1), p.call)
+        if " = -1 " in p.call:
+            continue  # it failed by itself: nothing changed there
+        if action == "signal=KILL" and p.syscall == "fsync":
+            continue  # it changes nothing a reader sees: a kill there leaves what a kill at the next call leaves
+        if action.startswith("error=") and (is_output(p) or not error_points([p], action)):
+            continue
+        path = re.search(r'"([^"]*)"', target)
+        where = "output" if is_output(p) else path.group(1) if path else target
+        if where.startswith(str(work.tmp)):
+            where = "$TMPDIR"
+        if only(where) and (p.syscall, where) not in seen:
+            seen.add((p.syscall, where))
+            out.append(p)
+    return out
+
+
+def _files(work: Work, w: Writer, names_before: set[str], allow_tmp: bool) -> list[str]:
+    """What is wrong with the derived files and the work dir now: a file neither the previous nor whole, and
+    anything new that is not an output (with `allow_tmp`, fsio's fixed-name temp of an output is allowed)."""
+    bad = []
+    for rel in w.outputs:
+        data = work.read(rel)
+        before = (work.start / rel).read_bytes() if (work.start / rel).exists() else None
+        if data != before and (data is None or not w.whole(rel, data)):
+            bad.append(f"{rel}: {'missing' if data is None else f'{len(data)} bytes, neither the previous nor whole'}")
+    for name in sorted(work.names() - names_before - set(w.outputs)):
+        if not (allow_tmp and is_tmp_name(Path(name).name)):
+            bad.append(f"left behind: {name}")
+    return bad
+
+
+def _kill(work: Work, w: Writer, point: Point, names_before: set[str], explored: set) -> list[str]:
+    work.reset()
+    r = inject(list(w.argv), work.env, work.dir, work.log, point, "signal=KILL")
+    if not r.hit:
+        return [f"not reached (rc {r.rc})"]
+    bad = _files(work, w, names_before, allow_tmp=True)
+    # a temp is left: the next run must take it away (once per state met: what follows depends on it alone)
+    state = tuple(sorted(work.names() - names_before)), tuple(work.read(rel) == OLD for rel in w.outputs)
+    if set(state[0]) - set(w.outputs) and state not in explored:
+        explored.add(state)
+        again = work.run(w)
+        bad += [f"the run after: rc {again.returncode}\n{again.stderr[-600:]}"] if again.returncode else []
+        bad += [f"the run after: {b}" for b in _files(work, w, names_before, allow_tmp=False)]
+        bad += [f"the run after: {rel} is not new" for rel in w.outputs if work.read(rel) == OLD]
+    return bad
+
+
+def _enospc(work: Work, w: Writer, point: Point, names_before: set[str], explored: set) -> list[str]:
+    work.reset()
+    r = inject(list(w.argv), work.env, work.dir, work.log, point, "error=ENOSPC")
+    if not r.hit:
+        return [f"not reached (rc {r.rc})"]
+    bad = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr else []
+    if r.rc not in (0, w.fail_rc):
+        bad.append(f"rc {r.rc} (expected {w.fail_rc}):\n{r.stderr[-600:]}")
+    elif r.rc and not (ERRNO_TEXT["ENOSPC"] in r.stderr and any(Path(f).name in r.stderr for f in w.outputs)):
+        # the message names the file (as the user named its directory: `bench report .` says report.md)
+        bad.append(f"rc {r.rc} and no message naming the error and the file:\n{r.stderr[-600:]}")
+    bad += _files(work, w, names_before, allow_tmp=False)
+    bad += [f"$TMPDIR: {n}" for n in os.listdir(work.tmp)]
+    return bad
+
+
+def sweep(works: list[Work], w: Writer, action: str) -> int:
+    """Fault `w` at each of its points with `action`, on the workers; returns how many points were tried."""
+    points = _fault_points(works[0], w, action)
+    assert points, f"{w.name}: strace saw no write-side calls"
+    names_before = {str(p.relative_to(works[0].start)) for p in works[0].start.rglob("*")}
+    one = _kill if action == "signal=KILL" else _enospc
+
+    explored: set = set()  # shared by the workers: at worst a state is met twice at once and run after twice
+
+    def run(i: int) -> list[str]:
+        return [f"{p}: {b}" for p in points[i::WORKERS] for b in one(works[i], w, p, names_before, explored)]
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
+    record(w.name, action, points, len({f.split(": ", 1)[0] for f in failed}))
+    assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
+    return len(points)
+
+
+# -- bench report -----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def report_works(tmp_path_factory):
+    """`bench report --adjust host` of the recorded profhost run, with an earlier report and plot of that
+    reading beside it (placeholders: their bytes stand for any earlier file); matplotlib's cache made once, so
+    that no run writes it. Plain `bench report` writes report.md and plot.png through the same two calls."""
+    base = tmp_path_factory.mktemp("report-faults")
+    start = base / "start"
+    shutil.copytree(DATA / "profhost", start)
+    for name in ("report-adjust-host.md", "plot-adjust-host.png"):
+        (start / name).write_bytes(OLD)
+    works = _works(base, start, _env() | {"MPLCONFIGDIR": str(base / "mpl")})
+    works[0].reset()
+    outputs = ("report-adjust-host.md", "plot-adjust-host.png")
+    argv = (sys.executable, "-m", "bench", "report", ".", "--adjust", "host")
+    proc = subprocess.run(argv, cwd=works[0].dir, env=works[0].env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    new = {rel: works[0].read(rel) for rel in outputs}
+    # the report is a function of the store: a whole new file is byte-equal to the uninterrupted run's
+    return works, Writer("bench report", argv, outputs, lambda rel, data: data == new[rel], 1)
+
+
+def test_a_kill_at_every_write_of_bench_report_adjust_leaves_the_previous_report_and_plot_or_the_new(report_works):
+    works, w = report_works
+    assert sweep(works, w, "signal=KILL") >= 7  # openat, write, rename of each file, and stdout
+
+
+def test_a_full_disk_at_every_write_of_bench_report_is_exit_1_naming_the_file_and_the_previous_files_stay(
+    report_works,
+):
+    works, w = report_works
+    assert sweep(works, w, "error=ENOSPC") >= 8
+
+
+# -- bench ab's command.txt -------------------------------------------------------------------------------------
+def test_a_kill_writing_command_txt_of_bench_ab_leaves_none_and_the_next_run_writes_it_whole(
+    tmp_path,
+    manifest,
+    launcher_arg,
+):
+    """The run's command (what a reader repeats) from an ab whose servers exit at once (exit 3, nothing
+    measured), killed at its first write into command.txt (or its temp): the old write_text had truncated
+    the name by then. No command.txt, at most fsio's temp beside it, and the same command again writes it
+    whole and takes the temp away. (Its other calls are fsio.atomic_write's, swept on `bench report`.)"""
+    (tmp_path / "start").mkdir()
+    argv = fake_argv("ab", ["--arms", "a=base", "b=full"], manifest, launcher_arg, Path("run"))
+    env = _env() | {"FAKE_BENCH": json.dumps({"fail": ["alpha"]}), "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    (work,) = _works(tmp_path, tmp_path / "start", env)[:1]
+    w = Writer("bench ab", (sys.executable, "-m", "bench", *argv), ("run/command.txt",), lambda rel, d: False, 1, 3)
+    points = _fault_points(work, w, "signal=KILL", only=lambda where: "command.txt" in where)
+    whole = work.read("run/command.txt")
+    assert whole is not None and whole.startswith(f"cd {work.dir} && ".encode()) and whole.endswith(b" 1\n")
+    first_write = next(p for p in points if p.syscall == "write")
+    work.reset()
+    assert inject(list(w.argv), work.env, work.dir, work.log, first_write, "signal=KILL").hit
+    beside = [n for n in os.listdir(work.dir / "run") if "command.txt" in n]
+    record(w.name, "signal=KILL", [first_write], int(beside and not all(is_tmp_name(n) for n in beside)))
+    assert all(is_tmp_name(n) for n in beside), f"{first_write}: left {beside}: a cut command.txt"
+    assert work.run(w).returncode == 3
+    assert work.read("run/command.txt") == whole and [n for n in os.listdir(work.dir / "run") if "command" in n] == [
+        "command.txt"
+    ]

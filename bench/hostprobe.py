@@ -547,7 +547,14 @@ def main(argv: list[str] | None = None) -> int:
         if a.overhead < 1:
             print("hostprobe: --overhead needs at least 1 round (2 for a verdict)", file=sys.stderr)
             return 2
-        o = overhead(a.overhead, a.victim_cpu, a.window, tolerance=a.tolerance)
+        try:
+            o = overhead(a.overhead, a.victim_cpu, a.window, tolerance=a.tolerance)
+        except OSError as e:  # its scratch dir of samples (a full $TMPDIR): the message, not a traceback
+            print(
+                f"hostprobe: --overhead: {e.filename or 'its samples'}: {e.strerror or e}; free space there or set TMPDIR",
+                file=sys.stderr,
+            )
+            return 1
         for i, r in enumerate(o["rounds"], 1):
             ws = ", ".join(f"{'on' if on else 'off'} {ms:.3f}" for on, ms in r["windows"])
             duty = "-" if r["duty"] is None else f"{r['duty']:.3f}"

@@ -372,36 +372,23 @@ def _cannot_write(out: Path, e: OSError) -> DraftInputError:
 
 
 def check_writable(out: Path) -> None:
-    """Before a server start and minutes of generation: --out's directory takes a file."""
+    """Before a server start and minutes of generation: --out's directory takes a file. The probe is the
+    final write's own temp (fsio's fixed name), so a kill here leaves nothing the next run does not replace."""
+    from sglang_overlay.fsio import unlink_quietly, write_tmp
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(prefix=f".{out.name}.", suffix=".probe", dir=out.parent):
-            pass
+        unlink_quietly(write_tmp(out, b""))
     except OSError as e:
         raise _cannot_write(out, e) from None
 
 
 def write(out: Path, doc: dict) -> None:
-    """Beside and renamed into place (fsync'ed): a kill leaves the previous file or the new one."""
-    try:
-        _write(out, doc)
-    except OSError as e:
-        raise _cannot_write(out, e) from None
+    """Whole or not at all (derived.write_whole): a kill leaves the previous file or the new one; a full disk
+    is exit 1 naming the file, with the previous file as it was."""
+    from .derived import write_whole
 
-
-def _write(out: Path, doc: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, separators=(",", ":"))
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_whole(out, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "free space or choose another --out")
 
 
 @dataclass(frozen=True)

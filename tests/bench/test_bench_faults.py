@@ -7,13 +7,15 @@ previous one or whole and new, never cut short; what else it leaves beside them 
 fixed-name temp (sglang_overlay.fsio.tmp_path), and the same command run again ends as an uninterrupted run
 ends, with nothing left. ENOSPC at each call the kernel fails with it exits with the command's own status for a
 refused write and a message naming the error and the file, never a traceback, and leaves the previous file and
-no temp. Calls that look alike to a fault are tried once each: the same system call on the same file (a kill
-at the second write into a temp cuts it short as the first does), in $TMPDIR, and on stdout/stderr; a full
-disk is not tried on stdout/stderr (pipes here: a full disk does not fail them). The sweeps run on two
-workers."""
+no temp. Calls that look alike to a fault are tried once each: the same system call on the same file in the
+same opening of it (a kill at the second write into a temp cuts it short as the first does), in $TMPDIR, and
+on stdout/stderr. Not tried: a kill at an fsync (it changes nothing a reader sees: the next call's kill leaves
+the same), a full disk on stdout/stderr (pipes here) or at an open that creates nothing, and the calls of the
+writer's children (the probe, the servers). The sweeps run on two workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,8 +47,9 @@ class Writer:
     argv: tuple[str, ...]
     outputs: tuple[str, ...]
     whole: Callable[[str, bytes], bool]  # (output, bytes) -> a whole file as the command writes it
-    fail_rc: int  # its exit status when the OS refuses its write
+    fail_rcs: tuple[int, ...]  # its exit status when the OS refuses a write
     ok_rc: int = 0  # its exit status without a fault
+    children: bool = False  # it starts processes of its own (the probe, the servers): they are not under test
 
 
 class Work:
@@ -90,18 +93,21 @@ _traced: dict[str, list[Point]] = {}  # per writer: its calls, traced once for a
 
 
 def _fault_points(work: Work, w: Writer, action: str, only: Callable[[str], bool] = lambda where: True) -> list[Point]:
-    """The command's own write-side calls, once per (system call, file): a write, fsync or fchmod is on the
-    file its descriptor was opened on; every file under $TMPDIR is one. `only`: the files to fault at."""
+    """The command's own write-side calls, once per (system call, file, time the file was opened): a write,
+    fsync or fchmod is on the file its descriptor was opened on; every file under $TMPDIR is one. `only`: the
+    files to fault at."""
     if w.name not in _traced:
         work.reset()
         pts, proc = trace_points(list(w.argv), work.env, work.dir, work.log)
         assert proc.returncode == w.ok_rc, proc.stderr
         _traced[w.name] = pts
-    out, seen, fds = [], set(), {}
+    out, seen, fds, opened = [], set(), {}, {}
     for p in _traced[w.name]:
         target = p.call
         if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
             fds[fd.group(1)] = p.call
+            if "O_CREAT" in p.call:
+                opened[p.call.split('"')[1]] = opened.get(p.call.split('"')[1], 0) + 1
         elif p.syscall in ("write", "fsync", "fchmod") and (fd := re.match(r"\w+\((\d+)", p.call)):
             target = fds.get(fd.group(1), p.call)
         if " = -1 " in p.call:
@@ -110,13 +116,19 @@ def _fault_points(work: Work, w: Writer, action: str, only: Callable[[str], bool
             continue  # it changes nothing a reader sees: a kill there leaves what a kill at the next call leaves
         if action.startswith("error=") and (is_output(p) or not error_points([p], action)):
             continue
+        if action == "error=ENOSPC" and p.syscall == "openat" and "O_CREAT" not in p.call:
+            continue  # the kernel fails an open with ENOSPC only where it creates the file
         path = re.search(r'"([^"]*)"', target)
         where = "output" if is_output(p) else path.group(1) if path else target
-        if where.startswith(str(work.tmp)):
-            where = "$TMPDIR"
-        if only(where) and (p.syscall, where) not in seen:
-            seen.add((p.syscall, where))
-            out.append(p)
+        if where.startswith(str(work.tmp)) or (p.syscall == "unlinkat" and not p.call.startswith("unlinkat(AT_FDCWD")):
+            where = "$TMPDIR"  # an unlinkat relative to an open directory: rmtree of a TemporaryDirectory
+        # a name opened again is another write of it (a probe, then the file itself): its calls are others
+        key = (p.syscall, where, opened.get(where, 0))
+        if only(where) and key not in seen:
+            seen.add(key)
+            # strace's when=N counts per process: with -f a child (the probe, a server) would be failed at its
+            # own N-th call too, so a writer's children are left untraced (slower: no --seccomp-bpf)
+            out.append(dataclasses.replace(p, child_first=True) if w.children else p)
     return out
 
 
@@ -158,10 +170,14 @@ def _enospc(work: Work, w: Writer, point: Point, names_before: set[str], explore
     if not r.hit:
         return [f"not reached (rc {r.rc})"]
     bad = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr else []
-    if r.rc not in (0, w.fail_rc):
-        bad.append(f"rc {r.rc} (expected {w.fail_rc}):\n{r.stderr[-600:]}")
-    elif r.rc and not (ERRNO_TEXT["ENOSPC"] in r.stderr and any(Path(f).name in r.stderr for f in w.outputs)):
-        # the message names the file (as the user named its directory: `bench report .` says report.md)
+    if r.rc not in (0, *w.fail_rcs):
+        bad.append(f"rc {r.rc} (expected one of {w.fail_rcs}):\n{r.stderr[-600:]}")
+    elif r.rc and not (
+        ERRNO_TEXT["ENOSPC"] in r.stderr
+        and (any(Path(f).name in r.stderr for f in w.outputs) or str(work.tmp) in r.stderr)
+    ):
+        # the message names the file (as the user named it: `bench report .` says report.md), or the scratch
+        # file in $TMPDIR that could not be written
         bad.append(f"rc {r.rc} and no message naming the error and the file:\n{r.stderr[-600:]}")
     bad += _files(work, w, names_before, allow_tmp=False)
     bad += [f"$TMPDIR: {n}" for n in os.listdir(work.tmp)]
@@ -206,7 +222,7 @@ def report_works(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     new = {rel: works[0].read(rel) for rel in outputs}
     # the report is a function of the store: a whole new file is byte-equal to the uninterrupted run's
-    return works, Writer("bench report", argv, outputs, lambda rel, data: data == new[rel], 1)
+    return works, Writer("bench report", argv, outputs, lambda rel, data: data == new[rel], (1,))
 
 
 def test_a_kill_at_every_write_of_bench_report_adjust_leaves_the_previous_report_and_plot_or_the_new(report_works):
@@ -235,7 +251,9 @@ def test_a_kill_writing_command_txt_of_bench_ab_leaves_none_and_the_next_run_wri
     argv = fake_argv("ab", ["--arms", "a=base", "b=full"], manifest, launcher_arg, Path("run"))
     env = _env() | {"FAKE_BENCH": json.dumps({"fail": ["alpha"]}), "MPLCONFIGDIR": str(tmp_path / "mpl")}
     (work,) = _works(tmp_path, tmp_path / "start", env)[:1]
-    w = Writer("bench ab", (sys.executable, "-m", "bench", *argv), ("run/command.txt",), lambda rel, d: False, 1, 3)
+    w = Writer(
+        "bench ab", (sys.executable, "-m", "bench", *argv), ("run/command.txt",), lambda rel, d: False, (1,), 3, True
+    )
     points = _fault_points(work, w, "signal=KILL", only=lambda where: "command.txt" in where)
     whole = work.read("run/command.txt")
     assert whole is not None and whole.startswith(f"cd {work.dir} && ".encode()) and whole.endswith(b" 1\n")
@@ -249,3 +267,95 @@ def test_a_kill_writing_command_txt_of_bench_ab_leaves_none_and_the_next_run_wri
     assert work.read("run/command.txt") == whole and [n for n in os.listdir(work.dir / "run") if "command" in n] == [
         "command.txt"
     ]
+
+
+# -- bench server-seqs --out ------------------------------------------------------------------------------------
+SEQ_PROMPTS, SEQ_TOKENS = 3, 4
+
+
+@pytest.fixture(scope="module")
+def seqs_works(tmp_path_factory):
+    """`bench server-seqs` against a fake /generate (test_server_seqs.FakeSGLang) of a model dir with only
+    what its identity reads (target/config.json), an earlier sequences file in place."""
+    from test_server_seqs import FakeSGLang
+
+    from bench.server_seqs import FORMAT
+    from bench.workload import fixed_prompts
+
+    base = tmp_path_factory.mktemp("seqs-faults")
+    start = base / "start"
+    (start / "model" / "target").mkdir(parents=True)
+    (start / "model" / "target" / "config.json").write_text(json.dumps({"vocab_size": 1000}) + "\n")
+    (start / "out").mkdir()
+    (start / "out" / "seqs.json").write_bytes(OLD)
+    texts = fixed_prompts(SEQ_PROMPTS)
+    table = {
+        t: {"prompt_ids": [1, i], "output_ids": [(5 * i + j) % 997 for j in range(SEQ_TOKENS)]}
+        for i, t in enumerate(texts)
+    }
+    # every worker's model dir is a copy: the server answers with a path whose config is the same bytes
+    srv = FakeSGLang(table, start / "model" / "target")
+    argv = (sys.executable, "-m", "bench", "server-seqs", "model", "--out", "out/seqs.json", "--url", srv.url)
+    argv += ("--prompts", str(SEQ_PROMPTS), "--new-tokens", str(SEQ_TOKENS))
+
+    def whole(rel: str, data: bytes) -> bool:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return False
+        rows = doc.get("sequences") if isinstance(doc, dict) else None
+        return doc.get("format") == FORMAT and [r["output_ids"] for r in rows or []] == [
+            table[t]["output_ids"] for t in texts
+        ]
+
+    yield _works(base, start, _env()), Writer("bench server-seqs", argv, ("out/seqs.json",), whole, (1, 2))
+    srv.httpd.shutdown()
+
+
+def test_a_kill_at_every_write_of_server_seqs_leaves_the_previous_file_or_the_new(seqs_works):
+    works, w = seqs_works
+    assert sweep(works, w, "signal=KILL") >= 4
+
+
+def test_a_full_disk_at_every_write_of_server_seqs_is_a_message_naming_the_file_and_the_previous_file_stays(
+    seqs_works,
+):
+    works, w = seqs_works
+    assert sweep(works, w, "error=ENOSPC") >= 4
+
+
+# -- python -m bench.hostprobe --overhead N --json FILE -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def hostprobe_works(tmp_path_factory):
+    """One ABBA round of 50 ms windows (the probe started twice, as in any --overhead run), an earlier
+    overhead.json in the run dir; a whole new one is an overhead record `bench report` reads."""
+    import tempfile
+
+    from bench.hostprobe import read_overhead
+
+    base = tmp_path_factory.mktemp("hostprobe-faults")
+    start = base / "start"
+    (start / "run").mkdir(parents=True)
+    (start / "run" / "overhead.json").write_bytes(OLD)
+    argv = (sys.executable, "-m", "bench.hostprobe", "--overhead", "1", "--window", "0.05")
+
+    def whole(rel: str, data: bytes) -> bool:
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "overhead.json").write_bytes(data)
+            try:
+                return read_overhead(Path(d)) is not None
+            except ValueError:
+                return False
+
+    w = Writer("bench.hostprobe", (*argv, "--json", "run/overhead.json"), ("run/overhead.json",), whole, (1,), 0, True)
+    return _works(base, start, _env()), w
+
+
+def test_a_kill_at_every_write_of_hostprobe_overhead_json_leaves_the_previous_record_or_the_new(hostprobe_works):
+    works, w = hostprobe_works
+    assert sweep(works, w, "signal=KILL") >= 4
+
+
+def test_a_full_disk_at_every_write_of_hostprobe_overhead_is_exit_1_naming_the_file(hostprobe_works):
+    works, w = hostprobe_works
+    assert sweep(works, w, "error=ENOSPC") >= 4

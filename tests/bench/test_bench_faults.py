@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from bench_fixtures import DATA, fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
-from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, record, trace_points
+from faultlib import ERRNO_TEXT, STRACE, Injected, Point, error_points, inject, is_output, record, trace_points
 
 from sglang_overlay.fsio import is_tmp_name
 
@@ -147,11 +147,7 @@ def _files(work: Work, w: Writer, names_before: set[str], allow_tmp: bool) -> li
     return bad
 
 
-def _kill(work: Work, w: Writer, point: Point, names_before: set[str], explored: set) -> list[str]:
-    work.reset()
-    r = inject(list(w.argv), work.env, work.dir, work.log, point, "signal=KILL")
-    if not r.hit:
-        return [f"not reached (rc {r.rc})"]
+def _after_kill(work: Work, w: Writer, r: Injected, names_before: set[str], explored: set) -> list[str]:
     bad = _files(work, w, names_before, allow_tmp=True)
     # a temp is left: the next run must take it away (once per state met: what follows depends on it alone)
     state = tuple(sorted(work.names() - names_before)), tuple(work.read(rel) == OLD for rel in w.outputs)
@@ -164,11 +160,7 @@ def _kill(work: Work, w: Writer, point: Point, names_before: set[str], explored:
     return bad
 
 
-def _enospc(work: Work, w: Writer, point: Point, names_before: set[str], explored: set) -> list[str]:
-    work.reset()
-    r = inject(list(w.argv), work.env, work.dir, work.log, point, "error=ENOSPC")
-    if not r.hit:
-        return [f"not reached (rc {r.rc})"]
+def _after_enospc(work: Work, w: Writer, r: Injected, names_before: set[str], explored: set) -> list[str]:
     bad = [f"rc {r.rc}, traceback:\n{r.stderr[-1200:]}"] if "Traceback" in r.stderr else []
     if r.rc not in (0, *w.fail_rcs):
         bad.append(f"rc {r.rc} (expected one of {w.fail_rcs}):\n{r.stderr[-600:]}")
@@ -189,12 +181,16 @@ def sweep(works: list[Work], w: Writer, action: str) -> int:
     points = _fault_points(works[0], w, action)
     assert points, f"{w.name}: strace saw no write-side calls"
     names_before = {str(p.relative_to(works[0].start)) for p in works[0].start.rglob("*")}
-    one = _kill if action == "signal=KILL" else _enospc
-
+    check = _after_kill if action == "signal=KILL" else _after_enospc
     explored: set = set()  # shared by the workers: at worst a state is met twice at once and run after twice
 
+    def one(work: Work, point: Point) -> list[str]:
+        work.reset()
+        r = inject(list(w.argv), work.env, work.dir, work.log, point, action)
+        return check(work, w, r, names_before, explored) if r.hit else [f"not reached (rc {r.rc})"]
+
     def run(i: int) -> list[str]:
-        return [f"{p}: {b}" for p in points[i::WORKERS] for b in one(works[i], w, p, names_before, explored)]
+        return [f"{p}: {b}" for p in points[i::WORKERS] for b in one(works[i], p)]
 
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from .stats import (
     MIN_STARTS,
@@ -35,7 +35,6 @@ from .stats import (
     Comparison,
     clean,
     compare_starts,
-    geometric_mean,
     interval_verdict,
     start_median,
 )
@@ -172,15 +171,6 @@ def compare_adjusted(
     a, b = _complete(ref), _complete(arm)
     if len(a) != len(ref) or len(b) != len(arm) or len(a) < min_starts or len(b) < min_starts:
         return None
-    raw = compare_starts(
-        [y for y, _ in a],
-        [y for y, _ in b],
-        metric=metric,
-        lower_is_better=lower_is_better,
-        confidence=confidence,
-        min_effect=min_effect,
-        min_starts=min_starts,
-    )
     ly = [math.log(y) for y, _ in a + b]
     lp = [math.log(p) for _, p in a + b]
     mp = statistics.fmean(lp)
@@ -189,23 +179,39 @@ def compare_adjusted(
     if fit.df < 1 or math.isnan(se):
         return None
     why = equivalence(lp[: len(a)], lp[len(a) :], fit.coef[2], min_effect)
+    how = _Reading(metric, lower_is_better, confidence, min_effect, min_starts)
+    return _at_fixed_covariate([y for y, _ in a], [y for y, _ in b], est, se, fit.df, why, how)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a comparison is read: bench.stats.compare_starts' keyword arguments (by name), the same for its
+    adjusted readings."""
+
+    metric: str
+    lower_is_better: bool
+    confidence: float
+    min_effect: float
+    min_starts: int
+
+
+def _at_fixed_covariate(
+    ref_medians: list[float], arm_medians: list[float], est: float, se: float, df: int, why: str, how: _Reading
+) -> Comparison:
+    """The start medians' unadjusted comparison with the model's reading in its place: "cannot tell" with `why`
+    where the arms' covariate is not shown close enough (`equivalence`), else the change exp(est) - 1 (est the
+    arm's log coefficient, `se` its standard error on `df` degrees of freedom) and its t interval."""
+    raw = compare_starts(ref_medians, arm_medians, **asdict(how))
     if why:
         return replace(raw, verdict=UNDECIDED, note=why)
-    lo, hi, p_value = t_interval(est, se, fit.df, confidence)
-    return Comparison(
-        metric=metric,
-        lower_is_better=lower_is_better,
-        ref_medians=tuple(y for y, _ in a),
-        arm_medians=tuple(y for y, _ in b),
-        center_ref=geometric_mean([y for y, _ in a]),
-        center_arm=geometric_mean([y for y, _ in b]),
+    lo, hi, p_value = t_interval(est, se, df, how.confidence)
+    return replace(
+        raw,
         change=math.exp(est) - 1,
         low=math.expm1(min(lo, 700.0)),
         high=math.expm1(hi) if hi < 700 else math.inf,  # a sequential look may ask more than data give
         p_value=p_value,
-        confidence=confidence,
-        min_effect=min_effect,
-        verdict=interval_verdict(lo, hi, min_effect, lower_is_better),
+        verdict=interval_verdict(lo, hi, how.min_effect, how.lower_is_better),
     )
 
 
@@ -380,17 +386,6 @@ def compare_mixed(
     if len(ref) < min_starts or len(arm) < min_starts:
         return None
     tf = transform_of(covariate)
-    ref_m = [statistics.median(y for y, _ in s) for s in ref]
-    arm_m = [statistics.median(y for y, _ in s) for s in arm]
-    raw = compare_starts(
-        ref_m,
-        arm_m,
-        metric=metric,
-        lower_is_better=lower_is_better,
-        confidence=confidence,
-        min_effect=min_effect,
-        min_starts=min_starts,
-    )
     fit = fit_mixed([(0, s) for s in ref] + [(1, s) for s in arm], tf)
     if fit is None:
         return None
@@ -400,17 +395,9 @@ def compare_mixed(
         return None
     means = [[statistics.fmean(tf(x) for _, x in s) for s in g if s] for g in (ref, arm)]
     why = equivalence(means[0], means[1], fit.coef[-1], min_effect)
-    if why:
-        return replace(raw, verdict=UNDECIDED, note=why)
-    lo, hi, p_value = t_interval(est, se, df, confidence)
-    return replace(
-        raw,
-        change=math.exp(est) - 1,
-        low=math.expm1(min(lo, 700.0)),
-        high=math.expm1(hi) if hi < 700 else math.inf,
-        p_value=p_value,
-        verdict=interval_verdict(lo, hi, min_effect, lower_is_better),
-    )
+    medians = [[statistics.median(y for y, _ in s) for s in g] for g in (ref, arm)]
+    how = _Reading(metric, lower_is_better, confidence, min_effect, min_starts)
+    return _at_fixed_covariate(medians[0], medians[1], est, se, df, why, how)
 
 
 def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], covariate: str = PROBE) -> Spread | None:

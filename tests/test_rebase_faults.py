@@ -282,7 +282,8 @@ def _fault_points(b: Bench, start: Path, args: list[str], action: str, persisten
         if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
             fds[fd.group(1)] = p.call
         elif p.syscall in ("write", "fsync", "fchmod"):  # a call on a descriptor: where it was opened
-            path = fds.get(p.call.split("(", 1)[1].split(",")[0].rstrip(")"), p.call)
+            # the descriptor is the first argument: "write(5, ...)" and "fsync(5) = 0" alike
+            path = fds.get(fd.group(1), p.call) if (fd := re.match(r"\w+\((\d+)", p.call)) else p.call
         if " = -1 " in p.call or (action.startswith("error=") and not error_points([p], action)):
             continue
         if persistent and p.syscall == "openat":

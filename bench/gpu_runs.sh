@@ -12,6 +12,7 @@
 #                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
+#   kimi_profiling  eagle_profiling on / applied but off / not applied on the Kimi-width proxy (GPU-bound)
 #   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
 #   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
@@ -37,7 +38,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|profhost|hostprobe|hostcov|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -95,6 +96,14 @@ TR=(--tree "$SGL_TREE" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --re
 # (SEQS_REGEN=1 makes it again); a copy comes back in $OUT/train/.
 server_seqs() {  # MODEL_DIR PROMPTS SERVER_ARGS...
   local dir=$1 n=$2; shift 2
+  # SEQS_FROM=DIR: a sequences file an earlier session brought back (DIR/<model dir's name>-server_seqs.json,
+  # carried to the device) instead of a server start; train-draft --sequences checks it is this model's
+  local carried=${SEQS_FROM:+$SEQS_FROM/$(basename "$dir")-server_seqs.json}
+  if [ -n "$carried" ] && [ -f "$carried" ] && [ ! -f "$dir/server_seqs.json" ]; then
+    echo "server_seqs: using $carried (carried), no server start" >&2
+    [ -n "${DRY:-}" ] && return 0
+    cp "$carried" "$dir/server_seqs.json"
+  fi
   if [ -z "${DRY:-}" ] && [ -f "$dir/server_seqs.json" ] && [ "${SEQS_REGEN:-}" != 1 ]; then
     echo "server_seqs: reusing $dir/server_seqs.json (SEQS_REGEN=1 makes it again)" >&2; return 0
   fi
@@ -315,6 +324,13 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
       --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
+  kimi_profiling)
+    # The same on the Kimi-width proxy, GPU-bound: a plain decode step's CV was 0.04 % there (issue 12), where the
+    # tiny model's 11-30 % start-to-start CV on this VM hides a 3 % cost (run4, run5).
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
+    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
+      --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 "${M[@]}" --out "$OUT/kimi_profiling" -- "${SA[@]}" ;;
   oea)
     run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
       --batches 1,4,16,64 --k0 off,3,4,5,6 --iters 200 ;;

@@ -232,6 +232,39 @@ def test_train_steps_first_ask_the_plain_server_for_its_sequences(tiny, sglang_t
     assert "server-seqs plan: 544 bench prompts" in p.stdout
 
 
+def test_kimi_train_takes_carried_sequences_instead_of_a_server_start(tiny, sglang_tree, tmp_path):
+    """A device call is 10 minutes and the machine is bare each session: the sequences an earlier session brought
+    back (SEQS_FROM) save the proxy's server start; a carried file of another model is not taken."""
+    kimi, carried = tmp_path / "kimi", tmp_path / "carried"
+    carried.mkdir()
+    (carried / "tiny-server_seqs.json").write_text("{}")
+    env = {
+        **os.environ,
+        "DRY": "1",
+        "PYTHON": sys.executable,
+        "TINY": str(tiny),
+        "KIMI": str(kimi),
+        "SGL_TREE": str(sglang_tree),
+        "OUT": str(tmp_path / "o"),
+        "SEQS_FROM": str(carried),
+    }
+
+    def plan() -> subprocess.CompletedProcess:
+        p = subprocess.run(
+            ["bash", str(SCRIPT), "kimi_train"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert p.returncode == 0, p.stderr
+        return p
+
+    p = plan()  # only the tiny model's file there: the proxy's server starts
+    assert "server-seqs plan: 544 bench prompts" in p.stdout and "(carried)" not in p.stderr
+    (carried / "kimi-server_seqs.json").write_text("{}")
+    p = plan()
+    assert f"server_seqs: using {carried}/kimi-server_seqs.json (carried), no server start" in p.stderr
+    assert "server-seqs plan" not in p.stdout and not _launches(p.stdout)
+    assert f"--sequences {kimi}/server_seqs.json" in p.stderr
+
+
 def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_path):
     kimi = tmp_path / "kimi"
     p = _dry_kimi("draft_check", tiny, kimi, sglang_tree, tmp_path / "o")

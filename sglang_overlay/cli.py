@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import __version__, commands, interrupts
 from .context import Context
-from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, OverlayError, os_failure
+from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 from .progname import set_from_argv
 from .project import MANIFEST_ENV, manifest_path
 
@@ -147,6 +147,7 @@ def _drop_unwritable_output() -> None:
 
 def _main(argv: list[str] | None, home: Path | None) -> int:
     try:
+        _check_cwd()
         args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
         code = int(args._run(_context(args, home), args) or 0)
         sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
@@ -167,6 +168,18 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         return err.exit_code
     except Exception:
         return _crash()
+
+
+def _check_cwd() -> None:
+    """A shell left in a directory another process removed: every relative path and the project search need the
+    current directory, and the OS's ENOENT for it names no file."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise BadInput(
+            "the current directory no longer exists (it was removed after the shell entered it)",
+            hint='cd to an existing directory (`cd "$PWD"` if it was made again), then run the command again',
+        ) from None
 
 
 def _crash() -> int:

@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Mapping
 
 from . import scratch as scratch_dirs
+from .errors import BadInput
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 
@@ -24,6 +25,7 @@ def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | No
                 if data is None:
                     sides.append("/dev/null")
                     continue
+                _utf8(repo_path, data)
                 p = scratch / side / repo_path
                 p.parent.mkdir(parents=True, exist_ok=True)
                 write_plain(p, data)  # a full disk's error names the file
@@ -53,3 +55,14 @@ def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | No
         return "".join(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _utf8(repo_path: str, data: bytes) -> None:
+    """A patch is UTF-8 text (patchfile.py reads no other): a file in another encoding cannot go into one."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(
+            f"{repo_path}: not UTF-8 text (byte {e.start}: {e.reason}), so no patch can carry its content",
+            hint="save the file as UTF-8 (`iconv -f latin1 -t utf-8`), or carry it whole as an overlay file",
+        ) from None

@@ -23,6 +23,8 @@ CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
 UPSTREAM_STATUSES = ("not-forwarded", "forwarded", "upstreamed", "not-needed")
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*")  # always fullmatch: `$` would let a trailing newline through
 ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
+# The set grammar (patchset.py) reads these as the empty set: a patch or preset of that name could never be named.
+EMPTY_NAMES = ("none", "pristine")
 
 TOP_KEYS = ("schema", "extends", "pin", "patches", "presets", "env_profiles", "skipped")
 PIN_KEYS = ("package", "version", "git_tag", "wheel", "sha256")
@@ -272,6 +274,11 @@ class Manifest:
         return self.presets[name]
 
     def env_profile(self, name: str) -> EnvProfile:
+        if not name.strip():  # `--env-profile "$PROFILE"` with PROFILE unset: not the same as no profile
+            raise ManifestError(
+                "--env-profile is empty (an unset shell variable?)",
+                hint=f"name one of {', '.join(sorted(self.env_profiles)) or '(none)'}, or leave --env-profile out",
+            )
         if name not in self.env_profiles:
             raise ManifestError(
                 f"{self.path}: no env profile named {name!r}{_did_you_mean(name, self.env_profiles)}",
@@ -355,11 +362,19 @@ class _Ctx:
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    path = Path(path).resolve()
+    try:
+        path = Path(path).resolve()
+    except (RuntimeError, OSError) as e:  # Python 3.11 says a symlink loop with RuntimeError, 3.13 with ELOOP
+        raise ManifestError(
+            f"{path}: the manifest is a symbolic link that loops ({e})",
+            hint="point the link at the real manifest.yaml (`ls -l` shows where it leads)",
+        ) from None
     return _load(path, seen=())
 
 
 def _read_yaml(path: Path) -> Any:
+    if path.exists() and not path.is_file() and not path.is_dir():  # reading a FIFO would wait forever
+        raise ManifestError(f"{path}: not a regular file (a pipe or a device)", hint="name the manifest.yaml file")
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -431,6 +446,11 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
 
     presets = dict(parent.presets) if parent else {}
     for name, members in ctx.mapping("presets", data.get("presets") or {}).items():
+        _check_name(ctx, f"presets.{name}", name)
+        if name in names:
+            raise ctx.fail(
+                f"presets.{name}", f"{name!r} is also a patch's name", "rename the preset: a set names either one"
+            )
         members = ctx.string_list(f"presets.{name}", members)
         for m in members:
             if m not in names:
@@ -479,16 +499,22 @@ def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
     return pin
 
 
+def _check_name(ctx: _Ctx, where: str, name: Any) -> None:
+    """A patch's or a preset's name: what the set grammar can name (no '+', '-' or ',', not a word it reserves)."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ctx.fail(where, f"{name!r} is not a valid name", _NAME_FIX)
+    if name in EMPTY_NAMES:
+        raise ctx.fail(where, f"{name!r} is reserved: a set expression reads it as the empty set", _NAME_FIX)
+
+
+_NAME_FIX = "use lower-case letters, digits and underscores, starting with a letter (not none or pristine)"
+
+
 def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     where = f"patches[{index}]"
     raw = ctx.mapping(where, raw)
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise ctx.fail(
-            f"{where}.name",
-            f"{name!r} is not a valid name",
-            "use lower-case letters, digits and underscores, starting with a letter",
-        )
+    _check_name(ctx, f"{where}.name", name)
     where = f"patches[{index}] ({name})"
     ctx.check_keys(where, raw, PATCH_KEYS)
     for key in ("description", "kind", "category"):
@@ -644,7 +670,7 @@ def _parse_upstream(ctx: _Ctx, where: str, raw: Any) -> Upstream:
     if status not in UPSTREAM_STATUSES:
         raise ctx.fail(f"{where}.upstream.status", f"{status!r} is not one of {', '.join(UPSTREAM_STATUSES)}")
     pr = up_raw.get("pr")
-    if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool)):
+    if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool) or pr < 1):
         raise ctx.fail(f"{where}.upstream.pr", f"expected a pull-request number, got {pr!r}")
     return Upstream(
         status,
@@ -789,6 +815,8 @@ def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:
         value = spec["value"]
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ctx.fail(f"{where}.vars.{var}.value", f"expected a string, got {value!r}", "quote the value")
+        if "\0" in str(value):  # the environment of a process cannot hold one: launch would fail at exec
+            raise ctx.fail(f"{where}.vars.{var}.value", "holds a NUL character", "remove it (an \\x00 or \\0 escape?)")
         out.append(ProfileVar(str(var), str(value), ctx.string(f"{where}.vars.{var}.why", spec.get("why"))))
     if not out:
         raise ctx.fail(where, "sets no variables")

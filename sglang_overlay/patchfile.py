@@ -28,6 +28,9 @@ HEADER_FIELDS = (
 )
 _FIELD_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):[ \t]?(.*)$")
 _DIFF_START = ("diff --git ", "--- ", "Index: ")
+# git apply makes a symbolic link (120000) or a submodule entry (160000) from these: a link's "content" is a
+# path, and once written every later read of the tree follows it, outside the tree (/etc/passwd) included.
+_LINK_MODE_RE = re.compile(r"^(?:new file mode|deleted file mode|new mode|old mode|index \S+) (120000|160000)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def _strip_prefix(path: str | None, side: str, where: Path) -> str | None:
 def parse_patch_file(path: Path) -> PatchFile:
     try:
         raw = path.read_bytes()
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is not part of the Description line
     except UnicodeDecodeError as e:
         raise ManifestError(f"{path}: not UTF-8 text ({e})", hint="patches must be UTF-8 unified diffs") from e
     except OSError as e:
@@ -118,6 +121,14 @@ def parse_patch_file(path: Path) -> PatchFile:
             f"{path}: the diff has Windows (CRLF) line endings, so git apply would not match a line",
             hint="convert it back (`dos2unix FILE`), and set `git config core.autocrlf false` "
             "so a checkout does not convert it again",
+        )
+    link = _LINK_MODE_RE.search(diff_text)
+    if link:
+        kind = "symbolic link" if link.group(1) == "120000" else "submodule"
+        raise ManifestError(
+            f"{path}: line {header_text.count(chr(10)) + diff_text.count(chr(10), 0, link.start()) + 1}: the diff makes a {kind} "
+            f"(mode {link.group(1)}); patches may only write regular files",
+            hint="carry the file's content instead (`git diff` of a copy, or an overlay file)",
         )
     header = parse_header(header_text)
     if not any(k.lower() in ("description", "subject") for k, _ in header):

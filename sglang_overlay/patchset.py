@@ -22,9 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .errors import ManifestError, PatchSetError
-from .manifest import Manifest
+from .manifest import EMPTY_NAMES, Manifest
 
-EMPTY_NAMES = ("none", "pristine")
 _TERM_RE = re.compile(r"([+-]?)([^+-]+)")
 FORMS = "PRESET, a,b, PRESET+x, PRESET-x or none"
 

@@ -190,7 +190,7 @@ def run(ctx, args) -> int:
     url = server_url(server_args)
     tree = ctx.tree
     tree.check_version(m.pin.version)
-    profile = m.env_profile(args.env_profile) if args.env_profile else None
+    profile = m.env_profile(args.env_profile) if args.env_profile is not None else None
     module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
     argv = [interpreter(tree, args.python), "-m", module, *server_args]
 

@@ -4,8 +4,10 @@ line) and the fix, no traceback, and the tree, the files outside it and the stat
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -348,3 +350,71 @@ def test_stale_lock_file_of_a_dead_process(project, sglang_tree):
     holder.wait()
     res = ov(project, sglang_tree, "apply", "fx_topk")
     assert res.returncode == 0 and "waiting" not in res.stderr, res.stderr
+
+
+# -- more hostile input: links, pipes, encodings, names the set grammar cannot name ------------------------------
+@pytest.mark.parametrize("mode,kind", [("120000", "symbolic link"), ("160000", "submodule")])
+def test_patch_that_makes_a_link_is_refused(project, sglang_tree, mode, kind):
+    # git apply made python/sglang/evil a link to /etc/passwd, and the tool then stored what it read through it
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text(
+        "Description: a link\n---\ndiff --git a/python/sglang/evil b/python/sglang/evil\n"
+        f"new file mode {mode}\nindex 0000000..1111111\n--- /dev/null\n+++ b/python/sglang/evil\n"
+        "@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
+    )
+    fails(ov(project, sglang_tree, "apply", "fx_topk"), 2, f"{p}: line 4: the diff makes a {kind} (mode {mode})")
+    assert git_clean(sglang_tree) and not (sglang_tree / "python/sglang/evil").exists()
+
+
+def test_patch_with_a_byte_order_mark_applies(project, sglang_tree):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())  # was "the DEP-3 header has no Description"
+    ov(project, sglang_tree, "apply", "fx_topk").check_returncode()
+    assert "fixture" in (sglang_tree / TOPK).read_text()
+
+
+def test_refresh_of_a_file_that_is_not_utf8(project, sglang_tree):
+    ov(project, sglang_tree, "apply", "fx_topk").check_returncode()
+    f, p = sglang_tree / TOPK, project / "patches" / "fx_topk.patch"
+    edited, patch = f.read_bytes() + b"# caf\xe9\n", p.read_bytes()
+    f.write_bytes(edited)
+    fails(ov(project, sglang_tree, "refresh", "fx_topk"), 2, f"{TOPK}: not UTF-8 text (byte ", "save the file as UTF-8")
+    assert f.read_bytes() == edited and p.read_bytes() == patch
+
+
+def test_manifest_that_is_a_symlink_loop(project):
+    m = project / "manifest.yaml"
+    m.unlink()
+    m.symlink_to("manifest.yaml")
+    fails(ov(project, None, "status"), 2, f"{m}: the manifest is a symbolic link that loops")
+
+
+def test_manifest_that_is_a_pipe(project):
+    m = project / "manifest.yaml"
+    m.unlink()
+    os.mkfifo(m)
+    res = subprocess.run(  # reading it waited for a writer forever
+        [sys.executable, str(ROOT / "apply.py"), "--manifest", str(m), "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    fails(res, 2, f"{m}: not a regular file")
+
+
+def test_removed_current_directory(project, sglang_tree, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    cmd = [sys.executable, str(ROOT / "apply.py"), "--manifest", str(project / "manifest.yaml"), "--tree"]
+    res = subprocess.run(  # was "cannot access ?: ... (ENOENT)", exit 1
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), *cmd, str(sglang_tree), "status"],
+        capture_output=True,
+        text=True,
+    )
+    fails(res, 2, "the current directory no longer exists", "cd to an existing directory")
+
+
+@pytest.mark.parametrize("command", [["launch", "--dry-run"], ["fingerprint"]])
+def test_empty_env_profile_option(project, sglang_tree, command):
+    # `--env-profile "$P"` with P unset had quietly meant no profile
+    fails(ov(project, sglang_tree, *command, "--env-profile", ""), 2, "--env-profile is empty", "fx_profile")

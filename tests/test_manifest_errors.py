@@ -141,6 +141,34 @@ CASES = {
         lambda d: d["env_profiles"]["fx_profile"]["vars"]["NCCL_DEBUG"].update(value=[1]),
         ["env_profiles.fx_profile.vars.NCCL_DEBUG.value", "quote the value"],
     ),
+    "preset name the grammar splits": (
+        lambda d: d["presets"].update({"my-set": ["fx_topk"]}),
+        ["presets.my-set", "'my-set' is not a valid name"],
+    ),
+    "preset name that is a number": (
+        lambda d: d["presets"].update({1: ["fx_topk"]}),
+        ["presets.1", "not a valid name"],
+    ),
+    "preset named none": (
+        lambda d: d["presets"].update(none=["fx_topk"]),  # `--set none` had applied fx_topk
+        ["presets.none", "'none' is reserved", "reads it as the empty set"],
+    ),
+    "patch named pristine": (
+        lambda d: entry(d, "fx_kimi").update(name="pristine"),  # `apply pristine` had been "nothing to do"
+        ["patches[6].name", "'pristine' is reserved"],
+    ),
+    "preset named as a patch": (
+        lambda d: d["presets"].update(fx_topk=["fx_args_a"]),  # was refused only when a command named it
+        ["presets.fx_topk", "'fx_topk' is also a patch's name"],
+    ),
+    "pull request number below 1": (
+        lambda d: entry(d, "fx_kimi")["upstream"].update(pr=-3),
+        ["fx_kimi).upstream.pr", "expected a pull-request number, got -3"],
+    ),
+    "profile value with a NUL": (
+        lambda d: d["env_profiles"]["fx_profile"]["vars"]["NCCL_DEBUG"].update(value="WA\0RN"),  # launch crashed
+        ["env_profiles.fx_profile.vars.NCCL_DEBUG.value", "holds a NUL character"],
+    ),
     "hardware capability": (
         lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": [9.0]}),
         ["cuda_capability", "quote capabilities"],

@@ -418,3 +418,10 @@ def test_removed_current_directory(project, sglang_tree, tmp_path):
 def test_empty_env_profile_option(project, sglang_tree, command):
     # `--env-profile "$P"` with P unset had quietly meant no profile
     fails(ov(project, sglang_tree, *command, "--env-profile", ""), 2, "--env-profile is empty", "fx_profile")
+
+
+def test_build_wheel_out_that_is_a_file(project, pinned_tree, tmp_path):
+    out = tmp_path / "dist"
+    out.write_text("not a directory")  # was exit 1, "cannot access ...: File exists (EEXIST)"
+    fails(ov(project, None, "build-wheel", "--out", str(out)), 2, f"--out {out}: is a file, not a directory")
+    assert out.read_text() == "not a directory"

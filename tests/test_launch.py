@@ -321,3 +321,29 @@ def test_health_timeout_stops_the_server_and_exits_1(project, sglang_tree):
     )
     assert proc.returncode == 1, proc.stderr
     assert "did not answer within 2s" in proc.stderr and "fake: starting" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("--health-timeout", "-1", "'-1': expected a number of seconds above 0"),  # started a server to stop it
+        ("--health-timeout", "nan", "'nan': expected a number of seconds above 0"),  # every wait ended at once
+        ("--health-timeout", "0", "'0': expected a number of seconds above 0"),
+        ("--grace", "inf", "'inf': expected a number of seconds from 0"),
+        ("--grace", "soon", "'soon': expected a number of seconds from 0"),
+        ("--python", "", "--python is empty (an unset shell variable?)"),  # had quietly meant this interpreter
+    ],
+)
+def test_bad_option_values_are_exit_2(project, sglang_tree, option, value, message):
+    res = run_cli(
+        "--manifest",
+        str(project / "manifest.yaml"),
+        "--tree",
+        str(sglang_tree),
+        "launch",
+        "--dry-run",
+        option,
+        value,
+        env=base_env(),
+    )
+    assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr

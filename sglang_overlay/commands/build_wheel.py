@@ -84,6 +84,8 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     new_version = local_version(str(old_version), fp)
     dist_name = src.name.split("-", 1)[0]  # the file's own spelling (normalized by the wheel that was built)
     old_info, new_info = f"{dist_name}-{old_version}.dist-info", f"{dist_name}-{new_version}.dist-info"
+    if out_dir.exists() and not out_dir.is_dir():  # mkdir's EEXIST named no option
+        raise BadInput(f"--out {out_dir}: is a file, not a directory", hint="name a directory for the wheel")
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 

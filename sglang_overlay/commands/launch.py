@@ -20,6 +20,8 @@ module that is run (default sglang.launch_server); it exists so the tests can st
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import re
 import shlex
@@ -62,14 +64,14 @@ def add_arguments(p) -> None:
     )
     p.add_argument(
         "--health-timeout",
-        type=float,
+        type=_seconds,
         default=1800.0,
         metavar="S",
         help="seconds to wait for GET /health (default 1800)",
     )
     p.add_argument(
         "--grace",
-        type=float,
+        type=functools.partial(_seconds, zero=True),
         default=30.0,
         metavar="S",
         help="seconds between a forwarded SIGINT/SIGTERM and SIGKILL (default 30)",
@@ -86,6 +88,18 @@ def add_arguments(p) -> None:
     p.add_argument(
         "server_args", nargs=argparse.REMAINDER, metavar="-- ARGS", help="arguments for sglang.launch_server"
     )
+
+
+def _seconds(text: str, *, zero: bool = False) -> float:
+    """A wait in seconds: -1 had started the server only to stop it at once, and nan made every wait end at once
+    (no comparison with nan is true)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 <= value < math.inf) or (value == 0 and not zero):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds {'from' if zero else 'above'} 0")
+    return value
 
 
 # -- pieces (pure, tested directly) --------------------------------------------------------------------------
@@ -129,7 +143,9 @@ def server_url(args: list[str]) -> str:
 
 
 def interpreter(tree: Tree, explicit: str | None) -> str:
-    if explicit:
+    if explicit is not None:
+        if not explicit.strip():  # `--python "$PY"` with PY unset had quietly meant the default interpreter
+            raise BadInput("--python is empty (an unset shell variable?)", hint="name an interpreter, or leave it out")
         return explicit
     if tree.kind != "installed":
         return sys.executable

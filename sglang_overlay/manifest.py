@@ -5,6 +5,7 @@ Every error names the manifest file, the entry and the key, and says the fix (co
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -597,7 +598,7 @@ def _read_diff(ctx: _Ctx, where: str, rel: str, *, required: bool) -> PatchFile 
     if not patch_path.is_file():
         raise ctx.fail(
             f"{where}.file",
-            f"patch file {patch_path} does not exist",
+            f"patch file {patch_path} {_missing(patch_path)}",
             f"create {rel} (a DEP-3 header, '---', then a git diff), or change the entry's kind",
         )
     diff = parse_patch_file(patch_path)
@@ -698,6 +699,13 @@ def _parse_proof(ctx: _Ctx, where: str, raw: Any) -> Proof:
     return proof
 
 
+def _missing(path: Path) -> str:
+    """Why `path` is not a file to read: "does not exist" had been said of a directory or a pipe too."""
+    if path.is_dir():
+        return "is a directory, not a file"
+    return "is not a regular file (a pipe, a device or a looping link)" if os.path.lexists(path) else "does not exist"
+
+
 def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) -> None:
     # A symlink inside overlay/ could smuggle in any file of the machine (or point the write elsewhere).
     rel = src.relative_to(overlay_root)
@@ -712,7 +720,7 @@ def _check_overlay_source(ctx: _Ctx, where: str, overlay_root: Path, src: Path) 
     if not src.is_file():
         raise ctx.fail(
             f"{where}.overlay",
-            f"overlay file {src} does not exist",
+            f"overlay file {src} {_missing(src)}",
             "add the file under overlay/ at its repository path, or remove it from the list",
         )
 

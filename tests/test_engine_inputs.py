@@ -425,3 +425,11 @@ def test_build_wheel_out_that_is_a_file(project, pinned_tree, tmp_path):
     out.write_text("not a directory")  # was exit 1, "cannot access ...: File exists (EEXIST)"
     fails(ov(project, None, "build-wheel", "--out", str(out)), 2, f"--out {out}: is a file, not a directory")
     assert out.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("make,said", [(os.mkdir, "is a directory, not a file"), (os.mkfifo, "is not a regular file")])
+def test_patch_file_that_is_not_a_file(project, make, said):
+    p = project / "patches" / "fx_topk.patch"
+    p.unlink()
+    make(p)  # both had been "does not exist"
+    fails(ov(project, None, "status"), 2, "patches[0] (fx_topk).file", f"patch file {p} {said}")

@@ -37,16 +37,21 @@ METRICS = (
     ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
     ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),
     ("eagle_draft_extend_ms_b1", "EAGLE draft-extend p50 ms (b1)", True),
+    # tokens per verify: a draft-quality change lowers tok/s while the step holds or even gets faster (fewer
+    # accepted tokens to extend), so the step alone reads it as an improvement
+    ("accept_len_b1", "EAGLE accept length (b1)", False),
+    ("accept_len_bc", "EAGLE accept length (concurrent)", False),
     # oea_topk's SGLANG_OEA_STATS: fewer distinct experts per routing call is what OEA is for
     ("oea_distinct_experts_b1", "distinct experts / routing call (b1)", True),
     ("oea_distinct_experts_bc", "distinct experts / routing call (concurrent)", True),
 )
 LABELS = {m: label for m, label, _ in METRICS}
+_LOWER_IS_BETTER = {m: lib for m, _, lib in METRICS}
 PHASES = ("eagle_draft_ms_b1", "eagle_verify_ms_b1", "eagle_draft_extend_ms_b1")
 
 
 def lower_is_better(metric: str) -> bool:
-    return not metric.startswith("tok_s")
+    return _LOWER_IS_BETTER.get(metric, not metric.startswith("tok_s"))
 
 
 class Lab(Protocol):

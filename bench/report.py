@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import covariate, store
 from .derived import png_bytes, write_whole
-from .replication import LABELS, METRICS, Policy
+from .replication import LABELS, METRICS, Policy, lower_is_better
 from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
 
@@ -121,7 +121,7 @@ def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
             arm.units,
             pol.adjust,
             metric=metric,
-            lower_is_better=not metric.startswith("tok_s"),
+            lower_is_better=lower_is_better(metric),
             confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
             min_effect=pol.min_effect,
         )
@@ -131,7 +131,7 @@ def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
         ref.medians(metric),
         arm.medians(metric),
         metric=metric,
-        lower_is_better=not metric.startswith("tok_s"),
+        lower_is_better=lower_is_better(metric),
         confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
         min_effect=pol.min_effect,
     )

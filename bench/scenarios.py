@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .simulate import Plant, SimLab, World, gpu_hidden, host_slowdown, sim_arm
+from .simulate import EXACT, Plant, SimLab, World, gpu_hidden, host_slowdown, sim_arm, slower
 
 C3 = ("p0", "p1", "p2")
 C4 = ("p0", "p1", "p2", "p3")
@@ -66,7 +66,46 @@ def uniform(patch: str, rel: float) -> Plant:
     """Every metric worse by the same factor (tok/s lower): nothing larger hides in a phase."""
     from .simulate import BASE
 
-    return Plant(frozenset({patch}), {m: (1 / (1 + rel) if m.startswith("tok_s") else 1 + rel) for m in BASE})
+    return Plant(frozenset({patch}), {m: slower(m, 1 + rel) for m in BASE if m not in EXACT})
+
+
+def accept_drop(patch: str, rel: float, step_gain: float = 0.0) -> Plant:
+    """A draft-quality change (e.g. a numerics change in the draft model): `rel` fewer tokens accepted per
+    verify, so tok/s falls; the step itself gets `step_gain` faster (draft-extend has fewer accepted tokens to
+    extend), which the step time alone reads as an improvement. tok/s = accept length / step time."""
+    keep = 1 - rel
+    return Plant(
+        frozenset({patch}),
+        {
+            "accept_len_b1": keep,
+            "accept_len_bc": keep,
+            "step_ms_b1": 1 - step_gain,
+            "step_ms_bc": 1 - step_gain,
+            "eagle_step_ms_b1": 1 - step_gain,
+            "eagle_draft_extend_ms_b1": 1 - 2 * step_gain,
+            "tok_s_b1": keep / (1 - step_gain),
+            "tok_s_bc": keep / (1 - step_gain),
+        },
+    )
+
+
+def batch_opposite(patch: str, rel: float) -> Plant:
+    """Slower at batch 1, faster by as much under concurrency (e.g. a kernel choice tuned for large batches)."""
+    return Plant(
+        frozenset({patch}),
+        {
+            "step_ms_b1": 1 + rel,
+            "eagle_step_ms_b1": 1 + rel,
+            "eagle_verify_ms_b1": 1 + 3 * rel,
+            "tok_s_b1": 1 / (1 + rel),
+            "step_ms_bc": 1 / (1 + rel),
+            "tok_s_bc": 1 + rel,
+        },
+    )
+
+
+def over_reps(plant: Plant, shape: tuple[float, ...]) -> Plant:
+    return Plant(plant.needs, plant.effect, plant.intermittent, shape)
 
 
 def _p(name: str) -> Truth:
@@ -181,6 +220,79 @@ def catalogue() -> list[Scenario]:
             _w(plants=[h("p2", 0.05)], start_cv=0.01, host_slow=0.6, host_stay=0.97),
             _p("p2"),
             note="p2 +5%; the host x1.6 slow in long stretches (p 0.03 per rep: several starts)",
+        ),
+        # session 6's adversary (bench/results/simulate/session6-adversary.md)
+        Scenario(
+            "accept-drop-10",
+            _w(plants=[accept_drop("p1", 0.10, 0.03)], start_cv=0.01),
+            _p("p1"),
+            note="p1 accepts 10% fewer draft tokens (3.0 -> 2.7 per verify): tok/s -7%, the step -3% faster",
+        ),
+        Scenario(
+            "accept-drop-noisy",
+            _w(plants=[accept_drop("p1", 0.10, 0.03)], start_cv=0.01, accept_cv=0.01),
+            _p("p1"),
+            note="accept-drop-10 with the accept length itself 1% different from start to start",
+        ),
+        Scenario(
+            "accept-drop-behind-gain",
+            _w(plants=[host_slowdown("p0", -0.05), accept_drop("p2", 0.10)], start_cv=0.01),
+            _p("p2"),
+            note="p0 makes the step 5% faster (a real gain), p2 accepts 10% fewer tokens: the endpoints' step "
+            "improves, tok/s falls 5%",
+        ),
+        Scenario(
+            "b1-up-bc-down-5",
+            _w(plants=[batch_opposite("p2", 0.05)], start_cv=0.01),
+            _p("p2"),
+            note="p2 +5% at batch 1, -5% under concurrency",
+        ),
+        Scenario(
+            "mask-phases-8",
+            _w(
+                plants=[host_slowdown("p0", 0.08), host_slowdown("p2", 1 / 1.08 - 1, "eagle_draft_ms_b1")],
+                start_cv=0.01,
+            ),
+            _p("p0"),
+            note="p0 +8% in verify, p2 -7.4% in draft: the step and tok/s cancel, verify +24% is p0's",
+        ),
+        Scenario(
+            "mask-step-8",
+            _w(plants=[host_slowdown("p0", 0.08), host_slowdown("p2", 1 / 1.08 - 1)], start_cv=0.01),
+            NONE,
+            note="p0 +8%, p2 -7.4% in the same phase: every metric cancels; any culprit is wrong",
+        ),
+        Scenario(
+            "boundary-2.0",
+            _w(plants=[uniform("p1", 0.02)], start_cv=0.01),
+            NONE,
+            note="p1 +2.0% on every timing metric, exactly the minimum effect: naming p1 claims a change beyond "
+            "2% and counts as wrong (at most alpha of runs)",
+        ),
+        Scenario(
+            "below-min-1.9-bc",
+            _w(plants=[Plant(frozenset({"p1"}), {"step_ms_bc": 1.019, "tok_s_bc": 1 / 1.019})], start_cv=0.01),
+            NONE,
+            note="p1 +1.9% under concurrency only: below the minimum effect on a metric bisect must follow",
+        ),
+        Scenario(
+            "intermittent-0.3-20",
+            _w(plants=[Plant(frozenset({"p1"}), h("p1", 0.20).effect, 0.3)], start_cv=0.01),
+            _p("p1"),
+            note="p1 +20%, but in only 3 starts in 10 (a race: bimodal by start)",
+        ),
+        Scenario(
+            "leak-10",
+            _w(plants=[over_reps(h("p1", 0.10), (0, 0.25, 0.5, 0.75, 1))], start_cv=0.01),
+            _p("p1"),
+            note="p1 grows over a start: +0% at the first measured repetition to +10% at the fifth (a leak)",
+        ),
+        Scenario(
+            "late-onset-20",
+            _w(plants=[over_reps(h("p1", 0.20), (0, 0, 0, 1, 1))], start_cv=0.01),
+            _p("p1"),
+            note="p1 +20% from the fourth measured repetition of a start on (a cache that fills): the start "
+            "median (the third) hides it",
         ),
         Scenario(
             "record-null",

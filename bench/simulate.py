@@ -37,7 +37,19 @@ BASE = {
     "eagle_draft_ms_b1": 1.0,
     "eagle_verify_ms_b1": 1.6,
     "eagle_draft_extend_ms_b1": 0.7,
+    # tokens per verify (a trained draft's ~3): set by the draft's agreement with the target, not by the clock,
+    # so it carries none of a start's speed (EXACT); only a plant (or World.accept_cv) moves it
+    "accept_len_b1": 3.0,
+    "accept_len_bc": 2.8,
 }
+# metrics no start, repetition, host or drift noise reaches: greedy decoding of one workload accepts the same
+# tokens in every start (run3's ten H200 starts: 1.008 in every repetition of every start)
+EXACT = frozenset({"accept_len_b1", "accept_len_bc"})
+
+
+def slower(metric: str, factor: float) -> float:
+    """The factor by which `metric` moves when the server takes `factor` times as long (rates fall)."""
+    return 1 / factor if metric.startswith("tok_s") else factor
 
 
 @dataclass(frozen=True)
@@ -45,6 +57,16 @@ class Plant:
     needs: frozenset[str]  # all of these in the set (two names: an interaction)
     effect: dict[str, float]  # metric -> factor; step slowdowns also lower tok/s (see host_bound)
     intermittent: float = 1.0  # probability that a start of a set carrying it shows the effect
+    # how much of the effect each measured repetition of a start shows (in logs; empty: all of it in every one):
+    # (0, 0.25, 0.5, 0.75, 1) a cost that grows over a start (a leak), (0, 0, 0, 1, 1) one that only appears
+    # after some requests (a cache that fills); repetitions past the tuple's end show its last weight
+    shape: tuple[float, ...] = ()
+
+    def factor(self, metric: str, rep: int) -> float:
+        f = self.effect.get(metric, 1.0)
+        if not self.shape:
+            return f
+        return f ** self.shape[min(rep, len(self.shape) - 1)]
 
 
 def host_slowdown(patch: str, rel: float, phase: str = "eagle_verify_ms_b1") -> Plant:
@@ -92,6 +114,7 @@ class World:
     host_slow: float = 0.0
     host_stay: float = 0.8
     probe_cv: float = 0.01
+    accept_cv: float = 0.0  # start-to-start cv of the EXACT metrics (batch composition under concurrency)
 
     def active(self, patches: Sequence[str], rng: random.Random) -> list[Plant]:
         """The plants this start shows (an intermittent one only in some starts)."""
@@ -157,8 +180,8 @@ class SimLab:
             d = w.drift(k) if w.drift else 1.0
             return {
                 m: [
-                    x * math.prod(p.effect.get(m, 1.0) for p in active) * (d if not m.startswith("tok_s") else 1 / d)
-                    for x in v
+                    x * math.prod(p.factor(m, r) for p in active) * (1.0 if m in EXACT else slower(m, d))
+                    for r, x in enumerate(v)
                 ]
                 for m, v in rec.items()
             }
@@ -181,12 +204,14 @@ class SimLab:
         active = w.active(patches, rng)
         out = {}
         for m, level in w.base.items():
+            if m in EXACT:
+                lvl = level * (math.exp(rng.gauss(0, w.accept_cv)) if w.accept_cv else 1.0)
+                out[m] = [lvl * math.prod(p.factor(m, r) for p in active) for r in range(w.reps)]
+                continue
             sh = start_factor() if w.independent_metrics else shared
-            f = math.prod(p.effect.get(m, 1.0) for p in active)
-            lvl = level * f * (sh if not m.startswith("tok_s") else 1 / sh)
             reps = []
-            for _ in range(w.reps):
-                x = lvl * math.exp(rng.gauss(0, w.rep_cv))
+            for r in range(w.reps):
+                x = level * math.prod(p.factor(m, r) for p in active) * slower(m, sh) * math.exp(rng.gauss(0, w.rep_cv))
                 if w.rep_outlier_p and rng.random() < w.rep_outlier_p:
                     x = x * (1 + w.rep_outlier_shift) if not m.startswith("tok_s") else x / (1 + w.rep_outlier_shift)
                 reps.append(x)
@@ -204,7 +229,8 @@ class SimLab:
                 self.host_is_slow = not self.host_is_slow
             factors.append(1 + w.host_slow if self.host_is_slow else 1.0)
         for m, xs in out.items():
-            out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, factors)]
+            if m not in EXACT:
+                out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, factors)]
         out["host_probe_us"] = [400.0 * f * math.exp(rng.gauss(0, w.probe_cv)) for f in factors]
         out["host_steal_pct"] = [max(0.0, (20.0 if f > 1 else 0.5) + rng.gauss(0, 1.0)) for f in factors]
 

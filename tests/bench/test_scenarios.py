@@ -36,6 +36,18 @@ KINDS = [
     ("outlier-start-5", 0.0),
     ("below-min-1.8", 0.0),
     ("split-10-70-30", 0.0),
+    # session 6 (bench/results/simulate/session6-adversary.md: 200 seeds each)
+    ("accept-drop-10", 0.9),
+    ("accept-drop-noisy", 0.9),
+    ("accept-drop-behind-gain", 0.9),
+    ("b1-up-bc-down-5", 0.75),
+    ("mask-phases-8", 0.9),
+    ("mask-step-8", 0.0),
+    ("boundary-2.0", 0.0),
+    ("below-min-1.9-bc", 0.0),
+    ("intermittent-0.3-20", 0.0),
+    ("leak-10", 0.75),
+    ("late-onset-20", 0.0),
 ]
 
 
@@ -122,3 +134,37 @@ def test_the_host_regime_world_carries_both_covariates_and_moves_every_metric_wi
     assert slow and fast
     assert min(m["step_ms_b1"] for m in slow) > 1.4 * max(m["step_ms_b1"] for m in fast)
     assert min(m["host_steal_pct"] for m in slow) > max(m["host_steal_pct"] for m in fast)
+
+
+def test_a_draft_change_that_the_step_reads_as_an_improvement_is_flagged_with_its_accept_length():
+    """A patch that lowers EAGLE's acceptance (3.0 -> 2.7 tokens per verify) makes the step 5% faster (fewer
+    accepted tokens to extend) and tok/s 5% slower: ab on the step says "improvement"; the comparison must say
+    that tok/s fell for want of accepted tokens, with the accept length's own verdict."""
+    from bench.verdicts import all_metrics, flags
+
+    lab = SimLab(World(plants=[sc.accept_drop("p1", 0.10, 0.05)], start_cv=0.01), seed=0)
+    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
+    res = plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
+    assert res["comparisons"][0]["verdict"] == "improvement"
+    rows = {c.metric: c for c in all_metrics(lab, ref, arm, DEFAULT.policy)}
+    assert rows["accept_len_b1"].verdict == "regression" and rows["accept_len_b1"].change == pytest.approx(-0.10)
+    said = [f for f in flags(list(rows.values())) if f.startswith("tok/s (batch 1) fell")]
+    assert len(said) == 1 and ", step ms (batch 1): improvement (" in said[0], flags(list(rows.values()))
+    assert "EAGLE accept length (b1) regression, -10.0%" in said[0] and "--metric accept_len_b1" in said[0]
+    # a host-side slowdown moves tok/s with the step: nothing to flag about tokens per step
+    lab = SimLab(World(plants=[host_slowdown("p1", 0.08)], start_cv=0.01), seed=0)
+    plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
+    assert not [f for f in flags(all_metrics(lab, ref, arm, DEFAULT.policy)) if "tokens per step" in f]
+
+
+def test_bisect_follows_the_accept_length_when_tok_s_falls_and_the_step_improves():
+    res = plans.run_bisect(
+        SimLab(sc.by_name("accept-drop-behind-gain").world(()), seed=2),
+        sim_arm("good", ("g",)),
+        sim_arm("bad", ("g", *sc.C3)),
+        sim_arm_role,
+        lambda n: set(),
+        DEFAULT,
+    )
+    assert res["endpoint"]["metric"] == "accept_len_b1" and res["culprit"] == "p2", res["reason"]
+    assert "step_ms_b1 did not regress (improvement" in res["followed"]

@@ -33,6 +33,8 @@ METRICS = (
     ("tok_s_bc", "tok/s (concurrent)", False),
     # the prefill path: a change there moves none of the decode metrics above (bench.workload.ttft_ms)
     ("ttft_ms_b1", "time to first token ms (b1)", True),
+    # the later half of each start's repetitions (bench.store.LATE): a cost that grows as a start serves requests
+    ("step_ms_b1_late", "step ms (b1), later half of a start", True),
     ("eagle_step_ms_b1", "EAGLE step p50 ms (b1)", True),
     ("eagle_draft_ms_b1", "EAGLE draft p50 ms (b1)", True),
     ("eagle_verify_ms_b1", "EAGLE verify p50 ms (b1)", True),

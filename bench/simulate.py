@@ -26,6 +26,8 @@ from typing import Any
 
 from .launcher import ArmSpec
 from .sets import PatchSet
+from .stats import start_median
+from .store import LATE, late_from
 
 BASE = {
     "step_ms_b1": 4.0,
@@ -136,7 +138,8 @@ class SimLab:
         return len(self.starts.get(arm.key, []))
 
     def medians(self, arm: ArmSpec, metric: str) -> list[float]:
-        return [statistics.median(s[metric]) for s in self.starts.get(arm.key, []) if s.get(metric)]
+        meds = (start_median(s.get(metric, [])) for s in self.starts.get(arm.key, []))
+        return [m for m in meds if m is not None]
 
     def units(self, arm: ArmSpec) -> list:
         """The arm's starts as bench.store units (what --adjust reads: every repetition's metrics, the probe's
@@ -160,7 +163,7 @@ class SimLab:
         return out
 
     def reps(self, arm: ArmSpec, metric: str) -> list[float]:
-        return [x for s in self.starts.get(arm.key, []) for x in s.get(metric, [])]
+        return [x for s in self.starts.get(arm.key, []) for x in s.get(metric, []) if x is not None]
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         from .errors import BudgetExhausted
@@ -168,8 +171,17 @@ class SimLab:
         for arm in arms:
             if self.max_total is not None and len(self.order) >= self.max_total:
                 raise BudgetExhausted(f"simulated budget of {self.max_total} starts used")
-            self.starts.setdefault(arm.key, []).append(self._one(arm.pset.patches))
+            self.starts.setdefault(arm.key, []).append(self._with_late(self._one(arm.pset.patches)))
             self.order.append(arm.key)
+
+    @staticmethod
+    def _with_late(out: dict[str, list]) -> dict[str, list]:
+        """bench.store.with_late over the start's lists: LATE's metrics, None in the earlier half."""
+        for k, b in LATE.items():
+            if b in out:
+                first = late_from(len(out[b]))
+                out[k] = [None] * first + out[b][first:]
+        return out
 
     def _one(self, patches: Sequence[str]) -> dict[str, list[float]]:
         w, rng = self.world, self.rng

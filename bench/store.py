@@ -117,7 +117,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             start_id=sid,
             arm=s["arm"],
             fingerprint=s.get("fingerprint", ""),
-            reps=_with_probe([x["metrics"] for x in reps[sid]], probes.get(sid)),
+            reps=with_late(_with_probe([x["metrics"] for x in reps[sid]], probes.get(sid))),
             wall_s=d.get("wall_s", 0.0),
             startup_s=s.get("startup_s", 0.0),
             nccl_env_lines=d.get("nccl_env_lines") or [],
@@ -146,6 +146,24 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
         warmup_units=warm,
         arms=list(arms.values()),
     )
+
+
+# Derived repetition metrics: a metric's value in the later half of a start's measured repetitions, under a
+# name of its own, so that its start median compares what a start looks like after serving most of its
+# requests. A cost that grows over a start (a leak) or appears only after some requests (a cache that fills)
+# moves it while the start median, the middle repetition, may not move at all.
+LATE = {"step_ms_b1_late": "step_ms_b1"}
+
+
+def late_from(n_reps: int) -> int:
+    """The first repetition of the later half (the middle one, the start median's, is left out)."""
+    return (n_reps + 1) // 2
+
+
+def with_late(reps: list[dict]) -> list[dict]:
+    """Each repetition of the later half with LATE's metrics added (the earlier half has none of them)."""
+    first = late_from(len(reps))
+    return [r if i < first else {**r, **{k: r[b] for k, b in LATE.items() if b in r}} for i, r in enumerate(reps)]
 
 
 PROBE_METRIC = "host_probe_us"  # a rep's median probe work-unit time, next to its measured metrics

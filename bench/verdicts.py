@@ -53,8 +53,13 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
                 f"{LABELS[m]} moved ({c.verdict}, {pct(c)}) while step ms (batch 1) did not ({step.verdict}, "
                 f"{pct(step)}): the change is in that phase's GPU span; a host-bound step can hide it"
             )
-    # what the primary step cannot show: the prefill path (first token) and the concurrent batch
-    for m, where in (("ttft_ms_b1", "the prefill path"), ("step_ms_bc", "the concurrent batch")):
+    # what the primary step cannot show: the prefill path (first token), the concurrent batch, and the later
+    # repetitions of a start (its median is the middle one)
+    for m, where in (
+        ("ttft_ms_b1", "the prefill path"),
+        ("step_ms_bc", "the concurrent batch"),
+        ("step_ms_b1_late", "the later repetitions of each start: a cost that grows as a start serves requests"),
+    ):
         c = by.get(m)
         if c is None or c.verdict not in moved or (step is not None and step.verdict in moved):
             continue

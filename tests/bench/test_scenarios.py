@@ -168,3 +168,41 @@ def test_bisect_follows_the_accept_length_when_tok_s_falls_and_the_step_improves
     )
     assert res["endpoint"]["metric"] == "accept_len_b1" and res["culprit"] == "p2", res["reason"]
     assert "step_ms_b1 did not regress (improvement" in res["followed"]
+
+
+def test_a_cost_that_appears_late_in_each_start_is_followed_and_flagged():
+    """p1 +20% from the fourth of five measured repetitions on (a cache that fills): every start median, the third
+    repetition, is unchanged, so on start medians alone the bisect said "cannot tell" or even "no regression"
+    (10 of 200 seeds). The later half of each start's repetitions shows it, and the bisect follows it."""
+    from bench.verdicts import all_metrics, flags
+
+    res = plans.run_bisect(
+        SimLab(sc.by_name("late-onset-20").world(()), seed=1),
+        sim_arm("good", ("g",)),
+        sim_arm("bad", ("g", *sc.C3)),
+        sim_arm_role,
+        lambda n: set(),
+        DEFAULT,
+    )
+    assert res["endpoint"]["metric"] == "step_ms_b1_late" and res["culprit"] == "p1", res["reason"]
+    lab = SimLab(sc.by_name("late-onset-20").world(()), seed=1)
+    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
+    plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
+    said = [f for f in flags(all_metrics(lab, ref, arm, DEFAULT.policy)) if "later repetitions" in f]
+    assert len(said) == 1 and said[0].startswith("step ms (b1), later half of a start moved (regression, +20.")
+
+
+def test_the_store_gives_the_later_half_of_each_starts_repetitions_its_own_metric():
+    from bench import store
+
+    recs = [{"type": "start", "start_id": "s", "arm_key": "a", "round": 0, "arm": "a"}]
+    recs += [{"type": "rep", "start_id": "s", "metrics": {"step_ms_b1": float(i)}} for i in range(5)]
+    recs += [{"type": "rep", "start_id": "s", "warmup": True, "metrics": {"step_ms_b1": 99.0}}]
+    recs += [{"type": "unit_done", "start_id": "s"}]
+    (u,) = store.view(recs).units.values()
+    assert [r.get("step_ms_b1_late") for r in u.reps] == [None, None, None, 3.0, 4.0]
+    assert store.with_late([]) == [] and store.with_late([{"x": 1.0}]) == [{"x": 1.0}]
+    assert [r.get("step_ms_b1_late") for r in store.with_late([{"step_ms_b1": 1.0}, {"step_ms_b1": 2.0}])] == [
+        None,
+        2.0,
+    ]

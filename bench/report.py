@@ -560,11 +560,18 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         a, b = by_name[ref], by_name[arm]
         cmps = [_compare(a, b, m, pol) for m in order if a.medians(m) and b.medians(m)]
         refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
-        for c in cmps:
+        up = _startup_comparison(a, b, pol)
+        for c in cmps + ([up] if up else []):
             verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
-            label = LABELS.get(c.metric, c.metric) + (" (primary)" if c.metric == metric else "")
+            label = LABELS.get(c.metric, STARTUP_LABEL) + (" (primary)" if c.metric == metric else "")
             lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
         notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
+        if up and up.verdict in ("regression", "improvement"):
+            notes.append(
+                f"- {arm} vs {ref}: server start-up moved ({up.verdict}, {pct(up)}): a patch that adds or removes "
+                "start-up work (weights, JIT, graph capture) moves no decode metric above; no plan bisects it "
+                "(Server start-up has where a start's seconds go)"
+            )
     lines.append("")
     if pol.adjust != "none":
         # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
@@ -584,6 +591,18 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     if notes:
         lines += ["Flags:", ""] + notes + [""]
     return lines
+
+
+STARTUP_LABEL = "server start-up s (warm starts; no plan's metric)"
+
+
+def _startup_comparison(ref: ArmRow, arm: ArmRow, pol: Policy) -> Comparison | None:
+    """The arms' warm starts' seconds to serve, compared like a metric (at the plain confidence: it steers no
+    plan, it is shown); None without starts on both sides. A machine's cold first start is left out."""
+    a, b = ([u.startup_s for u in r.units if u.machine_warm and u.startup_s > 0] for r in (ref, arm))
+    if not (a and b):
+        return None
+    return compare_starts(a, b, metric="startup_s", confidence=pol.confidence, min_effect=pol.min_effect)
 
 
 def _rank(xs: list[float], ys: list[float]) -> str:

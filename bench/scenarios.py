@@ -295,6 +295,37 @@ def catalogue() -> list[Scenario]:
             "median (the third) hides it",
         ),
         Scenario(
+            "early-reps-30",
+            _w(plants=[over_reps(h("p2", 0.30), (1, 1, 0))], start_cv=0.01),
+            _p("p2"),
+            note="p2 +30% in the first two measured repetitions of a start only (warm-up that outlasts the "
+            "warm-up repetitions): the steady state is unchanged; p2 or nobody",
+        ),
+        Scenario(
+            "rep-outliers-null",
+            _w(start_cv=0.01, rep_outlier_p=0.2, rep_outlier_shift=0.5),
+            NONE,
+            note="no effect; 1 repetition in 5 hit by a +50% pause (what the later half's two repetitions "
+            "cannot outvote)",
+        ),
+        Scenario(
+            "rep-outliers-late-20",
+            _w(
+                plants=[over_reps(h("p0", 0.20), (0, 0, 0, 1, 1))],
+                start_cv=0.01,
+                rep_outlier_p=0.2,
+                rep_outlier_shift=0.5,
+            ),
+            _p("p0"),
+            note="late-onset-20 on p0 with 1 repetition in 5 hit by a +50% pause",
+        ),
+        Scenario(
+            "accept-split-1.5",
+            _w(plants=[accept_drop("p0", 0.015), accept_drop("p2", 0.015)], start_cv=0.01),
+            NONE,
+            note="p0 and p2 each accept 1.5% fewer tokens (exactly: no noise), 3% together: no single culprit",
+        ),
+        Scenario(
             "record-null",
             lambda pool: World(pool=pool),
             NONE,

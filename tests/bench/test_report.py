@@ -88,3 +88,33 @@ def test_report_of_a_run_whose_only_start_failed(tmp_path):
     assert "- pristine_final round 1 (launch): launcher exited with 1" in md
     assert "    - cause, from the server log: `AssertionError: captured 2 of 3 aux hidden states`" in md
     assert not (d / "plot.png").exists() and "![plot]" not in md
+
+
+def test_an_arm_whose_starts_take_longer_is_flagged_beside_the_decode_metrics():
+    """A patch that only adds start-up work (e.g. capturing graphs for more batch sizes) moves no decode metric:
+    the comparison must still show each side's warm starts and say that start-up moved; a machine's cold first
+    start (JIT, empty caches) is left out of it."""
+    from bench import report, store
+    from bench.replication import Policy
+
+    def arm(name: str, startups: list[float], cold: float | None = None) -> report.ArmRow:
+        units = [
+            store.Unit(name, i, f"{name}{i}", name, reps=[{"step_ms_b1": 4.0 + 0.01 * (i % 3)}] * 3, startup_s=s)
+            for i, s in enumerate(startups)
+        ]
+        if cold is not None:
+            units.append(store.Unit(name, 9, f"{name}9", name, reps=[{"step_ms_b1": 4.0}] * 3, startup_s=cold))
+            units[-1].machine_warm = False
+        return report.ArmRow(name, name, name, units)
+
+    pol = Policy(3, 8, 0.95, 0.02)
+    view = store.view([])
+    run = {"comparisons": [["ab", "ref", "slow"], ["ab", "ref", "same"]]}
+    rows = [arm("ref", [62.0, 64.0, 63.0], cold=361.0), arm("slow", [80.0, 83.0, 81.0]), arm("same", [63, 62, 64])]
+    md = "\n".join(report._comparisons(run, rows, view, pol, "step_ms_b1"))
+    assert (
+        "| ab | ref | slow | server start-up s (warm starts; no plan's metric) | 3 / 3 | +29.1% [+24.1, +34.3] | **regression** |"
+        in md
+    )
+    assert "- slow vs ref: server start-up moved (regression, +29.1%" in md
+    assert "- same vs ref: server start-up" not in md and "| ab | ref | same | server start-up s" in md

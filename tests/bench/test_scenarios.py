@@ -47,7 +47,11 @@ KINDS = [
     ("below-min-1.9-bc", 0.0),
     ("intermittent-0.3-20", 0.0),
     ("leak-10", 0.75),
-    ("late-onset-20", 0.0),
+    ("late-onset-20", 0.9),
+    ("early-reps-30", 0.0),
+    ("rep-outliers-null", 0.0),
+    ("rep-outliers-late-20", 0.0),
+    ("accept-split-1.5", 0.0),
 ]
 
 

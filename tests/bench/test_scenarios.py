@@ -140,36 +140,41 @@ def test_the_host_regime_world_carries_both_covariates_and_moves_every_metric_wi
     assert min(m["host_steal_pct"] for m in slow) > max(m["host_steal_pct"] for m in fast)
 
 
+def _bisect_scenario(name: str, seed: int) -> dict:
+    lab = SimLab(sc.by_name(name).world(()), seed=seed)
+    return plans.run_bisect(
+        lab, sim_arm("good", ("g",)), sim_arm("bad", ("g", *sc.C3)), sim_arm_role, lambda n: set(), DEFAULT
+    )
+
+
+def _ab_flags(world: World, seed: int = 0) -> tuple[str, dict, list[str]]:
+    """`bench ab` of g against g,p1 on the step: its verdict, every metric's comparison, the flags."""
+    from bench.verdicts import all_metrics, flags
+
+    lab = SimLab(world, seed=seed)
+    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
+    res = plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
+    rows = all_metrics(lab, ref, arm, DEFAULT.policy)
+    return res["comparisons"][0]["verdict"], {c.metric: c for c in rows}, flags(rows)
+
+
 def test_a_draft_change_that_the_step_reads_as_an_improvement_is_flagged_with_its_accept_length():
     """A patch that lowers EAGLE's acceptance (3.0 -> 2.7 tokens per verify) makes the step 5% faster (fewer
     accepted tokens to extend) and tok/s 5% slower: ab on the step says "improvement"; the comparison must say
     that tok/s fell for want of accepted tokens, with the accept length's own verdict."""
-    from bench.verdicts import all_metrics, flags
-
-    lab = SimLab(World(plants=[sc.accept_drop("p1", 0.10, 0.05)], start_cv=0.01), seed=0)
-    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
-    res = plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
-    assert res["comparisons"][0]["verdict"] == "improvement"
-    rows = {c.metric: c for c in all_metrics(lab, ref, arm, DEFAULT.policy)}
+    verdict, rows, said = _ab_flags(World(plants=[sc.accept_drop("p1", 0.10, 0.05)], start_cv=0.01))
+    assert verdict == "improvement"
     assert rows["accept_len_b1"].verdict == "regression" and rows["accept_len_b1"].change == pytest.approx(-0.10)
-    said = [f for f in flags(list(rows.values())) if f.startswith("tok/s (batch 1) fell")]
-    assert len(said) == 1 and ", step ms (batch 1): improvement (" in said[0], flags(list(rows.values()))
+    said = [f for f in said if f.startswith("tok/s (batch 1) fell")]
+    assert len(said) == 1 and ", step ms (batch 1): improvement (" in said[0], said
     assert "EAGLE accept length (b1) regression, -10.0%" in said[0] and "--metric accept_len_b1" in said[0]
     # a host-side slowdown moves tok/s with the step: nothing to flag about tokens per step
-    lab = SimLab(World(plants=[host_slowdown("p1", 0.08)], start_cv=0.01), seed=0)
-    plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
-    assert not [f for f in flags(all_metrics(lab, ref, arm, DEFAULT.policy)) if "tokens per step" in f]
+    _, _, said = _ab_flags(World(plants=[host_slowdown("p1", 0.08)], start_cv=0.01))
+    assert not [f for f in said if "tokens per step" in f]
 
 
 def test_bisect_follows_the_accept_length_when_tok_s_falls_and_the_step_improves():
-    res = plans.run_bisect(
-        SimLab(sc.by_name("accept-drop-behind-gain").world(()), seed=2),
-        sim_arm("good", ("g",)),
-        sim_arm("bad", ("g", *sc.C3)),
-        sim_arm_role,
-        lambda n: set(),
-        DEFAULT,
-    )
+    res = _bisect_scenario("accept-drop-behind-gain", 2)
     assert res["endpoint"]["metric"] == "accept_len_b1" and res["culprit"] == "p2", res["reason"]
     assert "step_ms_b1 did not regress (improvement" in res["followed"]
 
@@ -178,21 +183,9 @@ def test_a_cost_that_appears_late_in_each_start_is_followed_and_flagged():
     """p1 +20% from the fourth of five measured repetitions on (a cache that fills): every start median, the third
     repetition, is unchanged, so on start medians alone the bisect said "cannot tell" or even "no regression"
     (10 of 200 seeds). The later half of each start's repetitions shows it, and the bisect follows it."""
-    from bench.verdicts import all_metrics, flags
-
-    res = plans.run_bisect(
-        SimLab(sc.by_name("late-onset-20").world(()), seed=1),
-        sim_arm("good", ("g",)),
-        sim_arm("bad", ("g", *sc.C3)),
-        sim_arm_role,
-        lambda n: set(),
-        DEFAULT,
-    )
+    res = _bisect_scenario("late-onset-20", 1)
     assert res["endpoint"]["metric"] == "step_ms_b1_late" and res["culprit"] == "p1", res["reason"]
-    lab = SimLab(sc.by_name("late-onset-20").world(()), seed=1)
-    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
-    plans.run_ab(lab, [ref, arm], [("ab", ref, arm)], DEFAULT)
-    said = [f for f in flags(all_metrics(lab, ref, arm, DEFAULT.policy)) if "later repetitions" in f]
+    said = [f for f in _ab_flags(sc.by_name("late-onset-20").world(()), seed=1)[2] if "later repetitions" in f]
     assert len(said) == 1 and said[0].startswith("step ms (b1), later half of a start moved (regression, +20.")
 
 

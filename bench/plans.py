@@ -18,8 +18,8 @@ from . import bisect as bis
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
-from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, regression_ruled_out
-from .verdicts import Place, Placement, place_confirmation, place_probe
+from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, Comparison, regression_ruled_out
+from .verdicts import Place, Placement, pct, place_confirmation, place_probe
 
 BUDGET_NOTE = "at this budget"
 
@@ -111,6 +111,31 @@ def ablate_finding(alone: str | None, leave: str | None) -> tuple[str, str]:
     return "cannot tell", f"alone: {alone or 'not measured'}, left out: {leave or 'not measured'}"
 
 
+NO_HARM = ("no effect", "helps", "no effect alone", "no effect left out")
+
+
+def qualify(finding: str, sentence: str, elsewhere: Sequence[str]) -> tuple[str, str]:
+    """An ablate finding, read on the primary metric, with what regressed on the other metrics of the same
+    comparisons: a claim of no harm becomes "mixed" (the step may hold while a phase, tok/s or the accept
+    length regresses); another finding but a culprit says them too. A culprit is never made from them."""
+    if not elsewhere or finding == "culprit":
+        return finding, sentence
+    return ("mixed" if finding in NO_HARM else finding), f"{sentence}; but {'; '.join(elsewhere)}"
+
+
+def _elsewhere(lab: Lab, sides: Sequence[tuple[ArmSpec, ArmSpec, str]], s: Settings) -> list[str]:
+    """What regressed on the other metrics of a patch's measured sides (ref, arm, where), and how to test it."""
+    out, names = [], []
+    for ref, arm, where in sides:
+        regressed, k = regressed_elsewhere(lab, ref, arm, s)
+        out += [
+            f"{c.metric} regressed {where} ({pct(c)} at {c.confidence:.4f}, adjusted for {k} metrics)"
+            for c in regressed
+        ]
+        names += [c.metric for c in regressed if c.metric not in names]
+    return out + [f"ablate --metric {m} tests it both ways" for m in names]
+
+
 def run_ablate(
     lab: Lab, base: ArmSpec, full: ArmSpec, alone: dict[str, ArmSpec], leave: dict[str, ArmSpec], mode: str, s: Settings
 ) -> dict:
@@ -139,6 +164,10 @@ def run_ablate(
         finding, sentence = ablate_finding(va, vl)
         if finding == "cannot tell" and budget.exhausted:
             sentence += f" ({BUDGET_NOTE})"
+        sides = [(base, alone[p], "alone on the base")] if va is not None else []
+        sides += [(leave[p], full, "with it in the full set")] if vl is not None else []
+        elsewhere = _elsewhere(lab, sides, s)
+        finding, sentence = qualify(finding, sentence, elsewhere)
         rows.append(
             {
                 "patch": p,
@@ -146,6 +175,7 @@ def run_ablate(
                 "left_out": vl,
                 "finding": finding,
                 "sentence": sentence,
+                "elsewhere": elsewhere,
                 "confirmation_measured": any(a is alone.get(p) or a is leave.get(p) for _, a in second),
             }
         )
@@ -165,36 +195,36 @@ def run_ablate(
 
 
 def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[str, str]:
-    """The metric to bisect on, and why: the primary one, or the other metric that clearly regressed.
-
-    The others are read at confidence 1 - (1 - c) / k for k other metrics and c the per-look confidence
-    (Bonferroni over metrics and looks), since picking the
-    one that moved out of k is a multiple comparison.
-    """
+    """The metric to bisect on, and why: the primary one, or the other metric that clearly regressed (read as
+    regressed_elsewhere reads them)."""
     primary = compare(lab, good, bad, s.metric, s.policy)
     if endpoint_regressed(lab, good, bad, s.metric, s.policy) or not s.follow:
         return s.metric, ""
-    others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(good, m) and lab.medians(bad, m)]
-    if not others:
+    regressed, k = regressed_elsewhere(lab, good, bad, s)
+    if not regressed:
         return s.metric, ""
-    look = s.policy.pair_confidence(len(lab.medians(good, s.metric)), len(lab.medians(bad, s.metric)))
-    conf = 1 - (1 - look) / len(others)
-    best = None
-    for m in others:
-        c = compare(lab, good, bad, m, s.policy, confidence=conf)
-        if c.verdict == REGRESSION:
-            margin = c.low if c.lower_is_better else -c.high
-            if best is None or margin > best[0]:
-                best = (margin, m, c)
-    if best is None:
-        return s.metric, ""
-    _, m, c = best
+    c = max(regressed, key=lambda c: c.low if c.lower_is_better else -c.high)  # the clearest margin; first on ties
     why = (
-        f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {m} did "
-        f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {conf:.4f} confidence, "
-        f"adjusted for {len(others)} metrics): bisecting on {m}"
+        f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {c.metric} did "
+        f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {c.confidence:.4f} confidence, "
+        f"adjusted for {k} metrics): bisecting on {c.metric}"
     )
-    return m, why
+    return c.metric, why
+
+
+def regressed_elsewhere(lab: Lab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> tuple[list[Comparison], int]:
+    """The metrics but the primary one on which `arm` regressed against `ref`, and k, the number of others read.
+
+    Each is read at confidence 1 - (1 - c) / k for c the per-look confidence (Bonferroni over metrics and
+    looks), since picking the ones that moved out of k is a multiple comparison.
+    """
+    others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(ref, m) and lab.medians(arm, m)]
+    if not others:
+        return [], 0
+    look = s.policy.pair_confidence(len(lab.medians(ref, s.metric)), len(lab.medians(arm, s.metric)))
+    conf = 1 - (1 - look) / len(others)
+    read = [compare(lab, ref, arm, m, s.policy, confidence=conf) for m in others]
+    return [c for c in read if c.verdict == REGRESSION], len(others)
 
 
 def not_ruled_out(lab: Lab, good: ArmSpec, bad: ArmSpec, pol: Policy) -> list[str]:

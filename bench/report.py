@@ -307,7 +307,7 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
     still holds one way (bad - c clearly better than bad, good + c clearly worse than good); otherwise no
     culprit, saying which step fails. A culprit is never named that the run did not name.
     """
-    from .plans import ablate_finding
+    from .plans import ablate_finding, qualify
     from .stats import DECIDED, IMPROVEMENT, REGRESSION, regression_ruled_out
 
     m = c["metric"]
@@ -325,7 +325,8 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
             for side, ref, arm in (("alone", "base", f"+{r['patch']}"), ("left_out", "full", f"-{r['patch']}")):
                 d = _cmp_dict(rows, ref, arm, m, pol) if r[side] is not None else None
                 sides[side] = d["verdict"] if d is not None else r[side]
-            finding, sentence = ablate_finding(sides["alone"], sides["left_out"])
+            # the other metrics' regressions as the run read them (this reading re-reads the primary one)
+            finding, sentence = qualify(*ablate_finding(sides["alone"], sides["left_out"]), r.get("elsewhere", []))
             out["patches"].append({**r, **sides, "finding": finding, "sentence": sentence})
         out["culprits"] = [r["patch"] for r in out["patches"] if r["finding"] == "culprit"]
         return out

@@ -203,3 +203,39 @@ def test_the_store_gives_the_later_half_of_each_starts_repetitions_its_own_metri
         None,
         2.0,
     ]
+
+
+def _ablate(world: World, seed: int) -> dict:
+    base, full = ("g",), ("g", *sc.C3)
+    alone = {p: sim_arm(f"+{p}", (*base, p)) for p in sc.C3}
+    leave = {p: sim_arm(f"-{p}", tuple(q for q in full if q != p)) for p in sc.C3}
+    res = plans.run_ablate(
+        SimLab(world, seed=seed), sim_arm("base", base), sim_arm("full", full), alone, leave, "both", DEFAULT
+    )
+    return {r["patch"]: r for r in res["patches"]} | {"culprits": res["culprits"]}
+
+
+def test_ablate_says_mixed_not_helps_when_the_step_gain_hides_a_phase_that_regressed():
+    """Issue 12's planted GPU-side delay: verify +20%, draft-extend -30%, the host-bound step 5% faster. On the
+    step alone ablate called p1 "helps" (confirmed both ways) in 20 of 20 seeds; the same comparisons show verify
+    regressed, so the finding is "mixed" and says which metric to ablate on. No culprit is made from it."""
+    rows = _ablate(sc.by_name("step-gain-verify-up").world(()), seed=0)
+    p1 = rows["p1"]
+    assert (p1["alone"], p1["left_out"], p1["finding"]) == ("improvement", "regression", "mixed"), p1
+    assert p1["sentence"].startswith("improves the base and the full set regresses without it")
+    assert "; but eagle_verify_ms_b1 regressed alone on the base (+19.0% [+7.5, +31.8] at 0.9977" in p1["sentence"]
+    assert "; eagle_verify_ms_b1 regressed with it in the full set (+19.6%" in p1["sentence"]
+    assert p1["sentence"].endswith("; ablate --metric eagle_verify_ms_b1 tests it both ways") and rows["culprits"] == []
+    assert [r["finding"] for r in (rows["p0"], rows["p2"])] == ["no effect", "no effect"]  # no other metric moved
+
+
+def test_ablate_of_a_null_qualifies_no_finding():
+    rows = _ablate(World(start_cv=0.01), seed=3)
+    assert all(not rows[p]["elsewhere"] and rows[p]["finding"] != "mixed" for p in sc.C3), rows
+
+
+def test_qualify_keeps_culprits_and_says_the_rest():
+    assert plans.qualify("culprit", "s", ["x regressed"]) == ("culprit", "s")
+    assert plans.qualify("no effect", "s", []) == ("no effect", "s")
+    assert plans.qualify("no effect alone", "s", ["x", "y"]) == ("mixed", "s; but x; y")
+    assert plans.qualify("cannot tell", "s", ["x"]) == ("cannot tell", "s; but x")

@@ -31,6 +31,9 @@ class Scenario:
     cands: tuple[str, ...] = C3
     needs_record: bool = False  # draws real starts: only with --from-record
     note: str = ""
+    # ablate asks of each patch what it does on the base and in the full set, not what moved between two sets:
+    # where the answers differ (a patch masked by another), its own truth; None: the bisect's
+    ablate_truth: Truth | None = None
 
 
 def _w(**kw: Any) -> Callable[[tuple], World]:
@@ -260,7 +263,9 @@ def catalogue() -> list[Scenario]:
             "mask-step-8",
             _w(plants=[host_slowdown("p0", 0.08), host_slowdown("p2", 1 / 1.08 - 1)], start_cv=0.01),
             NONE,
-            note="p0 +8%, p2 -7.4% in the same phase: every metric cancels; any culprit is wrong",
+            note="p0 +8%, p2 -7.4% in the same phase: every metric cancels between the endpoints (a bisect's culprit "
+            "is wrong); ablate must name p0 (alone on the base it regresses)",
+            ablate_truth=_p("p0"),
         ),
         Scenario(
             "boundary-2.0",
@@ -380,6 +385,19 @@ class Rates:
                 self.wrong_names[str(named)] = self.wrong_names.get(str(named), 0) + 1
         self.starts.append(starts)
 
+    def count_ablate(self, res: dict[str, Any], starts: int, truth: Truth) -> None:
+        """Tally one ablate conclusion: a culprit not in `truth` is wrong; right when the culprits are some of
+        the truth and none else; every patch's finding is counted ("p1: mixed")."""
+        wrong = [p for p in res["culprits"] if p not in truth]
+        for p in wrong:
+            self.wrong_names[p] = self.wrong_names.get(p, 0) + 1
+        self.wrong += bool(wrong)
+        self.right += bool(res["culprits"]) and not wrong
+        for r in res["patches"]:
+            key = f"{r['patch']}: {r['finding']}"
+            self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        self.starts.append(starts)
+
     def ci(self, k: int, confidence: float = 0.95) -> tuple[float, float]:
         from scipy.stats import binomtest
 
@@ -412,6 +430,26 @@ def run(scenario: Scenario, settings: Any, trials: int, pool: tuple = (), seed0:
             settings,
         )
         r.count(res, len(lab.order), scenario.truth)
+    return r
+
+
+def ablate_once(lab: SimLab, cands: tuple[str, ...], settings: Any) -> dict[str, Any]:
+    """bench.plans.run_ablate (both modes) of `cands` on the base `g`."""
+    from .plans import run_ablate
+
+    base, full = ("g",), ("g", *cands)
+    alone = {p: sim_arm(f"+{p}", (*base, p)) for p in cands}
+    leave = {p: sim_arm(f"-{p}", tuple(q for q in full if q != p)) for p in cands}
+    return run_ablate(lab, sim_arm("base", base), sim_arm("full", full), alone, leave, "both", settings)
+
+
+def run_ablate(scenario: Scenario, settings: Any, trials: int, pool: tuple = (), seed0: int = 0) -> Rates:
+    """`trials` seeded ablates of the scenario's candidates (ablate_once)."""
+    r = Rates(trials)
+    for t in range(seed0, seed0 + trials):
+        lab = SimLab(scenario.world(pool), seed=t)
+        truth = scenario.truth if scenario.ablate_truth is None else scenario.ablate_truth
+        r.count_ablate(ablate_once(lab, scenario.cands, settings), len(lab.order), truth)
     return r
 
 

@@ -59,6 +59,13 @@ def add_cli(sub) -> None:
         help="run a named adversarial scenario instead (bench/scenarios.py; 'all', or 'list' to print them); "
         "repeatable; prints one markdown row each with Clopper-Pearson intervals",
     )
+    p.add_argument(
+        "--plan",
+        choices=["bisect", "ablate"],
+        default="bisect",
+        help="with --scenario: the plan to run (ablate: both modes over the candidates on g; outcomes count each "
+        "patch's finding)",
+    )
     p.set_defaults(func=_cli)
 
 
@@ -115,7 +122,12 @@ def _scenarios(a, settings) -> int:
     pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
     pol = settings.policy
     method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
-    print(f"bisect, {a.trials} seeded trials each, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}")
+    if a.plan == "ablate":
+        method = f"ablate (both), {pol.spending}, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
+    run = sc.run_ablate if a.plan == "ablate" else sc.run
+    print(
+        f"{a.plan}, {a.trials} seeded trials each, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}"
+    )
     print(sc.HEADER)
     for n in names:
         x = sc.by_name(n)
@@ -124,5 +136,5 @@ def _scenarios(a, settings) -> int:
                 print(f"bench simulate: scenario {n} draws recorded starts: give --from-record", file=sys.stderr)
                 return 2
             continue
-        print(sc.row(n, method, sc.run(x, settings, a.trials, pool)), flush=True)
+        print(sc.row(n, method, run(x, settings, a.trials, pool)), flush=True)
     return 0

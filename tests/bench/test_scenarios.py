@@ -206,13 +206,31 @@ def test_the_store_gives_the_later_half_of_each_starts_repetitions_its_own_metri
 
 
 def _ablate(world: World, seed: int) -> dict:
-    base, full = ("g",), ("g", *sc.C3)
-    alone = {p: sim_arm(f"+{p}", (*base, p)) for p in sc.C3}
-    leave = {p: sim_arm(f"-{p}", tuple(q for q in full if q != p)) for p in sc.C3}
-    res = plans.run_ablate(
-        SimLab(world, seed=seed), sim_arm("base", base), sim_arm("full", full), alone, leave, "both", DEFAULT
-    )
+    res = sc.ablate_once(SimLab(world, seed=seed), sc.C3, DEFAULT)
     return {r["patch"]: r for r in res["patches"]} | {"culprits": res["culprits"]}
+
+
+def test_simulate_ablates_a_scenario_and_counts_each_patchs_finding():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "simulate",
+            "--scenario",
+            "step-gain-verify-up",
+            "--plan",
+            "ablate",
+            "--trials",
+            "3",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (line,) = [x for x in out.splitlines() if x.startswith("| step-gain-verify-up | ablate (both)")]
+    assert "p1: mixed 3" in line and "| 0.0% [0.0%, 70.8%] |" in line  # no culprit named, none wrong
 
 
 def test_ablate_says_mixed_not_helps_when_the_step_gain_hides_a_phase_that_regressed():

@@ -203,13 +203,18 @@ def follow_metric(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> tuple[s
     regressed, k = regressed_elsewhere(lab, good, bad, s)
     if not regressed:
         return s.metric, ""
-    c = max(regressed, key=lambda c: c.low if c.lower_is_better else -c.high)  # the clearest margin; first on ties
+    c = clearest(regressed)
     why = (
         f"{s.metric} did not regress ({primary.verdict}, {primary.change * 100:+.1f}%), but {c.metric} did "
         f"({c.change * 100:+.1f}% [{c.low * 100:+.1f}, {c.high * 100:+.1f}] at {c.confidence:.4f} confidence, "
         f"adjusted for {k} metrics): bisecting on {c.metric}"
     )
     return c.metric, why
+
+
+def clearest(regressed: Sequence[Comparison]) -> Comparison:
+    """The regression whose interval lies farthest beyond no change (the first on ties)."""
+    return max(regressed, key=lambda c: c.low if c.lower_is_better else -c.high)
 
 
 def regressed_elsewhere(lab: Lab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> tuple[list[Comparison], int]:
@@ -351,6 +356,7 @@ def run_bisect(
             return pl.place
 
         blocks = [0]
+        measured: dict[str, tuple[ArmSpec, ArmSpec]] = {}  # confirmation role -> (its good reference, its set)
 
         def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
             """The confirmations of a suspect (or of an interaction's pair), measured as one block.
@@ -403,6 +409,7 @@ def run_bisect(
             out = []
             for a, (_, role, expect) in zip(arms, items):
                 pl = placed(a, expect)
+                measured[role] = (g, a)
                 placements.append(
                     {
                         "arm": a.name,
@@ -423,6 +430,19 @@ def run_bisect(
         res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents, confirm)
         if res.outcome == bis.CANNOT_TELL and budget.exhausted:
             res.reason += f" ({BUDGET_NOTE})"
+        if res.culprit and not res.partner and f"confirm: bad - {res.culprit}" in measured:
+            # the culprit is confirmed on one metric; what the set without it still regresses on is another
+            # patch's doing (a draft change under a host slowdown): said, never named
+            g, a = measured[f"confirm: bad - {res.culprit}"]
+            left, k = regressed_elsewhere(lab, g, a, replace(s, metric=metric))
+            if left:
+                res.reason += (
+                    f"; without {res.culprit} the set still regresses against good on "
+                    + ", ".join(f"{c.metric} ({pct(c)})" for c in left)
+                    + f" (at {left[0].confidence:.4f}, adjusted for {k} metrics): not {res.culprit}'s; bisect with "
+                    f"--metric {clearest(left).metric} for it"
+                )
+                out["not_carried"] = [c.metric for c in left]
     out.update(
         {
             "outcome": res.outcome,

@@ -245,6 +245,13 @@ def catalogue() -> list[Scenario]:
             "improves, tok/s falls 5%",
         ),
         Scenario(
+            "host-and-accept",
+            _w(plants=[host_slowdown("p0", 0.05), accept_drop("p2", 0.10)], start_cv=0.01),
+            _p("p0"),
+            note="p0 +5% host-side (the step's culprit), p2 accepts 10% fewer tokens with the step flat: the bisect "
+            "on the step must name p0 and say that p2's tok/s drop is not p0's",
+        ),
+        Scenario(
             "b1-up-bc-down-5",
             _w(plants=[batch_opposite("p2", 0.05)], start_cv=0.01),
             _p("p2"),
@@ -376,7 +383,9 @@ class Rates:
     def count(self, res: dict[str, Any], starts: int, truth: Truth) -> None:
         """Tally one bisect conclusion: a named culprit (or (partner, culprit) pair) not in `truth` is wrong."""
         named = (res["partner"], res["culprit"]) if res["partner"] else res["culprit"]
-        self.outcomes[res["outcome"]] = self.outcomes.get(res["outcome"], 0) + 1
+        # a culprit whose `bad - c` still regresses on other metrics (bench.plans: not carried by it)
+        outcome = res["outcome"] + (" + not-carried note" if res.get("not_carried") else "")
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         if named is not None:
             if named in truth:
                 self.right += 1

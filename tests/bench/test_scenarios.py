@@ -52,6 +52,7 @@ KINDS = [
     ("rep-outliers-null", 0.0),
     ("rep-outliers-late-20", 0.0),
     ("accept-split-1.5", 0.0),
+    ("host-and-accept", 0.9),
 ]
 
 
@@ -257,3 +258,16 @@ def test_qualify_keeps_culprits_and_says_the_rest():
     assert plans.qualify("no effect", "s", []) == ("no effect", "s")
     assert plans.qualify("no effect alone", "s", ["x", "y"]) == ("mixed", "s; but x; y")
     assert plans.qualify("cannot tell", "s", ["x"]) == ("cannot tell", "s; but x")
+
+
+def test_a_culprit_on_the_step_is_not_credited_with_another_patchs_drop_in_accepted_tokens():
+    """p0 slows the step 5% (host-side), p2 accepts 10% fewer tokens with the step flat. The bisect on the step
+    rightly names p0, and reverting p0 leaves tok/s 10% down: the conclusion must say so, from `bad - p0`
+    against good, and point at the metric to bisect next. A lone culprit gets no such note."""
+    res = _bisect_scenario("host-and-accept", 0)
+    assert res["culprit"] == "p0" and res["metric"] == "step_ms_b1"
+    assert res["not_carried"][:1] == ["tok_s_b1"] and "accept_len_b1" in res["not_carried"]
+    assert "; without p0 the set still regresses against good on tok_s_b1 (-10." in res["reason"]
+    assert res["reason"].endswith("not p0's; bisect with --metric accept_len_b1 for it")
+    lone = _bisect_scenario("host-5", 0)
+    assert lone["culprit"] == "p1" and "not_carried" not in lone and "still regresses" not in lone["reason"]

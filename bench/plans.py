@@ -356,7 +356,7 @@ def run_bisect(
             return pl.place
 
         blocks = [0]
-        measured: dict[str, tuple[ArmSpec, ArmSpec]] = {}  # confirmation role -> (its good reference, its set)
+        confirmed: dict[str, tuple[ArmSpec, ArmSpec]] = {}  # confirmation role -> (its good reference, its set)
 
         def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
             """The confirmations of a suspect (or of an interaction's pair), measured as one block.
@@ -409,7 +409,7 @@ def run_bisect(
             out = []
             for a, (_, role, expect) in zip(arms, items):
                 pl = placed(a, expect)
-                measured[role] = (g, a)
+                confirmed[role] = (g, a)
                 placements.append(
                     {
                         "arm": a.name,
@@ -430,10 +430,10 @@ def run_bisect(
         res = bis.bisect_culprit(good.pset.patches, bad.pset.patches, place, dependents, confirm)
         if res.outcome == bis.CANNOT_TELL and budget.exhausted:
             res.reason += f" ({BUDGET_NOTE})"
-        if res.culprit and not res.partner and f"confirm: bad - {res.culprit}" in measured:
+        if res.culprit and not res.partner and f"confirm: bad - {res.culprit}" in confirmed:
             # the culprit is confirmed on one metric; what the set without it still regresses on is another
             # patch's doing (a draft change under a host slowdown): said, never named
-            g, a = measured[f"confirm: bad - {res.culprit}"]
+            g, a = confirmed[f"confirm: bad - {res.culprit}"]
             left, k = regressed_elsewhere(lab, g, a, replace(s, metric=metric))
             if left:
                 res.reason += (

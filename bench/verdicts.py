@@ -68,9 +68,9 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
             + (f" ({step.verdict}, {pct(step)})" if step is not None else "")
             + f": the change is in {where}; bisect or ablate with --metric {m} to find it"
         )
-    # tok/s = tokens per step / step time: tok/s falling while its step time is shown not to regress (or the
-    # accept length falls) is fewer tokens per step, which no timing metric (the step, a phase span) can show;
-    # an undecided step is not enough (a slowdown's tok/s interval may decide before its step's)
+    # tok/s = tokens per step / step time: tok/s falling while its step time is shown not to regress is fewer
+    # tokens per step (the accept length) or time outside the steps, which no timing metric (the step, a phase
+    # span) can show; an undecided step is not enough (a slowdown's tok/s interval may decide before its step's)
     for b in ("b1", "bc"):
         tok, st, acc = by.get(f"tok_s_{b}"), by.get(f"step_ms_{b}"), by.get(f"accept_len_{b}")
         if tok is None or tok.verdict != REGRESSION:
@@ -78,14 +78,21 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
         fewer = acc is not None and acc.verdict == REGRESSION
         if not fewer and (st is None or st.verdict not in (SAME, IMPROVEMENT)):
             continue
-        out.append(
-            f"{LABELS[tok.metric]} fell ({pct(tok)})"
-            + (f", {LABELS[st.metric]}: {st.verdict} ({pct(st)})" if st is not None else "")
-            + ": fewer tokens per step"
-            + (f" ({LABELS[acc.metric]} {acc.verdict}, {pct(acc)})" if acc is not None else "")
-            + ", a change in what the draft gets accepted, not in speed; bisect or ablate with --metric "
-            f"{acc.metric if acc is not None else tok.metric} to find it"
+        said = f"{LABELS[tok.metric]} fell ({pct(tok)})" + (
+            f", {LABELS[st.metric]}: {st.verdict} ({pct(st)})" if st is not None else ""
         )
+        if fewer and acc is not None:
+            said += (
+                f": fewer tokens per step ({LABELS[acc.metric]} {acc.verdict}, {pct(acc)}), a change in what the "
+                f"draft gets accepted, not in speed; bisect or ablate with --metric {acc.metric} to find it"
+            )
+        else:
+            said += (
+                ": the time went outside the measured steps (scheduling between them, detokenizing, the client)"
+                + (f"; {LABELS[acc.metric]}: {acc.verdict} ({pct(acc)})" if acc is not None else "")
+                + f"; bisect or ablate with --metric {tok.metric} to find it"
+            )
+        out.append(said)
     ups = [m for m in PHASES if m in by and by[m].verdict == REGRESSION]
     downs = [m for m in PHASES if m in by and by[m].verdict == IMPROVEMENT]
     if ups and downs:

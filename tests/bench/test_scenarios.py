@@ -12,7 +12,7 @@ import pytest
 from bench import plans
 from bench import scenarios as sc
 from bench.replication import Policy
-from bench.simulate import SimLab, World, host_slowdown, sim_arm
+from bench.simulate import Plant, SimLab, World, host_slowdown, sim_arm
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench/results/2026-12-01-h200-run3/variance/results.jsonl"
@@ -171,7 +171,12 @@ def test_a_draft_change_that_the_step_reads_as_an_improvement_is_flagged_with_it
     assert "EAGLE accept length (b1) regression, -10.0%" in said[0] and "--metric accept_len_b1" in said[0]
     # a host-side slowdown moves tok/s with the step: nothing to flag about tokens per step
     _, _, said = _ab_flags(World(plants=[host_slowdown("p1", 0.08)], start_cv=0.01))
-    assert not [f for f in said if "tokens per step" in f]
+    assert not [f for f in said if "fell" in f]
+    # tok/s down, the step and the accept length the same: time outside the steps, not the draft
+    _, _, said = _ab_flags(World(plants=[Plant(frozenset({"p1"}), {"tok_s_b1": 1 / 1.08})], start_cv=0.01))
+    (said,) = [f for f in said if f.startswith("tok/s (batch 1) fell")]
+    assert ": the time went outside the measured steps" in said and "EAGLE accept length (b1): same (+0.0%" in said
+    assert said.endswith("--metric tok_s_b1 to find it") and "draft" not in said
 
 
 def test_bisect_follows_the_accept_length_when_tok_s_falls_and_the_step_improves():

@@ -557,7 +557,9 @@ def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monke
     assert _last_conclusion(recs)["comparisons"][0]["verdict"] in ("same", "cannot tell")
     v = store.view(recs)
     assert {u.start_id for u in v.units.values()}.isdisjoint(r["start_id"] for r in stale)
-    assert "**regression**" not in (out / "report.md").read_text()
+    # the decode metrics' rows (start-up is shown too, and follows the load the fake's starts ran under)
+    rows = [x for x in (out / "report.md").read_text().splitlines() if x.startswith("| ab |") and "start-up" not in x]
+    assert rows and not [x for x in rows if "**regression**" in x]
 
 
 @pytest.mark.parametrize(

@@ -156,25 +156,13 @@ def test_issue12_steps_use_the_workloads_graph_sizes_and_the_start_as_unit(tiny,
 
 def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
     kimi = tmp_path / "kimi"
-    env = {
-        **os.environ,
-        "DRY": "1",
-        "PYTHON": sys.executable,
-        "TINY": str(tiny),
-        "KIMI": str(kimi),
-        "SGL_TREE": str(sglang_tree),
-        "OUT": str(tmp_path / "out"),
-        "MEMF": "0.6",  # what gpu_device.sh exports for a one-stream call: the tiny model's, not the proxy's
-    }
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "kimi_moe"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    p = _dry_kimi("kimi_moe", tiny, kimi, sglang_tree, tmp_path / "out")
     assert p.returncode == 0, p.stderr
     assert f"--model-path {kimi}/target" in p.stdout and "--mem-fraction-static 0.45" in p.stdout
     assert '"hidden_size": 7168' in (kimi / "target" / "config.json").read_text()
 
 
-def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
+def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path, **extra: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "DRY": "1",
@@ -183,7 +171,8 @@ def _dry_kimi(step: str, tiny: Path, kimi: Path, tree: Path, out: Path) -> subpr
         "KIMI": str(kimi),
         "SGL_TREE": str(tree),
         "OUT": str(out),
-        "MEMF": "0.6",
+        "MEMF": "0.6",  # what gpu_device.sh exports for a one-stream call: the tiny model's, not the proxy's
+        **extra,
     }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -238,21 +227,9 @@ def test_kimi_train_takes_carried_sequences_instead_of_a_server_start(tiny, sgla
     kimi, carried = tmp_path / "kimi", tmp_path / "carried"
     carried.mkdir()
     (carried / "tiny-server_seqs.json").write_text("{}")
-    env = {
-        **os.environ,
-        "DRY": "1",
-        "PYTHON": sys.executable,
-        "TINY": str(tiny),
-        "KIMI": str(kimi),
-        "SGL_TREE": str(sglang_tree),
-        "OUT": str(tmp_path / "o"),
-        "SEQS_FROM": str(carried),
-    }
 
     def plan() -> subprocess.CompletedProcess:
-        p = subprocess.run(
-            ["bash", str(SCRIPT), "kimi_train"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-        )
+        p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o", SEQS_FROM=str(carried))
         assert p.returncode == 0, p.stderr
         return p
 

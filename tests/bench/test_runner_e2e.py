@@ -570,6 +570,19 @@ def test_time_budget_after_only_a_cold_start_guesses_a_warm_one(tmp_path, ab, mo
     assert len([r for r in recs2 if r["type"] == "unit_done"]) == 1
 
 
+def test_time_budget_checks_the_first_measured_start_after_a_throwaway_one(tmp_path, ab):
+    # run7: the throwaway start was the machine's cold one (469 s of a 570 s budget); the first measured start was
+    # exempt from the check, took 106 s of the 101 s left and was killed by the device call's limit. Here a cold
+    # throwaway of 10 s in a 12 s budget: its repetitions and stop plus the warm-start guess (3 s) do not fit.
+    args = ["--arms", "a=base", "b=base+beta", "--restarts", "1", "--max-starts", "1"]
+    fake = {"cold_marker": str(tmp_path / "cold-done"), "cold_start_s": 10.0}
+    _, recs, _ = ab(tmp_path, [*args, "--time-budget", "12", "--warm-start-estimate", "3"], fake, rc=4)
+    assert [r for r in recs if r["type"] == "start" and r.get("warmup_start")], "the throwaway start ran"
+    assert not [r for r in recs if r["type"] == "unit_done" and not r.get("warmup_start")]
+    concl = [r for r in recs if r["type"] == "conclusion"]
+    assert concl and "needs ~" in concl[-1]["budget_message"]
+
+
 def test_oea_stats_are_collected_per_phase(tmp_path, manifest, launcher_arg, monkeypatch):
     """--env SGLANG_OEA_STATS=1: each phase's mean distinct experts per routing call, from the server's totals."""
     out, recs, starts = _run(

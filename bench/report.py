@@ -495,12 +495,30 @@ def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     return lines
 
 
+def _within_note(starts: list[list[float]]) -> str:
+    """The repetitions' spread around their own start's mean (pooled sd of logs): about as large as the start-to-start
+    CV when the machine's speed moves within minutes (run7) rather than once per start."""
+    groups = [[math.log(x) for x in g if x > 0] for g in starts]
+    groups = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in groups)
+    if not dof:
+        return ""
+    ss = sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in groups)
+    return f"; within starts {math.sqrt(ss / dof) * 100:.2f}% (repetitions around their start's mean, pooled)"
+
+
 def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:
     """Start-to-start CV per patch set, pooled over the arms that carry it (a null comparison's two arms)."""
     by_set: dict[str, list[float]] = {}
+    reps_by_set: dict[str, list[list[float]]] = {}
     for r in rows:
         by_set.setdefault(r.label, []).extend(r.medians(metric))
-    out = [f"- `{s}`: {len(xs)} starts, CV {cv(xs) * 100:.2f}%" for s, xs in by_set.items() if len(xs) >= 2]
+        reps_by_set.setdefault(r.label, []).extend([float(x[metric]) for x in u.reps if x.get(metric)] for u in r.units)
+    out = [
+        f"- `{s}`: {len(xs)} starts, CV {cv(xs) * 100:.2f}%{_within_note(reps_by_set[s])}"
+        for s, xs in by_set.items()
+        if len(xs) >= 2
+    ]
     return (
         (
             [

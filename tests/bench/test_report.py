@@ -25,6 +25,18 @@ def _start_medians(metric: str, arm: str) -> list[float]:
     return [statistics.median(v) for v in by_start.values()]
 
 
+def _pooled_within(metric: str, arm: str) -> float:
+    """The pooled sd of log repetitions around their completed start's mean log."""
+    recs = [json.loads(x) for x in (DATA / "synthetic_ab.jsonl").read_text().splitlines()]
+    done = {r["start_id"] for r in recs if r["type"] == "unit_done" and not r.get("warmup_start")}
+    by_start: dict[str, list[float]] = {}
+    for r in recs:
+        if r["type"] == "rep" and r["arm"] == arm and not r["warmup"] and r["start_id"] in done:
+            by_start.setdefault(r["start_id"], []).append(math.log(r["metrics"][metric]))
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in by_start.values())
+    return math.sqrt(ss / sum(len(g) - 1 for g in by_start.values()))
+
+
 def test_report_from_recorded_jsonl(run_dir):
     assert main(["report", str(run_dir)]) == 0
     md = (run_dir / "report.md").read_text()
@@ -51,6 +63,12 @@ def test_report_from_recorded_jsonl(run_dir):
     assert "| ab | ref | slow | EAGLE verify p50 ms (b1) |" in table
     assert "- slow vs ref on `step_ms_b1`: **regression**" in md  # the conclusion
     assert "- `alpha,beta,eagle_profiling,gamma,delta,epsilon,zeta`: 3 starts, CV" in md
+    # the repetitions' own spread beside it, from the completed starts' repetitions (pooled sd of logs)
+    line = next(
+        ln for ln in md.splitlines() if ln.startswith("- `alpha,beta,eagle_profiling,gamma,delta,epsilon,zeta`")
+    )
+    within = float(line.split("within starts ")[1].split("%")[0])
+    assert within == pytest.approx(_pooled_within("step_ms_b1", "ref") * 100, abs=0.006)
     assert "throwaway start (ref)" in md
     assert (run_dir / "command.txt").read_text().strip() in md  # the recorded command, verbatim
     png = (run_dir / "plot.png").read_bytes()

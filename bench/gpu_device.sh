@@ -21,6 +21,16 @@ args=("$@"); set -- $dirs
 # shellcheck disable=SC1091
 source .gpu/install.sh "$@"
 set -- "${args[@]}"
+# The project's own needs beyond the bundles (unidiff, GitPython, gitdb, smmap), carried as `.whl` (see the
+# header of bench/gpu_runs.sh): without them every bench command stops at the manifest (run7's call 4).
+if [ -d .whl ] && [ ! -e /tmp/whl/.installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl .whl/*.whl \
+    && touch /tmp/whl/.installed
+fi
+[ -d /tmp/whl ] && export PYTHONPATH=/tmp/whl:$PYTHONPATH
+python3 -c "import unidiff, git" 2>/dev/null || {
+  echo "gpu_device.sh: unidiff/GitPython missing: carry .whl (python3 -m pip download --no-deps -d .whl unidiff GitPython gitdb smmap)" >&2
+  exit 2; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHON=python3 TINY=/tmp/tiny KIMI=/tmp/kimi
 RES=/tmp/results

@@ -12,7 +12,7 @@
 #                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
 #   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
 #   profiling    eagle_profiling on / applied but off / not applied
-#   kimi_profiling  eagle_profiling on / applied but off / not applied on the Kimi-width proxy (GPU-bound)
+#   kimi_profiling  eagle_profiling on / applied but off / not applied on the Kimi-width proxy (run7: host-bound too)
 #   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
 #   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
@@ -326,9 +326,8 @@ case "$step" in
       --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
       ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
   kimi_profiling)
-    # The same on the Kimi-width proxy, GPU-bound: a plain decode step's CV was 0.04 % there (issue 12's own
-    # figure; the start-to-start CV there is not measured by this project yet), where the
-    # tiny model's 11-30 % start-to-start CV on this VM hides a 3 % cost (run4, run5).
+    # The same on the Kimi-width proxy. Issue 12 measured its plain decode step at a CV of 0.04 %, but with EAGLE-3
+    # at batch 1 it is host-bound on the H200 VM too: start-to-start CV 11-20 %, as much within starts (run7).
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
     spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \

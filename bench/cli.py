@@ -203,6 +203,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: apply.py --env-profile",
     )
     _add_run_options(p)
+    d = p.add_argument_group("duet: both arms' servers at once, repetitions alternating (bench/duet.py)")
+    d.add_argument(
+        "--duet",
+        metavar="TREE_B",
+        default=None,
+        help="two arms only: each unit starts both servers, one on --tree, one on TREE_B (another sglang tree) on "
+        "port + 500, and serves their repetitions in ABBA order; the arms swap trees every other unit; verdicts "
+        "from the per-unit ratio (needs --mem-fraction-static <= 0.45 after `--`)",
+    )
+    d.add_argument(
+        "--duet-value",
+        choices=["medians", "pairs"],
+        default="medians",
+        help="a duet's ratio: of the two start medians, or the median ratio of adjacent A/B repetitions "
+        "(robust to a machine state that switches within a duet) (default %(default)s)",
+    )
     p = sub.add_parser("ablate", help="each patch alone on the base set, and each left out of the full set")
     p.add_argument("--base", default="none", help="set the single patches are added to (default: pristine)")
     p.add_argument("--full", default="full")
@@ -292,7 +308,27 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         warm_start_estimate_s=a.warm_start_estimate,
         host_probe=a.host_probe,
         adjust=a.adjust,
+        duet_tree=getattr(a, "duet", None),
+        duet_value=getattr(a, "duet_value", "medians"),
     )
+
+
+def _check_duet(cfg, arms) -> None:
+    """What a duet run needs: two arms, two trees, two servers' memory on one GPU, nothing read per start."""
+    from .duet import check_server_args
+
+    if len(arms) != 2:
+        raise UsageError(f"--duet compares exactly two arms (reference and candidate); got {len(arms)}")
+    if not cfg.launch.tree or cfg.duet_tree == cfg.launch.tree:
+        raise UsageError(
+            "--duet TREE_B needs --tree A with A != TREE_B: two live servers cannot share one tree "
+            "(`apply.py launch` switches a tree's patches); make a second one with `apply.py fetch --wheel`"
+        )
+    if cfg.host_probe or cfg.adjust != "none":
+        raise UsageError("--duet reads no host covariate: drop --host-probe / --adjust (the duet shares the host)")
+    if cfg.reuse:
+        raise UsageError("--duet cannot --reuse sequential starts: a duet's two starts are one unit")
+    check_server_args(cfg.launch.server_args)
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -386,6 +422,8 @@ def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
 
     s = _settings(runner.cfg)
     by_name = {x.name: x for x in arms}
+    if runner.cfg.duet_tree:
+        return plans.run_duet(lab, arms[0], arms[1], s)
     if kind == "ab":
         return plans.run_ab(lab, arms, [(sec, by_name[r], by_name[x]) for sec, r, x in comps], s)
     if kind == "ablate":
@@ -437,6 +475,8 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         return 2
     argv = [sys.executable, "-m", "bench", kind, *argv_full]
     cfg = _make_config(kind, a, server_args, argv)
+    if cfg.duet_tree:
+        _check_duet(cfg, arms)
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
@@ -448,10 +488,17 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
     progress(
-        f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} starts each, "
-        f"{cfg.reps_per_start} rep(s) per start" + (", after one throwaway start)" if cfg.warmup_start else ")")
+        f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} "
+        + ("duets, both arms in each" if cfg.duet_tree else "starts each")
+        + f", {cfg.reps_per_start} rep(s) per start"
+        + (", after one throwaway start)" if cfg.warmup_start else ")")
     )
-    lab = StoreLab(runner)
+    if cfg.duet_tree:
+        from .duet_runner import DuetStoreLab
+
+        lab: StoreLab | DuetStoreLab = DuetStoreLab(runner, arms[0], arms[1])
+    else:
+        lab = StoreLab(runner)
     rc = 0
     try:
         conclusion = _run_plan(kind, runner, lab, catalog, arms, comps, extra)
@@ -514,6 +561,13 @@ def _dry_run(kind, cfg, arms, extra) -> int:
             + (f" env {dict(a.env)}" if a.env else "")
         )
         print("   " + " ".join(shlex.quote(c) for c in launch_command(cfg.launch, a, Path("LOG"))))
+        if cfg.duet_tree:  # alternate duets put the arm on the second tree, on the second server's port
+            from dataclasses import replace
+
+            from .duet import second_server_args
+
+            b = replace(cfg.launch, tree=cfg.duet_tree, server_args=second_server_args(cfg.launch.server_args))
+            print("   " + " ".join(shlex.quote(c) for c in launch_command(b, a, Path("LOG"))))
     for s in extra.get("skipped", []):
         print(f"skipped {s}")
     first = len({a.key for a in arms})
@@ -529,6 +583,12 @@ def _dry_run(kind, cfg, arms, extra) -> int:
         lines.append(
             f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
             f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts"
+        )
+    if cfg.duet_tree:
+        lines.append(
+            f"duets: each unit is one start of both arms, live together (the --tree server first, then "
+            f"{cfg.duet_tree}), repetitions in ABBA order, trees swapped every other unit; ratio of "
+            f"{cfg.duet_value}"
         )
     if cfg.host_probe:
         lines.append(f"host probe beside every measured start (bench.hostprobe); verdicts: adjust {cfg.adjust}")

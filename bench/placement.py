@@ -161,3 +161,12 @@ def place(root_pid: int, mode: str, client_pid: int | None = None, reserve: froz
 def pin_process(pid: int, cpus: set[int]) -> int:
     """Every thread of pid on `cpus` (e.g. the bench process back on its original set between starts)."""
     return _pin(pid, set(cpus))
+
+
+def halves(cpus: set[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """The CPUs split by physical core into two halves, for two servers placed side by side (bench.duet_runner):
+    each server is placed with the other's half reserved. Core 0 (interrupts, housekeeping) stays in the first."""
+    groups = cores(cpus)
+    cut = (len(groups) + 1) // 2
+    first = frozenset(c for g in groups[:cut] for c in g)
+    return first, frozenset(cpus) - first

@@ -13,8 +13,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, store
+from . import covariate, duet_report, store
 from .derived import png_bytes, write_whole
+from .errors import RecordError
 from .replication import LABELS, METRICS, Policy, lower_is_better
 from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
@@ -164,7 +165,9 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     metric = cfg.get("metric", "step_ms_b1")
     old = "initial_starts" not in cfg
     lines = ["## Method", ""]
-    if old:
+    if cfg.get("duet"):
+        lines += duet_report.method_lines(cfg, pol, schedule(pol))
+    elif old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
             f"with start medians: comparisons need {MIN_STARTS} starts per arm."
@@ -180,24 +183,31 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
                 else "No throwaway start (--no-warmup-start)."
             )
         )
+    verdicts = (
+        []
+        if cfg.get("duet")
+        else [
+            f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
+            f"{schedule(pol)}; "
+            f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
+            f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
+            f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint "
+            "of good and bad; a culprit only after its confirmations ("
+            + (
+                "a block of fresh starts of good and bad, interleaved with them"
+                if cfg.get("confirm", "fresh") == "fresh"
+                else "read against every start of good and bad; a probe's starts of the same set reused; measured "
+                "again fresh when they do not confirm"
+            )
+            + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
+            + ")."
+        ]
+    )
     lines += [
         f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
         f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
         f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
-        f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
-        f"{schedule(pol)}; "
-        f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
-        f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
-        f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint of "
-        "good and bad; a culprit only after its confirmations ("
-        + (
-            "a block of fresh starts of good and bad, interleaved with them"
-            if cfg.get("confirm", "fresh") == "fresh"
-            else "read against every start of good and bad; a probe's starts of the same set reused; measured "
-            "again fresh when they do not confirm"
-        )
-        + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
-        + ").",
+        *verdicts,
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "
         f"they include GPU idle time waiting for the host (bench/verdicts.py).",
         f"- Measured: {len(units)} completed start(s), {sum(len(u.reps) for u in units)} repetitions, "
@@ -232,8 +242,12 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
         for r in c["comparisons"]:
             cmp_ = r["comparison"]
             lines.append(
-                f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** "
-                f"({_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
+                f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** ("
+                + (
+                    f"{_change(cmp_)}; {cmp_['n_ref']} duets)"
+                    if c.get("method") == "duet"
+                    else f"{_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
+                )
             )
     elif c["kind"] == "ablate":
         lines += [
@@ -612,6 +626,15 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     return lines
 
 
+def _duets(run: dict, rows: list[ArmRow], pol: Policy, cfg: dict) -> list[str]:
+    by_name = {r.name: r for r in rows}
+    comps = [c for c in run.get("comparisons") or [] if c[1] in by_name and c[2] in by_name]
+    if not comps:
+        return []
+    _, ref, arm = comps[0]
+    return duet_report.duet_lines(ref, arm, by_name[ref].units, by_name[arm].units, pol, cfg)
+
+
 STARTUP_LABEL = "server start-up s (warm starts; no plan's metric)"
 # Warm starts of one set on one machine ranged 62-77 s (bench/results/2026-12-01-h200) and follow the host's load,
 # and the arms' starts are not interleaved on a --resume: a start-up change under 10 % is not one a user acts on,
@@ -975,8 +998,17 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
+    if cfg.get("duet") and pol.adjust != "none":
+        raise RecordError(
+            f"{run_dir}: a duet run has no covariate reading (both arms share the host in every duet); "
+            f"`python -m bench report {run_dir}` without --adjust"
+        )
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
-    lines += _comparisons(run, rows, v, pol, metric) + _host_probe(run_dir, run, rows, v, pol, metric)
+    if cfg.get("duet"):
+        lines += _duets(run, rows, pol, cfg)
+    else:
+        lines += _comparisons(run, rows, v, pol, metric)
+    lines += _host_probe(run_dir, run, rows, v, pol, metric)
     lines += _counters(rows, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)

@@ -78,6 +78,8 @@ class RunConfig:
     warm_start_estimate_s: float = WARM_START_ESTIMATE_S
     host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
     adjust: str = "none"  # bench.replication.Policy.adjust
+    duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
+    duet_value: str = "medians"  # bench.duet.unit_value
 
     @property
     def store_path(self) -> Path:
@@ -97,6 +99,8 @@ class RunConfig:
         }
         if self.host_probe:  # only when on: the signatures of stores measured before the probe existed stay valid
             sig["host_probe"] = True
+        if self.duet_tree:  # a duet's starts share the machine with another server: never pooled with lone ones
+            sig["duet_tree"] = self.duet_tree
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -289,6 +293,8 @@ class Runner:
                 "time_budget_s": cfg.time_budget_s,
                 "host_probe": cfg.host_probe,
                 "adjust": cfg.adjust,
+                "duet": cfg.duet_tree,
+                "duet_value": cfg.duet_value,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -314,6 +320,7 @@ class Runner:
                 "spending": c.spending,
                 "look_step": c.look_step,
                 "confirm": c.confirm,
+                "duet_value": c.duet_value,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }
@@ -415,17 +422,18 @@ class Runner:
     def placement_of(self, arm: ArmSpec) -> str:
         return dict(arm.env).get(placement.ENV) or self.cfg.env.get(placement.ENV) or self.cfg.cpu_placement
 
-    def check_budget(self, arm: ArmSpec) -> None:
+    def check_budget(self, arm: ArmSpec, starts: int = 1, what: str = "start") -> None:
+        """BudgetExhausted when `starts` more starts (a duet's two: bench.duet_runner) would overrun the budget."""
         if self.cfg.time_budget_s is None or self.units_started == 0:
             # an invocation's first start always runs, or a small budget could never progress; after a throwaway
             # start it is checked too (run7: a 469 s cold throwaway left 101 s, the measured start took 106 s,
             # and the device call's own limit killed it)
             return
-        need = self.next_unit_estimate()
+        need = starts * self.next_unit_estimate()
         if self.elapsed() + need > self.cfg.time_budget_s:
             raise BudgetExhausted(
                 f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
-                f"the next start ({arm.name}) needs ~{need:.0f}s"
+                f"the next {what} ({arm.name}) needs ~{need:.0f}s"
             )
 
     def next_unit_estimate(self) -> float:
@@ -472,31 +480,11 @@ class Runner:
         self.started_ids.add(sid)
         progress(f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})")
         machine_warm = warm_machine_age(self.sig) is not None
-        try:
-            srv = launcher.start(self.cfg.launch, arm, self.server_env(arm), console)
-        except launcher.LaunchError as e:
-            self.rec(
-                {
-                    "type": "failure",
-                    "arm": arm.name,
-                    "arm_key": arm.key,
-                    "round": rnd,
-                    "stage": "launch",
-                    "warmup_start": warmup,
-                    "error": str(e).splitlines()[0],
-                    "log_tail": str(e)[-4000:],
-                }
-            )
-            raise RunAborted(f"arm {arm.name}: {e}") from e
+        srv = self.launch(self.cfg.launch, arm, rnd, console, warmup)
         ready_at = time.time()
         reps: list[RepMetrics] = []
         try:
-            try:
-                si = server_info(srv.url)
-                info_version = si.get("version")
-                overlay = si.get("overlay")
-            except Exception as e:
-                info_version, overlay = None, {"error": repr(e)}
+            info_version, overlay = self.identity(srv)
             probe_cpu = hostprobe.spare_cpu(self._own_cpus) if self.cfg.host_probe and self._own_cpus else None
             reserve = frozenset({probe_cpu} if probe_cpu is not None else ())
             placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid(), reserve=reserve)
@@ -505,73 +493,30 @@ class Runner:
                 if not hostprobe.wait_ready(self._probe):
                     progress(f"WARNING arm {arm.name}: the host probe wrote no sample; its windows will be empty")
             windows: list[tuple[float, float]] = []
-            self.rec(
-                {
-                    "type": "start",
-                    "start_id": sid,
-                    "arm": arm.name,
-                    "arm_key": arm.key,
-                    "round": rnd,
-                    "warmup_start": warmup,
-                    "machine_warm": machine_warm,
-                    "patches": list(arm.pset.patches),
-                    "fingerprint": srv.fingerprint,
-                    "url": srv.url,
-                    "server_log": srv.log,
-                    "console_log": str(console),
-                    "startup_s": round(srv.startup_s, 2),
-                    "server_version": info_version,
-                    "overlay": overlay,
-                    "cmd": srv.cmd,
-                    "placement": placed,
-                    "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {},
-                }
+            self.record_start(
+                sid,
+                arm,
+                rnd,
+                srv,
+                console,
+                warmup,
+                machine_warm,
+                (info_version, overlay),
+                placed,
+                launched_at,
+                ready_at,
             )
-            warnings = identity_warnings(overlay, srv.fingerprint, arm.pset.patches)
-            if warnings and not warmup:
-                self.rec({"type": "identity_warning", "start_id": sid, "arm": arm.name, "warnings": warnings})
-                for w in warnings:
-                    progress(f"WARNING arm {arm.name}: {w}")
             total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
             # the kernel's contention counters around every repetition: two reads of /proc, nothing perturbed
             sched_pid, sched_cpus = hostprobe.watched(placed, srv.proc.pid)
             for i in range(max(total, 1)):
                 warm = warmup or i < self.cfg.warmup_reps
-                before = hostprobe.snapshot(sched_pid)
-                t_rep = time.monotonic()
-                m = run_rep(srv.url, self.cfg.workload)
+                m, window = self.rep(srv, sid, arm, rnd, i - self.cfg.warmup_reps, warm, (sched_pid, sched_cpus))
                 if not warm:
-                    windows.append((t_rep, time.monotonic()))
-                host = hostprobe.counters(before, hostprobe.snapshot(sched_pid), sched_cpus)
-                self.rec(
-                    {
-                        "type": "rep",
-                        "start_id": sid,
-                        "arm": arm.name,
-                        "arm_key": arm.key,
-                        "round": rnd,
-                        "rep": i - self.cfg.warmup_reps,
-                        "warmup": warm,
-                        "metrics": m.to_dict() | host,
-                    }
-                )
-                if not warm:
-                    self._check_rep(arm, m)
+                    windows.append(window)
                     reps.append(m)
         except (WorkloadError, OSError) as e:
-            self.rec(
-                {
-                    "type": "failure",
-                    "arm": arm.name,
-                    "arm_key": arm.key,
-                    "round": rnd,
-                    "stage": "workload",
-                    "warmup_start": warmup,
-                    "start_id": sid,
-                    "error": str(e),
-                    "log_tail": srv.tail_text()[-4000:],
-                }
-            )
+            self.record_failure(arm, rnd, sid, srv, warmup, e)
             self._stop(srv)
             raise RunAborted(f"arm {arm.name} start {rnd + 1}: {e}") from e
         except BaseException:
@@ -605,6 +550,133 @@ class Runner:
         self._progress_line(arm, rnd, srv.startup_s, wall, label, warmup)
         mark_warm_machine(self.sig)
         return reps
+
+    def launch(self, launch: LaunchConfig, arm: ArmSpec, rnd: int, console: Path, warmup: bool) -> launcher.Server:
+        """One server of `arm` started (until its url line); a failure recorded and raised as RunAborted."""
+        try:
+            return launcher.start(launch, arm, self.server_env(arm), console)
+        except launcher.LaunchError as e:
+            self.rec(
+                {
+                    "type": "failure",
+                    "arm": arm.name,
+                    "arm_key": arm.key,
+                    "round": rnd,
+                    "stage": "launch",
+                    "warmup_start": warmup,
+                    "error": str(e).splitlines()[0],
+                    "log_tail": str(e)[-4000:],
+                }
+            )
+            raise RunAborted(f"arm {arm.name}: {e}") from e
+
+    @staticmethod
+    def identity(srv: launcher.Server) -> tuple[object, object]:
+        """(server version, overlay identity) from /server_info; the error in place of the identity if unread."""
+        try:
+            si = server_info(srv.url)
+            return si.get("version"), si.get("overlay")
+        except Exception as e:
+            return None, {"error": repr(e)}
+
+    def record_start(
+        self,
+        sid: str,
+        arm: ArmSpec,
+        rnd: int,
+        srv: launcher.Server,
+        console: Path,
+        warmup: bool,
+        machine_warm: bool,
+        ident: tuple[object, object],
+        placed: dict,
+        launched_at: float,
+        ready_at: float,
+        extra: dict | None = None,
+    ) -> None:
+        """The start record, and the identity warnings of a measured start."""
+        info_version, overlay = ident
+        self.rec(
+            {
+                "type": "start",
+                "start_id": sid,
+                "arm": arm.name,
+                "arm_key": arm.key,
+                "round": rnd,
+                "warmup_start": warmup,
+                "machine_warm": machine_warm,
+                "patches": list(arm.pset.patches),
+                "fingerprint": srv.fingerprint,
+                "url": srv.url,
+                "server_log": srv.log,
+                "console_log": str(console),
+                "startup_s": round(srv.startup_s, 2),
+                "server_version": info_version,
+                "overlay": overlay,
+                "cmd": srv.cmd,
+                "placement": placed,
+                "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {},
+                **(extra or {}),
+            }
+        )
+        warnings = identity_warnings(overlay, srv.fingerprint, arm.pset.patches)
+        if warnings and not warmup:
+            self.rec({"type": "identity_warning", "start_id": sid, "arm": arm.name, "warnings": warnings})
+            for w in warnings:
+                progress(f"WARNING arm {arm.name}: {w}")
+
+    def rep(
+        self,
+        srv: launcher.Server,
+        sid: str,
+        arm: ArmSpec,
+        rnd: int,
+        index: int,
+        warm: bool,
+        watched: tuple[int | None, list[int] | None],
+        extra: dict | None = None,
+    ) -> tuple[RepMetrics, tuple[float, float]]:
+        """One repetition on a live server, recorded (with the kernel's counters around it) and checked; with the
+        monotonic window it ran in (what the host probe's samples are cut by)."""
+        sched_pid, sched_cpus = watched
+        before = hostprobe.snapshot(sched_pid)
+        t_rep = time.monotonic()
+        m = run_rep(srv.url, self.cfg.workload)
+        window = (t_rep, time.monotonic())
+        host = hostprobe.counters(before, hostprobe.snapshot(sched_pid), sched_cpus)
+        self.rec(
+            {
+                "type": "rep",
+                "start_id": sid,
+                "arm": arm.name,
+                "arm_key": arm.key,
+                "round": rnd,
+                "rep": index,
+                "warmup": warm,
+                "metrics": m.to_dict() | host,
+                **(extra or {}),
+            }
+        )
+        if not warm:
+            self._check_rep(arm, m)
+        return m, window
+
+    def record_failure(
+        self, arm: ArmSpec, rnd: int, sid: str, srv: launcher.Server, warmup: bool, e: BaseException
+    ) -> None:
+        self.rec(
+            {
+                "type": "failure",
+                "arm": arm.name,
+                "arm_key": arm.key,
+                "round": rnd,
+                "stage": "workload",
+                "warmup_start": warmup,
+                "start_id": sid,
+                "error": str(e),
+                "log_tail": srv.tail_text()[-4000:],
+            }
+        )
 
     def _stop(self, srv: launcher.Server) -> int | None:
         if self._probe is not None:

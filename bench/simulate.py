@@ -115,6 +115,9 @@ class World:
     # scheduler CPU's steal (host_steal_pct) see it, with their own noise
     host_slow: float = 0.0
     host_stay: float = 0.8
+    # the machine's state also moves while a server starts (a warm start takes 10-20 repetitions' time): this
+    # many chain steps before each start's repetitions (0: the state moves during repetitions only)
+    host_ticks_per_start: int = 0
     probe_cv: float = 0.01
     accept_cv: float = 0.0  # start-to-start cv of the EXACT metrics (batch composition under concurrency)
 
@@ -232,10 +235,17 @@ class SimLab:
             self._host(out)
         return out
 
+    def _tick(self) -> None:
+        """One step of the host's two-state chain (World.host_slow / host_stay)."""
+        if self.rng.random() > self.world.host_stay:
+            self.host_is_slow = not self.host_is_slow
+
     def _host(self, out: dict[str, list[float]]) -> None:
         """The session's host regime over this start's repetitions (World.host_slow), applied in place."""
         w, rng = self.world, self.rng
         factors = []
+        for _ in range(w.host_ticks_per_start):
+            self._tick()
         for _ in range(w.reps):
             if rng.random() > w.host_stay:
                 self.host_is_slow = not self.host_is_slow
@@ -313,3 +323,112 @@ def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, setti
         out["starts"].append(len(lab.order))
     out["median_starts"] = statistics.median(out["starts"])
     return out
+
+
+class SimDuetLab:
+    """bench.duet.DuetLab over World: each duet starts both arms (start noise, plants and repetition noise as
+    SimLab draws them for one start), then serves their repetitions in bench.duet.abba order while the host's
+    chain (World.host_slow, host_stay, host_ticks_per_start) moves on, one step per repetition: whatever state
+    the machine is in multiplies the repetition being served, whichever server serves it."""
+
+    def __init__(
+        self,
+        world: World,
+        ref: ArmSpec,
+        arm: ArmSpec,
+        seed: int = 0,
+        max_total_starts: int | None = None,
+        value: str = "medians",
+    ):
+        from dataclasses import replace
+
+        self.world = world
+        # the per-start draws of a machine without the host chain; the chain is this lab's, over both servers
+        self.starts = SimLab(replace(world, host_slow=0.0), seed=seed)
+        self.rng = self.starts.rng
+        self.host_is_slow = world.host_slow > 0 and self.rng.random() < 0.5
+        self.ref, self.arm = ref, arm
+        self.duets: list[tuple[dict[str, list[float]], dict[str, list[float]]]] = []  # (ref start, arm start)
+        self.max_total = max_total_starts
+        self.value = value  # bench.duet.unit_value
+
+    def n_duets(self) -> int:
+        return len(self.duets)
+
+    def pairs(self, metric: str) -> list[tuple[float, float]]:
+        from .duet import unit_value
+
+        out = []
+        for a, b in self.duets:
+            v = unit_value(a.get(metric, []), b.get(metric, []), self.value)
+            if v is not None:
+                out.append(v)
+        return out
+
+    def add_duet(self) -> None:
+        from .duet import abba, first_is_ref
+        from .errors import BudgetExhausted
+
+        if self.max_total is not None and 2 * (len(self.duets) + 1) > self.max_total:
+            raise BudgetExhausted(f"simulated budget of {self.max_total} starts used")
+        w = self.world
+        ref_first = first_is_ref(len(self.duets))
+        first, second = (self.ref, self.arm) if ref_first else (self.arm, self.ref)
+        runs = []
+        for arm in (first, second):
+            for _ in range(w.host_ticks_per_start):
+                self._tick()
+            runs.append(self.starts._one(arm.pset.patches))
+        factors: list[list[float]] = [[], []]
+        for who in abba(w.reps):
+            self._tick()
+            factors[who].append(1 + w.host_slow if self.host_is_slow else 1.0)
+        for out, fs in zip(runs, factors):
+            for m, xs in out.items():
+                if m not in EXACT:
+                    out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, fs)]
+        a, b = (SimLab._with_late(r) for r in runs)
+        self.duets.append((a, b) if ref_first else (b, a))
+
+    def _tick(self) -> None:
+        """SimLab._tick's step of the host chain: one chain for both servers, the machine's."""
+        if self.rng.random() > self.world.host_stay:
+            self.host_is_slow = not self.host_is_slow
+
+
+def duet_rates(
+    world_of: Callable[[int], World], trials: int, settings, planted: bool, value: str = "medians"
+) -> dict[str, Any]:
+    """Each trial runs one A/B twice on the same kind of machine: sequentially (bench.plans.run_ab over SimLab,
+    a start per arm per round) and as duets (run_duet over SimDuetLab). The arm carries patch "p" (the world's
+    plants decide whether it costs anything). Verdict counts, units used, final interval widths and the
+    spreads each method's interval is made of (start-to-start CV of the start medians; duet-to-duet CV of the
+    ratio), as medians over trials."""
+    from . import duet
+    from .plans import run_ab, run_duet
+    from .stats import cv
+
+    ref, arm = sim_arm("a", ("g",)), sim_arm("b", ("g", "p"))
+    out: dict[str, Any] = {"trials": trials, "planted": planted, "value": value}
+    for name in ("sequential", "duet"):
+        out[name] = {"verdicts": {}, "units": [], "width": [], "cv": []}
+    for t in range(trials):
+        seq = SimLab(world_of(t), seed=t)
+        c = run_ab(seq, [ref, arm], [("ab", ref, arm)], settings)["comparisons"][0]["comparison"]
+        _tally(out["sequential"], c, min(c["n_ref"], c["n_arm"]), cv(seq.medians(ref, settings.metric)))
+        lab = SimDuetLab(world_of(t), ref, arm, seed=t, value=value)
+        d = run_duet(lab, ref, arm, settings)["comparisons"][0]["comparison"]
+        _tally(out["duet"], d, lab.n_duets(), duet.ratio_cv(lab.pairs(settings.metric)))
+    for name in ("sequential", "duet"):
+        r = out[name]
+        for k in ("units", "width", "cv"):
+            xs = [x for x in r[k] if not math.isnan(x)]
+            r[f"median_{k}"] = statistics.median(xs) if xs else math.nan
+    return out
+
+
+def _tally(r: dict[str, Any], c: dict, units: int, spread: float) -> None:
+    r["verdicts"][c["verdict"]] = r["verdicts"].get(c["verdict"], 0) + 1
+    r["units"].append(units)
+    r["width"].append(c["high"] - c["low"])
+    r["cv"].append(spread)

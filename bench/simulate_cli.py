@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from .simulate import World, bisect_rates, host_slowdown, recorded_starts
+from .simulate import World, bisect_rates, duet_rates, host_slowdown, recorded_starts
 
 
 def add_cli(sub) -> None:
@@ -66,6 +66,17 @@ def add_cli(sub) -> None:
         help="with --scenario: the plan to run (ablate: both modes over the candidates on g; outcomes count each "
         "patch's finding)",
     )
+    d = p.add_argument_group("duet (bench/duet.py): an A/B run sequentially and as duets on a host that changes state")
+    d.add_argument(
+        "--duet",
+        action="store_true",
+        help="compare `ab` of a null (or --effect) pair sequentially and as duets on the same simulated machines",
+    )
+    d.add_argument("--host-slow", type=float, default=0.6, help="the slow state's slowdown (run7: ~4.4 vs 7-8 ms)")
+    d.add_argument("--host-stay", type=float, default=0.95, help="probability the state holds over one repetition")
+    d.add_argument("--host-ticks", type=int, default=10, help="chain steps while one server starts")
+    d.add_argument("--duet-value", choices=["medians", "pairs"], default="medians")
+    d.add_argument("--reps", type=int, default=5, help="measured repetitions per start")
     p.set_defaults(func=_cli)
 
 
@@ -79,6 +90,8 @@ def _cli(a) -> int:
     )
     if a.scenario:
         return _scenarios(a, settings)
+    if a.duet:
+        return _duet(a, settings)
     culprit = f"p{a.candidates - 1}" if a.effect else None
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 
@@ -137,4 +150,36 @@ def _scenarios(a, settings) -> int:
                 return 2
             continue
         print(sc.row(n, method, run(x, settings, a.trials, pool)), flush=True)
+    return 0
+
+
+def _duet(a, settings) -> int:
+    plants = [host_slowdown("p", a.effect)] if a.effect else []
+
+    def world(_t: int) -> World:
+        return World(
+            plants,
+            a.start_cv,
+            a.rep_cv,
+            reps=a.reps,
+            host_slow=a.host_slow,
+            host_stay=a.host_stay,
+            host_ticks_per_start=a.host_ticks,
+        )
+
+    r = duet_rates(world, a.trials, settings, bool(a.effect), a.duet_value)
+    pol = settings.policy
+    print(
+        f"ab, step effect {a.effect * 100:+.1f}%, start cv {a.start_cv:.1%}, rep cv {a.rep_cv:.1%}, host x"
+        f"{1 + a.host_slow:.2f} while slow, holding {a.host_stay:.2f} per repetition, {a.host_ticks} steps per start; "
+        f"{a.trials} seeded trials, {pol.initial} to {pol.max_starts} units, alpha {1 - pol.confidence:.2g}, "
+        f"minimum effect {pol.min_effect:.1%}; duet ratio of {a.duet_value}:"
+    )
+    for name, spread in (("sequential", "start-to-start CV"), ("duet", "duet-to-duet CV of the ratio")):
+        x = r[name]
+        v = ", ".join(f"{k} {n} ({n / a.trials:.1%})" for k, n in sorted(x["verdicts"].items()))
+        print(
+            f"  {name}: {v}; median units {x['median_units']:.0f}, median final interval width "
+            f"{x['median_width'] * 100:.1f} points, median {spread} {x['median_cv'] * 100:.1f}%"
+        )
     return 0

@@ -113,14 +113,18 @@ class Comparison:
 def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float, float]:
     """(mean log difference b - a, its interval low/high, two-sided p) by Welch's t on the logs."""
     c = log_contrast([b, a], [1.0, -1.0], confidence)
+    return c.estimate, c.low, c.high, _p_value(c, confidence)
+
+
+def _p_value(c: Contrast, confidence: float) -> float:
+    """Two-sided p of a contrast's estimate against 0, from its interval's half width and df."""
     if math.isinf(c.df):
-        # identical starts within each arm (a deterministic metric): the difference is known exactly
-        return c.estimate, c.low, c.high, (1.0 if c.estimate == 0 else 0.0)
+        # identical values within each group (a deterministic metric): the estimate is known exactly
+        return 1.0 if c.estimate == 0 else 0.0
     from scipy import stats as sst
 
     se = (c.high - c.estimate) / float(sst.t.ppf(0.5 + confidence / 2, c.df))
-    p = float(2 * sst.t.sf(abs(c.estimate) / se, c.df)) if se > 0 else 0.0
-    return c.estimate, c.low, c.high, p
+    return float(2 * sst.t.sf(abs(c.estimate) / se, c.df)) if se > 0 else 0.0
 
 
 def regression_ruled_out(c: Comparison) -> bool:
@@ -173,6 +177,50 @@ def compare_starts(
         arm_medians=tuple(b),
         center_ref=ca,
         center_arm=cb,
+        change=change,
+        low=low,
+        high=high,
+        p_value=p,
+        confidence=confidence,
+        min_effect=min_effect,
+        verdict=verdict,
+    )
+
+
+def compare_paired(
+    pairs: Sequence[tuple[float | None, float | None]],
+    *,
+    metric: str = "step_ms_b1",
+    lower_is_better: bool = True,
+    confidence: float = 0.95,
+    min_effect: float = 0.02,
+    min_units: int = MIN_STARTS,
+) -> Comparison:
+    """Compare two arms measured side by side: one (reference, arm) pair of medians per unit (a duet,
+    bench.duet). The unit's value is log(arm / ref); the interval is the one-sample t interval of their mean
+    (log_contrast over the ratios: with one group its degrees of freedom are n - 1), read by interval_verdict
+    like every other interval here. The pair shares the machine's state, so its spread is the unit's, not
+    the machine's."""
+    kept = [(float(a), float(b)) for a, b in pairs if a is not None and b is not None and a > 0 and b > 0]
+    a, b = [x for x, _ in kept], [y for _, y in kept]
+    ratios = [y / x for x, y in kept]
+    change = geometric_mean(ratios) - 1 if ratios else math.nan
+    low = high = p = math.nan
+    if len(ratios) < min_units:
+        verdict = TOO_FEW
+    else:
+        c = log_contrast([ratios], [1.0], confidence)
+        p = _p_value(c, confidence)
+        change = math.exp(c.estimate) - 1
+        low, high = math.expm1(min(c.low, 700.0)), (math.expm1(c.high) if c.high < 700 else math.inf)
+        verdict = interval_verdict(c.low, c.high, min_effect, lower_is_better)
+    return Comparison(
+        metric=metric,
+        lower_is_better=lower_is_better,
+        ref_medians=tuple(a),
+        arm_medians=tuple(b),
+        center_ref=geometric_mean(a),
+        center_arm=geometric_mean(b),
         change=change,
         low=low,
         high=high,

@@ -12,6 +12,9 @@ Record types (field "type"):
              left out of every statistic, its round measured again
   host_probe bench.hostprobe's samples over one start's measured repetitions (median work-unit times per rep and
              for the start, its CPU and duty): the view adds each rep's median to its metrics as host_probe_us
+  (duet)     a duet's two starts (bench.duet_runner) are start records of one round with a "duet" field (index,
+             position, tree, port); their reps carry duet_slot (the serving order); both unit_done records are
+             written after both servers stopped
   failure    what went wrong and the launcher's output tail
   conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
@@ -68,6 +71,7 @@ class Unit:
     placement: dict = field(default_factory=dict)
     machine_warm: bool = True  # False: this boot's first start of the measurement (JIT, graph caches cold)
     host_probe: dict = field(default_factory=dict)  # the start's host_probe record (empty: measured without)
+    duet: dict = field(default_factory=dict)  # bench.duet_runner: the duet's index, position, tree, port
 
 
 @dataclass
@@ -125,6 +129,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             placement=s.get("placement") or {},
             machine_warm=s.get("machine_warm", True),
             host_probe=probes.get(sid) or {},
+            duet=s.get("duet") or {},
         )
         if s.get("warmup_start"):
             warm.append(u)

@@ -21,7 +21,7 @@ through env FAKE_BENCH (JSON):
   oea_distinct {K0: distinct experts per routing call per request in the batch} when SGLANG_OEA_STATS=1
                (default {"0": 8}; K0 from SGLANG_OEA_K0): internal_states[0].oea_stats counts 2 routing calls
                (MoE layers) per decoded token, as the oea_topk patch's totals since start
-Every start appends {"patches","profile","env","server_args"} to FAKE_BENCH_LOG (JSONL) for assertions.
+Every start appends {"patches","profile","env","server_args","tree"} to FAKE_BENCH_LOG (JSONL) for assertions.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main() -> int:
     env = dict(os.environ)
     if profile:
         env.update(m.env_profile(profile).as_env())
-    log_start(patches, profile, server_args, env)
+    log_start(patches, profile, server_args, env, opts["tree"])
     if opts.get("log"):
         _server_log(opts["log"])
     if set(patches) & set(cfg.get("fail", [])):
@@ -129,7 +129,7 @@ def _server_log(path) -> None:
             f.write(f"[{now} TP0] {ln}\n")
 
 
-def log_start(patches, profile, server_args, env) -> None:
+def log_start(patches, profile, server_args, env, tree=None) -> None:
     if os.environ.get("FAKE_BENCH_LOG"):
         with open(os.environ["FAKE_BENCH_LOG"], "a") as f:
             f.write(
@@ -138,6 +138,7 @@ def log_start(patches, profile, server_args, env) -> None:
                         "patches": patches,
                         "profile": profile,
                         "server_args": server_args,
+                        "tree": tree,
                         "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))},
                     }
                 )

@@ -1,0 +1,146 @@
+"""The duet design: both arms' servers live on one machine at once, their repetitions alternating.
+
+Why: on a cloud VM the step time swings between a fast and a slow state over wall time, within minutes and
+within one server start (bench/results/2026-12-02-h200-run7: one start's repetitions 6.33, 6.46, 5.42, 4.75,
+4.71 ms); a host probe on another CPU tracks the slow stretches, so it is the machine's state, not the
+start's. Sequential starts of two arms sample different stretches of it, and no interleaving of whole starts
+cancels a state that changes faster than a start. Duet benchmarking (Bulej et al., "Duet Benchmarking:
+Improving Measurement Accuracy in the Cloud", ICPE 2020 / EMSE 2020) runs both versions at the same time on
+the same machine, so that they share the interference; randomized multiple interleaved trials (Abedi &
+Brecht, ICPE 2017) make the remaining order effects cancel.
+
+A unit (a duet) here: the server on the first tree starts and becomes healthy, then the one on the second
+tree (SGLang's memory profiling must not see a half-started neighbour; each takes its --mem-fraction-static
+of what is free when it starts), then measured repetitions alternate A B B A A B B A ..., the idle server
+waiting, so that both sample the machine within seconds of each other. The arms swap trees (and with them
+which one starts and serves first) on alternate duets. The unit's value is log(median_B / median_A) over
+its repetitions; the verdict is the t interval of the mean over duets (bench.stats.compare_paired) at the
+bench's per-look confidence and minimum effect. The duet, not the repetition, is the replication unit: the
+repetitions of one duet share its two starts.
+
+What a duet cannot measure: start-up time (the second server starts beside a live one), and a cost that
+needs the whole GPU (the two servers share it; only one serves at a time, the other's memory stays held).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from .errors import UsageError
+from .replication import Policy, lower_is_better
+from .stats import Comparison, compare_paired, cv, start_median
+
+# Each server takes its --mem-fraction-static of the memory free when it starts: two must fit on one GPU.
+MEMF_MAX = 0.45
+MEMF_FLAG = "--mem-fraction-static"
+# The second server's port: the first's plus this (bench/gpu_device.sh gives a second stream on a GPU +500 too).
+PORT_OFFSET = 500
+DEFAULT_PORT = 30000  # SGLang's, when the server args name none
+
+
+def abba(n_per_arm: int) -> tuple[int, ...]:
+    """The serving order of one duet's measured repetitions: 0 = the first-started server, 1 = the other.
+    A B B A A B B A ...: every adjacent pair holds one of each, and a linear drift over the duet falls on both
+    equally every four repetitions."""
+    return tuple((0, 1, 1, 0)[i % 4] for i in range(2 * n_per_arm))
+
+
+def first_is_ref(duet: int) -> bool:
+    """Which arm the first tree (the run's --tree, started and served first) holds in duet number `duet`:
+    alternate duets swap, so a tree's or a start order's effect falls on both arms equally."""
+    return duet % 2 == 0
+
+
+def check_server_args(server_args: Sequence[str]) -> None:
+    """Refuse server arguments under which two servers cannot share the GPU."""
+    args = list(server_args)
+    if MEMF_FLAG not in args or args.index(MEMF_FLAG) + 1 >= len(args):
+        raise UsageError(
+            f"--duet runs two servers on one GPU: give each a memory share that fits twice, "
+            f"`{MEMF_FLAG} F` with F <= {MEMF_MAX} after `--` (SGLang's default takes most of the GPU)"
+        )
+    raw = args[args.index(MEMF_FLAG) + 1]
+    try:
+        f = float(raw)
+    except ValueError:
+        raise UsageError(f"{MEMF_FLAG} {raw!r}: not a number; give F <= {MEMF_MAX} for --duet") from None
+    if not 0 < f <= MEMF_MAX:
+        raise UsageError(
+            f"{MEMF_FLAG} {raw} with --duet: two servers share one GPU, so each must fit twice; "
+            f"give {MEMF_FLAG} {MEMF_MAX} or less (e.g. 0.3 for the tiny model)"
+        )
+
+
+def second_server_args(server_args: Sequence[str]) -> tuple[str, ...]:
+    """The first server's arguments with the second server's port (--port P + PORT_OFFSET)."""
+    args = list(server_args)
+    if "--port" in args and args.index("--port") + 1 < len(args):
+        i = args.index("--port") + 1
+        try:
+            args[i] = str(int(args[i]) + PORT_OFFSET)
+        except ValueError:
+            raise UsageError(f"--port {args[i]!r}: not a number; --duet gives the second server port + 500") from None
+        return tuple(args)
+    return (*args, "--port", str(DEFAULT_PORT + PORT_OFFSET))
+
+
+class DuetLab(Protocol):
+    def n_duets(self) -> int: ...
+
+    def pairs(self, metric: str) -> list[tuple[float, float]]:
+        """(reference median, arm median) of each completed duet, in duet order; duets without the metric dropped."""
+        ...
+
+    def add_duet(self) -> None:
+        """One more duet; BudgetExhausted when the budget cannot take it."""
+        ...
+
+
+VALUES = ("medians", "pairs")
+
+
+def unit_value(a: Sequence[float | None], b: Sequence[float | None], value: str) -> tuple[float, float] | None:
+    """One duet's (reference, arm) numbers from its two starts' measured repetitions, in serving order.
+
+    medians: the two start medians (the duet's ratio is median_B / median_A). pairs: the reference's median
+    and that times the median over j of B_j / A_j, the j-th repetitions of each, which abba() serves next to
+    each other: a state that switches every few repetitions puts 2 of 5 slow repetitions in one arm and 3 in
+    the other, moving the ratio of medians by the whole slow/fast step, while it spoils only the adjacent
+    pairs it falls between. Either way the duet stays the replication unit."""
+    ma, mb = start_median(a), start_median(b)
+    if ma is None or mb is None or ma <= 0 or mb <= 0:
+        return None
+    if value == "medians":
+        return ma, mb
+    rs = [y / x for x, y in zip(a, b) if x is not None and y is not None and x > 0 and y > 0]
+    r = start_median(rs)
+    return None if r is None else (ma, ma * r)
+
+
+def unit_pairs(ref_units: Sequence, arm_units: Sequence, metric: str, value: str) -> list[tuple[float, float]]:
+    """unit_value of each duet both of whose starts completed (bench.store units of one round), in round order."""
+    arm_by = {u.round: u for u in arm_units}
+    out = []
+    for u in sorted(ref_units, key=lambda u: u.round):
+        v = arm_by.get(u.round)
+        x = None if v is None else unit_value([r.get(metric) for r in u.reps], [r.get(metric) for r in v.reps], value)
+        if x is not None:
+            out.append(x)
+    return out
+
+
+def compare(
+    pairs: Sequence[tuple[float, float]], metric: str, policy: Policy, confidence: float | None = None
+) -> Comparison:
+    """The duets' comparison, at the policy's per-look confidence for this many duets unless told otherwise."""
+    n = len(pairs)
+    conf = policy.pair_confidence(n, n) if confidence is None else confidence
+    return compare_paired(
+        pairs, metric=metric, lower_is_better=lower_is_better(metric), confidence=conf, min_effect=policy.min_effect
+    )
+
+
+def ratio_cv(pairs: Sequence[tuple[float, float]]) -> float:
+    """Duet-to-duet CV of the ratio arm / reference (the spread the verdict's interval is made of)."""
+    return cv([b / a for a, b in pairs if a > 0])

@@ -1,0 +1,140 @@
+"""The duet design (bench/duet.py) end to end on the CPU: two live fake servers (tests/bench/fake_apply.py) on two
+ports and two trees, ABBA repetitions, the records a duet leaves, --resume after the time budget, the memory
+refusal, and the report of a duet run."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+
+from bench import store
+from bench.cli import main
+from bench.duet import abba, second_server_args
+from bench.errors import EXIT_BUDGET
+
+QUIET = {"noise": 0.002}
+NULL = ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"]
+
+
+def _duet(tmp_path, manifest, launcher_arg, monkeypatch, args, fake, memf="0.3", rc=0, out_name="duet"):
+    log = tmp_path / "fake-starts.jsonl"
+    monkeypatch.setenv("FAKE_BENCH", json.dumps(fake))
+    monkeypatch.setenv("FAKE_BENCH_LOG", str(log))
+    monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
+    out = tmp_path / out_name
+    trees = ["--tree", str(tmp_path / "tree-a"), "--duet", str(tmp_path / "tree-b")]
+    server = ("--tp", "1", "--port", "31000") + (("--mem-fraction-static", memf) if memf else ())
+    assert main(fake_argv("ab", [*args, *trees], manifest, launcher_arg, out, server)) == rc
+    starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    return out, list(store.read(out / "results.jsonl")), starts
+
+
+def test_abba_order_alternates_and_balances():
+    assert abba(5) == (0, 1, 1, 0, 0, 1, 1, 0, 0, 1)
+    assert all(Counter(abba(n)) == {0: n, 1: n} for n in range(1, 9))
+    assert second_server_args(["--port", "30000", "--tp", "1"]) == ("--port", "30500", "--tp", "1")
+    assert second_server_args(["--tp", "1"]) == ("--tp", "1", "--port", "30500")
+
+
+def test_duet_runs_both_servers_live_in_abba_order_and_swaps_trees(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, starts = _duet(tmp_path, manifest, launcher_arg, monkeypatch, NULL, QUIET)
+    tree_a, tree_b = str(tmp_path / "tree-a"), str(tmp_path / "tree-b")
+    # the throwaway start (reference, first tree), then per duet the first tree's server, then the second's
+    assert [s["tree"] for s in starts] == [tree_a] + [tree_a, tree_b] * 3
+    assert all(s["server_args"][-2:] == ["--mem-fraction-static", "0.3"] for s in starts)
+    ports = [s["server_args"][s["server_args"].index("--port") + 1] for s in starts[1:]]
+    assert ports == ["31000", "31500"] * 3
+    measured = [r for r in recs if r["type"] == "start" and not r["warmup_start"]]
+    assert [(r["duet"]["index"], r["duet"]["position"], r["arm"]) for r in measured] == [
+        (0, 0, "a"),
+        (0, 1, "b"),
+        (1, 0, "b"),  # the arms swap trees on alternate duets
+        (1, 1, "a"),
+        (2, 0, "a"),
+        (2, 1, "b"),
+    ]
+    assert [r["duet"]["tree"] for r in measured] == [tree_a, tree_b] * 3
+    by_sid = {r["start_id"]: r for r in measured}
+    for d in range(3):
+        first, second = (r for r in measured if r["duet"]["index"] == d)
+        assert first["url"] != second["url"]  # two servers, live together
+        reps = [r for r in recs if r["type"] == "rep" and r["start_id"] in (first["start_id"], second["start_id"])]
+        # both servers warm up before the first measured repetition; then A B B A A B
+        assert [r["warmup"] for r in reps] == [True, True] + [False] * 6
+        served = [by_sid[r["start_id"]]["duet"]["position"] for r in reps if not r["warmup"]]
+        assert served == [0, 1, 1, 0, 0, 1]
+        assert [r["duet_slot"] for r in reps if not r["warmup"]] == list(range(6))
+        # the duet counts only once both servers stopped: both unit_done records come after every repetition
+        sids = (first["start_id"], second["start_id"])
+        done = [i for i, r in enumerate(recs) if r["type"] == "unit_done" and r["start_id"] in sids]
+        last_rep = max(i for i, r in enumerate(recs) if r["type"] == "rep" and r["start_id"] in sids)
+        assert len(done) == 2 and min(done) > last_rep
+    c = next(r for r in recs if r["type"] == "conclusion")
+    assert c["method"] == "duet" and c["comparisons"][0]["verdict"] == "same"
+    assert c["comparisons"][0]["comparison"]["n_ref"] == 3
+    run = next(r for r in recs if r["type"] == "run")
+    assert run["config"]["duet"] == tree_b
+    md = (out / "report.md").read_text()
+    assert "## Duets" in md and "duet-to-duet CV" in md
+    assert "Duet design" in md  # the Method section says how it was measured
+    table = md.split("## Duets", 1)[1].split("Spread:", 1)[0]
+    rows = [ln.split("|") for ln in table.splitlines() if ln.startswith(("| 1 |", "| 2 |", "| 3 |"))]
+    assert [r[3].strip() for r in rows] == [f"`{t}`" for t in (tree_a, tree_b, tree_a)]  # the reference's tree
+    assert all(0.9 < float(r[6]) < 1.1 and 0.9 < float(r[7]) < 1.1 for r in rows)  # a null pair's ratios
+
+
+def test_duet_finds_a_planted_slowdown(tmp_path, manifest, launcher_arg, monkeypatch):
+    _, recs, _ = _duet(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        ["--arms", "ref=full-planted", "slow=full"],
+        {"costs": {"planted": 0.05}, **QUIET},
+    )
+    c = next(r for r in recs if r["type"] == "conclusion")["comparisons"][0]
+    assert c["verdict"] == "regression" and 0.04 < c["comparison"]["change"] < 0.06
+
+
+def test_duet_resumes_after_the_time_budget(tmp_path, manifest, launcher_arg, monkeypatch):
+    out, recs, _ = _duet(
+        tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, "--time-budget", "0.5"], QUIET, rc=EXIT_BUDGET
+    )
+    first = [r["start_id"] for r in recs if r["type"] == "unit_done" and not r["warmup_start"]]
+    assert len(first) == 2  # one duet: its two starts
+    c = next(r for r in recs if r["type"] == "conclusion")
+    assert c["budget_exhausted"] and c["comparisons"][0]["verdict"] == "too few starts"
+    # the recorded command carries the budget: resumed invocations each measure one more duet
+    rc = EXIT_BUDGET
+    for _ in range(3):
+        rc = main(["ab", "--resume", str(out)])
+        if rc == 0:
+            break
+    assert rc == 0
+    recs = list(store.read(out / "results.jsonl"))
+    done = [r for r in recs if r["type"] == "unit_done" and not r["warmup_start"]]
+    assert [r["start_id"] for r in done[:2]] == first  # the first duet is kept, not measured again
+    assert sorted(Counter(r["round"] for r in done).values()) == [2, 2, 2]
+    measured = {r["start_id"]: r for r in recs if r["type"] == "start" and not r["warmup_start"]}
+    ref_pos = [measured[r["start_id"]]["duet"]["position"] for r in done if r["arm_key"] == done[0]["arm_key"]]
+    assert ref_pos == [0, 1, 0]  # the swap follows the duet's place in the plan across invocations
+    c = [r for r in recs if r["type"] == "conclusion"][-1]
+    assert c["comparisons"][0]["verdict"] == "same" and c["comparisons"][0]["comparison"]["n_ref"] == 3
+    assert "## Duets" in (out / "report.md").read_text()
+
+
+def test_duet_refuses_a_memory_share_that_does_not_fit_twice(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    _duet(tmp_path, manifest, launcher_arg, monkeypatch, NULL, QUIET, memf="0.6", rc=2)
+    err = capsys.readouterr().err
+    assert "--mem-fraction-static 0.6" in err and "0.45 or less" in err and "Traceback" not in err
+    _duet(tmp_path, manifest, launcher_arg, monkeypatch, NULL, QUIET, memf=None, rc=2, out_name="d2")
+    assert "--mem-fraction-static F" in capsys.readouterr().err
+    assert not (tmp_path / "fake-starts.jsonl").exists()  # refused before any server start
+
+
+def test_duet_needs_two_arms_and_two_trees(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    three = ["--arms", "a=base", "b=base+beta", "c=full"]
+    _duet(tmp_path, manifest, launcher_arg, monkeypatch, three, QUIET, rc=2)
+    assert "exactly two arms" in capsys.readouterr().err

@@ -78,7 +78,9 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
           [ "$left" -lt 150 ] && { echo "=== skip $step: ${left}s left"; continue; }
           # timeout: a step that overruns is interrupted (SIGINT: the bench stops its server and keeps its
           # store) so the results are still packed before the device call's own limit kills everything
+          # DUET_TREE: the other tree, for the duet steps' second server (their two servers share this GPU)
           CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=$left \
+            DUET_TREE=$( [ "$tree" = "$EMB" ] && echo /tmp/site || echo "$EMB" ) \
             REUSE=${REUSE:-} timeout -s INT -k 20 "$left" bash bench/gpu_runs.sh "$step"
           rc=$?  # before any command substitution below resets $?
           echo "=== $(date +%T) stream $stream step $step exit $rc after $(( $(date +%s) - start )) s of GPU time"

@@ -19,6 +19,12 @@
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
 #                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
+# The duet design (bench/duet.py: both arms' servers live at once, repetitions in ABBA order, the per-duet ratio
+# the unit), for run7's machine-wide slow stretches that sequential starts cannot cancel; DUET_TREE is the second
+# sglang tree (gpu_device.sh: the other of /tmp/site and its embedded tree), DUET_MEMF each server's share:
+#   duet         tiny model, a null pair of the default set: the duet-to-duet CV of the ratio beside each arm's
+#                start-to-start CV (the report shows both ratios, of medians and of adjacent pairs)
+#   duet_profiling  tiny model, eagle_profiling on against not applied, by duets
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
@@ -38,13 +44,14 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
 # The tree the tool patches: the sglang installed in this interpreter (site-packages), found without importing it.
 SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirname(os.path.dirname(u.find_spec('sglang').origin)))")}
 TINY=${TINY:-/tmp/tiny}
+DUET_TREE=${DUET_TREE:-}
 KIMI=${KIMI:-/tmp/kimi}
 # (re)written when a dir is missing: an older tinymodel wrote fewer drafts
 for d in target draft draft_edge draft_final draft_bad; do
@@ -320,6 +327,18 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling \
       --host-probe --adjust "${ADJUST:-none}" "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" \
       --out "$OUT/profhost" -- "${SA[@]}" ;;
+  duet|duet_profiling)
+    # Two servers on one GPU: each takes --mem-fraction-static of the memory free when it starts (SGLang 0.5.17's
+    # KV budget is charged against its own pre-load free memory), so the second gets about 0.3 x 0.7 of the GPU
+    # here; the Kimi-width proxy's ~40 GB of weights would not fit a second server at the duet's cap of 0.45.
+    [ -n "$DUET_TREE" ] || { echo "$step: set DUET_TREE to a second sglang tree (apply.py fetch --wheel makes one)" >&2; exit 2; }
+    spec_args "$TINY" "${DUET_MEMF:-0.3}"
+    ARMS=(a=default null=default --arm-env null:BENCH_NULL=1)
+    [ "$step" = duet_profiling ] && ARMS=(on=default notapplied=default-eagle_profiling)
+    resume=()
+    [ -z "${DRY:-}" ] && [ -f "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
+    run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" --duet "$DUET_TREE" "${M[@]}" \
+      "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \

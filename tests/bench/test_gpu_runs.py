@@ -41,6 +41,7 @@ def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedPr
         "PYTHON": sys.executable,
         "TINY": str(tiny),
         "SGL_TREE": str(tree),
+        "DUET_TREE": str(out / "duet-tree"),
         "OUT": str(out),
     }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -53,7 +54,33 @@ def test_step_plans(step, tiny, sglang_tree, tmp_path):
     plans = re.findall(r"server starts: ([01]) throwaway \+ (\d+) arm\(s\) x (\d+) to (\d+) starts", p.stdout)
     assert plans and all(int(arms) >= 1 and 1 <= int(lo) <= int(hi) for _, arms, lo, hi in plans), p.stdout
     launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
-    assert launches and all(f"--tree {sglang_tree}" in line for line in launches)
+    # a duet step's arms are planned on both trees (bench/duet.py)
+    trees = (f"--tree {sglang_tree} ", f"--tree {tmp_path / 'duet-tree'} ")
+    assert launches and all(any(t in line for t in trees[: 2 if step.startswith("duet") else 1]) for line in launches)
+
+
+@pytest.mark.parametrize("step", ["duet", "duet_profiling"])
+def test_duet_steps_plan_two_trees_two_ports_and_a_shared_memory_share(step, tiny, sglang_tree, tmp_path):
+    p = _dry(step, tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
+    on_b = [line for line in launches if f"--tree {tmp_path / 'duet-tree'} " in line]
+    assert len(on_b) == 2 and len(launches) == 4  # each arm on each tree
+    assert all("--port 30500" in line for line in on_b) and all(
+        "--port 30000" in line for line in set(launches) - set(on_b)
+    )
+    assert all("--mem-fraction-static 0.3 " in line for line in launches)
+    assert "duets: each unit is one start of both arms" in p.stdout
+    if step == "duet_profiling":
+        arms = dict(line.split(": ", 1) for line in p.stdout.splitlines() if line.startswith("arm "))
+        assert "eagle_profiling" in arms["arm on"] and "eagle_profiling" not in arms["arm notapplied"]
+
+
+def test_duet_step_needs_a_second_tree(tiny, sglang_tree, tmp_path):
+    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "SGL_TREE": str(sglang_tree)}
+    env.pop("DUET_TREE", None)
+    p = subprocess.run(["bash", str(SCRIPT), "duet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "set DUET_TREE" in p.stderr
 
 
 def test_unknown_step_is_refused(tiny, sglang_tree, tmp_path):

@@ -76,6 +76,7 @@ def test_duet_runs_both_servers_live_in_abba_order_and_swaps_trees(tmp_path, man
     assert c["comparisons"][0]["comparison"]["n_ref"] == 3
     run = next(r for r in recs if r["type"] == "run")
     assert run["config"]["duet"] == tree_b
+    assert main(["report", str(out), "--adjust", "host"]) == 2  # no covariate reading of a duet run
     md = (out / "report.md").read_text()
     assert "## Duets" in md and "duet-to-duet CV" in md
     assert "Duet design" in md  # the Method section says how it was measured
@@ -123,6 +124,14 @@ def test_duet_resumes_after_the_time_budget(tmp_path, manifest, launcher_arg, mo
     c = [r for r in recs if r["type"] == "conclusion"][-1]
     assert c["comparisons"][0]["verdict"] == "same" and c["comparisons"][0]["comparison"]["n_ref"] == 3
     assert "## Duets" in (out / "report.md").read_text()
+    # a kill between a duet's two unit_done records: that duet no longer counts, its round is not reused
+    lines = (out / "results.jsonl").read_text().splitlines()
+    last = max(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "unit_done")
+    (out / "results.jsonl").write_text("\n".join(lines[:last]) + "\n")
+    assert main(["ab", "--resume", str(out)]) == 0
+    done = [r for r in store.read(out / "results.jsonl") if r["type"] == "unit_done" and not r["warmup_start"]]
+    rounds = Counter(r["round"] for r in done)
+    assert rounds == {0: 2, 1: 2, 2: 1, 3: 2}
 
 
 def test_duet_refuses_a_memory_share_that_does_not_fit_twice(tmp_path, manifest, launcher_arg, monkeypatch, capsys):

@@ -142,9 +142,8 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
             }
         )
     mark_warm_machine(runner.sig)
-    pairs = DuetStoreLab(runner, ref, arm)
-    pairs.cursor = len(pairs._rounds())
-    ratios = [b / a for a, b in pairs.pairs(cfg.metric)]
+    v = runner.view()
+    ratios = [b / a for a, b in unit_pairs(v.units_of(ref.key), v.units_of(arm.key), cfg.metric, cfg.duet_value)]
     progress(
         f"{label} done: {arms[0].name} first on {launches[0].tree or '(default tree)'}, unit {wall:.0f}s | "
         f"{cfg.metric} ratio {ref.name}->{arm.name} per duet {', '.join(f'{x:.4f}' for x in ratios)} | "

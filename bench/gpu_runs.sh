@@ -25,6 +25,7 @@
 #   duet         tiny model, a null pair of the default set: the duet-to-duet CV of the ratio beside each arm's
 #                start-to-start CV (the report shows both ratios, of medians and of adjacent pairs)
 #   duet_profiling  tiny model, eagle_profiling on against not applied, by duets
+#   duet_off     tiny model, eagle_profiling applied but off against not applied (issue 16: "within noise")
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
@@ -44,7 +45,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|duet_off|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -327,7 +328,7 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling \
       --host-probe --adjust "${ADJUST:-none}" "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" \
       --out "$OUT/profhost" -- "${SA[@]}" ;;
-  duet|duet_profiling)
+  duet|duet_profiling|duet_off)
     # Two servers on one GPU: each takes --mem-fraction-static of the memory free when it starts (SGLang 0.5.17's
     # KV budget is charged against its own pre-load free memory), so the second gets about 0.3 x 0.7 of the GPU
     # here; the Kimi-width proxy's ~40 GB of weights would not fit a second server at the duet's cap of 0.45.
@@ -335,6 +336,8 @@ case "$step" in
     spec_args "$TINY" "${DUET_MEMF:-0.3}"
     ARMS=(a=default null=default --arm-env null:BENCH_NULL=1)
     [ "$step" = duet_profiling ] && ARMS=(on=default notapplied=default-eagle_profiling)
+    [ "$step" = duet_off ] && ARMS=(notapplied=default-eagle_profiling off=default
+                                    --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0)
     resume=()
     [ -z "${DRY:-}" ] && [ -f "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
     run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" --duet "$DUET_TREE" "${M[@]}" \

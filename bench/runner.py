@@ -79,7 +79,7 @@ class RunConfig:
     host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
     adjust: str = "none"  # bench.replication.Policy.adjust
     duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
-    duet_value: str = "medians"  # bench.duet.unit_value
+    duet_value: str = "pairs"  # bench.duet.unit_value
 
     @property
     def store_path(self) -> Path:

@@ -75,7 +75,7 @@ def add_cli(sub) -> None:
     d.add_argument("--host-slow", type=float, default=0.6, help="the slow state's slowdown (run7: ~4.4 vs 7-8 ms)")
     d.add_argument("--host-stay", type=float, default=0.95, help="probability the state holds over one repetition")
     d.add_argument("--host-ticks", type=int, default=10, help="chain steps while one server starts")
-    d.add_argument("--duet-value", choices=["medians", "pairs"], default="medians")
+    d.add_argument("--duet-value", choices=["medians", "pairs"], default="pairs")
     d.add_argument("--reps", type=int, default=5, help="measured repetitions per start")
     p.set_defaults(func=_cli)
 

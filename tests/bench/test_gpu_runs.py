@@ -59,7 +59,7 @@ def test_step_plans(step, tiny, sglang_tree, tmp_path):
     assert launches and all(any(t in line for t in trees[: 2 if step.startswith("duet") else 1]) for line in launches)
 
 
-@pytest.mark.parametrize("step", ["duet", "duet_profiling"])
+@pytest.mark.parametrize("step", ["duet", "duet_profiling", "duet_off"])
 def test_duet_steps_plan_two_trees_two_ports_and_a_shared_memory_share(step, tiny, sglang_tree, tmp_path):
     p = _dry(step, tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -74,6 +74,10 @@ def test_duet_steps_plan_two_trees_two_ports_and_a_shared_memory_share(step, tin
     if step == "duet_profiling":
         arms = dict(line.split(": ", 1) for line in p.stdout.splitlines() if line.startswith("arm "))
         assert "eagle_profiling" in arms["arm on"] and "eagle_profiling" not in arms["arm notapplied"]
+    if step == "duet_off":
+        arms = dict(line.split(": ", 1) for line in p.stdout.splitlines() if line.startswith("arm "))
+        assert "eagle_profiling" in arms["arm off"] and "eagle_profiling" not in arms["arm notapplied"]
+        assert "'SGLANG_EAGLE_PHASE_TIMING': '0'" in arms["arm off"] and "PHASE_TIMING" not in arms["arm notapplied"]
 
 
 def test_duet_step_needs_a_second_tree(tiny, sglang_tree, tmp_path):

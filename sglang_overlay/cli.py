@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from . import __version__, commands, interrupts
 from .context import Context
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
+from .pathlen import path_text
 from .progname import set_from_argv
 from .project import MANIFEST_ENV, manifest_path
 
@@ -87,6 +89,7 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     where.add_argument(
         "--project",
         metavar="DIR",
+        type=path_text,
         default=None,
         help="the project directory (manifest.yaml, patches/, overlay/); default: the nearest manifest.yaml "
         "in the current directory or above it",
@@ -94,12 +97,14 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     where.add_argument(
         "--manifest",
         metavar="FILE",
+        type=path_text,
         default=None,
         help=f"the manifest file itself (env {MANIFEST_ENV})",
     )
     parser.add_argument(
         "--tree",
         default=None,
+        type=path_text,
         help="SGLang tree: a git checkout, site-packages, or the embedded default (env "
         "SGLANG_OVERLAY_TREE); default: the embedded tree made by `fetch`",
     )
@@ -163,6 +168,10 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:  # a path the user gave that no check above named: still bad input
+            bad = BadInput(f"{e.filename}: a name in this path is longer than the file system allows")
+            _say(bad.render())
+            return bad.exit_code
         err = os_failure(e, "cannot access", "no change to the tree is in progress")
         _say(err.render())
         return err.exit_code

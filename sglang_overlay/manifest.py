@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 from . import yamlfile
 from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
+from .pathlen import too_long
 from .progname import prog
 from .repopath import check_patchable, check_repo_path
 
@@ -592,7 +593,7 @@ class _Common(TypedDict):
 
 def _read_diff(ctx: _Ctx, where: str, rel: str, *, required: bool) -> PatchFile | None:
     """patches/NAME.patch parsed (None if absent and not required), its paths inside the package."""
-    patch_path = ctx.path.parent / rel
+    patch_path = _project_file(ctx, f"{where}.file", rel)
     if not required and not patch_path.exists():
         return None
     if not patch_path.is_file():
@@ -613,7 +614,30 @@ def _parse_overlay(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
     )
     for p in overlay:
         _check_overlay_source(ctx, where, ctx.path.parent / "overlay", ctx.path.parent / "overlay" / p)
+        _project_file(ctx, f"{where}.overlay", f"overlay/{p}")  # overlay/ itself may be a link out
     return overlay
+
+
+def _project_file(ctx: _Ctx, key: str, rel: str) -> Path:
+    """A file of the project that the manifest names, checked before it is read: it must lie in the manifest's
+    directory once links are followed (a patch's `file: /etc/passwd`, `../..`, or a link out had been read)."""
+    why = too_long(rel)
+    if why:
+        raise ctx.fail(key, why, "give the file a shorter name")
+    root = ctx.path.parent  # load_manifest resolved it
+    path = root / rel
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a looping link (3.11 says RuntimeError): the caller says it is no file
+        return path
+    if not real.is_relative_to(root):
+        leads = "" if real == Path(os.path.normpath(path)) else f" (it leads to {real})"
+        raise PathEscape(
+            f"{ctx.path}: {key}: {rel!r} must be a path inside the project {root}{leads}",
+            hint="keep the project's files under its directory (patches/NAME.patch, overlay/...): copy the file "
+            "in instead of naming or linking it",
+        )
+    return path
 
 
 def _parse_env(ctx: _Ctx, where: str, raw: Any) -> tuple[EnvVar, ...]:

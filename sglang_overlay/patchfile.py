@@ -177,6 +177,15 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
             )
         if name is None:
             raise ManifestError(f"{path}: a file diff names no path")
+        modes = [line.split()[-1] for line in pf.patch_info or () if line.startswith(("old mode ", "new mode "))]
+        if not len(pf) and len(modes) == 2 and not (pf.is_added_file or pf.is_removed_file):
+            # git diff writes a chmod as a section without hunks; the tree's files keep their own modes here
+            raise ManifestError(
+                f"{path}: the diff of {name} changes only its file mode ({modes[0]} -> {modes[1]}), "
+                "which sglang-overlay does not carry",
+                hint=f"drop that file's section (from 'diff --git a/{name}' to the next 'diff --git') from "
+                "the patch; set the mode where the tree is installed if it matters",
+            )
         if not len(pf) and not (pf.is_added_file or pf.is_removed_file):
             raise ManifestError(
                 f"{path}: the diff of {name} has no valid hunk (a damaged '@@' line?)",

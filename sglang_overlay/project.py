@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from .errors import BadInput, ProjectNotFound
+from .pathlen import too_long
 from .progname import prog
 
 MANIFEST_NAME = "manifest.yaml"
@@ -51,6 +52,9 @@ def manifest_path(
             )
         return given
     if os.environ.get(MANIFEST_ENV):
+        why = too_long(os.environ[MANIFEST_ENV])
+        if why:
+            raise ProjectNotFound(f"{MANIFEST_ENV}: {why}", hint=f"set {MANIFEST_ENV} to the manifest file's path")
         return Path(os.environ[MANIFEST_ENV])
     start = (cwd or Path.cwd()).absolute()
     found = find_upward(start)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from .errors import PathEscape
+from .errors import BadInput, PathEscape
 from .fsio import TMP_SUFFIX
+from .pathlen import too_long
 
 REPO_PACKAGE_PREFIX = "python/sglang/"
 STATE_DIR_NAME = ".sglang-overlay"
@@ -38,6 +39,11 @@ def check_repo_path(path: str, where: str) -> str:
         raise PathEscape(
             f"{where}: path {path!r} holds a control character (a newline, a tab, ...)",
             hint="name the file exactly as it is in the repository",
+        )
+    why = too_long(path)
+    if why:  # no file of that name can exist: writing it failed late, as an OS error (exit 1)
+        raise BadInput(
+            f"{where}: path {path[:60]!r}...: {why}", hint="name the file exactly as it is in the repository"
         )
     if not path.startswith(REPO_PACKAGE_PREFIX):
         raise PathEscape(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
 from .fsio import is_symlink
+from .pathlen import too_long
 from .progname import prog
 from .repopath import STATE_DIR_NAME
 
@@ -171,6 +172,8 @@ def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
             hint="pass the tree's directory, or leave --tree out to use the embedded tree",
         )
     chosen = explicit or os.environ.get(TREE_ENV)
+    if chosen and not explicit and too_long(chosen):
+        raise TreeNotFound(f"{TREE_ENV}: {too_long(chosen)}", hint=f"set {TREE_ENV} to the tree's directory")
     if chosen:
         p = Path(chosen).expanduser()
         if not p.exists():

@@ -433,3 +433,100 @@ def test_patch_file_that_is_not_a_file(project, make, said):
     p.unlink()
     make(p)  # both had been "does not exist"
     fails(ov(project, None, "status"), 2, "patches[0] (fx_topk).file", f"patch file {p} {said}")
+
+
+# -- files of the project outside it, names too long for the OS, a chmod-only diff --------------------------------
+@pytest.mark.parametrize("how", ["absolute", "dotdot", "link"])
+def test_patch_file_outside_the_project(project, sglang_tree, tmp_path, how):
+    # a valid patch outside the project: it had been read and applied (with /etc/passwd, its text was shown)
+    outside = tmp_path / "elsewhere" / "fx_args_b.patch"
+    outside.parent.mkdir()
+    outside.write_bytes((project / "patches" / "fx_args_b.patch").read_bytes())
+    if how == "link":
+        (project / "patches" / "fx_args_b.patch").unlink()
+        (project / "patches" / "fx_args_b.patch").symlink_to(outside)
+    else:
+        rel = str(outside) if how == "absolute" else "../elsewhere/fx_args_b.patch"
+        replace_in_manifest(project, "  - name: fx_args_b\n", f"  - name: fx_args_b\n    file: {rel}\n")
+    res = ov(project, sglang_tree, "apply", "fx_args_b")
+    fails(res, 2, "manifest.yaml: patches[2] (fx_args_b).file: ", "must be a path inside the project")
+    assert git_clean(sglang_tree)
+
+
+def test_overlay_directory_outside_the_project(project, sglang_tree, tmp_path):
+    (project / "overlay").rename(tmp_path / "overlay")
+    (project / "overlay").symlink_to(tmp_path / "overlay")  # each file below was checked, overlay/ itself not
+    res = ov(project, sglang_tree, "apply", "fx_overlay")
+    fails(res, 2, "patches[4] (fx_overlay).overlay: ", "must be a path inside the project")
+    assert git_clean(sglang_tree)
+
+
+LONG = "x" * 300  # NAME_MAX is 255: open() fails with ENAMETOOLONG (had been exit 1, naming no option)
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--tree", f"/tmp/{LONG}", "status"], "--tree"),
+        (["--manifest", f"/tmp/{LONG}/manifest.yaml", "status"], "--manifest"),
+        (["--project", f"/tmp/{LONG}", "status"], "--project"),
+        (["build-wheel", "--out", f"/tmp/{LONG}"], "--out"),
+        (["build-wheel", "--wheel", f"/tmp/{LONG}.whl"], "--wheel"),
+        (["fetch", "--wheel", f"/tmp/{LONG}.whl"], "--wheel"),
+        (["launch", "--dry-run", "--log", f"/tmp/{LONG}.log"], "--log"),
+    ],
+)
+def test_path_option_with_a_name_too_long(project, args, flag):
+    manifest = [] if flag in ("--manifest", "--project") else ["--manifest", str(project / "manifest.yaml")]
+    res = run_cli(*manifest, *args)
+    fails(res, 2, f"argument {flag}: the name xxxx", "bytes long; a file name may have at most 255")
+
+
+@pytest.mark.parametrize("env", ["SGLANG_OVERLAY_TREE", "SGLANG_OVERLAY_MANIFEST"])
+def test_path_variable_with_a_name_too_long(project, env):
+    manifest = [] if env == "SGLANG_OVERLAY_MANIFEST" else ["--manifest", str(project / "manifest.yaml")]
+    res = run_cli(*manifest, "status", cwd=Path("/"), env={env: f"/tmp/{LONG}"})
+    fails(res, 2, f"{env}: the name xxxx", "bytes long")
+
+
+@pytest.mark.parametrize(
+    "old,new,key",
+    [
+        (
+            "  - name: fx_args_b\n",
+            f"  - name: fx_args_b\n    file: patches/{LONG}.patch\n",
+            "patches[2] (fx_args_b).file",
+        ),
+        ("python/sglang/srt/fx_overlay_module.py]", f"python/sglang/srt/{LONG}.py]", "patches[4] (fx_overlay).overlay"),
+    ],
+)
+def test_manifest_path_with_a_name_too_long(project, old, new, key):
+    replace_in_manifest(project, old, new)
+    fails(ov(project, None, "status"), 2, f"manifest.yaml: {key}: ", "bytes long; a file name may have at most 255")
+
+
+def test_patch_that_changes_only_a_file_mode(project, sglang_tree):
+    p = project / "patches" / "fx_topk.patch"
+    args = "python/sglang/srt/server_args.py"
+    p.write_text(p.read_text() + f"diff --git a/{args} b/{args}\nold mode 100644\nnew mode 100755\n")
+    res = ov(project, sglang_tree, "apply", "fx_topk")  # was "has no valid hunk (a damaged '@@' line?)"
+    fails(res, 2, f"{p}: the diff of {args} changes only its file mode (100644 -> 100755)", "does not carry")
+    fails(res, 2, f"drop that file's section (from 'diff --git a/{args}'")
+    assert git_clean(sglang_tree)
+
+
+def test_name_too_long_that_no_check_named(project):
+    # a file system with a lower NAME_MAX than Linux's 255 (eCryptfs: 143) passes the checks above, then fails in
+    # the OS: still bad input (exit 2, the path named), not "the OS refused a write" (exit 1)
+    probe = (
+        "import errno, sys\nfrom sglang_overlay import commands\nfrom sglang_overlay.cli import main\n"
+        "def run(ctx, args):\n    raise OSError(errno.ENAMETOOLONG, 'File name too long', '/fs/' + 'y' * 150)\n"
+        "commands.load('status').run = run\nraise SystemExit(main(sys.argv[1:]))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", probe, "--manifest", str(project / "manifest.yaml"), "status"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    fails(res, 2, f"/fs/{'y' * 150}: a name in this path is longer than the file system allows")

@@ -29,6 +29,7 @@ from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
 from ..patchset import resolve
+from ..pathlen import path_arg
 from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
@@ -45,8 +46,12 @@ def add_arguments(p) -> None:
         positional=False,
         set_help="the set to build (default: the preset default): PRESET, a,b, PRESET+x, PRESET-x or none",
     )
-    p.add_argument("--out", type=Path, default=Path("dist"), metavar="DIR", help="where to write it (default: dist/)")
-    p.add_argument("--wheel", type=Path, metavar="FILE", help="a local copy of the pinned wheel (else the cache/pip)")
+    p.add_argument(
+        "--out", type=path_arg, default=Path("dist"), metavar="DIR", help="where to write it (default: dist/)"
+    )
+    p.add_argument(
+        "--wheel", type=path_arg, metavar="FILE", help="a local copy of the pinned wheel (else the cache/pip)"
+    )
 
 
 def local_version(pin_version: str, fp: str) -> str:

@@ -4,9 +4,8 @@ Cached: a second fetch is instant."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..fetch import ensure_embedded
+from ..pathlen import path_arg
 
 NAME = "fetch"
 HELP = "download the pinned SGLang release and make the embedded tree"
@@ -14,7 +13,7 @@ HELP = "download the pinned SGLang release and make the embedded tree"
 
 def add_arguments(p) -> None:
     p.add_argument(
-        "--wheel", type=Path, help="use this local copy of the pinned wheel (offline hosts); its sha256 is checked"
+        "--wheel", type=path_arg, help="use this local copy of the pinned wheel (offline hosts); its sha256 is checked"
     )
 
 

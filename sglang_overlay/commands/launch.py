@@ -32,6 +32,7 @@ from pathlib import Path
 from ..env_overrides import warn_profile
 from ..errors import BadInput, os_failure
 from ..fingerprint import fingerprint
+from ..pathlen import path_arg
 from ..progname import prog
 from ..switch import check_gates, switch, target_patches
 from ..tree import Tree
@@ -76,7 +77,7 @@ def add_arguments(p) -> None:
         metavar="S",
         help="seconds between a forwarded SIGINT/SIGTERM and SIGKILL (default 30)",
     )
-    p.add_argument("--log", type=Path, metavar="FILE", help="server log (default: <tree state dir>/logs/...)")
+    p.add_argument("--log", type=path_arg, metavar="FILE", help="server log (default: <tree state dir>/logs/...)")
     p.add_argument(
         "--python",
         metavar="EXE",

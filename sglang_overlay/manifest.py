@@ -339,6 +339,10 @@ class _Ctx:
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
         return value
 
+    def optional_mapping(self, where: str, value: Any) -> Mapping[Any, Any]:
+        """Absent (null) is empty; `env: []` or `upstream: ""` is a wrong type, not "none" (it had been read so)."""
+        return {} if value is None else self.mapping(where, value)
+
     def string(self, where: str, value: Any) -> str:
         text = self.optional_string(where, value)
         if text is None or not text.strip():
@@ -414,7 +418,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
 
     parent: Manifest | None = None
     if "extends" in data:
-        rel = ctx.string("extends", data["extends"])
+        rel = _path_text(ctx, "extends", ctx.string("extends", data["extends"]))
         parent_path = (path.parent / rel).resolve()
         if parent_path in seen or parent_path == path:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
@@ -447,7 +451,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
     _validate_overlay_claims(ctx, patches)
 
     presets = dict(parent.presets) if parent else {}
-    for name, members in ctx.mapping("presets", data.get("presets") or {}).items():
+    for name, members in ctx.optional_mapping("presets", data.get("presets")).items():
         _check_name(ctx, f"presets.{name}", name)
         if name in names:
             raise ctx.fail(
@@ -460,11 +464,11 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         presets[str(name)] = members
 
     profiles = dict(parent.env_profiles) if parent else {}
-    for name, raw in ctx.mapping("env_profiles", data.get("env_profiles") or {}).items():
+    for name, raw in ctx.optional_mapping("env_profiles", data.get("env_profiles")).items():
         profiles[str(name)] = _parse_profile(ctx, str(name), raw)
 
     skipped = list(parent.skipped) if parent else []
-    for name, raw in ctx.mapping("skipped", data.get("skipped") or {}).items():
+    for name, raw in ctx.optional_mapping("skipped", data.get("skipped")).items():
         skipped.append(_parse_skipped(ctx, str(name), raw, names))
 
     manifest = Manifest(
@@ -492,6 +496,11 @@ def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
         if key not in raw:
             raise ctx.fail("pin", f"key {key!r} is missing", f"the pin needs: {', '.join(PIN_KEYS)}")
     pin = Pin(**{k: ctx.string(f"pin.{k}", raw[k]) for k in PIN_KEYS})
+    # Each becomes a directory name (.sglang/sglang-VERSION), a cache file name or a git argument: a NUL had
+    # crashed fetch after the unpacking, a tag starting with '-' was read by git as an option.
+    for key, rule, say in _PIN_RULES:
+        if not re.fullmatch(rule, getattr(pin, key)) or ".." in getattr(pin, key):
+            raise ctx.fail(f"pin.{key}", f"{getattr(pin, key)!r} is not {say}", "copy it from the release's PyPI page")
     if not re.fullmatch(r"[0-9a-f]{64}", pin.sha256):
         raise ctx.fail(
             "pin.sha256", f"{pin.sha256!r} is not a sha256 hex digest", "copy the sha256 of the wheel (sha256sum FILE)"
@@ -499,6 +508,14 @@ def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
     if not pin.wheel.endswith(".whl") or not pin.wheel.startswith(f"{pin.package}-{pin.version}-"):
         raise ctx.fail("pin.wheel", f"{pin.wheel!r} is not a wheel of {pin.package} {pin.version}")
     return pin
+
+
+_PIN_RULES = (
+    ("package", r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", "a package name"),
+    ("version", r"[0-9][0-9A-Za-z.+!_-]*", "a release version"),
+    ("git_tag", r"[^-\s~^:?*\[\\\x00-\x1f\x7f][^\s~^:?*\[\\\x00-\x1f\x7f]*", "a git tag name"),
+    ("wheel", r"[A-Za-z0-9][A-Za-z0-9._+!-]*", "a wheel file name"),
+)
 
 
 def _check_name(ctx: _Ctx, where: str, name: Any) -> None:
@@ -546,7 +563,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     rel = ctx.string(f"{where}.file", raw.get("file", f"patches/{name}.patch"))
     # Each kind takes what it may carry and refuses the rest, so its type holds only what makes sense.
     if kind == "upstreamed":
-        if raw.get("overlay"):
+        if raw.get("overlay") is not None:
             raise ctx.fail(f"{where}.overlay", "an upstreamed entry adds no files", "remove `overlay`, or change kind")
         proof = _parse_proof(ctx, where, raw["proof"]) if raw.get("proof") is not None else None
         original = _read_diff(ctx, where, rel, required=False)
@@ -618,12 +635,20 @@ def _parse_overlay(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
     return overlay
 
 
-def _project_file(ctx: _Ctx, key: str, rel: str) -> Path:
-    """A file of the project that the manifest names, checked before it is read: it must lie in the manifest's
-    directory once links are followed (a patch's `file: /etc/passwd`, `../..`, or a link out had been read)."""
+def _path_text(ctx: _Ctx, key: str, rel: str) -> str:
+    """A path the manifest gives that the OS can take: no NUL (every use of it had crashed), no name too long."""
+    if any(ord(c) < 32 or c == "\x7f" for c in rel):
+        raise ctx.fail(key, f"{rel!r} holds a control character (a NUL, a newline, ...)", "name the file as it is")
     why = too_long(rel)
     if why:
         raise ctx.fail(key, why, "give the file a shorter name")
+    return rel
+
+
+def _project_file(ctx: _Ctx, key: str, rel: str) -> Path:
+    """A file of the project that the manifest names, checked before it is read: it must lie in the manifest's
+    directory once links are followed (a patch's `file: /etc/passwd`, `../..`, or a link out had been read)."""
+    _path_text(ctx, key, rel)
     root = ctx.path.parent  # load_manifest resolved it
     path = root / rel
     try:
@@ -642,7 +667,7 @@ def _project_file(ctx: _Ctx, key: str, rel: str) -> Path:
 
 def _parse_env(ctx: _Ctx, where: str, raw: Any) -> tuple[EnvVar, ...]:
     env = []
-    for var, spec in ctx.mapping(f"{where}.env", raw or {}).items():
+    for var, spec in ctx.optional_mapping(f"{where}.env", raw).items():
         if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.env", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.env.{var}", spec)
@@ -671,7 +696,7 @@ def _parse_hardware(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
         return ()
     hw = ctx.mapping(f"{where}.hardware", raw)
     ctx.check_keys(f"{where}.hardware", hw, HARDWARE_KEYS)
-    raw_caps = hw.get("cuda_capability") or []
+    raw_caps = [] if hw.get("cuda_capability") is None else hw["cuda_capability"]
     if not isinstance(raw_caps, list):
         raise ctx.fail(
             f"{where}.hardware.cuda_capability",
@@ -689,7 +714,7 @@ def _parse_hardware(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
 
 
 def _parse_upstream(ctx: _Ctx, where: str, raw: Any) -> Upstream:
-    up_raw = ctx.mapping(f"{where}.upstream", raw or {"status": "not-forwarded"})
+    up_raw = ctx.mapping(f"{where}.upstream", {"status": "not-forwarded"} if raw is None else raw)
     ctx.check_keys(f"{where}.upstream", up_raw, UPSTREAM_KEYS)
     status = ctx.string(f"{where}.upstream.status", up_raw.get("status"))
     if status not in UPSTREAM_STATUSES:
@@ -837,7 +862,7 @@ def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:
     raw = ctx.mapping(where, raw)
     ctx.check_keys(where, raw, PROFILE_KEYS)
     out = []
-    for var, spec in ctx.mapping(f"{where}.vars", raw.get("vars") or {}).items():
+    for var, spec in ctx.optional_mapping(f"{where}.vars", raw.get("vars")).items():
         if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.vars", f"{var!r} is not an environment variable name")
         spec = ctx.mapping(f"{where}.vars.{var}", spec)

@@ -173,6 +173,42 @@ CASES = {
         lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": [9.0]}),
         ["cuda_capability", "quote capabilities"],
     ),
+    # session 7 adversary: each was read as "none" (an empty list where a map is meant), crashed (a NUL), or let
+    # git read a tag as an option
+    "env that is a list": (lambda d: entry(d, "fx_topk").update(env=[]), ["fx_topk).env", "expected a mapping"]),
+    "upstream that is an empty string": (
+        lambda d: entry(d, "fx_topk").update(upstream=""),
+        ["fx_topk).upstream", "expected a mapping, got str"],
+    ),
+    "presets that is a list": (lambda d: d.update(presets=[]), ["presets: expected a mapping, got list"]),
+    "env profiles that is a list": (lambda d: d.update(env_profiles=[]), ["env_profiles: expected a mapping"]),
+    "skipped that is an empty string": (lambda d: d.update(skipped=""), ["skipped: expected a mapping, got str"]),
+    "profile vars that is a list": (
+        lambda d: d["env_profiles"]["fx_profile"].update(vars=[]),
+        ["env_profiles.fx_profile.vars", "expected a mapping"],
+    ),
+    "capabilities that are an empty string": (
+        lambda d: entry(d, "fx_topk_gated").update(hardware={"cuda_capability": ""}),
+        ["cuda_capability", "expected a list, got ''"],
+    ),
+    "empty overlay list on an upstreamed entry": (
+        lambda d: entry(d, "fx_kimi").update(overlay={}),
+        ["fx_kimi).overlay", "an upstreamed entry adds no files"],
+    ),
+    "patch file with a NUL": (  # was an internal error (ValueError: embedded null byte)
+        lambda d: entry(d, "fx_topk").update(file="patches/fx\0topk.patch"),
+        ["patches[0] (fx_topk).file", "holds a control character"],
+    ),
+    "extends with a NUL": (lambda d: d.update(extends="../a\0b.yaml"), ["extends", "holds a control character"]),
+    "pin tag that git reads as an option": (
+        lambda d: d["pin"].update(git_tag="--delete"),
+        ["pin.git_tag", "'--delete' is not a git tag name"],
+    ),
+    "pin tag with a NUL": (lambda d: d["pin"].update(git_tag="v0.5\x0017"), ["pin.git_tag", "not a git tag name"]),
+    "pin version that is a path": (
+        lambda d: d["pin"].update(version="../0.5.17", wheel="sglang-../0.5.17-x.whl"),
+        ["pin.version", "'../0.5.17' is not a release version"],
+    ),
 }
 
 

@@ -449,6 +449,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
             )
     _validate_relations(ctx, patches)
     _validate_overlay_claims(ctx, patches)
+    _validate_patch_file_claims(ctx, patches)
 
     presets = dict(parent.presets) if parent else {}
     for name, members in ctx.optional_mapping("presets", data.get("presets")).items():
@@ -465,6 +466,8 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
 
     profiles = dict(parent.env_profiles) if parent else {}
     for name, raw in ctx.optional_mapping("env_profiles", data.get("env_profiles")).items():
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):  # `--env-profile` could not name it as written
+            raise ctx.fail(f"env_profiles.{name}", f"{name!r} is not a valid name", _NAME_FIX.split(" (")[0])
         profiles[str(name)] = _parse_profile(ctx, str(name), raw)
 
     skipped = list(parent.skipped) if parent else []
@@ -739,6 +742,11 @@ def _parse_proof(ctx: _Ctx, where: str, raw: Any) -> Proof:
         ctx.string_list(f"{where}.proof.symbols", pr_raw.get("symbols")),
         ctx.string_list(f"{where}.proof.contains", pr_raw.get("contains")),
     )
+    for key, items in (("symbols", proof.symbols), ("contains", proof.contains)):
+        if any(not item.strip() for item in items):  # every file "contains" '': the proof held on any tree
+            raise ctx.fail(
+                f"{where}.proof.{key}", "holds an empty entry: it would prove nothing", "remove it, or write the text"
+            )
     if not proof.symbols and not proof.contains:
         raise ctx.fail(
             f"{where}.proof",
@@ -836,6 +844,26 @@ def _validate_overlay_claims(ctx: _Ctx, patches: list[Patch]) -> None:
                         "each added file belongs to exactly one entry; merge the entries or rename the file",
                     )
                 owner[f] = p.name
+
+
+def _validate_patch_file_claims(ctx: _Ctx, patches: list[Patch]) -> None:
+    # `refresh` of one entry rewrites its file: an entry sharing it would change with it, unasked
+    owner: dict[Path, str] = {}
+    for p in patches:
+        pf = patch_file(p)
+        if pf is None:
+            continue
+        try:
+            key = pf.path.resolve()
+        except (OSError, RuntimeError):
+            key = pf.path
+        if key in owner:
+            raise ctx.fail(
+                f"patches ({p.name}).file",
+                f"{pf.path} is also the patch file of {owner[key]}",
+                "give each entry its own file (patches/NAME.patch): refresh of one would rewrite the other's",
+            )
+        owner[key] = p.name
 
 
 def _parse_skipped(ctx: _Ctx, name: str, raw: Any, names: list[str]) -> Skipped:

@@ -209,6 +209,18 @@ CASES = {
         lambda d: d["pin"].update(version="../0.5.17", wheel="sglang-../0.5.17-x.whl"),
         ["pin.version", "'../0.5.17' is not a release version"],
     ),
+    "two entries with one patch file": (  # `refresh fx_args_b` rewrote fx_args_a's diff
+        lambda d: entry(d, "fx_args_b").update(file="patches/fx_args_a.patch"),
+        ["patches (fx_args_b).file", "fx_args_a.patch is also the patch file of fx_args_a"],
+    ),
+    "proof that contains an empty line": (  # '' is in every file: check proved it upstream on any tree
+        lambda d: entry(d, "fx_kimi")["proof"].update(contains=[""]),
+        ["fx_kimi).proof.contains", "holds an empty entry"],
+    ),
+    "env profile name that is not a name": (
+        lambda d: d["env_profiles"].update({"a b": d["env_profiles"]["fx_profile"]}),
+        ["env_profiles.a b", "'a b' is not a valid name"],
+    ),
 }
 
 

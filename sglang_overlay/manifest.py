@@ -502,8 +502,11 @@ def _parse_pin(ctx: _Ctx, raw: Any) -> Pin:
     # Each becomes a directory name (.sglang/sglang-VERSION), a cache file name or a git argument: a NUL had
     # crashed fetch after the unpacking, a tag starting with '-' was read by git as an option.
     for key, rule, say in _PIN_RULES:
-        if not re.fullmatch(rule, getattr(pin, key)) or ".." in getattr(pin, key):
-            raise ctx.fail(f"pin.{key}", f"{getattr(pin, key)!r} is not {say}", "copy it from the release's PyPI page")
+        value = getattr(pin, key)
+        if not re.fullmatch(rule, value) or ".." in value:
+            raise ctx.fail(f"pin.{key}", f"{value!r} is not {say}", "copy it from the release's PyPI page")
+        if too_long(f"sglang-{value}"):
+            raise ctx.fail(f"pin.{key}", f"{too_long(f'sglang-{value}')}", "copy it from the release's PyPI page")
     if not re.fullmatch(r"[0-9a-f]{64}", pin.sha256):
         raise ctx.fail(
             "pin.sha256", f"{pin.sha256!r} is not a sha256 hex digest", "copy the sha256 of the wheel (sha256sum FILE)"

@@ -205,6 +205,10 @@ CASES = {
         ["pin.git_tag", "'--delete' is not a git tag name"],
     ),
     "pin tag with a NUL": (lambda d: d["pin"].update(git_tag="v0.5\x0017"), ["pin.git_tag", "not a git tag name"]),
+    "pin tag too long for a file name": (  # git keeps a tag as the file refs/tags/NAME
+        lambda d: d["pin"].update(git_tag="v" * 300),
+        ["pin.git_tag", "bytes long; a file name may have at most 255"],
+    ),
     "pin version that is a path": (
         lambda d: d["pin"].update(version="../0.5.17", wheel="sglang-../0.5.17-x.whl"),
         ["pin.version", "'../0.5.17' is not a release version"],

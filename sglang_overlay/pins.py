@@ -31,6 +31,20 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
             hint=f"pins here: {known}; `{prog()} rebase {version}` makes one",
         )
+    return _inside(top, path, f"--pin {version}")
+
+
+def _inside(top: Manifest, path: Path, label: str) -> Path:
+    """A pin's directory is part of the project: one linked out of it had been read (and refreshed) there."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):  # a looping link: its load says so
+        return path
+    if not real.is_relative_to(top.project_root.resolve()):
+        raise BadInput(
+            f"{label}: {path.parent} must be a path inside the project {top.project_root} (it leads to {real.parent})",
+            hint=f"copy that pin's directory into {top.project_root / PINS_DIR} instead of linking it",
+        )
     return path
 
 
@@ -41,5 +55,5 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     if folder.is_dir():
         for d in sorted(folder.iterdir()):
             if not d.name.startswith(".") and (d / "manifest.yaml").is_file() and d.name != top.pin.version:
-                out.append((d.name, d / "manifest.yaml"))
+                out.append((d.name, _inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}")))
     return out

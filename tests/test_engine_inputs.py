@@ -530,3 +530,15 @@ def test_name_too_long_that_no_check_named(project):
         text=True,
     )
     fails(res, 2, f"/fs/{'y' * 150}: a name in this path is longer than the file system allows")
+
+
+@pytest.mark.parametrize("command", [["--pin", "0.5.23", "status"], ["check", "--all-pins"]])
+def test_pin_directory_outside_the_project(project, tmp_path, command):
+    outside = tmp_path / "elsewhere-0.5.23"
+    shutil.copytree(FIX, outside)
+    m = outside / "manifest.yaml"
+    m.write_text(m.read_text().replace("0.5.17", "0.5.23"))
+    (project / "pins").mkdir()
+    (project / "pins" / "0.5.23").symlink_to(outside)  # had been loaded (and its files read) as a pin of the project
+    res = run_cli("--manifest", str(project / "manifest.yaml"), *command)
+    fails(res, 2, f"{project / 'pins' / '0.5.23'} must be a path inside the project", f"it leads to {outside}")

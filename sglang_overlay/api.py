@@ -298,10 +298,11 @@ def status(
         )
 
 
-def _apply_target(exact: bool, names: tuple[str, ...], state: State, notes: list[str]) -> tuple[str, ...]:
-    if exact:
+def _apply_target(m: Manifest, exact: bool, names: tuple[str, ...], state: State, notes: list[str]) -> tuple[str, ...]:
+    if exact:  # the set replaces what the tree carries, an entry the manifest lost included
         return names
     notes.extend(f"already applied: {n}" for n in names if n in state.applied)
+    m.check_carried(state.applied)
     return tuple(state.applied) + names
 
 
@@ -315,7 +316,8 @@ def _revert_target(m: Manifest, names: tuple[str, ...], every: bool, state: Stat
         for n in names
         if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not every
     )
-    remaining = tuple(n for n in state.applied if n not in names)
+    remaining = () if every else tuple(n for n in state.applied if n not in names)
+    m.check_carried(remaining)
     for n in remaining:
         needs = [r for r in m.patch(n).requires if r in names]
         if needs:
@@ -377,7 +379,7 @@ def apply(
     exact = expr is not None or patches is not None
     outcome = change_tree(
         ctx,
-        lambda state: _apply_target(exact, wanted, state, notes),
+        lambda state: _apply_target(ctx.manifest, exact, wanted, state, notes),
         op="apply",
         force=force,
         ignore_hardware=ignore_hardware,
@@ -429,7 +431,7 @@ def toggle(
     def decide(state: State) -> tuple[str, ...]:
         if name in state.applied:
             return _revert_target(ctx.manifest, chosen.patches, False, state, notes)
-        return _apply_target(False, wanted, state, notes)
+        return _apply_target(ctx.manifest, False, wanted, state, notes)
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
     outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)

@@ -267,6 +267,18 @@ class Manifest:
         """The named entries that write files, in manifest order (upstreamed entries change nothing)."""
         return tuple(p for p in self.ordered(names) if isinstance(p, Change))
 
+    def check_carried(self, carried: Iterable[str]) -> None:
+        """A tree carries an entry this manifest lacks (renamed, removed, another branch's manifest): said so with
+        the way out, not "no patch named X" and a hint to look at status, which does not list it."""
+        gone = [n for n in carried if n not in self.names]
+        if gone:
+            raise ManifestError(
+                f"the tree carries {', '.join(gone)}, which {self.path} does not name (renamed or removed since "
+                "it was applied?)",
+                hint=f"`{prog()} revert --all` takes the tree back to pristine without the entry (from the copies "
+                "it saved), or put the entry back in the manifest and run the command again",
+            )
+
     def preset(self, name: str) -> tuple[str, ...]:
         if name not in self.presets:
             raise ManifestError(

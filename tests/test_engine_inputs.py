@@ -542,3 +542,20 @@ def test_pin_directory_outside_the_project(project, tmp_path, command):
     (project / "pins" / "0.5.23").symlink_to(outside)  # had been loaded (and its files read) as a pin of the project
     res = run_cli("--manifest", str(project / "manifest.yaml"), *command)
     fails(res, 2, f"{project / 'pins' / '0.5.23'} must be a path inside the project", f"it leads to {outside}")
+
+
+def test_tree_carrying_an_entry_the_manifest_lost(project, sglang_tree):
+    ov(project, sglang_tree, "apply", "fx_topk", "fx_args_a").check_returncode()
+    m = project / "manifest.yaml"
+    m.write_text(m.read_text().replace("fx_topk", "fx_topq"))  # renamed after it was applied
+    (project / "patches" / "fx_topk.patch").rename(project / "patches" / "fx_topq.patch")
+    said = "the tree carries fx_topk, which " + str(project / "manifest.yaml") + " does not name"
+    for command in (["apply", "fx_overlay"], ["revert", "fx_args_a"], ["toggle", "fx_args_a"]):
+        fails(ov(project, sglang_tree, *command), 2, said, "revert --all` takes the tree back")  # was "no patch named"
+    for command in (["refresh", "fx_args_a"], ["diff", "fx_args_a"], ["launch", "--dry-run"]):
+        fails(ov(project, sglang_tree, *command), 2, said)
+    status = ov(project, sglang_tree, "status")  # had counted it in "applied 2" and listed it nowhere
+    assert status.returncode == 0 and "note: the tree carries fx_topk" in status.stdout, status.stdout
+    revert = ov(project, sglang_tree, "revert", "--all")  # had been "no patch named 'fx_topk'" too
+    assert revert.returncode == 0, revert.stderr
+    assert git_clean(sglang_tree)

@@ -30,6 +30,7 @@ def run(ctx, args) -> int:
 
 def _show(m, tree, view, patch) -> int:
     state = view.state
+    m.check_carried(state.applied)
     applied = [n for n in state.applied if n != patch.name]
     files = sorted(set(patch.files))
     without = m.changes(applied)

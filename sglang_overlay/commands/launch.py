@@ -214,6 +214,8 @@ def run(ctx, args) -> int:
     if args.dry_run:
         with reading(tree) as view:
             previous = view.state.applied
+        if wanted is None:
+            m.check_carried(previous)
         names = wanted if wanted is not None else m.closure(previous)
         warn_profile(m, names, profile, server_args)
         fp = fingerprint(m, names, profile)
@@ -229,6 +231,8 @@ def run(ctx, args) -> int:
 
     with open_tree(ctx) as txn:  # the set is decided on the state as it is under the lock
         previous = txn.state.applied
+        if wanted is None:
+            m.check_carried(previous)
         names = wanted if wanted is not None else m.closure(previous)
         outcome = switch(txn, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
     warn_profile(m, names, profile, server_args)

@@ -44,6 +44,7 @@ def run(ctx, args) -> int:
     tree.check_version(m.pin.version)
     with open_tree(ctx) as txn:
         state = txn.state
+        m.check_carried(state.applied)
         if patch.name not in state.applied:
             raise BadInput(
                 f"{patch.name} is not applied, so there are no edits of it to capture",

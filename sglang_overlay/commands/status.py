@@ -48,6 +48,12 @@ def run(ctx, args) -> int:
             f"note: an interrupted command left a journal; `{prog()} recover` (or the next command that "
             "changes the tree) rolls it back; shown here as it will be then"
         )
+    gone = [n for n in info["applied"] if n not in {r["name"] for r in info["patches"]}]
+    if gone:  # counted in "applied N" above, and no row below says so
+        print(
+            f"note: the tree carries {', '.join(gone)}, which the manifest does not name (renamed or removed?); "
+            f"`{prog()} revert --all` takes the tree back to pristine"
+        )
     width = max(len(r["name"]) for r in info["patches"]) if info["patches"] else 4
     for r in info["patches"]:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "

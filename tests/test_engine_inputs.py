@@ -482,10 +482,11 @@ def test_path_option_with_a_name_too_long(project, args, flag):
     fails(res, 2, f"argument {flag}: the name xxxx", "bytes long; a file name may have at most 255")
 
 
-@pytest.mark.parametrize("env", ["SGLANG_OVERLAY_TREE", "SGLANG_OVERLAY_MANIFEST"])
+@pytest.mark.parametrize("env", ["SGLANG_OVERLAY_TREE", "SGLANG_OVERLAY_MANIFEST", "SGLANG_OVERLAY_CACHE"])
 def test_path_variable_with_a_name_too_long(project, env):
     manifest = [] if env == "SGLANG_OVERLAY_MANIFEST" else ["--manifest", str(project / "manifest.yaml")]
-    res = run_cli(*manifest, "status", cwd=Path("/"), env={env: f"/tmp/{LONG}"})
+    command = "fetch" if env == "SGLANG_OVERLAY_CACHE" else "status"
+    res = run_cli(*manifest, command, cwd=Path("/"), env={env: f"/tmp/{LONG}"})
     fails(res, 2, f"{env}: the name xxxx", "bytes long")
 
 

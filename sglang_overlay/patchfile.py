@@ -178,13 +178,16 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
         if name is None:
             raise ManifestError(f"{path}: a file diff names no path")
         modes = [line.split()[-1] for line in pf.patch_info or () if line.startswith(("old mode ", "new mode "))]
-        if not len(pf) and len(modes) == 2 and not (pf.is_added_file or pf.is_removed_file):
-            # git diff writes a chmod as a section without hunks; the tree's files keep their own modes here
+        if len(modes) == 2 and not (pf.is_added_file or pf.is_removed_file):
+            # git diff writes a chmod as 'old mode'/'new mode' lines; the tree's files keep their own modes here,
+            # so with hunks beside them the mode had been dropped without a word
+            only = not len(pf)
             raise ManifestError(
-                f"{path}: the diff of {name} changes only its file mode ({modes[0]} -> {modes[1]}), "
-                "which sglang-overlay does not carry",
-                hint=f"drop that file's section (from 'diff --git a/{name}' to the next 'diff --git') from "
-                "the patch; set the mode where the tree is installed if it matters",
+                f"{path}: the diff of {name} changes {'only ' if only else ''}its file mode ({modes[0]} -> "
+                f"{modes[1]}{'' if only else ', besides its content'}), which sglang-overlay does not carry",
+                hint=f"drop that file's section (from 'diff --git a/{name}' to the next 'diff --git') from the patch"
+                if only
+                else f"delete the lines 'old mode {modes[0]}' and 'new mode {modes[1]}' from the patch",
             )
         if not len(pf) and not (pf.is_added_file or pf.is_removed_file):
             raise ManifestError(

@@ -516,6 +516,15 @@ def test_patch_that_changes_only_a_file_mode(project, sglang_tree):
     assert git_clean(sglang_tree)
 
 
+def test_patch_that_changes_a_file_mode_besides_its_content(project, sglang_tree):
+    p = project / "patches" / "fx_topk.patch"
+    p.write_text(p.read_text().replace("index 02b4264..16eab1a 100644\n", "old mode 100644\nnew mode 100755\n"))
+    res = ov(project, sglang_tree, "apply", "fx_topk")  # had applied, the tree's file left at 100644
+    fails(res, 2, f"{p}: the diff of {TOPK} changes its file mode (100644 -> 100755, besides its content)")
+    fails(res, 2, "delete the lines 'old mode 100644' and 'new mode 100755'")
+    assert git_clean(sglang_tree)
+
+
 def test_name_too_long_that_no_check_named(project):
     # a file system with a lower NAME_MAX than Linux's 255 (eCryptfs: 143) passes the checks above, then fails in
     # the OS: still bad input (exit 2, the path named), not "the OS refused a write" (exit 1)

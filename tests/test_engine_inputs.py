@@ -569,3 +569,22 @@ def test_tree_carrying_an_entry_the_manifest_lost(project, sglang_tree):
     revert = ov(project, sglang_tree, "revert", "--all")  # had been "no patch named 'fx_topk'" too
     assert revert.returncode == 0, revert.stderr
     assert git_clean(sglang_tree)
+
+
+def test_file_mode_refused_with_an_old_parse_cached(project, sglang_tree, tmp_path):
+    # a cache written by the tool before the refusal (parse format 1) holds this diff's structure as accepted
+    import hashlib
+
+    from sglang_overlay.patchfile import _structure, split_header
+
+    p = project / "patches" / "fx_topk.patch"
+    structure = _structure(p, split_header(p.read_text())[1])  # what format 1 kept: mode lines were ignored
+    p.write_text(p.read_text().replace("index 02b4264..16eab1a 100644\n", "old mode 100644\nnew mode 100755\n"))
+    key = hashlib.sha256(split_header(p.read_text())[1].encode()).hexdigest()
+    entry = tmp_path / "cache" / "parsed" / "patch" / f"{key}.json"
+    entry.parent.mkdir(parents=True)
+    entry.write_text(json.dumps({"format": 1, "sha256": key, "data": structure}))
+    glob = ["--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree)]
+    res = run_cli(*glob, "apply", "fx_topk", env={"SGLANG_OVERLAY_CACHE": str(tmp_path / "cache")})
+    fails(res, 2, "changes its file mode (100644 -> 100755, besides its content)")  # had applied (rc 0)
+    assert git_clean(sglang_tree)

@@ -151,13 +151,25 @@ def classify(path: Path, project_root: Path) -> Tree:
         embedded = _is_within(path, (project_root / EMBEDDED_DIR).resolve())
         return Tree(path, "embedded" if embedded else "checkout")
     if (path / "sglang" / "__init__.py").is_file():
-        return Tree(path, "installed")
+        return _not_inside_a_checkout(Tree(path, "installed"))
     if path.name == "sglang" and (path / "__init__.py").is_file():
-        return Tree(path.parent, "installed")
+        return _not_inside_a_checkout(Tree(path.parent, "installed"))
     raise TreeNotFound(
         f"{path}: not an SGLang tree (expected python/sglang/ for a checkout, or sglang/ for an installed package)",
         hint="pass --tree pointing at the repository root or at site-packages",
     )
+
+
+def _not_inside_a_checkout(tree: Tree) -> Tree:
+    """`--tree REPO/python` read as a package would keep a second state for the checkout's files: each address
+    then took the other's patches for hand edits (apply through one was "does not apply cleanly" after the other)."""
+    repo = tree.root.parent
+    if tree.root.name == "python" and (repo / ".git").exists() and not tree.state_dir.exists():
+        raise TreeNotFound(
+            f"{tree.root}: is the python/ directory of the checkout {repo}, not a tree of its own",
+            hint=f"pass --tree {repo}",
+        )
+    return tree
 
 
 def embedded_path(project_root: Path, version: str) -> Path:

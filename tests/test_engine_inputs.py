@@ -588,3 +588,16 @@ def test_file_mode_refused_with_an_old_parse_cached(project, sglang_tree, tmp_pa
     res = run_cli(*glob, "apply", "fx_topk", env={"SGLANG_OVERLAY_CACHE": str(tmp_path / "cache")})
     fails(res, 2, "changes its file mode (100644 -> 100755, besides its content)")  # had applied (rc 0)
     assert git_clean(sglang_tree)
+
+
+@pytest.mark.parametrize("inner", ["python", "python/sglang"])
+def test_tree_option_inside_a_checkout(project, sglang_tree, inner):
+    # read as an installed package, it kept its own state: apply through the root then failed to apply (exit 1)
+    ov(project, sglang_tree, "apply", "fx_topk").check_returncode()
+    fails(
+        ov(project, sglang_tree / inner, "status"),
+        2,
+        "is the python/ directory of the checkout",
+        f"--tree {sglang_tree}",
+    )
+    assert not (sglang_tree / "python" / "sglang" / ".sglang-overlay").exists()

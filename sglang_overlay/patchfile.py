@@ -170,6 +170,11 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
             )
         src, tgt = _strip_prefix(pf.source_file, "a/", path), _strip_prefix(pf.target_file, "b/", path)
         name = tgt or src
+        if src and tgt and src != tgt and any(line.startswith("copy from ") for line in pf.patch_info or ()):
+            raise ManifestError(  # git diff -C: had been called a rename, with a rename's fix
+                f"{path}: copies are not supported ({src} -> {tgt})",
+                hint=f"carry the copy as an overlay file ({tgt} under overlay/)",
+            )
         if src and tgt and src != tgt:
             raise ManifestError(
                 f"{path}: renames are not supported ({src} -> {tgt})",

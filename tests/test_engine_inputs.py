@@ -601,3 +601,12 @@ def test_tree_option_inside_a_checkout(project, sglang_tree, inner):
         f"--tree {sglang_tree}",
     )
     assert not (sglang_tree / "python" / "sglang" / ".sglang-overlay").exists()
+
+
+def test_patch_that_copies_a_file(project):
+    p = project / "patches" / "fx_args_b.patch"
+    a, b = "python/sglang/srt/server_args.py", "python/sglang/srt/server_args2.py"
+    p.write_text(
+        f"Description: a copy\n---\ndiff --git a/{a} b/{b}\nsimilarity index 100%\ncopy from {a}\ncopy to {b}\n"
+    )
+    fails(ov(project, None, "status"), 2, f"{p}: copies are not supported ({a} -> {b})", "as an overlay file")

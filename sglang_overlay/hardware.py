@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -17,7 +18,14 @@ def capabilities() -> tuple[str, ...] | None:
     """The capabilities of the visible GPUs, or None when unknown (no GPU, no nvidia-smi)."""
     forced = os.environ.get(CAP_ENV)
     if forced is not None:
-        return tuple(c.strip() for c in forced.split(",") if c.strip())
+        caps = tuple(c.strip() for c in forced.split(",") if c.strip())
+        for c in caps:  # "x" or "9.0 10.0" had been taken as this machine's capability, and every gate refused
+            if not re.fullmatch(r"\d+\.\d+", c):
+                raise BadInput(
+                    f"{CAP_ENV}={forced!r}: {c!r} is not a compute capability like 9.0",
+                    hint=f"separate them with commas (`{CAP_ENV}=9.0,10.0`), or set it empty to detect none",
+                )
+        return caps
     exe = _on_path("nvidia-smi")
     if not exe:
         return None

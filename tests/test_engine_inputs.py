@@ -610,3 +610,12 @@ def test_patch_that_copies_a_file(project):
         f"Description: a copy\n---\ndiff --git a/{a} b/{b}\nsimilarity index 100%\ncopy from {a}\ncopy to {b}\n"
     )
     fails(ov(project, None, "status"), 2, f"{p}: copies are not supported ({a} -> {b})", "as an overlay file")
+
+
+@pytest.mark.parametrize("value", ["x", "9.0 10.0", "9.0,sm90"])
+def test_capability_variable_that_is_not_one(project, sglang_tree, value):
+    # had been taken as the machine's capability: "needs 9.0, this machine has x", as if the GPU were wrong
+    glob = ["--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree)]
+    res = run_cli(*glob, "apply", "fx_topk_gated", env={"SGLANG_OVERLAY_CUDA_CAPABILITY": value})
+    fails(res, 2, f"SGLANG_OVERLAY_CUDA_CAPABILITY={value!r}: ", "is not a compute capability like 9.0")
+    assert git_clean(sglang_tree)

@@ -619,3 +619,10 @@ def test_capability_variable_that_is_not_one(project, sglang_tree, value):
     res = run_cli(*glob, "apply", "fx_topk_gated", env={"SGLANG_OVERLAY_CUDA_CAPABILITY": value})
     fails(res, 2, f"SGLANG_OVERLAY_CUDA_CAPABILITY={value!r}: ", "is not a compute capability like 9.0")
     assert git_clean(sglang_tree)
+
+
+@pytest.mark.parametrize("version", ["", "../x", "0.5.23 "])
+def test_against_version_that_is_not_one(project, version):
+    res = ov(project, None, "check", "--against", "0.5.17", version)  # had gone to pip ("downloading sglang==../x")
+    out = fails(res, 2, f"check --against: {version!r} is not a release version")
+    assert "downloading" not in out

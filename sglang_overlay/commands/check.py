@@ -18,6 +18,7 @@ from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 from ..manifest import load_manifest
 from ..pins import all_pins
 from ..progname import prog
+from ..rebase_state import VERSION_RE
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
@@ -97,6 +98,9 @@ def _check_one(m, rep: api.CheckResult, args) -> bool:
 
 def _radar(ctx, args, pin_source) -> int:
     m = ctx.manifest
+    for v in args.against:  # before pip is asked: '' and '../x' went to it (and '../x' names a cache directory)
+        if v != "latest" and not VERSION_RE.fullmatch(v):
+            raise BadInput(f"check --against: {v!r} is not a release version", hint="e.g. `--against 0.5.23 latest`")
     versions = list(dict.fromkeys(latest_release(m.pin.package) if v == "latest" else v for v in args.against))
     sources = {}
     for i, v in enumerate(versions, 1):

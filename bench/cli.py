@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from datetime import datetime
@@ -321,10 +322,21 @@ def _check_duet(cfg, arms) -> None:
 
     if len(arms) != 2:
         raise UsageError(f"--duet compares exactly two arms (reference and candidate); got {len(arms)}")
-    if not cfg.launch.tree or cfg.duet_tree == cfg.launch.tree:
+    if not cfg.launch.tree:
         raise UsageError(
             "--duet TREE_B needs --tree A with A != TREE_B: two live servers cannot share one tree "
             "(`apply.py launch` switches a tree's patches); make a second one with `apply.py fetch --wheel`"
+        )
+    for flag, t in (("--tree", cfg.launch.tree), ("--duet", cfg.duet_tree)):
+        if not os.path.isdir(t):
+            raise UsageError(f"{flag} {t}: not a directory (an sglang tree: `apply.py fetch --wheel --tree DIR`)")
+    # one tree under two spellings (a symlink, a trailing slash, a relative path): the second launch would switch
+    # the patches of the tree the first server runs from, and its lazily imported modules would be the other arm's
+    if os.path.samefile(cfg.launch.tree, cfg.duet_tree):
+        raise UsageError(
+            f"--tree {cfg.launch.tree} and --duet {cfg.duet_tree} are the same directory: two live servers "
+            "cannot share one tree (`apply.py launch` switches a tree's patches); make a second one with "
+            "`apply.py fetch --wheel`"
         )
     if cfg.host_probe or cfg.adjust != "none":
         raise UsageError("--duet reads no host covariate: drop --host-probe / --adjust (the duet shares the host)")

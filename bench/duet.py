@@ -52,15 +52,27 @@ def first_is_ref(duet: int) -> bool:
     return duet % 2 == 0
 
 
+def flag_value(args: Sequence[str], flag: str) -> tuple[int, str | None] | None:
+    """(index, value) of the last `flag V` or `flag=V` in server arguments (argparse, as SGLang's, takes the last
+    one); value None when `flag` ends them. None when the flag is absent."""
+    found = None
+    for i, x in enumerate(args):
+        if x == flag:
+            found = (i, args[i + 1] if i + 1 < len(args) else None)
+        elif x.startswith(flag + "="):
+            found = (i, x[len(flag) + 1 :])
+    return found
+
+
 def check_server_args(server_args: Sequence[str]) -> None:
     """Refuse server arguments under which two servers cannot share the GPU."""
-    args = list(server_args)
-    if MEMF_FLAG not in args or args.index(MEMF_FLAG) + 1 >= len(args):
+    got = flag_value(list(server_args), MEMF_FLAG)
+    if got is None or got[1] is None:
         raise UsageError(
             f"--duet runs two servers on one GPU: give each a memory share that fits twice, "
             f"`{MEMF_FLAG} F` with F <= {MEMF_MAX} after `--` (SGLang's default takes most of the GPU)"
         )
-    raw = args[args.index(MEMF_FLAG) + 1]
+    raw = got[1]
     try:
         f = float(raw)
     except ValueError:
@@ -70,19 +82,33 @@ def check_server_args(server_args: Sequence[str]) -> None:
             f"{MEMF_FLAG} {raw} with --duet: two servers share one GPU, so each must fit twice; "
             f"give {MEMF_FLAG} {MEMF_MAX} or less (e.g. 0.3 for the tiny model)"
         )
+    first_port(server_args)  # a --port that is not a number: refused before any server starts
+
+
+def first_port(server_args: Sequence[str]) -> int:
+    """The first server's port: its --port (either form), SGLang's default without one."""
+    got = flag_value(list(server_args), "--port")
+    if got is None:
+        return DEFAULT_PORT
+    try:
+        return int(got[1] or "")
+    except ValueError:
+        raise UsageError(f"--port {got[1]!r}: not a number; --duet gives the second server port + 500") from None
 
 
 def second_server_args(server_args: Sequence[str]) -> tuple[str, ...]:
-    """The first server's arguments with the second server's port (--port P + PORT_OFFSET)."""
+    """The first server's arguments with the second server's port (--port P + PORT_OFFSET): every --port, of
+    either form, gets it, so that no `--port=P` is left for SGLang to pick (both servers on P)."""
+    port = str(first_port(server_args) + PORT_OFFSET)
     args = list(server_args)
-    if "--port" in args and args.index("--port") + 1 < len(args):
-        i = args.index("--port") + 1
-        try:
-            args[i] = str(int(args[i]) + PORT_OFFSET)
-        except ValueError:
-            raise UsageError(f"--port {args[i]!r}: not a number; --duet gives the second server port + 500") from None
-        return tuple(args)
-    return (*args, "--port", str(DEFAULT_PORT + PORT_OFFSET))
+    if flag_value(args, "--port") is None:
+        return (*args, "--port", port)
+    for i, x in enumerate(args):
+        if x.startswith("--port="):
+            args[i] = f"--port={port}"
+        elif x == "--port" and i + 1 < len(args):
+            args[i + 1] = port
+    return tuple(args)
 
 
 class DuetLab(Protocol):

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import replace
 
 from . import hostprobe, launcher, placement
-from .duet import abba, first_is_ref, second_server_args, unit_pairs
+from .duet import abba, first_is_ref, first_port, second_server_args, unit_pairs
 from .errors import RunAborted
 from .launcher import ArmSpec
 from .runner import Runner, mark_warm_machine, progress, warm_machine_age
@@ -100,7 +100,7 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
             placed = placement.place(
                 srv.proc.pid, runner.placement_of(a), client_pid=os.getpid() if pos == 0 else None, reserve=other
             )
-            port = _port(launch.server_args)
+            port = first_port(launch.server_args)
             duet = {"index": index, "position": pos, "tree": launch.tree, "port": port}
             runner.record_start(
                 sid, a, rnd, srv, console, False, machine_warm, ident, placed, launched_at, ready_at, {"duet": duet}
@@ -149,14 +149,6 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
         f"{cfg.metric} ratio {ref.name}->{arm.name} per duet {', '.join(f'{x:.4f}' for x in ratios)} | "
         f"elapsed {runner.elapsed():.0f}s"
     )
-
-
-def _port(server_args) -> int | None:
-    args = list(server_args)
-    try:
-        return int(args[args.index("--port") + 1])
-    except (ValueError, IndexError):
-        return None
 
 
 def _stop_all(runner: Runner, servers: list[launcher.Server]) -> list[int | None]:

@@ -5,6 +5,7 @@ and serves /health, /generate, /server_info (+ /get_server_info) with timing dis
 through env FAKE_BENCH (JSON):
   base_ms      per-step time of the pristine set (default 3.0)
   costs        {patch: relative slowdown}, e.g. {"planted": 0.05}: the step and every phase
+  tree_costs   {tree dir name: relative slowdown}: every server started on that --tree (a duet's tree effect)
   prefill_ms   the pristine set's prefill, slept (times time_scale) before each request's tokens (default 0)
   prefill_costs {patch: relative slowdown} of the prefill alone (a first-token-only change)
   phase_costs  {patch: {phase: relative change}}: only that EAGLE phase's span (draft, verify, draft_extend),
@@ -74,6 +75,8 @@ def main() -> int:
     if profile:
         env.update(m.env_profile(profile).as_env())
     log_start(patches, profile, server_args, env, opts["tree"])
+    tree_cost = cfg.get("tree_costs", {}).get(os.path.basename((opts["tree"] or "").rstrip("/")), 0.0)
+    cfg = {**cfg, "base_ms": cfg.get("base_ms", 3.0) * (1 + tree_cost)}
     if opts.get("log"):
         _server_log(opts["log"])
     if set(patches) & set(cfg.get("fail", [])):

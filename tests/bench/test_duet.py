@@ -7,25 +7,40 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import store
 from bench.cli import main
-from bench.duet import abba, second_server_args
-from bench.errors import EXIT_BUDGET
+from bench.duet import abba, check_server_args, second_server_args
+from bench.errors import EXIT_BUDGET, UsageError
 
 QUIET = {"noise": 0.002}
 NULL = ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"]
 
 
-def _duet(tmp_path, manifest, launcher_arg, monkeypatch, args, fake, memf="0.3", rc=0, out_name="duet"):
+def _duet(
+    tmp_path,
+    manifest,
+    launcher_arg,
+    monkeypatch,
+    args,
+    fake,
+    memf="0.3",
+    rc=0,
+    out_name="duet",
+    trees=None,
+    server=None,
+):
     log = tmp_path / "fake-starts.jsonl"
     monkeypatch.setenv("FAKE_BENCH", json.dumps(fake))
     monkeypatch.setenv("FAKE_BENCH_LOG", str(log))
     monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
     out = tmp_path / out_name
-    trees = ["--tree", str(tmp_path / "tree-a"), "--duet", str(tmp_path / "tree-b")]
-    server = ("--tp", "1", "--port", "31000") + (("--mem-fraction-static", memf) if memf else ())
+    for t in ("tree-a", "tree-b"):
+        (tmp_path / t).mkdir(exist_ok=True)
+    trees = trees or ["--tree", str(tmp_path / "tree-a"), "--duet", str(tmp_path / "tree-b")]
+    server = server or ("--tp", "1", "--port", "31000") + (("--mem-fraction-static", memf) if memf else ())
     assert main(fake_argv("ab", [*args, *trees], manifest, launcher_arg, out, server)) == rc
     starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     return out, list(store.read(out / "results.jsonl")), starts
@@ -154,3 +169,118 @@ def test_duet_needs_two_arms_and_two_trees(tmp_path, manifest, launcher_arg, mon
     three = ["--arms", "a=base", "b=base+beta", "c=full"]
     _duet(tmp_path, manifest, launcher_arg, monkeypatch, three, QUIET, rc=2)
     assert "exactly two arms" in capsys.readouterr().err
+
+
+def _by_duet(recs, metric="step_ms_b1"):
+    """{duet index: (reference start's arm, ratio arm / reference of the start medians)} from the store's
+    completed units, read by arm key (not by position): what the verdict must agree with."""
+    v = store.view(recs)
+    ref_key, arm_key = (a["key"] for a in v.runs[0]["arms"])
+    arm_by = {u.round: u for u in v.units_of(arm_key)}
+    out = {}
+    for u in v.units_of(ref_key):
+        w = arm_by[u.round]
+        assert u.duet["index"] == w.duet["index"] and u.duet["position"] != w.duet["position"]
+        med = sorted(r[metric] for r in u.reps)[len(u.reps) // 2]
+        wmed = sorted(r[metric] for r in w.reps)[len(w.reps) // 2]
+        out[u.duet["index"]] = (u.duet["tree"], wmed / med)
+    return out
+
+
+def test_duet_a_ten_percent_slower_arm_keeps_its_sign_on_either_tree(tmp_path, manifest, launcher_arg, monkeypatch):
+    """Arm B truly 10 % slower (its patch's cost, whatever tree it runs on): every duet, even (reference on the
+    --tree) and odd (reference on TREE_B), reads B / A near 1.10, and the verdict over an odd number of duets is
+    a regression of about +10 %; the arms the other way round read an improvement of about -9 %."""
+    bounds = ["--restarts", "3", "--max-starts", "3"]
+    fake = {"costs": {"planted": 0.10}, **QUIET}
+    for arms, verdict, change, out_name in (
+        (["--arms", "ref=full-planted", "slow=full"], "regression", 0.10, "slow"),
+        (["--arms", "ref=full", "fast=full-planted"], "improvement", 1 / 1.1 - 1, "fast"),
+    ):
+        _, recs, starts = _duet(
+            tmp_path, manifest, launcher_arg, monkeypatch, [*arms, *bounds], fake, out_name=out_name
+        )
+        per = _by_duet(recs)
+        assert sorted(per) == [0, 1, 2]
+        assert [t for t, _ in per.values()] == [str(tmp_path / x) for x in ("tree-a", "tree-b", "tree-a")]
+        assert all(abs(r - (1 + change)) < 0.02 for _, r in per.values()), per
+        c = next(r for r in recs if r["type"] == "conclusion")["comparisons"][0]
+        assert c["verdict"] == verdict and abs(c["comparison"]["change"] - change) < 0.015
+        assert c["comparison"]["n_ref"] == 3
+        # each start record carries its own arm's patches and fingerprint, on whichever tree it ran
+        measured = [r for r in recs if r["type"] == "start" and not r["warmup_start"]]
+        for name in {r["arm"] for r in measured}:
+            mine = [r for r in measured if r["arm"] == name]
+            assert len({r["fingerprint"] for r in mine}) == 1 and len({r["duet"]["tree"] for r in mine}) == 2
+        # what the fake servers themselves were started with: the planted arm on the --tree in alternate duets
+        ref_planted = "planted" in measured[0]["patches"] if measured[0]["arm"] == "ref" else None
+        assert ref_planted is not None
+        planted_on_a = [s["tree"] == str(tmp_path / "tree-a") for s in starts[-6:] if "planted" in s["patches"]]
+        assert planted_on_a == [ref_planted, not ref_planted, ref_planted]
+        (tmp_path / "fake-starts.jsonl").unlink()
+
+
+def test_duet_a_tree_effect_cancels_and_names_nothing(tmp_path, manifest, launcher_arg, monkeypatch):
+    """A null pair where TREE_B's server is 10 % slower (the tree, or the second position): the swap puts it on
+    each arm every other duet, so the mean over 4 duets is ~0 and nothing is named."""
+    fake = {"tree_costs": {"tree-b": 0.10}, **QUIET}
+    _, recs, _ = _duet(
+        tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, "--restarts", "4", "--max-starts", "4"], fake
+    )
+    per = _by_duet(recs)
+    assert [round(r, 1) for _, r in per.values()] == [1.1, 0.9, 1.1, 0.9]  # the tree's effect, visible per duet
+    c = next(r for r in recs if r["type"] == "conclusion")["comparisons"][0]
+    assert c["verdict"] not in ("regression", "improvement") and abs(c["comparison"]["change"]) < 0.01
+
+
+def test_duet_reads_the_equals_forms_of_memory_share_and_port(tmp_path, manifest, launcher_arg, monkeypatch):
+    """`--mem-fraction-static=0.3` and `--port=31000` are how many write them: the duet runs (the share is read),
+    and the second server gets port 31500 (not the first's port plus an appended default)."""
+    assert second_server_args(["--port=31000", "--tp", "1"]) == ("--port=31500", "--tp", "1")
+    # SGLang's argparse takes the last --port: an appended default beside a `--port=30500` would put both on 30500
+    assert second_server_args(["--port=30500"]) == ("--port=31000",)
+    server = ("--tp", "1", "--port=31000", "--mem-fraction-static=0.3")
+    _, recs, starts = _duet(tmp_path, manifest, launcher_arg, monkeypatch, NULL, QUIET, server=server)
+    measured = [r for r in recs if r["type"] == "start" and not r["warmup_start"]]
+    assert [r["duet"]["port"] for r in measured] == [31000, 31500] * 3
+    assert [s["server_args"][2] for s in starts[1:]] == ["--port=31000", "--port=31500"] * 3
+    for bad in (("--mem-fraction-static=0.6",), ("--mem-fraction-static=",), ("--mem-fraction-static",)):
+        with pytest.raises(UsageError):
+            check_server_args(bad)
+    with pytest.raises(UsageError):
+        check_server_args(("--mem-fraction-static", "0.3", "--port=x"))
+
+
+def test_duet_refuses_trees_it_cannot_run_two_servers_on(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    """A TREE_B that does not exist or is a file, and the --tree itself under another spelling (trailing slash,
+    symlink, relative path): refused with exit 2 before any server starts, never a traceback."""
+    a = tmp_path / "tree-a"
+    a.mkdir()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(a)
+    monkeypatch.chdir(tmp_path)
+    cases = [
+        (str(tmp_path / "missing"), "not a directory"),
+        (str(tmp_path / "file"), "not a directory"),
+        (str(a) + "/", "same directory"),
+        (str(tmp_path / "link"), "same directory"),
+        ("tree-a", "same directory"),
+        ("./tree-a/../tree-a", "same directory"),
+    ]
+    for i, (b, msg) in enumerate(cases):
+        trees = ["--tree", str(a), "--duet", b]
+        _duet(tmp_path, manifest, launcher_arg, monkeypatch, NULL, QUIET, rc=2, out_name=f"d{i}", trees=trees)
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err, (b, err)
+    assert not (tmp_path / "fake-starts.jsonl").exists()
+
+
+@pytest.mark.parametrize("kind", ["ablate", "bisect"])
+def test_duet_is_refused_by_ablate_and_bisect(kind, tmp_path, manifest, launcher_arg, capsys):
+    args = ["--good", "base", "--bad", "full"] if kind == "bisect" else []
+    argv = fake_argv(
+        kind, [*args, "--tree", str(tmp_path), "--duet", str(tmp_path)], manifest, launcher_arg, tmp_path / "o"
+    )
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "--duet" in capsys.readouterr().err

@@ -284,3 +284,44 @@ def test_duet_is_refused_by_ablate_and_bisect(kind, tmp_path, manifest, launcher
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and "--duet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cut", ["first_up", "both_up", "mid_reps", "between_unit_done"])
+def test_duet_resume_after_a_kill_at_any_point_of_a_duet_counts_whole_duets_once(
+    cut, tmp_path, manifest, launcher_arg, monkeypatch
+):
+    """The store cut inside the last of 3 duets (first server up, both up, mid repetitions, between its two
+    unit_done records), then --resume: exactly 3 duets counted, each of one round with one start per arm whose
+    measured repetitions are all its own, the re-measured duet keeps its place in the swap, and no round's
+    repetitions come from two attempts."""
+    out, recs, _ = _duet(
+        tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, "--restarts", "3", "--max-starts", "3"], QUIET
+    )
+    lines = (out / "results.jsonl").read_text().splitlines()
+    last = [i for i, r in enumerate(recs) if r.get("round") == 2 and r["type"] in ("start", "rep", "unit_done")]
+    kinds = [recs[i]["type"] for i in last]
+    at = {
+        "first_up": last[kinds.index("start")],
+        "both_up": last[[i for i, k in enumerate(kinds) if k == "start"][1]],
+        "mid_reps": last[[i for i, k in enumerate(kinds) if k == "rep"][4]],
+        "between_unit_done": last[kinds.index("unit_done")],
+    }[cut]
+    (out / "results.jsonl").write_text("\n".join(lines[: at + 1]) + "\n")
+    assert main(["ab", "--resume", str(out)]) == 0
+    recs = list(store.read(out / "results.jsonl"))
+    v = store.view(recs)
+    keys = [a["key"] for a in v.runs[0]["arms"]]
+    rounds = [{u.round for u in v.units_of(k)} for k in keys]
+    both = sorted(rounds[0] & rounds[1])
+    assert len(both) == 3 and both[:2] == [0, 1]
+    c = [r for r in recs if r["type"] == "conclusion"][-1]["comparisons"][0]
+    assert c["comparison"]["n_ref"] == 3
+    for k in keys:
+        for u in v.units_of(k):
+            own = [r for r in recs if r["type"] == "rep" and r["start_id"] == u.start_id and not r["warmup"]]
+            assert len(own) == len(u.reps) == 3
+    redone = [v.units[(k, both[2])] for k in keys]
+    assert [u.duet["index"] for u in redone] == [2, 2] and redone[0].duet["position"] == 0  # ref first, as duet 3
+    # a duet's two starts: one round, two start ids, neither reused from the cut attempt
+    cut_ids = {r["start_id"] for r in recs[: at + 1] if r.get("round") == 2 and r["type"] == "start"}
+    assert not cut_ids & {u.start_id for u in redone}

@@ -83,6 +83,7 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
     serving = 0  # the position of the server a repetition is running on (what a failure is recorded against)
     try:
         for pos, (a, launch) in enumerate(zip(arms, launches)):
+            serving = pos  # a failure while this server starts is its arm's, not the first server's
             sid = uuid.uuid4().hex[:12]
             console = cfg.out_dir / "raw" / f"{a.name}-r{rnd}-{sid}.log"
             progress(f"{label} arm {a.name} on {launch.tree or '(default tree)'}: starting server ({a.pset.label})")

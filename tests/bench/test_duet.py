@@ -13,7 +13,7 @@ from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pyt
 from bench import store
 from bench.cli import main
 from bench.duet import abba, check_server_args, second_server_args
-from bench.errors import EXIT_BUDGET, UsageError
+from bench.errors import EXIT_ABORTED, EXIT_BUDGET, UsageError
 
 QUIET = {"noise": 0.002}
 NULL = ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"]
@@ -325,3 +325,25 @@ def test_duet_resume_after_a_kill_at_any_point_of_a_duet_counts_whole_duets_once
     # a duet's two starts: one round, two start ids, neither reused from the cut attempt
     cut_ids = {r["start_id"] for r in recs[: at + 1] if r.get("round") == 2 and r["type"] == "start"}
     assert not cut_ids & {u.start_id for u in redone}
+
+
+def test_duet_a_failure_while_the_second_server_starts_is_its_arm_s(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys
+):
+    """An OSError while the second server starts (here: its launch) names that server's arm, and no failure is
+    recorded against the first server's arm, which was healthy."""
+    from bench import launcher
+
+    real = launcher.start
+
+    def start(cfg, arm, env, console):
+        if cfg.tree and cfg.tree.endswith("tree-b"):
+            raise OSError("cannot open the console log")
+        return real(cfg, arm, env, console)
+
+    monkeypatch.setattr(launcher, "start", start)
+    _duet(tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, "--no-warmup-start"], QUIET, rc=EXIT_ABORTED)
+    err = capsys.readouterr().err
+    assert "[duet 1] arm b: cannot open the console log" in err
+    recs = list(store.read(tmp_path / "duet" / "results.jsonl"))
+    assert not [r for r in recs if r["type"] == "failure" and r["arm"] == "a"]

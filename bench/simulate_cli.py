@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from .errors import UsageError
 from .simulate import World, bisect_rates, duet_rates, host_slowdown, recorded_starts
 
 
@@ -88,6 +89,7 @@ def _cli(a) -> int:
         Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step, adjust=a.adjust),
         confirm=a.confirm,
     )
+    _check_bounds(a)
     if a.scenario:
         return _scenarios(a, settings)
     if a.duet:
@@ -151,6 +153,24 @@ def _scenarios(a, settings) -> int:
             continue
         print(sc.row(n, method, run(x, settings, a.trials, pool)), flush=True)
     return 0
+
+
+def _check_bounds(a) -> None:
+    """Values no simulated machine has: refused with their flag (an effect of -100 % divided by zero)."""
+    bad = [
+        ("--trials", a.trials, a.trials >= 1, ">= 1"),
+        ("--effect", a.effect, a.effect > -1, "> -1 (a relative change of the step time)"),
+    ]
+    if a.duet:
+        bad += [
+            ("--host-slow", a.host_slow, a.host_slow > -1, "> -1 (the slow state's relative slowdown)"),
+            ("--host-stay", a.host_stay, 0 <= a.host_stay <= 1, "in [0, 1] (a probability)"),
+            ("--host-ticks", a.host_ticks, a.host_ticks >= 0, ">= 0"),
+            ("--reps", a.reps, a.reps >= 1, ">= 1"),
+        ]
+    for flag, value, ok, want in bad:
+        if not ok:
+            raise UsageError(f"bench simulate {flag} {value}: must be {want}")
 
 
 def _duet(a, settings) -> int:

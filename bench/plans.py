@@ -88,12 +88,13 @@ def run_duet(lab: DuetLab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> dict:
     budget = _Budget()
 
     def go() -> None:
-        while lab.n_duets() < pol.initial:
-            lab.add_duet()
-        while duet.compare(lab.pairs(s.metric), s.metric, pol).verdict not in DECIDED:
-            if lab.n_duets() >= pol.max_starts:
+        # read only at the planned looks (--look-step): the boundary of a look read again between looks is an
+        # unplanned look, and a null pair is named more often than alpha
+        for look in pol.grid:
+            while lab.n_duets() < look:
+                lab.add_duet()
+            if duet.compare(lab.pairs(s.metric), s.metric, pol).verdict in DECIDED:
                 return
-            lab.add_duet()
 
     budget.run(go)
     c = duet.compare(lab.pairs(s.metric), s.metric, pol)

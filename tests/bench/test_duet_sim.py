@@ -110,3 +110,29 @@ def test_simulate_duet_refuses_values_no_machine_has(bad, capsys):
     assert main(["simulate", "--duet", "--trials", "2", *bad]) == 2
     err = capsys.readouterr().err
     assert bad[0] in err and "Traceback" not in err
+
+
+class _Fixed:
+    """A DuetLab of given per-duet ratios arm / reference."""
+
+    def __init__(self, ratios):
+        self.ratios, self.n = ratios, 0
+
+    def n_duets(self) -> int:
+        return self.n
+
+    def pairs(self, metric):
+        return [(1.0, x) for x in self.ratios[: self.n]]
+
+    def add_duet(self) -> None:
+        self.n += 1
+
+
+@pytest.mark.parametrize(("step", "stop"), [(1, 7), (2, 7), (5, 8)])
+def test_run_duet_reads_the_verdict_only_at_the_planned_looks(step, stop):
+    """--look-step 5 plans looks at 3 and 8 duets: a verdict that the first look's boundary would give at 6 is
+    not read there (it was: an unplanned look, which names a null pair more often than alpha)."""
+    lab = _Fixed([1.10, 1.30, 1.0] + [1.15] * 10)
+    res = run_duet(lab, sim_arm("a", ()), sim_arm("b", ("p",)), Settings(Policy(3, 8, step=step)))
+    assert lab.n_duets() == stop and lab.n_duets() in Policy(3, 8, step=step).grid
+    assert res["comparisons"][0]["verdict"] == "regression"

@@ -22,8 +22,8 @@ What a duet cannot measure: start-up time (the second server starts beside a liv
 whole GPU (the two servers share it; only one serves at a time, the other's memory stays held), and a cost an arm
 puts on its neighbour while idle (e.g. a polling thread of its own that slows the serving server): the swap
 cancels what a tree or a position does to both arms alike, not what one arm does to the other, which reads as
-that arm being faster. A tree or position effect, though cancelled, widens the duet-to-duet spread (simulated:
-a planted 5 % found in 189 of 200 runs without one, 35 of 200 with a 3 % position effect).
+that arm being faster. A tree or position effect, though cancelled, widens the duet-to-duet spread and so
+costs power (tests/bench/test_duet_sim.py checks that it names nothing).
 """
 
 from __future__ import annotations

@@ -160,12 +160,36 @@ def compare_starts(
     a, b = clean(ref), clean(arm)
     ca, cb = geometric_mean(a), geometric_mean(b)
     change = cb / ca - 1 if a and b and ca else math.nan
+    enough = len(a) >= min_starts and len(b) >= min_starts and min(a + b) > 0
+    return _comparison(
+        metric,
+        lower_is_better,
+        a,
+        b,
+        change,
+        _log_interval(a, b, confidence) if enough else None,
+        confidence,
+        min_effect,
+    )
+
+
+def _comparison(
+    metric: str,
+    lower_is_better: bool,
+    a: Sequence[float],
+    b: Sequence[float],
+    change: float,
+    interval: tuple[float, float, float, float] | None,
+    confidence: float,
+    min_effect: float,
+) -> Comparison:
+    """The Comparison of arms `a` and `b` from the (estimate, low, high, p) of their log ratio; None: too few."""
     low = high = p = math.nan
-    if len(a) < min_starts or len(b) < min_starts or min(a + b) <= 0:
+    if interval is None:
         verdict = TOO_FEW
     else:
-        diff, lo, hi, p = _log_interval(a, b, confidence)
-        change = math.exp(diff) - 1
+        est, lo, hi, p = interval
+        change = math.exp(est) - 1
         # an early look of a long sequential schedule may ask for more standard errors than any data can
         # give (bench.sequential): its interval is then unbounded above, and says "cannot tell"
         low, high = math.expm1(min(lo, 700.0)), (math.expm1(hi) if hi < 700 else math.inf)
@@ -175,8 +199,8 @@ def compare_starts(
         lower_is_better=lower_is_better,
         ref_medians=tuple(a),
         arm_medians=tuple(b),
-        center_ref=ca,
-        center_arm=cb,
+        center_ref=geometric_mean(a),
+        center_arm=geometric_mean(b),
         change=change,
         low=low,
         high=high,
@@ -204,31 +228,12 @@ def compare_paired(
     kept = [(float(a), float(b)) for a, b in pairs if a is not None and b is not None and a > 0 and b > 0]
     a, b = [x for x, _ in kept], [y for _, y in kept]
     ratios = [y / x for x, y in kept]
-    change = geometric_mean(ratios) - 1 if ratios else math.nan
-    low = high = p = math.nan
-    if len(ratios) < min_units:
-        verdict = TOO_FEW
-    else:
+    interval = None
+    if len(ratios) >= min_units:
         c = log_contrast([ratios], [1.0], confidence)
-        p = _p_value(c, confidence)
-        change = math.exp(c.estimate) - 1
-        low, high = math.expm1(min(c.low, 700.0)), (math.expm1(c.high) if c.high < 700 else math.inf)
-        verdict = interval_verdict(c.low, c.high, min_effect, lower_is_better)
-    return Comparison(
-        metric=metric,
-        lower_is_better=lower_is_better,
-        ref_medians=tuple(a),
-        arm_medians=tuple(b),
-        center_ref=geometric_mean(a),
-        center_arm=geometric_mean(b),
-        change=change,
-        low=low,
-        high=high,
-        p_value=p,
-        confidence=confidence,
-        min_effect=min_effect,
-        verdict=verdict,
-    )
+        interval = (c.estimate, c.low, c.high, _p_value(c, confidence))
+    change = geometric_mean(ratios) - 1 if ratios else math.nan
+    return _comparison(metric, lower_is_better, a, b, change, interval, confidence, min_effect)
 
 
 @dataclass(frozen=True)

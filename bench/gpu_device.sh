@@ -18,19 +18,30 @@ cd "$(dirname "$0")/.."
 dirs=$(ls -d .gpu/b* 2>/dev/null | tr '\n' ' ')
 # Later calls carry no bundle folders: `set --` keeps this script's own arguments out of install.sh's "$@".
 args=("$@"); set -- $dirs
+# Every call carries .gpu/install.sh: an ignored path a call does not carry is gone there (run8's call 5).
+[ -f .gpu/install.sh ] || {
+  echo "gpu_device.sh: .gpu/install.sh is missing: carry it in every call (carry: [\".gpu/install.sh\", \".whl\"])" >&2
+  exit 2; }
 # shellcheck disable=SC1091
 source .gpu/install.sh "$@"
 set -- "${args[@]}"
-# The project's own needs beyond the bundles (unidiff, GitPython, gitdb, smmap), carried as `.whl` (see the
+# The project's own needs beyond the bundles (unidiff), carried as `.whl` (see the
 # header of bench/gpu_runs.sh): without them every bench command stops at the manifest (run7's call 4).
 if [ -d .whl ] && [ ! -e /tmp/whl/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/whl .whl/*.whl \
     && touch /tmp/whl/.installed
 fi
 [ -d /tmp/whl ] && export PYTHONPATH=/tmp/whl:$PYTHONPATH
-python3 -c "import unidiff, git" 2>/dev/null || {
-  echo "gpu_device.sh: unidiff/GitPython missing: carry .whl (python3 -m pip download --no-deps -d .whl unidiff GitPython gitdb smmap)" >&2
+# requirements.txt's list: PyYAML and packaging come with the bundles, unidiff does not (GitPython is not needed).
+python3 -c "import unidiff, yaml, packaging" 2>/dev/null || {
+  echo "gpu_device.sh: unidiff missing: carry .whl (python3 -m pip download --no-deps -d .whl unidiff)" >&2
   exit 2; }
+# A machine idle for ~30 s is given back and the next call gets a bare one (run8's call 7): say so before a step
+# spends its budget on a missing tree. Bundles go only to calls that install them (`setup` needs them all).
+if [ "${1:-}" = run ] && [ -z "${DRY:-}" ] && ! python3 -c "import sglang" 2>/dev/null; then
+  echo "gpu_device.sh: sglang does not import here: a fresh machine? install the bundles again (.gpu/b1..bN, one call each)" >&2
+  exit 2
+fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHON=python3 TINY=/tmp/tiny KIMI=/tmp/kimi
 RES=/tmp/results

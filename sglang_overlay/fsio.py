@@ -35,6 +35,31 @@ def _create(tmp: Path, mode: int) -> int:
         return os.open(tmp, _CREATE, mode)
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux says it (os.umask sets it to read it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def new_file_mode(executable: bool = False) -> int:
+    """The mode git gives a file it creates: 0666, or 0777 for an executable one, less the umask (so the exec
+    bits are where the read bits are)."""
+    return (0o777 if executable else 0o666) & ~umask()
+
+
+def with_exec_bits(mode: int, executable: bool) -> int:
+    """`mode` with exec bits where its read bits are (chmod +x as git does it), or with none."""
+    return mode | (mode & 0o444) >> 2 if executable else mode & ~0o111
+
+
 def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
     """`mode` is set exactly (a restored file gets its old mode back, whatever the umask); else 0o644 & ~umask.
     A signal waits until the file is whole (or its temp is gone again)."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from .cachedir import cache_dir
 
-FORMAT = 2  # bump when what a parser gives or refuses changes (2: file modes refused): old entries are never read
+FORMAT = 3  # bump when what a parser gives or refuses changes (2: file modes refused, 3: executable files): old entries are never read
 KEEP = 4096  # entries kept per kind, the newest: every patch of the largest set, and a file's saves over months
 _pruned: set[Path] = set()  # directories pruned by this process (once is enough: a run adds a set's entries)
 

@@ -56,6 +56,9 @@ class PatchFile:
     created: tuple[str, ...]  # repo paths the diff creates
     deleted: tuple[str, ...]
     hunks: tuple[Hunk, ...]
+    # repo paths the diff creates or deletes as executable (mode 100755): a created file lands with the exec
+    # bit, a deleted one gets it back on revert (the state keeps bytes only, the diff names the mode)
+    executable: tuple[str, ...] = ()
 
     def field(self, name: str) -> str | None:
         for k, v in self.header:
@@ -139,14 +142,24 @@ def parse_patch_file(path: Path) -> PatchFile:
         )
     if not diff_text.strip():
         return PatchFile(path, header, header_text, b"", (), (), (), ())
-    files, created, deleted, hunks = cached("patch", diff_text, lambda: _structure(path, diff_text))
+    files, created, deleted, hunks, executable = cached("patch", diff_text, lambda: _structure(path, diff_text))
     hunks = [Hunk(h[0], h[1], h[2], h[3], h[4], tuple(h[5]), tuple(h[6]), h[7], h[8]) for h in hunks]
     body = diff_text.encode("utf-8")
-    return PatchFile(path, header, header_text, body, tuple(files), tuple(created), tuple(deleted), tuple(hunks))
+    return PatchFile(
+        path,
+        header,
+        header_text,
+        body,
+        tuple(files),
+        tuple(created),
+        tuple(deleted),
+        tuple(hunks),
+        tuple(executable),
+    )
 
 
 def _structure(path: Path, diff_text: str) -> list[Any]:
-    """[files, created, deleted, hunks] of the diff, as lists (what the parse cache keeps as JSON)."""
+    """[files, created, deleted, hunks, executable] of the diff, as lists (what the parse cache keeps as JSON)."""
     from unidiff.errors import UnidiffParseError
     from unidiff.patch import PatchSet
 
@@ -161,7 +174,7 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
         raise ManifestError(
             f"{path}: no file diffs found after the header", hint="the diff must start with 'diff --git a/... b/...'"
         )
-    files, created, deleted, hunks = [], [], [], []
+    files, created, deleted, hunks, executable = [], [], [], [], []
     for pf in ps:
         if pf.is_binary_file:
             raise ManifestError(
@@ -204,6 +217,10 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
             created.append(name)
         if pf.is_removed_file:
             deleted.append(name)
+        if any(
+            line.rstrip("\n") in ("new file mode 100755", "deleted file mode 100755") for line in pf.patch_info or ()
+        ):
+            executable.append(name)
         for i, h in enumerate(pf, 1):
             removed = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "-")]
             added = [line.value.rstrip("\n") for line in h if line.line_type in (" ", "+")]
@@ -216,4 +233,4 @@ def _structure(path: Path, diff_text: str) -> list[Any]:
             header = f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"
             section = (h.section_header or "").strip()
             hunks.append([name, i, h.source_start, h.source_length, header, removed, added, section, first_change])
-    return [files, created, deleted, hunks]
+    return [files, created, deleted, hunks, executable]

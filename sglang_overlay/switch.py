@@ -8,6 +8,8 @@ hands the result to one commit.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .errors import Drift
 from .fingerprint import fingerprint, patch_digest
-from .fsio import read_bytes
+from .fsio import new_file_mode, read_bytes, with_exec_bits
 from .hardware import refuse_blocked
 from .manifest import Change as PatchChange
 from .manifest import Manifest, Patch
@@ -130,6 +132,36 @@ def keep_hand_edits(
     return edited
 
 
+def target_modes(
+    manifest: Manifest, target: tuple[PatchChange, ...], state: State, tree: Tree, current: Contents, contents: Contents
+) -> dict[str, int]:
+    """The mode of each file whose exec bit the patches decide, where the tree's file does not have it yet.
+
+    A diff's `new file mode 100755` makes the file it creates executable; a `deleted file mode 100755` says the
+    base was, so the file comes back executable when that patch is taken out. Only the exec bit is decided, and
+    where the read bits are (git's rule), so the user's umask and a hand `chmod g-r` are kept."""
+    wanted: dict[str, bool] = {}
+    for p in manifest.changes(n for n in state.applied if n in manifest.names):
+        if p.diff is not None:
+            for f in p.diff.deleted:  # back to the base when nothing in the target creates it
+                wanted[f] = f in p.diff.executable
+    for p in target:
+        if p.diff is not None:
+            for f in p.diff.created:
+                wanted[f] = f in p.diff.executable
+    modes = {}
+    for f, exe in wanted.items():
+        if contents.get(f) is None:
+            continue
+        if current.get(f) is None:
+            modes[f] = new_file_mode(exe)
+            continue
+        mode = stat.S_IMODE(os.lstat(tree.managed_file(f)).st_mode)
+        if bool(mode & 0o100) != exe:
+            modes[f] = with_exec_bits(mode, exe)
+    return modes
+
+
 def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:
     lines = [
         f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
@@ -175,7 +207,8 @@ def switch(
     edited = keep_hand_edits(state, current, contents, records)
     if edited and not force:
         raise refuse_drift(tree, op, edited)
-    writes = {f: contents[f] for f in needed if contents[f] != current[f]}
+    modes = target_modes(manifest, target, state, tree, current, contents)
+    writes = {f: contents[f] for f in needed if contents[f] != current[f] or f in modes}
     new_state = State(
         applied=tuple(p.name for p in target),
         files=records,
@@ -187,7 +220,15 @@ def switch(
     if writes or new_state.to_json() != state.to_json():
         saved = {f: data for f in edited if (data := current[f]) is not None}
         backup_dir = txn.commit(
-            Change(op, writes, {f: current[f] for f in writes}, new_state, new_bases(txn.store, base, records), saved)
+            Change(
+                op,
+                writes,
+                {f: current[f] for f in writes},
+                new_state,
+                new_bases(txn.store, base, records),
+                saved,
+                modes,
+            )
         )
     if edited:
         gone = sorted(f for f in edited if current[f] is None)

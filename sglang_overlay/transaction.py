@@ -32,6 +32,7 @@ from .fsio import (
     fsync_dir,
     is_symlink,
     is_tmp_name,
+    new_file_mode,
     read_bytes,
     remove_empty_dirs,
     tmp_path,
@@ -49,7 +50,6 @@ from .treeread import JOURNAL_NAME, OBJECTS, STATE_NAME, lock
 BACKUPS = "backups"
 GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/
 FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
-NEW_FILE_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ class Change:
     state: State
     bases: tuple[bytes, ...] = ()  # base copies the new state refers to that are not stored yet
     backup: Mapping[str, bytes] | None = None  # hand-edited files to save before they are overwritten (--force)
+    # the mode of each written file that does not keep the one it has: one the change creates (else git's
+    # default, new_file_mode()) or one whose exec bit the patches set or clear; its bytes may be unchanged
+    modes: Mapping[str, int] | None = None
 
 
 def _real_dir(path: Path) -> Path:
@@ -139,7 +142,7 @@ class Transaction:
                     os.unlink(path)
                 continue
             data = self.store.get(entry.before)
-            mode = entry.mode if entry.mode is not None else NEW_FILE_MODE
+            mode = entry.mode if entry.mode is not None else new_file_mode()
             if not _holds(path, data, mode):
                 if not path.parent.is_dir():  # removed with the file by the step being undone
                     path.parent.mkdir(parents=True)
@@ -272,13 +275,13 @@ class Transaction:
             if not os.path.isdir(self.tree.path_of(repo_dir)):
                 os.mkdir(self.tree.path_of(repo_dir))
                 barrier.add(self.tree.path_of(repo_dir).parent)
-        modes = {e.path: e.mode for e in journal.entries}
+        modes = {e.path: e.mode for e in journal.entries} | dict(change.modes or {})
         for f, path in paths.items():
             data = change.writes[f]
             if data is not None:
                 interrupts.checkpoint()
                 mode = modes[f]
-                barrier.add(write_tmp(path, data, mode if mode is not None else NEW_FILE_MODE))
+                barrier.add(write_tmp(path, data, mode if mode is not None else new_file_mode()))
         barrier.add(write_tmp(self.state_path, change.state.to_json().encode()))
 
     def _flush_final(self) -> None:

@@ -350,3 +350,114 @@ def test_an_edit_made_after_a_kill_survives_the_rollback(sglang_tree, tmp_path):
     saved = Path(line.rsplit(" under ", 1)[1].split(" before rolling back")[0]) / SERVER_ARGS
     assert saved.read_text().endswith("# my edit after the crash\n")
     assert f.read_bytes() == pristine
+
+
+# -- file modes: a diff's `new file mode 100755` / `deleted file mode 100755` --------------------------------------
+TOOL = "python/sglang/srt/fx_tool.sh"
+SMALL = "python/sglang/multimodal_gen/runtime/disaggregation/__init__.py"  # a small file to delete whole
+NEW_TOOL = (
+    f"diff --git a/{TOOL} b/{TOOL}\nnew file mode 100755\nindex 0000000..1111111\n--- /dev/null\n+++ b/{TOOL}\n"
+    "@@ -0,0 +1,2 @@\n+#!/bin/sh\n+echo fixture tool\n"
+)
+
+
+def mode_project(tmp_path: Path, diff: str) -> Path:
+    """The fixture project plus fx_exec, a diff entry with `diff` as its change."""
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX.parent, proj)
+    header = (
+        "Description: Fixture fx_exec: a file mode\nOrigin: vendor\nForwarded: not-needed\nLast-Update: 2026-12-02\n"
+    )
+    (proj / "patches/fx_exec.patch").write_text(header + "---\n" + diff)
+    m = proj / "manifest.yaml"
+    entry = "  - name: fx_exec\n    description: a file mode\n    kind: diff\n    category: experimental\n"
+    m.write_text(m.read_text().replace("presets:\n", entry + "presets:\n", 1))
+    return proj
+
+
+def mode_of(path: Path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def umask_of_this_process() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def test_a_new_executable_file_lands_executable_and_revert_removes_it(sglang_tree, tmp_path):
+    # it had landed 0644: `new file mode 100755` was parsed as a plain new file and written with the default mode
+    proj = mode_project(tmp_path, NEW_TOOL)
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    pristine = tree_snapshot(sglang_tree)
+    run("apply", "fx_exec", "fx_overlay")
+    assert mode_of(sglang_tree / TOOL) == 0o777 & ~umask_of_this_process()  # git's rule: 0755 under umask 022
+    assert mode_of(sglang_tree / "python/sglang/srt/fx_overlay_module.py") == 0o666 & ~umask_of_this_process()
+    st = json.loads(run("status", "--json").stdout)
+    assert st["drifted_files"] == [] and "fx_exec" in st["applied"]
+    assert "nothing to do" in run("apply", "fx_exec").stdout  # the mode it has is the mode it should have
+    run("revert", "--all")
+    assert not (sglang_tree / TOOL).exists() and tree_snapshot(sglang_tree) == pristine
+    assert git_status(sglang_tree) == ""
+    old = os.umask(0o077)  # the CLI inherits it: exec bits only where the umask leaves read bits
+    try:
+        run("apply", "fx_exec")
+    finally:
+        os.umask(old)
+    assert mode_of(sglang_tree / TOOL) == 0o700
+    run("revert", "fx_exec")
+    assert git_status(sglang_tree) == ""
+
+
+def test_a_patch_whose_new_file_becomes_executable_is_stale_and_apply_sets_the_bit(sglang_tree, tmp_path):
+    # the mode line is part of the patch's content: another fingerprint, `stale`, and apply brings the tree to it
+    proj = mode_project(tmp_path, NEW_TOOL.replace("new file mode 100755", "new file mode 100644"))
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    run("apply", "fx_exec")
+    assert mode_of(sglang_tree / TOOL) & 0o111 == 0
+    before = (sglang_tree / TOOL).read_bytes()
+    fp_plain = run("fingerprint", "--patches", "fx_exec").stdout
+    p = proj / "patches/fx_exec.patch"
+    p.write_text(p.read_text().replace("new file mode 100644", "new file mode 100755"))
+    assert run("fingerprint", "--patches", "fx_exec").stdout != fp_plain
+    st = json.loads(run("status", "--json").stdout)
+    assert {q["name"]: q["state"] for q in st["patches"]}["fx_exec"] == "stale"
+    out = run("apply", "--patches", "fx_exec").stdout
+    assert "2 file(s) written" in out  # the tool (its mode) and the identity module (its fingerprint)
+    assert mode_of(sglang_tree / TOOL) == 0o777 & ~umask_of_this_process()
+    assert (sglang_tree / TOOL).read_bytes() == before  # only the mode changed
+    st = json.loads(run("status", "--json").stdout)
+    assert {q["name"]: q["state"] for q in st["patches"]}["fx_exec"] == "applied"
+    p.write_text(p.read_text().replace("new file mode 100755", "new file mode 100644"))  # and back off
+    run("apply", "--patches", "fx_exec")
+    assert mode_of(sglang_tree / TOOL) & 0o111 == 0
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""
+
+
+def test_revert_of_a_deletion_brings_an_executable_file_back_executable(sglang_tree, tmp_path):
+    # the state keeps a base's bytes, not its mode: the diff's `deleted file mode 100755` says it was executable
+    f = sglang_tree / SMALL
+    lines = f.read_text().splitlines()
+    diff = (
+        f"diff --git a/{SMALL} b/{SMALL}\ndeleted file mode 100755\n--- a/{SMALL}\n+++ /dev/null\n"
+        f"@@ -1,{len(lines)} +0,0 @@\n" + "".join(f"-{line}\n" for line in lines)
+    )
+    proj = mode_project(tmp_path, diff)
+    f.chmod(0o755)
+    subprocess.run(["git", "commit", "-qam", "executable", "--no-verify"], cwd=sglang_tree, check=True)
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    run("apply", "fx_exec")
+    assert not f.exists()
+    run("revert", "fx_exec")
+    assert mode_of(f) == 0o777 & ~umask_of_this_process()
+    assert git_status(sglang_tree) == ""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from . import scratch as scratch_dirs
 from .errors import BadInput
@@ -11,8 +12,14 @@ from .fsio import write_plain
 from .gitcmd import git_outside_repo
 
 
-def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | None], context: int = 3) -> str:
-    """A diff with paths a/python/sglang/... b/python/sglang/..., what `git apply -p1` reads back."""
+def make_diff(
+    before: Mapping[str, bytes | None],
+    after: Mapping[str, bytes | None],
+    context: int = 3,
+    executable: Collection[str] = (),
+) -> str:
+    """A diff with paths a/python/sglang/... b/python/sglang/..., what `git apply -p1` reads back. A file of
+    `executable` (the patch's created or deleted 100755 files) is diffed as one, so its mode line is kept."""
     out = []
     scratch = scratch_dirs.make("diff")
     try:
@@ -29,6 +36,8 @@ def make_diff(before: Mapping[str, bytes | None], after: Mapping[str, bytes | No
                 p = scratch / side / repo_path
                 p.parent.mkdir(parents=True, exist_ok=True)
                 write_plain(p, data)  # a full disk's error names the file
+                if repo_path in executable:
+                    os.chmod(p, 0o755)
                 sides.append(f"{side}/{repo_path}")
             res = git_outside_repo(
                 "diff",

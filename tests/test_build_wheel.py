@@ -143,3 +143,25 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     ).stdout
     assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == pristine
     assert not (site / "sglang/_overlay_build.py").exists()
+
+
+def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
+    # the archive gave every added file 0644: a diff's `new file mode 100755` lost its bit once installed
+    from test_engine import NEW_TOOL, TOOL, mode_project
+
+    proj = mode_project(tmp_path, NEW_TOOL)
+    run_cli(
+        "--manifest",
+        str(proj / "manifest.yaml"),
+        "build-wheel",
+        "--patches",
+        "fx_exec,fx_overlay",
+        "--out",
+        str(tmp_path),
+        check_rc=0,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        installed = TOOL.removeprefix("python/")
+        assert z.getinfo(installed).external_attr >> 16 == 0o100755
+        assert z.getinfo("sglang/srt/fx_overlay_module.py").external_attr >> 16 == 0o100644

@@ -461,3 +461,24 @@ def test_revert_of_a_deletion_brings_an_executable_file_back_executable(sglang_t
     run("revert", "fx_exec")
     assert mode_of(f) == 0o777 & ~umask_of_this_process()
     assert git_status(sglang_tree) == ""
+
+
+def test_refresh_and_diff_keep_a_new_files_executable_mode(sglang_tree, tmp_path):
+    # both regenerate the diff from bytes: the mode line came back as `new file mode 100644`
+    proj = mode_project(tmp_path, NEW_TOOL)
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    run("apply", "fx_exec")
+    assert "new file mode 100755" in run("diff", "fx_exec").stdout
+    tool = sglang_tree / TOOL
+    tool.write_text(tool.read_text() + "echo edited\n")
+    run("refresh", "fx_exec")
+    text = (proj / "patches/fx_exec.patch").read_text()
+    assert "new file mode 100755" in text and "+echo edited" in text
+    run("revert", "--all")
+    run("apply", "fx_exec")
+    assert mode_of(tool) == 0o777 & ~umask_of_this_process() and tool.read_text().endswith("echo edited\n")
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""

@@ -133,7 +133,8 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
             rel = path.relative_to(scratch).as_posix()
             if rel not in seen:  # added by the set (overlay files, the identity module)
                 info = zipfile.ZipInfo(rel, date_time=stamp)
-                info.external_attr = 0o100644 << 16
+                # a diff's new 100755 file stays a program once installed; never the umask: the same bytes
+                info.external_attr = (0o100755 if path.stat().st_mode & 0o100 else 0o100644) << 16
                 entries.append((_renamed(info, old_info, new_info), path.read_bytes()))
 
         meta_name = f"{new_info}/METADATA"

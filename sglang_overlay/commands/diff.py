@@ -40,7 +40,8 @@ def _show(m, tree, view, patch) -> int:
     base = {f: read(f) for f in needed}
     before = compose(base, without).contents
     after = compose(base, with_it).contents
-    sys.stdout.write(make_diff({f: before[f] for f in files}, {f: after[f] for f in files}))
+    executable = patch.diff.executable if patch.diff is not None else ()
+    sys.stdout.write(make_diff({f: before[f] for f in files}, {f: after[f] for f in files}, executable=executable))
     if patch.name not in state.applied:
         print(f"({patch.name} is not applied: this is what applying it would change)", file=sys.stderr)
     return 0

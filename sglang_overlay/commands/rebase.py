@@ -261,7 +261,7 @@ def _stage(p: Patch, step: Step, staging: Path, from_version: str, release, *, a
             _write(staging / os.path.relpath(change.path, src_dir), change.path.read_bytes())
         return
     if p.diff is not None and p.diff.body:
-        body = make_diff({f: release(f) for f in step.contents}, step.contents)
+        body = make_diff({f: release(f) for f in step.contents}, step.contents, executable=p.diff.executable)
         header = rebased_header(p.diff.header_text, from_version)
         _write(staging / os.path.relpath(p.diff.path, src_dir), (header + body).encode())
     elif p.diff is not None:
@@ -482,7 +482,7 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
     if isinstance(p, UpstreamedPatch) or p.diff is None:
         raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
     diffed = [f for f in paths if f not in p.overlay]
-    body = make_diff({f: release(f) for f in diffed}, {f: now[f] for f in diffed})
+    body = make_diff({f: release(f) for f in diffed}, {f: now[f] for f in diffed}, executable=p.diff.executable)
     if not body:
         raise BadInput(
             f"{p.name}: the release tree holds none of its changes now, so the patch would be empty",

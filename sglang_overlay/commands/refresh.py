@@ -96,7 +96,11 @@ def _captured(m, tree, txn, patch) -> dict[Path, bytes]:
         ) from e
     updates = {}
     if patch.diff is not None:
-        body = make_diff({f: old.get(f) for f in diff_files}, {f: mine.get(f) for f in diff_files})
+        body = make_diff(
+            {f: old.get(f) for f in diff_files},
+            {f: mine.get(f) for f in diff_files},
+            executable=patch.diff.executable,
+        )
         if not body:
             raise BadInput(
                 f"refreshing {patch.name} would leave an empty patch",

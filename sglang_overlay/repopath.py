@@ -15,6 +15,8 @@ from .pathlen import too_long
 
 REPO_PACKAGE_PREFIX = "python/sglang/"
 STATE_DIR_NAME = ".sglang-overlay"
+STATE_NAME = "state.json"  # in the state directory
+JOURNAL_NAME = "journal.json"
 # Generated into the tree so the running server (and `pip show` of a built wheel) can say what it carries.
 IDENTITY_PATH = "python/sglang/_overlay_build.py"
 IDENTITY_OWNER = "(sglang-overlay identity)"  # the owner state.json records for it, where patches are named

@@ -42,10 +42,10 @@ from .fsio import (
 )
 from .journal import BACKUP_NAME, Entry, Journal, read_journal
 from .progname import prog
-from .repopath import REPO_PACKAGE_PREFIX
+from .repopath import JOURNAL_NAME, REPO_PACKAGE_PREFIX, STATE_NAME
 from .state import ObjectStore, State, digest_of, load_state, sha256
 from .tree import Tree
-from .treeread import JOURNAL_NAME, OBJECTS, STATE_NAME, lock
+from .treeread import OBJECTS, lock
 
 BACKUPS = "backups"
 GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without the tool touching .git/

@@ -16,7 +16,8 @@ from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMisma
 from .fsio import is_symlink
 from .pathlen import too_long
 from .progname import prog
-from .repopath import STATE_DIR_NAME
+from .repopath import JOURNAL_NAME, STATE_DIR_NAME, STATE_NAME
+from .state import load_state
 
 TREE_ENV = "SGLANG_OVERLAY_TREE"
 EMBEDDED_DIR = ".sglang"
@@ -162,14 +163,44 @@ def classify(path: Path, project_root: Path) -> Tree:
 
 def _not_inside_a_checkout(tree: Tree) -> Tree:
     """`--tree REPO/python` read as a package would keep a second state for the checkout's files: each address
-    then took the other's patches for hand edits (apply through one was "does not apply cleanly" after the other)."""
+    then took the other's patches for hand edits (apply through one was "does not apply cleanly" after the other).
+    Refused whatever is there: a state directory under python/ had let it through, a leftover or a hand-made
+    one included. One that carries patches (an earlier sglang-overlay accepted the address) is named, with the
+    move that hands those patches to the checkout's own address."""
     repo = tree.root.parent
-    if tree.root.name == "python" and (repo / ".git").exists() and not tree.state_dir.exists():
-        raise TreeNotFound(
-            f"{tree.root}: is the python/ directory of the checkout {repo}, not a tree of its own",
-            hint=f"pass --tree {repo}",
-        )
-    return tree
+    if tree.root.name != "python" or not (repo / ".git").exists():
+        return tree
+    problem = f"{tree.root}: is the python/ directory of the checkout {repo}, not a tree of its own"
+    here, root = tree.state_dir, Tree(repo, "checkout").state_dir
+    carried = _carried(here)
+    if carried is None:
+        leftover = f"; {here} carries no patch (a leftover): remove it (rm -r {here})" if os.path.lexists(here) else ""
+        raise TreeNotFound(problem, hint=f"pass --tree {repo}{leftover}")
+    at_root = _carried(root)
+    move = f"mv {here} {root}" if not os.path.lexists(root) else f"rm -r {root} && mv {here} {root}"
+    first = (
+        f"the checkout's own state {root} carries {', '.join(at_root)} too: take those out first "
+        f"(`{prog()} --tree {repo} revert --all`), then "
+        if at_root
+        else ""
+    )
+    raise TreeNotFound(
+        f"{problem}; {here} holds what was applied through this address (by an earlier sglang-overlay, which "
+        f"accepted it): {', '.join(carried)}",
+        hint=f"{first}hand that state to the checkout: `{move}`, then use --tree {repo} "
+        f"(`{prog()} --tree {repo} status` shows those patches; `revert --all` there takes them out)",
+    )
+
+
+def _carried(state_dir: Path) -> list[str] | None:
+    """What a state directory carries: its applied patches, an interrupted command; None if nothing."""
+    if os.path.lexists(state_dir / JOURNAL_NAME):
+        return ["an interrupted command's journal"]
+    try:
+        state = load_state(state_dir / STATE_NAME)
+    except StateError as e:
+        return [f"a state file that cannot be read ({e})"]
+    return list(state.applied) or (["files it manages"] if state.files else None)
 
 
 def embedded_path(project_root: Path, version: str) -> Path:

@@ -17,12 +17,11 @@ from pathlib import Path
 
 from .errors import StateError, os_failure
 from .journal import JOURNAL_FIX, read_journal
+from .repopath import JOURNAL_NAME, STATE_NAME
 from .state import FileRecord, ObjectStore, State, digest_of, load_state, parse_state
 from .tree import Tree
 
 LOCK_NAME = "lock"
-STATE_NAME = "state.json"
-JOURNAL_NAME = "journal.json"
 OBJECTS = "objects"
 
 

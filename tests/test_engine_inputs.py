@@ -603,6 +603,59 @@ def test_tree_option_inside_a_checkout(project, sglang_tree, inner):
     assert not (sglang_tree / "python" / "sglang" / ".sglang-overlay").exists()
 
 
+@pytest.mark.parametrize("leftover", ["empty", "lock", "nothing-applied"])
+def test_tree_option_inside_a_checkout_with_a_leftover_state_dir(project, sglang_tree, leftover):
+    # a state directory under python/sglang/ let the address through: read as a package, with a state of its own
+    inner = sglang_tree / "python" / "sglang" / ".sglang-overlay"
+    inner.mkdir()
+    if leftover == "lock":
+        (inner / "lock").write_bytes(b"")
+    if leftover == "nothing-applied":
+        (inner / "state.json").write_text(json.dumps({"version": 1, "applied": [], "digests": {}, "files": {}}))
+    for address in ("python", "python/sglang"):
+        fails(
+            ov(project, sglang_tree / address, "apply", "fx_topk"),
+            2,
+            "is the python/ directory of the checkout",
+            f"pass --tree {sglang_tree};",
+            f"{inner} carries no patch (a leftover): remove it (rm -r {inner})",
+        )
+    shutil.rmtree(inner)  # the hint's removal: nothing else had been written
+    assert git_clean(sglang_tree)
+
+
+def test_tree_option_inside_a_checkout_that_carries_patches_applied_there(project, sglang_tree):
+    # what an earlier sglang-overlay left, which accepted the address: the checkout's files carry fx_topk, and
+    # python/sglang/.sglang-overlay records it (the same repo paths and copies a state at the root would hold)
+    ov(project, sglang_tree, "apply", "fx_topk").check_returncode()
+    root, inner = sglang_tree / ".sglang-overlay", sglang_tree / "python" / "sglang" / ".sglang-overlay"
+    root.rename(inner)
+    out = fails(
+        ov(project, sglang_tree / "python", "status"),
+        2,
+        "is the python/ directory of the checkout",
+        f"{inner} holds what was applied through this address",
+        ": fx_topk",
+        f"`mv {inner} {root}`, then use --tree {sglang_tree}",
+    )
+    assert "revert --all` there takes them out" in out
+    ov(project, sglang_tree, "apply", "fx_args_a").check_returncode()  # the root's own state carries one too
+    fails(
+        ov(project, sglang_tree / "python", "apply", "fx_args_b"),
+        2,
+        f"the checkout's own state {root} carries fx_args_a too: take those out first",
+        f"--tree {sglang_tree} revert --all`), then",
+        f"`rm -r {root} && mv {inner} {root}`",
+    )
+    ov(project, sglang_tree, "revert", "--all").check_returncode()
+    shutil.rmtree(root)
+    inner.rename(root)  # the hint's move
+    st = json.loads(ov(project, sglang_tree, "status", "--json").stdout)
+    assert st["applied"] == ["fx_topk"] and st["drifted_files"] == []
+    ov(project, sglang_tree, "revert", "--all").check_returncode()
+    assert git_clean(sglang_tree)
+
+
 def test_patch_that_copies_a_file(project):
     p = project / "patches" / "fx_args_b.patch"
     a, b = "python/sglang/srt/server_args.py", "python/sglang/srt/server_args2.py"

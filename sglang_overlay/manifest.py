@@ -378,6 +378,17 @@ class _Ctx:
             raise self.fail(where, f"expected a list of strings, got {value!r}")
         return tuple(value)
 
+    def name_list(self, where: str, value: Any) -> tuple[str, ...]:
+        """A list of patch names (requires, conflicts, a preset): a name twice is a slip (a merge that kept both
+        sides, a copy and paste), not a set; said, where it had passed without a word."""
+        names = self.string_list(where, value)
+        seen: set[str] = set()
+        for n in names:
+            if n in seen:
+                raise self.fail(where, f"names {n!r} twice", f"list {n!r} once")
+            seen.add(n)
+        return names
+
 
 def load_manifest(path: str | Path) -> Manifest:
     try:
@@ -470,7 +481,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
             raise ctx.fail(
                 f"presets.{name}", f"{name!r} is also a patch's name", "rename the preset: a set names either one"
             )
-        members = ctx.string_list(f"presets.{name}", members)
+        members = ctx.name_list(f"presets.{name}", members)
         for m in members:
             if m not in names:
                 raise ctx.fail(f"presets.{name}", f"names unknown patch {m!r}{_did_you_mean(m, names)}")
@@ -571,8 +582,8 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
         description=ctx.string(f"{where}.description", raw["description"]),
         category=category,
         default=default,
-        requires=ctx.string_list(f"{where}.requires", raw.get("requires")),
-        conflicts=ctx.string_list(f"{where}.conflicts", raw.get("conflicts")),
+        requires=ctx.name_list(f"{where}.requires", raw.get("requires")),
+        conflicts=ctx.name_list(f"{where}.conflicts", raw.get("conflicts")),
         env=_parse_env(ctx, where, raw.get("env")),
         cuda_capability=_parse_hardware(ctx, where, raw.get("hardware")),
         upstream=_parse_upstream(ctx, where, raw.get("upstream")),

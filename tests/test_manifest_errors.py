@@ -225,6 +225,19 @@ CASES = {
         lambda d: d["env_profiles"].update({"a b": d["env_profiles"]["fx_profile"]}),
         ["env_profiles.a b", "'a b' is not a valid name"],
     ),
+    # a name twice had passed without a word (a merge that kept both sides of a list)
+    "requires names a patch twice": (
+        lambda d: entry(d, "fx_common").update(requires=["fx_args_a", "fx_args_a"]),
+        ["patches[3] (fx_common).requires: names 'fx_args_a' twice", "list 'fx_args_a' once"],
+    ),
+    "conflicts names a patch twice": (
+        lambda d: entry(d, "fx_common").update(conflicts=["fx_topk_gated", "fx_args_b", "fx_topk_gated"]),
+        ["patches[3] (fx_common).conflicts: names 'fx_topk_gated' twice"],
+    ),
+    "preset names a patch twice": (
+        lambda d: d["presets"].update(args=["fx_args_a", "fx_args_b", "fx_args_a"]),
+        ["presets.args: names 'fx_args_a' twice", "list 'fx_args_a' once"],
+    ),
 }
 
 

@@ -230,6 +230,11 @@ def switch(
                 modes,
             )
         )
+    for f in sorted(f for f in modes if current[f] is not None):
+        # bytes unchanged, so no other line would say why the file was written (a patch's mode line changed,
+        # an earlier version wrote it 0644, or a hand chmod)
+        what = "made executable" if modes[f] & 0o100 else "no longer executable"
+        print(f"sglang-overlay: {f}: {what}, as its patch's diff says", file=sys.stderr)
     if edited:
         gone = sorted(f for f in edited if current[f] is None)
         if backup_dir:

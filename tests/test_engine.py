@@ -428,8 +428,9 @@ def test_a_patch_whose_new_file_becomes_executable_is_stale_and_apply_sets_the_b
     assert run("fingerprint", "--patches", "fx_exec").stdout != fp_plain
     st = json.loads(run("status", "--json").stdout)
     assert {q["name"]: q["state"] for q in st["patches"]}["fx_exec"] == "stale"
-    out = run("apply", "--patches", "fx_exec").stdout
-    assert "2 file(s) written" in out  # the tool (its mode) and the identity module (its fingerprint)
+    res = run("apply", "--patches", "fx_exec")
+    assert f"{TOOL}: made executable, as its patch's diff says" in res.stderr
+    assert "2 file(s) written" in res.stdout  # the tool (its mode) and the identity module (its fingerprint)
     assert mode_of(sglang_tree / TOOL) == 0o777 & ~umask_of_this_process()
     assert (sglang_tree / TOOL).read_bytes() == before  # only the mode changed
     st = json.loads(run("status", "--json").stdout)

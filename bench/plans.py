@@ -88,13 +88,15 @@ def run_duet(lab: DuetLab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> dict:
     budget = _Budget()
 
     def go() -> None:
-        # read only at the planned looks (--look-step): the boundary of a look read again between looks is an
-        # unplanned look, and a null pair is named more often than alpha
-        for look in pol.grid:
-            while lab.n_duets() < look:
-                lab.add_duet()
-            if duet.compare(lab.pairs(s.metric), s.metric, pol).verdict in DECIDED:
+        # read only at the planned looks (Policy.at_look, as replicate_until): the boundary of a look read again
+        # between looks is an unplanned look, and a null pair is named more often than alpha
+        while True:
+            n = lab.n_duets()
+            if pol.at_look(n) and duet.compare(lab.pairs(s.metric), s.metric, pol).verdict in DECIDED:
                 return
+            if n >= pol.grid[-1]:
+                return
+            lab.add_duet()
 
     budget.run(go)
     c = duet.compare(lab.pairs(s.metric), s.metric, pol)

@@ -1,5 +1,6 @@
-"""Group-sequential boundaries: how wide a comparison's interval must be at each look so that reading it after
-every added start, and stopping at the first decisive look, keeps the error rate at alpha over the whole run.
+"""Group-sequential boundaries: how wide a comparison's interval must be at each look so that reading it at
+every planned look (after every added start at --look-step 1), and stopping at the first decisive look,
+keeps the error rate at alpha over the whole run.
 
 Why not Bonferroni over the looks (the bench until 2026-12-01): the looks at one comparison are nested (the
 fourth start's data contain the third's), so their statistics are strongly correlated and splitting alpha

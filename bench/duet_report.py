@@ -12,7 +12,9 @@ from .stats import MIN_STARTS, cv, start_median
 from .verdicts import pct
 
 
-def method_lines(cfg: dict, pol: Policy, schedule: str) -> list[str]:
+def method_lines(cfg: dict, pol: Policy, schedule: str, looks: str = "") -> list[str]:
+    """`schedule`: the look confidences in words; `looks`: where the verdict is read when not after every duet
+    (bench.report.planned_looks)."""
     value = cfg.get("duet_value", "medians")
     ratio = (
         "median_B / median_A of its two starts' repetitions"
@@ -24,7 +26,7 @@ def method_lines(cfg: dict, pol: Policy, schedule: str) -> list[str]:
         f"`{cfg.get('tree')}` first and, once healthy, the one on `{cfg.get('duet')}` (port + {duet.PORT_OFFSET}); "
         f"their measured repetitions alternate A B B A A B ..., the idle server waiting, so both sample the "
         f"machine's state within seconds; the arms swap trees (and start and serving order) every other duet. "
-        f"{pol.initial} duet(s) first, then one more while the primary metric is undecided, up to {pol.max_starts}. "
+        f"{pol.initial} duet(s) first, then one more while the primary metric is undecided, up to {pol.max_starts}{looks}. "
         + (
             "One throwaway start before the first duet."
             if cfg.get("warmup_start")

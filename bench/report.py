@@ -103,7 +103,7 @@ def _policy(cfg: dict) -> Policy:
     )
 
 
-def schedule(pol: Policy) -> str:
+def schedule(pol: Policy, unit: str = "starts per arm") -> str:
     """The look confidences a policy reads comparisons at, in words."""
     confs = ", ".join(f"{n}: {pol.look_confidence((n, n)):.2%}" for n in pol.grid)
     if pol.spending == "bonferroni":
@@ -111,7 +111,19 @@ def schedule(pol: Policy) -> str:
     name = {"obf": "O'Brien-Fleming", "pocock": "Pocock"}.get(pol.spending, pol.spending)
     return (
         f"repeated confidence intervals of a group-sequential design ({1 - pol.confidence:.0%} spent by a "
-        f"Lan-DeMets {name}-type function over looks at these starts per arm, confidence: {confs})"
+        f"Lan-DeMets {name}-type function over looks at these {unit}, confidence: {confs})"
+    )
+
+
+def planned_looks(pol: Policy, unit: str) -> str:
+    """With --look-step > 1, where verdicts are read, in words (a clause to follow "up to max_starts"); empty
+    at a look after every round, which the sentence before it already says."""
+    if pol.looks >= pol.max_starts - pol.initial + 1:  # every round a look (step 1 or a short run)
+        return ""
+    looks = ", ".join(str(n) for n in pol.grid)
+    return (
+        f"; read only at the planned looks ({looks} {unit}, --look-step {pol.step}): what is added between "
+        "them is not read until the next"
     )
 
 
@@ -166,7 +178,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     old = "initial_starts" not in cfg
     lines = ["## Method", ""]
     if cfg.get("duet"):
-        lines += duet_report.method_lines(cfg, pol, schedule(pol))
+        lines += duet_report.method_lines(cfg, pol, schedule(pol, "duets"), planned_looks(pol, "duets"))
     elif old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
@@ -175,8 +187,8 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     else:
         lines.append(
             f"- The server start is the replication unit: {pol.initial} start(s) per arm first, then one "
-            f"more per round to the arms of each undecided comparison, up to {pol.max_starts}; arms "
-            f"interleaved. "
+            f"more per round to the arms of each undecided comparison, up to {pol.max_starts}"
+            f"{planned_looks(pol, 'starts per arm')}; arms interleaved. "
             + (
                 "One throwaway start before the first measured one."
                 if cfg.get("warmup_start")

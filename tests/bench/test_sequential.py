@@ -222,3 +222,20 @@ def test_a_null_ab_at_look_step_2_calls_no_change_beyond_alpha():
     wrong = round((out.get(stats.REGRESSION, 0) + out.get(stats.IMPROVEMENT, 0)) * 1000)
     assert wrong <= 50, out
 
+
+@pytest.mark.parametrize("duet", [None, "/trees/b"])
+def test_the_method_names_the_planned_looks(duet):
+    """The report's Method says where verdicts were read: after every round at --look-step 1, only at 3, 5, 7
+    and 8 starts per arm (duets) at --look-step 2, with those looks' confidences (it said 'one more per round
+    ... up to 8' either way)."""
+    from bench import report, store
+
+    def method(step: int) -> str:
+        cfg = {"initial_starts": 3, "max_starts": 8, "spending": "pocock", "look_step": step, "duet": duet}
+        return "\n".join(report._method(cfg, report._policy(cfg), store.view([])))
+
+    unit = "duets" if duet else "starts per arm"
+    stepped = method(2)
+    assert f"read only at the planned looks (3, 5, 7, 8 {unit}, --look-step 2)" in stepped
+    assert f"looks at these {unit}, confidence: 3: 97.51%, 5: 98.08%, 7: 98.09%, 8: 98.39%)" in stepped
+    assert "planned looks" not in method(1) and f"{unit}, confidence: 3: 97.51%, 4: " in method(1)

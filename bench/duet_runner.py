@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from dataclasses import replace
 
 from . import hostprobe, launcher, placement
@@ -71,7 +70,7 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
         cfg.launch,
         replace(cfg.launch, tree=cfg.duet_tree, server_args=second_server_args(cfg.launch.server_args)),
     )
-    own = runner._own_cpus
+    own = runner.own_cpus
     mode = cfg.cpu_placement
     halves = placement.halves(set(own)) if own and mode != "none" else (frozenset(), frozenset())
     label = f"[duet {index + 1}]"
@@ -84,16 +83,12 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
     try:
         for pos, (a, launch) in enumerate(zip(arms, launches)):
             serving = pos  # a failure while this server starts is its arm's, not the first server's
-            sid = uuid.uuid4().hex[:12]
-            console = cfg.out_dir / "raw" / f"{a.name}-r{rnd}-{sid}.log"
-            progress(f"{label} arm {a.name} on {launch.tree or '(default tree)'}: starting server ({a.pset.label})")
-            launched_at = time.time()
-            runner.units_started += 1
-            runner.started_ids.add(sid)
-            srv = runner.launch(launch, a, rnd, console, warmup=False)
+            announce = f"{label} arm {a.name} on {launch.tree or '(default tree)'}: starting server ({a.pset.label})"
+            started = runner.start_server(launch, a, rnd, announce)
+            sid, srv, console = started.sid, started.srv, started.console
+            launched_at, ready_at = started.launched_at, started.ready_at
             servers.append(srv)
             sids.append(sid)
-            ready_at = time.time()
             ident = runner.identity(srv)
             # each server on its half of the CPUs (the other half reserved); the bench client with the first,
             # whose arm alternates, so the client's neighbourhood falls on both arms equally
@@ -156,5 +151,5 @@ def _stop_all(runner: Runner, servers: list[launcher.Server]) -> list[int | None
     """Stop the servers in the reverse of their start order; each stop puts the bench client back on its CPUs."""
     rcs: list[int | None] = [None] * len(servers)
     for i in reversed(range(len(servers))):
-        rcs[i] = runner._stop(servers[i])
+        rcs[i] = runner.stop_server(servers[i])
     return rcs

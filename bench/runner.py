@@ -194,6 +194,17 @@ def progress(msg: str) -> None:
     print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class StartedServer:
+    """A server this invocation started and counted (Runner.start_server): what its records need."""
+
+    sid: str
+    srv: launcher.Server
+    console: Path
+    launched_at: float  # wall clock before the launch: the start-up breakdown is cut from here
+    ready_at: float  # wall clock at its url line
+
+
 class Runner:
     def __init__(
         self,
@@ -207,8 +218,8 @@ class Runner:
         self.comparisons = comparisons  # (section, reference arm name, arm name)
         self.sig = cfg.signature()
         self.t_start = time.monotonic()
-        self.units_started = 0
-        self.started_ids: set[str] = set()
+        self._units_started = 0
+        self._started_ids: set[str] = set()
         self.warmed = not cfg.warmup_start
         self._view: store.StoreView | None = None
         self._own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -422,9 +433,25 @@ class Runner:
     def placement_of(self, arm: ArmSpec) -> str:
         return dict(arm.env).get(placement.ENV) or self.cfg.env.get(placement.ENV) or self.cfg.cpu_placement
 
+    @property
+    def units_started(self) -> int:
+        """Servers this invocation started (throwaway and failed launches included); counted by start_server."""
+        return self._units_started
+
+    @property
+    def started_ids(self) -> frozenset[str]:
+        """Start ids of the servers this invocation started; recorded by start_server."""
+        return frozenset(self._started_ids)
+
+    @property
+    def own_cpus(self) -> frozenset[int] | None:
+        """The CPUs this process could run on when the Runner was made (None where the OS cannot say): where the
+        host probe's CPU and a duet's two halves come from, and what stop_server puts the bench client back on."""
+        return frozenset(self._own_cpus) if self._own_cpus is not None else None
+
     def check_budget(self, arm: ArmSpec, starts: int = 1, what: str = "start") -> None:
         """BudgetExhausted when `starts` more starts (a duet's two: bench.duet_runner) would overrun the budget."""
-        if self.cfg.time_budget_s is None or self.units_started == 0:
+        if self.cfg.time_budget_s is None or self._units_started == 0:
             # an invocation's first start always runs, or a small budget could never progress; after a throwaway
             # start it is checked too (run7: a 469 s cold throwaway left 101 s, the measured start took 106 s,
             # and the device call's own limit killed it)
@@ -442,10 +469,10 @@ class Runner:
         units = list(v.units.values())
         # From the starts of this invocation where there are any: an earlier invocation may have paid the
         # machine's JIT and CUDA-graph caches. A throwaway start counts only when nothing measured was seen.
-        here = [u for u in units if u.start_id in self.started_ids and u.wall_s]
+        here = [u for u in units if u.start_id in self._started_ids and u.wall_s]
         seen = here or [u for u in units if u.wall_s]
         if not seen:
-            seen = [u for u in v.warmup_units if u.start_id in self.started_ids and u.wall_s]
+            seen = [u for u in v.warmup_units if u.start_id in self._started_ids and u.wall_s]
         warm = [u.wall_s for u in seen if u.machine_warm]
         if warm:
             return max(warm)
@@ -472,16 +499,11 @@ class Runner:
     def run_unit(self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False) -> list[RepMetrics]:
         if not warmup:
             self.check_budget(arm)
-        sid = uuid.uuid4().hex[:12]
-        console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
         t0 = time.monotonic()
-        launched_at = time.time()
-        self.units_started += 1
-        self.started_ids.add(sid)
-        progress(f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})")
         machine_warm = warm_machine_age(self.sig) is not None
-        srv = self.launch(self.cfg.launch, arm, rnd, console, warmup)
-        ready_at = time.time()
+        announce = f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})"
+        started = self.start_server(self.cfg.launch, arm, rnd, announce, warmup)
+        sid, srv, console = started.sid, started.srv, started.console
         reps: list[RepMetrics] = []
         try:
             info_version, overlay = self.identity(srv)
@@ -503,8 +525,8 @@ class Runner:
                 machine_warm,
                 (info_version, overlay),
                 placed,
-                launched_at,
-                ready_at,
+                started.launched_at,
+                started.ready_at,
             )
             total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
             # the kernel's contention counters around every repetition: two reads of /proc, nothing perturbed
@@ -517,13 +539,13 @@ class Runner:
                     reps.append(m)
         except (WorkloadError, OSError) as e:
             self.record_failure(arm, rnd, sid, srv, warmup, e)
-            self._stop(srv)
+            self.stop_server(srv)
             raise RunAborted(f"arm {arm.name} start {rnd + 1}: {e}") from e
         except BaseException:
-            self._stop(srv)  # Ctrl-C or an abort: never leave a server holding the GPU
+            self.stop_server(srv)  # Ctrl-C or an abort: never leave a server holding the GPU
             raise
         probe = self._probe
-        rc = self._stop(srv)
+        rc = self.stop_server(srv)
         if probe is not None:
             self.rec(
                 {
@@ -551,7 +573,26 @@ class Runner:
         mark_warm_machine(self.sig)
         return reps
 
-    def launch(self, launch: LaunchConfig, arm: ArmSpec, rnd: int, console: Path, warmup: bool) -> launcher.Server:
+    def start_server(
+        self, launch: LaunchConfig, arm: ArmSpec, rnd: int, announce: str, warmup: bool = False
+    ) -> StartedServer:
+        """One server of `arm` started under `launch`, and counted as one of this invocation's starts.
+
+        Every server an invocation starts goes through here (run_unit's, the throwaway start, both of a duet's:
+        bench.duet_runner): check_budget lets an invocation's first start run unchecked and next_unit_estimate
+        reads this invocation's own starts, so a start counted anywhere else, or not at all, would move where
+        --time-budget stops. It counts before the launch: a launch that fails spent its time too. `announce`
+        is the progress line said before the launch."""
+        sid = uuid.uuid4().hex[:12]
+        console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
+        launched_at = time.time()
+        self._units_started += 1
+        self._started_ids.add(sid)
+        progress(announce)
+        srv = self._launch(launch, arm, rnd, console, warmup)
+        return StartedServer(sid, srv, console, launched_at, time.time())
+
+    def _launch(self, launch: LaunchConfig, arm: ArmSpec, rnd: int, console: Path, warmup: bool) -> launcher.Server:
         """One server of `arm` started (until its url line); a failure recorded and raised as RunAborted."""
         try:
             return launcher.start(launch, arm, self.server_env(arm), console)
@@ -678,7 +719,9 @@ class Runner:
             }
         )
 
-    def _stop(self, srv: launcher.Server) -> int | None:
+    def stop_server(self, srv: launcher.Server) -> int | None:
+        """Stop `srv` (and the host probe beside it) and put the bench client back on its own CPUs, which the
+        start's placement narrowed; the launcher's exit code. Every server started is stopped through here."""
         if self._probe is not None:
             hostprobe.stop(self._probe)
             self._probe = None

@@ -347,3 +347,39 @@ def test_duet_a_failure_while_the_second_server_starts_is_its_arm_s(
     assert "[duet 1] arm b: cannot open the console log" in err
     recs = list(store.read(tmp_path / "duet" / "results.jsonl"))
     assert not [r for r in recs if r["type"] == "failure" and r["arm"] == "a"]
+
+
+def test_duet_and_sequential_runs_count_their_starts_alike(tmp_path, manifest, launcher_arg, monkeypatch):
+    """Each invocation's Runner counts exactly the servers it started, duets and sequential starts alike, on a
+    first run and on --resume: its units_started and started_ids are the start records between its run record
+    and its conclusion, whose server_starts_this_run says the same. check_budget and next_unit_estimate read
+    that count, so a start path that kept it another way would move where --time-budget stops."""
+    from bench import runner as runner_mod
+
+    made: list[runner_mod.Runner] = []
+
+    class Counted(runner_mod.Runner):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            made.append(self)
+
+    monkeypatch.setattr(runner_mod, "Runner", Counted)
+    budget = ["--restarts", "2", "--max-starts", "2", "--time-budget", "0.5"]
+    duet, _, _ = _duet(tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, *budget], QUIET, rc=EXIT_BUDGET)
+    seq = tmp_path / "seq"
+    assert main(fake_argv("ab", [*NULL, *budget], manifest, launcher_arg, seq)) == EXIT_BUDGET
+    for out in (duet, seq):
+        for _ in range(4):
+            if main(["ab", "--resume", str(out)]) == 0:
+                break
+    for out in (duet, seq):
+        recs = list(store.read(out / "results.jsonl"))
+        runs = [i for i, r in enumerate(recs) if r["type"] == "run"]
+        invocations = [recs[i:j] for i, j in zip(runs, [*runs[1:], len(recs)])]
+        runners = [r for r in made if r.cfg.out_dir == out]
+        assert len(runners) == len(invocations) >= 2  # a first run and at least one --resume
+        for runner, segment in zip(runners, invocations):
+            started = {r["start_id"] for r in segment if r["type"] == "start"}
+            conclusion = next(r for r in segment if r["type"] == "conclusion")
+            assert started and runner.started_ids == started
+            assert runner.units_started == len(started) == conclusion["server_starts_this_run"]

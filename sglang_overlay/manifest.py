@@ -558,6 +558,20 @@ def _check_name(ctx: _Ctx, where: str, name: Any) -> None:
 _NAME_FIX = "use lower-case letters, digits and underscores, starting with a letter (not none or pristine)"
 
 
+def _conflicts(ctx: _Ctx, where: str, requires: tuple[str, ...], raw: Any) -> tuple[str, ...]:
+    """A name in both lists is said here, at the key: the requirement check further on would only say the
+    entry's requirements conflict, without naming the list or the slip (one of the two is a leftover)."""
+    conflicts = ctx.name_list(f"{where}.conflicts", raw)
+    for n in conflicts:
+        if n in requires:
+            raise ctx.fail(
+                f"{where}.conflicts",
+                f"names {n!r}, which {where}.requires names too",
+                f"an entry either requires {n!r} or conflicts with it: drop it from one of the two lists",
+            )
+    return conflicts
+
+
 def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     where = f"patches[{index}]"
     raw = ctx.mapping(where, raw)
@@ -577,13 +591,14 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
+    requires = ctx.name_list(f"{where}.requires", raw.get("requires"))
     common = _Common(
         name=name,
         description=ctx.string(f"{where}.description", raw["description"]),
         category=category,
         default=default,
-        requires=ctx.name_list(f"{where}.requires", raw.get("requires")),
-        conflicts=ctx.name_list(f"{where}.conflicts", raw.get("conflicts")),
+        requires=requires,
+        conflicts=_conflicts(ctx, where, requires, raw.get("conflicts")),
         env=_parse_env(ctx, where, raw.get("env")),
         cuda_capability=_parse_hardware(ctx, where, raw.get("hardware")),
         upstream=_parse_upstream(ctx, where, raw.get("upstream")),

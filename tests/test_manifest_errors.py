@@ -234,6 +234,14 @@ CASES = {
         lambda d: entry(d, "fx_common").update(conflicts=["fx_topk_gated", "fx_args_b", "fx_topk_gated"]),
         ["patches[3] (fx_common).conflicts: names 'fx_topk_gated' twice"],
     ),
+    # it had only been refused as "its requirements conflict", naming neither the list nor the slip
+    "requires and conflicts name the same patch": (
+        lambda d: entry(d, "fx_common").update(conflicts=["fx_topk_gated", "fx_args_a"]),
+        [
+            "patches[3] (fx_common).conflicts: names 'fx_args_a', which patches[3] (fx_common).requires names too",
+            "drop it from one of the two lists",
+        ],
+    ),
     "preset names a patch twice": (
         lambda d: d["presets"].update(args=["fx_args_a", "fx_args_b", "fx_args_a"]),
         ["presets.args: names 'fx_args_a' twice", "list 'fx_args_a' once"],

@@ -59,7 +59,8 @@ class PatchStatus:
     upstream: str
     state: str  # applied | not-applied | upstreamed | drifted | stale | unavailable | proof-failed
     detail: str = ""
-    drifted_files: tuple[str, ...] = ()
+    drifted_files: tuple[str, ...] = ()  # edited by hand, or (also in mode_drifted_files) chmod-ed by hand
+    mode_drifted_files: tuple[str, ...] = ()  # exec bit not the diff's mode line: `apply` sets it back
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Status:
     presets: Mapping[str, tuple[str, ...]]
     env_profiles: tuple[str, ...]
     skipped: tuple[Skipped, ...] = ()  # entries a rebase left out of this pin (`rebase --skip`)
+    mode_drifted_files: tuple[str, ...] = ()  # the part of drifted_files whose exec bit only was changed by hand
 
     def patch(self, name: str) -> PatchStatus:
         return next(p for p in self.patches if p.name == name)
@@ -101,6 +103,8 @@ class Status:
             }
             if p.drifted_files:
                 row["drifted_files"] = list(p.drifted_files)
+            if p.mode_drifted_files:
+                row["mode_drifted_files"] = list(p.mode_drifted_files)
             rows.append(row)
         return {
             "pin": {"package": self.pin_package, "version": self.pin_version, "wheel": self.pin_wheel},
@@ -109,6 +113,7 @@ class Status:
             "applied": list(self.applied),
             "patches": rows,
             "drifted_files": list(self.drifted_files),
+            "mode_drifted_files": list(self.mode_drifted_files),
             "identity_file": self.identity_file,
             "interrupted_transaction": self.interrupted_transaction,
             "cuda_capability": list(self.cuda_capability),
@@ -236,8 +241,9 @@ def status(
     from .fingerprint import patch_digest
     from .hardware import blocked, capabilities
     from .manifest import UpstreamedPatch
+    from .patchfile import created_exec_bits
     from .repopath import IDENTITY_PATH
-    from .treeread import base_reader, drifted_files, reading
+    from .treeread import base_reader, drifted_files, exec_bit_drifted, reading
     from .upstream import prove
 
     ctx = _ctx(context, project, manifest, tree)
@@ -245,18 +251,27 @@ def status(
     with reading(t) as view:
         state = view.state
         drift = drifted_files(t, state)
+        carried = m.changes(n for n in state.applied if n in m.names)
+        # a stale patch's mode line may be what changed: its file has the mode it had, and "stale" says apply
+        fresh = [p.diff for p in carried if p.diff is not None and state.digests.get(p.name) == patch_digest(p)]
+        chmodded = exec_bit_drifted(t, state, created_exec_bits(fresh))
         read_base = base_reader(t, state, view.store)
         unavailable = blocked(m.patches)
         rows = []
         for p in m.patches:
-            detail, mine = "", tuple[str, ...]()
+            detail, mine, modes = "", tuple[str, ...](), tuple[str, ...]()
             if isinstance(p, UpstreamedPatch):
                 res = prove(p, read_base)
                 st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
             elif p.name in state.applied:
-                mine = tuple(sorted(f for f, r in drift.items() if p.name in r.patches))
+                edited = tuple(sorted(f for f, r in drift.items() if p.name in r.patches))
+                modes = tuple(f for f in chmodded if p.name in state.files[f].patches)
+                mine = tuple(sorted({*edited, *modes}))
                 if mine:
-                    st, detail = "drifted", "edited by hand: " + ", ".join(mine)
+                    said = ["edited by hand: " + ", ".join(edited)] if edited else []
+                    if modes:
+                        said.append("exec bit changed by hand: " + ", ".join(modes) + " (apply sets it back)")
+                    st, detail = "drifted", "; ".join(said)
                 elif state.digests.get(p.name) != patch_digest(p):
                     st, detail = "stale", "the patch changed since it was applied: apply again"
                 else:
@@ -276,6 +291,7 @@ def status(
                     st,
                     detail,
                     mine,
+                    modes,
                 )
             )
         return Status(
@@ -288,13 +304,14 @@ def status(
             fingerprint=state.fingerprint,
             applied=tuple(state.applied),
             patches=tuple(rows),
-            drifted_files=tuple(sorted(drift)),
+            drifted_files=tuple(sorted({*drift, *chmodded})),
             identity_file=IDENTITY_PATH if state.applied else None,
             interrupted_transaction=bool(view.pending),
             cuda_capability=tuple(capabilities() or ()),
             presets={k: tuple(v) for k, v in m.presets.items()},
             env_profiles=tuple(sorted(m.env_profiles)),
             skipped=m.skipped,
+            mode_drifted_files=chmodded,
         )
 
 

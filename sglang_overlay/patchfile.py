@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,12 @@ def _strip_prefix(path: str | None, side: str, where: Path) -> str | None:
             hint=f"regenerate it with `git diff` (not --no-prefix), or `{prog()} refresh NAME`",
         )
     return path[2:]
+
+
+def created_exec_bits(diffs: Iterable[PatchFile]) -> dict[str, bool]:
+    """Each file these diffs create, and whether its mode line makes it executable (`new file mode 100755`).
+    One entry adds a file (the manifest refuses a second), so no diff here overrides another's answer."""
+    return {f: f in d.executable for d in diffs for f in d.created}
 
 
 def parse_patch_file(path: Path) -> PatchFile:

@@ -22,6 +22,7 @@ from .fsio import new_file_mode, read_bytes, with_exec_bits
 from .hardware import refuse_blocked
 from .manifest import Change as PatchChange
 from .manifest import Manifest, Patch
+from .patchfile import created_exec_bits
 from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .state import FileRecord, ObjectStore, State, digest_of
@@ -145,10 +146,7 @@ def target_modes(
         if p.diff is not None:
             for f in p.diff.deleted:  # back to the base when nothing in the target creates it
                 wanted[f] = f in p.diff.executable
-    for p in target:
-        if p.diff is not None:
-            for f in p.diff.created:
-                wanted[f] = f in p.diff.executable
+    wanted.update(created_exec_bits(p.diff for p in target if p.diff is not None))
     modes = {}
     for f, exe in wanted.items():
         if contents.get(f) is None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,22 @@ def read_file(tree: Tree, repo_path: str) -> bytes | None:
 
 def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:
     return {f: rec for f, rec in state.files.items() if digest_of(read_file(tree, f)) != rec.applied}
+
+
+def exec_bit_drifted(tree: Tree, state: State, wanted: Mapping[str, bool]) -> tuple[str, ...]:
+    """The managed files whose exec bit is not the one `wanted` gives them (a hand chmod since the tool wrote
+    them): the same owner bit `apply` looks at when it sets or clears it."""
+    out = []
+    for f, exe in sorted(wanted.items()):
+        if f not in state.files:
+            continue
+        try:
+            st = os.lstat(tree.path_of(f))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone: the bytes' drift says so
+        if stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o100) != exe:
+            out.append(f)
+    return tuple(out)
 
 
 def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:

@@ -442,6 +442,56 @@ def test_a_patch_whose_new_file_becomes_executable_is_stale_and_apply_sets_the_b
     assert git_status(sglang_tree) == ""
 
 
+def test_status_reports_a_hand_chmod_of_a_created_file_as_drift_and_apply_sets_it_back(sglang_tree, tmp_path):
+    # a `chmod -x` of a file a diff creates 100755 had shown `applied`, though the next apply rewrites it
+    from sglang_overlay import api
+
+    proj = mode_project(tmp_path, NEW_TOOL)
+
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), *a, check_rc=rc)
+
+    run("apply", "fx_exec", "fx_args_a")
+    tool = sglang_tree / TOOL
+    tool.chmod(mode_of(tool) & ~0o111)
+    st = json.loads(run("status", "--json").stdout)  # drift is shown, not an error: exit 0, as for a hand edit
+    row = {q["name"]: q for q in st["patches"]}["fx_exec"]
+    assert row["state"] == "drifted" and row["detail"] == f"exec bit changed by hand: {TOOL} (apply sets it back)"
+    assert row["drifted_files"] == row["mode_drifted_files"] == [TOOL]
+    assert st["drifted_files"] == st["mode_drifted_files"] == [TOOL]
+    assert {q["name"]: q["state"] for q in st["patches"]}["fx_args_a"] == "applied"
+    assert "[!] fx_exec" in run("status").stdout
+    lib = api.status(manifest=proj / "manifest.yaml", tree=sglang_tree)
+    assert lib.patch("fx_exec").state == "drifted" and lib.mode_drifted_files == (TOOL,)
+    # a hand edit of its bytes too: both said, in the one row
+    written = tool.read_bytes()
+    tool.write_bytes(written + b"echo mine\n")
+    row = {q["name"]: q for q in json.loads(run("status", "--json").stdout)["patches"]}["fx_exec"]
+    assert row["detail"] == f"edited by hand: {TOOL}; exec bit changed by hand: {TOOL} (apply sets it back)"
+    assert row["drifted_files"] == row["mode_drifted_files"] == [TOOL]
+    # apply (its bytes for the file are the same as before, so the hand edit stays) sets the bit back only
+    run("apply", "fx_exec", "fx_args_a")
+    st = json.loads(run("status", "--json").stdout)
+    assert st["drifted_files"] == [TOOL] and st["mode_drifted_files"] == [] and mode_of(tool) & 0o100
+    assert {q["name"]: q for q in st["patches"]}["fx_exec"]["detail"] == f"edited by hand: {TOOL}"
+    tool.write_bytes(written)
+    # only the bit: apply sets it back, says so, and status is clean again
+    tool.chmod(mode_of(tool) & ~0o111)
+    res = run("apply", "fx_exec", "fx_args_a")
+    assert f"{TOOL}: made executable, as its patch's diff says" in res.stderr
+    st = json.loads(run("status", "--json").stdout)
+    assert st["drifted_files"] == [] and {q["name"]: q["state"] for q in st["patches"]}["fx_exec"] == "applied"
+    # and the other way: chmod +x of a file its diff creates 100644
+    p = proj / "patches/fx_exec.patch"
+    p.write_text(p.read_text().replace("new file mode 100755", "new file mode 100644"))
+    run("apply", "fx_exec", "fx_args_a")
+    tool.chmod(mode_of(tool) | 0o100)
+    row = {q["name"]: q for q in json.loads(run("status", "--json").stdout)["patches"]}["fx_exec"]
+    assert row["state"] == "drifted" and row["mode_drifted_files"] == [TOOL]
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""
+
+
 def test_revert_of_a_deletion_brings_an_executable_file_back_executable(sglang_tree, tmp_path):
     # the state keeps a base's bytes, not its mode: the diff's `deleted file mode 100755` says it was executable
     f = sglang_tree / SMALL

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,10 +29,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STRACE = shutil.which("strace")
 SYSCALLS = ("openat", "write", "rename", "fsync", "syncfs", "unlink", "unlinkat", "rmdir", "mkdir", "fchmod")
+# a mode set on a path, not on the temp file's descriptor (fchmod): traced where a sweep asks for it, the engine's,
+# so that an exec bit ever set in place would be swept too (the rebase sweeps' fetch makes one, left as it was)
+PATH_CHMOD = ("chmod", "fchmodat")
 ERROR_SYSCALLS = {  # where each error is one the kernel really returns
     "ENOSPC": ("openat", "write", "fsync", "syncfs", "mkdir", "rename"),  # syncfs: a write-back error
-    "EROFS": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
-    "EACCES": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod"),
+    "EROFS": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod", "chmod", "fchmodat"),
+    "EACCES": ("openat", "mkdir", "rename", "unlink", "unlinkat", "rmdir", "fchmod", "chmod", "fchmodat"),
 }
 ERRNO_TEXT = {"ENOSPC": "No space left on device", "EROFS": "Read-only file system", "EACCES": "Permission denied"}
 STATE_DIR = ".sglang-overlay"
@@ -50,9 +54,11 @@ class Point:
         return f"{self.syscall}#{self.n} {self.call[:150]}"
 
 
-def trace_points(argv: list[str], env: dict, cwd: Path, log: Path) -> tuple[list[Point], subprocess.CompletedProcess]:
+def trace_points(
+    argv: list[str], env: dict, cwd: Path, log: Path, syscalls: tuple[str, ...] = SYSCALLS
+) -> tuple[list[Point], subprocess.CompletedProcess]:
     proc = subprocess.run(
-        [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(SYSCALLS), *argv],
+        [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(syscalls), *argv],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -68,7 +74,7 @@ def trace_points(argv: list[str], env: dict, cwd: Path, log: Path) -> tuple[list
         if not m:  # "<... resumed>", signals, exits
             continue
         pid, name, args = m.groups()
-        if name not in SYSCALLS:
+        if name not in syscalls:
             continue
         n = counts[(pid, name)] = counts.get((pid, name), 0) + 1
         first_at.setdefault((name, n), pid)
@@ -165,9 +171,16 @@ class Snapshot:
     state: bytes | None
     backups: tuple[str, ...]
     project: dict[str, str | None]  # project files a command may rewrite (refresh)
+    modes: dict[str, int | None] = field(default_factory=dict)  # tree-relative path -> permission bits
 
     def same_tree(self, other: Snapshot) -> bool:
-        return self.files == other.files and self.state == other.state and self.project == other.project
+        # the mode too: a change may be an exec bit only (a diff's `new file mode 100755`)
+        return (
+            self.files == other.files
+            and self.modes == other.modes
+            and self.state == other.state
+            and self.project == other.project
+        )
 
 
 @dataclass
@@ -207,8 +220,20 @@ class Layout:
             else ()
         )
         return Snapshot(
-            files, listings, _read(sd / "state.json"), backups, {str(p): sha(_read(p)) for p in self.project_files}
+            files,
+            listings,
+            _read(sd / "state.json"),
+            backups,
+            {str(p): sha(_read(p)) for p in self.project_files},
+            {f: _mode(self.tree / f) for f in self.files},
         )
+
+
+def _mode(p: Path) -> int | None:
+    try:
+        return stat.S_IMODE(os.lstat(p).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def _read(p: Path) -> bytes | None:
@@ -258,6 +283,7 @@ class Saved:
 
     files: dict[Path, bytes | None]
     state_dir: dict[str, bytes | None] | None  # relative path -> bytes (None: a directory); None: no state dir
+    modes: dict[Path, int | None]
 
     @classmethod
     def take(cls, layout: Layout) -> Saved:
@@ -267,7 +293,7 @@ class Saved:
         tree = None
         if sd.is_dir():
             tree = {str(p.relative_to(sd)): None if p.is_dir() else p.read_bytes() for p in sorted(sd.rglob("*"))}
-        return cls(files, tree)
+        return cls(files, tree, {p: _mode(p) for p in files})
 
     def restore(self, layout: Layout, listings: dict[str, tuple[str, ...]]) -> None:
         sd = layout.tree / STATE_DIR
@@ -289,6 +315,9 @@ class Saved:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 if _read(p) != data:
                     p.write_bytes(data)
+                mode = self.modes[p]
+                if mode is not None and _mode(p) != mode:
+                    os.chmod(p, mode)
         for d, names in sorted(listings.items(), key=lambda kv: -len(kv[0])):
             d = Path(d)
             if not names and d.is_dir() and not os.listdir(d):

@@ -1,12 +1,13 @@
 """Fault injection at every write-side system call of every command that changes a tree, and of recovery.
 
-For each command (from a starting tree where it has real work to do) strace lists every rename, fsync, unlink,
-unlinkat, rmdir, mkdir, fchmod, write, and open-for-write its own process makes; the command is then run again
-once per call with a SIGKILL, a SIGINT (Ctrl-C) or an error (ENOSPC, EROFS, EACCES) injected at exactly that
-call. After each: SIGINT and errors have rolled back by themselves (exit 130 / exit 1 naming the OS error), a
-SIGKILL is rolled back by the next command (`recover`); then the tree is byte-equal to the state before or
-after the command, the state describes it, and nothing is left anywhere (temp files, journal, unused saved
-copies, new directories, scratch in $TMPDIR). Points run on two workers, each with its own copy of the tree.
+For each command (from a starting tree where it has real work to do, an exec bit alone included) strace lists
+every rename, fsync, unlink, unlinkat, rmdir, mkdir, fchmod (chmod, fchmodat), write, and open-for-write its own
+process makes; the command is then run again once per call with a SIGKILL, a SIGINT (Ctrl-C) or an error
+(ENOSPC, EROFS, EACCES) injected at exactly that call. After each: SIGINT and errors have rolled back by
+themselves (exit 130 / exit 1 naming the OS error), a SIGKILL is rolled back by the next command (`recover`);
+then the tree is byte-equal to the state before or after the command (modes included), the state describes
+it, and nothing is left anywhere (temp files, journal, unused saved copies, new directories, scratch in
+$TMPDIR). Points run on two workers, each with its own copy of the tree.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import pytest
 from conftest import ROOT
 from faultlib import (
     ERRNO_TEXT,
+    PATH_CHMOD,
     STATE_DIR,
     STRACE,
+    SYSCALLS,
     Layout,
     Point,
     Saved,
@@ -48,6 +51,18 @@ NEWDIR_ENTRY = """  - name: fx_newdir
     category: experimental
     overlay: [python/sglang/srt/fx_newpkg/sub/fx_new.py]
 presets:"""
+TOOL = "python/sglang/srt/fx_tool.sh"  # a file a diff creates executable: the smallest there is
+EXEC_MANIFEST = "manifest_exec.yaml"  # the sweep's manifest plus fx_exec (kept out of the others' `--all`)
+EXEC_ENTRY = """  - name: fx_exec
+    description: adds an executable file
+    kind: diff
+    category: experimental
+presets:"""
+EXEC_PATCH = (
+    "Description: Fixture fx_exec: a new file mode 100755\nOrigin: vendor\nForwarded: not-needed\n"
+    f"Last-Update: 2026-12-02\n---\ndiff --git a/{TOOL} b/{TOOL}\nnew file mode 100755\nindex 0000000..1111111\n"
+    f"--- /dev/null\n+++ b/{TOOL}\n@@ -0,0 +1,1 @@\n+#!/bin/sh\n"
+)
 MANAGED = (
     "python/sglang/srt/layers/moe/topk.py",
     "python/sglang/srt/server_args.py",
@@ -56,6 +71,7 @@ MANAGED = (
     "python/sglang/srt/fx_hopper_only.py",
     "python/sglang/_overlay_build.py",
     NEWDIR_FILE,
+    TOOL,
 )
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 
@@ -63,6 +79,10 @@ SERVER_ARGS = "python/sglang/srt/server_args.py"
 def _edit_args_a(tree: Path) -> None:
     f = tree / SERVER_ARGS
     f.write_text(f.read_text().replace("    # fixture a: top of ServerArgs\n", "    # fixture a: edited by hand\n"))
+
+
+def _chmod_tool_off(tree: Path) -> None:
+    (tree / TOOL).chmod(0o644)  # apply's only change is then the exec bit: bytes and state stay
 
 
 def _edit_topk(tree: Path) -> None:
@@ -76,6 +96,8 @@ class Command:
     args: tuple[str, ...]
     edit: object = None  # a hand edit made after the setup
     pending: bool = False  # start from a journal a kill left (the command under test is the recovery)
+    manifest: str = "manifest.yaml"
+    rerun: bool = False  # after each fault (and recover), running the command again must reach `after`
 
 
 COMMANDS = {
@@ -90,6 +112,11 @@ COMMANDS = {
         ("launch", "--patches", "fx_topk,fx_newdir", "--python", "/nonexistent/python", "--", "--port", "1"),
     ),
     "recover": Command((("apply", "--set", "default"),), ("recover",), pending=True),
+    # the mode-only write path: the same bytes written again (temp, fchmod, rename) for the exec bit alone
+    "apply exec bit": Command(
+        (("apply", "fx_exec"),), ("apply", "fx_exec"), edit=_chmod_tool_off, manifest=EXEC_MANIFEST, rerun=True
+    ),
+    "apply new 100755": Command((), ("apply", "fx_exec"), manifest=EXEC_MANIFEST, rerun=True),
 }
 
 
@@ -117,6 +144,8 @@ class Worker:
         man.write_text(
             man.read_text().replace("presets:", NEWDIR_ENTRY, 1).replace("    conflicts: [fx_topk_gated]\n", "")
         )
+        (self.project / EXEC_MANIFEST).write_text(man.read_text().replace("presets:", EXEC_ENTRY, 1))
+        (self.project / "patches" / "fx_exec.patch").write_text(EXEC_PATCH)
         new = self.project / "overlay" / NEWDIR_FILE
         new.parent.mkdir(parents=True)
         new.write_text("FX_NEW = True\n")
@@ -136,11 +165,13 @@ class Worker:
         self.log = self.dir / "strace.log"
         self.cases: dict[str, Prepared] = {}
 
-    def argv(self, *args: str) -> list[str]:
-        return python_argv("--manifest", str(self.project / "manifest.yaml"), "--tree", str(self.tree), *args)
+    def argv(self, *args: str, manifest: str = "manifest.yaml") -> list[str]:
+        return python_argv("--manifest", str(self.project / manifest), "--tree", str(self.tree), *args)
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        p = subprocess.run(self.argv(*args), cwd=self.dir, env=self.env, capture_output=True, text=True)
+    def cli(self, *args: str, check: bool = True, manifest: str = "manifest.yaml") -> subprocess.CompletedProcess:
+        p = subprocess.run(
+            self.argv(*args, manifest=manifest), cwd=self.dir, env=self.env, capture_output=True, text=True
+        )
         assert not check or p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stdout}\n{p.stderr}"
         return p
 
@@ -151,7 +182,7 @@ class Worker:
         for p, data in self.pristine_project.items():
             p.write_bytes(data)
         for step in c.setup:
-            self.cli(*step)
+            self.cli(*step, manifest=c.manifest)
         if c.edit:
             c.edit(self.tree)
         if c.pending:  # a kill just before the journal of `apply --all` is removed: all of it to roll back
@@ -160,14 +191,14 @@ class Worker:
         # the patch refresh rewrites, for every case: each starts from the project as shipped
         layout = Layout(self.tree, self.tmpdir, MANAGED, (self.project / "patches" / "fx_args_a.patch",))
         saved, before = Saved.take(layout), layout.snapshot()
-        done = self.cli(*c.args, check=False)
+        done = self.cli(*c.args, check=False, manifest=c.manifest)
         assert done.returncode == (2 if name == "launch" else 0), f"{name}: {done.stderr}"  # 2: /nonexistent/python
         after = layout.snapshot()
         assert not leftovers(layout, after, after), leftovers(layout, after, after)
         assert not after.same_tree(before), f"{name} changed nothing: not a useful case"
         saved.restore(layout, before.listings)
         assert layout.snapshot().same_tree(before)
-        prepared = Prepared(layout, saved, before, after, self.argv(*c.args), done.returncode)
+        prepared = Prepared(layout, saved, before, after, self.argv(*c.args, manifest=c.manifest), done.returncode)
         self.cases[name] = prepared
         return prepared
 
@@ -230,6 +261,16 @@ class Worker:
             problems += leftovers(case.layout, final, states[found])
             if consistent(case.layout, final) != consistent(case.layout, states[found]):  # a hand edit is expected
                 problems += consistent(case.layout, final)
+        c = COMMANDS[name]
+        if c.rerun and not problems:
+            again = self.cli(*c.args, check=False, manifest=c.manifest)
+            snap = case.layout.snapshot()
+            if (
+                again.returncode != case.rc
+                or not snap.same_tree(case.after)
+                or leftovers(case.layout, snap, case.after)
+            ):
+                problems.append(f"running it again does not converge: rc {again.returncode}\n{again.stderr[-800:]}")
         return [f"{where}: {p}" for p in problems]
 
     @staticmethod
@@ -282,7 +323,7 @@ def points_of(name: str, workers) -> list[Point]:
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(lambda wk: wk.prepare(name, kill), workers))
         w.cases[name].saved.restore(w.cases[name].layout, w.cases[name].before.listings)
-        pts, proc = trace_points(w.cases[name].argv, w.env, w.dir, w.log)
+        pts, proc = trace_points(w.cases[name].argv, w.env, w.dir, w.log, SYSCALLS + PATH_CHMOD)
         assert proc.returncode == w.cases[name].rc, proc.stderr
         assert pts, f"{name}: strace saw no write-side calls"
         _points[name] = pts
@@ -309,14 +350,26 @@ def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
     )
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-@pytest.mark.parametrize("action", ["signal=KILL", "signal=INT"])
+# A case whose other sweeps would repeat another's: a new 100755 file is written as `apply --all` writes its new
+# files, but for the mode given to its fchmod, which a kill and an error there cover.
+ONLY = {"apply new 100755": ("signal=KILL", "error=EROFS")}
+
+
+def cases(actions: list[str]) -> list:
+    return [
+        pytest.param(name, action, id=f"{action}-{name}")
+        for action in actions
+        for name in COMMANDS
+        if action in ONLY.get(name, actions)
+    ]
+
+
+@pytest.mark.parametrize(("name", "action"), cases(["signal=KILL", "signal=INT"]))
 def test_signal_at_every_point(workers, name, action):
     sweep(workers, name, action)
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-@pytest.mark.parametrize("action", ["error=ENOSPC", "error=EROFS", "error=EACCES"])
+@pytest.mark.parametrize(("name", "action"), cases(["error=ENOSPC", "error=EROFS", "error=EACCES"]))
 def test_os_error_at_every_point(workers, name, action):
     sweep(workers, name, action)
 

@@ -107,7 +107,14 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
         stop_group(proc, cfg.stop_timeout_s)
         raise
     srv = Server(proc=proc, cmd=cmd, output=output)
-    if not srv.output.wait_for(("url", "fingerprint"), cfg.start_timeout_s):
+    try:
+        announced = srv.output.wait_for(("url", "fingerprint"), cfg.start_timeout_s)
+    except BaseException:
+        # Ctrl-C while it starts (the longest wait of a run): the caller has no Server to stop yet, and the
+        # launcher's own session keeps the terminal's SIGINT from it
+        stop(srv, cfg)
+        raise
+    if not announced:
         if not srv.output.ended:
             stop(srv, cfg)
             raise LaunchError(

@@ -6,6 +6,7 @@ through env FAKE_BENCH (JSON):
   base_ms      per-step time of the pristine set (default 3.0)
   costs        {patch: relative slowdown}, e.g. {"planted": 0.05}: the step and every phase
   tree_costs   {tree dir name: relative slowdown}: every server started on that --tree (a duet's tree effect)
+  tree_start_s {tree dir name: seconds}: extra start-up time of a server on that --tree (a duet's second start)
   prefill_ms   the pristine set's prefill, slept (times time_scale) before each request's tokens (default 0)
   prefill_costs {patch: relative slowdown} of the prefill alone (a first-token-only change)
   phase_costs  {patch: {phase: relative change}}: only that EAGLE phase's span (draft, verify, draft_extend),
@@ -22,7 +23,7 @@ through env FAKE_BENCH (JSON):
   oea_distinct {K0: distinct experts per routing call per request in the batch} when SGLANG_OEA_STATS=1
                (default {"0": 8}; K0 from SGLANG_OEA_K0): internal_states[0].oea_stats counts 2 routing calls
                (MoE layers) per decoded token, as the oea_topk patch's totals since start
-Every start appends {"patches","profile","env","server_args","tree"} to FAKE_BENCH_LOG (JSONL) for assertions.
+Every start appends {"patches","profile","env","server_args","tree","pid"} to FAKE_BENCH_LOG (JSONL) for assertions.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def main() -> int:
     if cold and not os.path.exists(cold):
         open(cold, "w").close()
         time.sleep(cfg.get("cold_start_s", 0.0))
-    time.sleep(cfg.get("start_s", 0.0))
+    time.sleep(cfg.get("start_s", 0.0) + cfg.get("tree_start_s", {}).get(os.path.basename((opts["tree"] or "").rstrip("/")), 0.0))
     print("starting fake sglang", flush=True)
     print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
     print(f"sglang-overlay: fingerprint {fp}", flush=True)
@@ -142,6 +143,7 @@ def log_start(patches, profile, server_args, env, tree=None) -> None:
                         "profile": profile,
                         "server_args": server_args,
                         "tree": tree,
+                        "pid": os.getpid(),  # the server's own process: what a test checks is gone after a stop
                         "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))},
                     }
                 )

@@ -1,0 +1,183 @@
+"""`bench ab --duet` under faults: the OS refusing its writes (strace, tests/faultlib.py), a signal at the moments
+a duet is most exposed (its second server starting, between its repetitions, its report being written), a
+read-only or full out dir, and a second process on the same out dir.
+
+What must hold after each: both servers of the duet are gone (the fake server logs its pid), there is no
+traceback, and `--resume` counts whole duets only: three duets at the end, each of one round with one start per
+arm whose measured repetitions are all its own. The run is 3 duets of 3 repetitions per arm, no throwaway start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from faultlib import STRACE, Point, inject, trace_points
+
+from bench import store
+
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = {"noise": 0.002}
+ARMS = ["--arms", "a=base", "b=base", "--arm-env", "b:BENCH_NULL=1"]
+SERVER = ("--tp", "1", "--port", "31000", "--mem-fraction-static", "0.3")
+DUETS = 3
+
+
+class Duet:
+    """One duet run's command and environment in tmp_path: its trees, its out dir, the fake servers' log."""
+
+    def __init__(self, tmp_path: Path, manifest: Path, launcher_arg: str, fake: dict | None = None, out=None):
+        self.base = tmp_path
+        self.out = Path(out) if out else tmp_path / "duet"
+        self.log = tmp_path / "fake-starts.jsonl"
+        for t in ("tree-a", "tree-b"):
+            (tmp_path / t).mkdir(exist_ok=True)
+        trees = ["--tree", str(tmp_path / "tree-a"), "--duet", str(tmp_path / "tree-b")]
+        bounds = ["--restarts", str(DUETS), "--max-starts", str(DUETS), "--no-warmup-start"]
+        args = fake_argv("ab", [*ARMS, *bounds, *trees], manifest, launcher_arg, self.out, SERVER)
+        self.argv = [sys.executable, "-m", "bench", *args]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+        self.env = env | {
+            "PYTHONPATH": str(ROOT),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "FAKE_BENCH": json.dumps({**QUIET, **(fake or {})}),
+            "FAKE_BENCH_LOG": str(self.log),
+            "BENCH_GPU_NAME": "NVIDIA H200",
+            "SGLANG_OVERLAY_BENCH_WARM_DIR": str(tmp_path / "warm"),
+            "MPLCONFIGDIR": str(tmp_path / "mpl"),
+        }
+
+    def run(self, *extra: str, argv=None, timeout=120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            argv or [*self.argv, *extra], cwd=self.base, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def resume(self) -> subprocess.CompletedProcess:
+        return self.run(argv=[sys.executable, "-m", "bench", "ab", "--resume", str(self.out)])
+
+    def pids(self) -> list[int]:
+        return [json.loads(x)["pid"] for x in self.log.read_text().splitlines()] if self.log.exists() else []
+
+    def records(self) -> list[dict]:
+        return list(store.read(self.out / "results.jsonl"))
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not re.search(r"^State:\s+Z", f.read(), re.M)
+    except FileNotFoundError:
+        return False
+
+
+def left_running(d: Duet, wait_s: float = 5.0) -> list[int]:
+    """The fake servers still running `wait_s` after the bench ended (a stop takes a moment)."""
+    deadline = time.monotonic() + wait_s
+    while (running := [p for p in d.pids() if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for p in running:  # never leave one behind for the next test
+        os.kill(p, signal.SIGKILL)
+    return running
+
+
+def no_traceback(p: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+def whole_duets(d: Duet, n: int = DUETS) -> None:
+    """The store holds exactly `n` completed duets, each of one round with one start of each arm, whose measured
+    repetitions are all its own, in the swap order; the conclusion counted n."""
+    recs = d.records()
+    v = store.view(recs)
+    keys = [a["key"] for a in v.runs[0]["arms"]]
+    rounds = [{u.round for u in v.units_of(k)} for k in keys]
+    both = sorted(rounds[0] & rounds[1])
+    assert len(both) == n, (rounds, [r["type"] for r in recs])
+    for i, r in enumerate(both):
+        units = [v.units[(k, r)] for k in keys]
+        assert {u.duet["index"] for u in units} == {i} and {u.duet["position"] for u in units} == {0, 1}
+        for u in units:
+            own = [x for x in recs if x["type"] == "rep" and x["start_id"] == u.start_id and not x["warmup"]]
+            assert len(own) == len(u.reps) == 3
+    c = [r for r in recs if r["type"] == "conclusion"][-1]["comparisons"][0]
+    assert c["comparison"]["n_ref"] == n
+
+
+def finish(d: Duet) -> None:
+    """--resume until the plan is done (a budget stop resumes too); then whole duets."""
+    for _ in range(3):
+        p = d.resume()
+        no_traceback(p)
+        if p.returncode == 0:
+            break
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not left_running(d)
+    whole_duets(d)
+
+
+def needs_strace() -> None:
+    if STRACE is None:
+        pytest.fail("strace is not installed: `apt-get install -y strace` (.ci/run does it)")
+
+
+# -- the store's writes, traced once ------------------------------------------------------------------------------
+def store_points(d: Duet) -> tuple[list[Point], list[dict]]:
+    """Every write-side call of an uninterrupted duet run's own process, and the records it wrote (in order: the
+    k-th write into results.jsonl is the k-th record)."""
+    pts, proc = trace_points(d.argv, d.env, d.base, d.base / "trace.log")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return pts, d.records()
+
+
+def _store_writes(pts: list[Point], d: Duet) -> list[tuple[Point, Point]]:
+    """(openat, write) of each append to results.jsonl, in order."""
+    out, fds = [], {}
+    path = str(d.out / "results.jsonl")
+    for p in pts:
+        if p.syscall == "openat" and path in p.call and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p
+        elif p.syscall == "write" and (m := re.match(r"write\((\d+)", p.call)) and m.group(1) in fds:
+            out.append((fds.pop(m.group(1)), p))
+    return out
+
+
+# -- signals ------------------------------------------------------------------------------------------------------
+def _start_and_wait(d: Duet, until, timeout: float = 30.0) -> subprocess.Popen:
+    proc = subprocess.Popen(d.argv, cwd=d.base, env=d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.02)
+    assert until(), "the moment never came"
+    return proc
+
+
+def _second_start_begun(d: Duet, duet: int):
+    """The fake server of duet `duet`'s second position has logged its start (it sleeps before its url line)."""
+    return lambda: sum(1 for _ in d.pids()) >= 2 * duet + 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_signal_while_the_second_server_of_a_duet_starts_leaves_no_server_and_resume_counts_whole_duets(
+    sig, tmp_path, manifest, launcher_arg
+):
+    """Duet 2's second server takes 1.5 s to announce itself; the bench gets SIGINT (Ctrl-C) or SIGKILL (a
+    device call's time limit) meanwhile. Both servers of the duet must be gone: after SIGINT the bench stops
+    them itself (exit 130); after SIGKILL their launchers must die with it. --resume then measures duet 2 again."""
+    d = Duet(tmp_path, manifest, launcher_arg, {"tree_start_s": {"tree-b": 1.5}})
+    proc = _start_and_wait(d, _second_start_begun(d, 1))
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert len(d.pids()) == 4 and not left_running(d), f"servers left running after {sig.name}"
+    finish(d)

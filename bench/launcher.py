@@ -100,7 +100,9 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
     t0 = time.monotonic()
     # The package's own process handling: a new session (the launcher and what it starts form one group, to
     # signal as a last resort), its output drained into the console log, its announcements collected.
-    proc = start_group(cmd, env=env, stdout=subprocess.PIPE, cwd=cfg.cwd, text=True)
+    # A launcher outliving a killed bench (a device call's time limit sends SIGKILL) would hold the GPU and the
+    # port the resumed run starts on: it gets SIGTERM then, and stops its server as on any stop.
+    proc = start_group(cmd, env=env, stdout=subprocess.PIPE, cwd=cfg.cwd, text=True, die_with_parent=True)
     try:
         output = Announcements(proc, console_log)
     except OSError:

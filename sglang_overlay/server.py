@@ -74,8 +74,11 @@ def start_group(
     stdout: int | IO[Any],
     cwd: str | Path | None = None,
     text: bool = False,
+    die_with_parent: bool = False,
 ) -> subprocess.Popen[Any]:
-    """Start `argv` in a new session: it and whatever it starts form one group that can be signalled at once."""
+    """Start `argv` in a new session: it and whatever it starts form one group that can be signalled at once.
+    `die_with_parent`: on Linux the child gets SIGTERM when this process dies, even by SIGKILL (its own session
+    keeps every other signal of ours from it), so that a launcher forwards the stop to its server."""
     return subprocess.Popen(
         argv,
         env=dict(env),
@@ -86,7 +89,24 @@ def start_group(
         start_new_session=True,
         text=text,
         bufsize=1 if text else -1,
+        preexec_fn=_term_with_parent() if die_with_parent and sys.platform == "linux" else None,
     )
+
+
+def _term_with_parent():
+    """The child's side of die_with_parent, resolved here: between fork and exec nothing may import or allocate
+    much (the parent's other threads may hold locks), only call prctl(PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_child
 
 
 def signal_group(proc: subprocess.Popen[Any], sig: int) -> None:

@@ -458,7 +458,7 @@ def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
 
 
 def run_measurement(kind: str, argv_full: list[str]) -> int:
-    from . import store
+    from . import run_lock, store
     from .errors import BudgetExhausted, RunAborted, SetError, WriteFailed
     from .report import write_report
     from .runner import Runner, StoreLab, progress
@@ -494,6 +494,7 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
+    run_lock.hold(cfg.out_dir)  # before the first write into it: a second process is refused, not interleaved
     try:
         runner = Runner(cfg, arms, comps, extra_run_fields=record_extra)
     except RunAborted as e:

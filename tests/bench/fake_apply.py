@@ -110,7 +110,10 @@ def main() -> int:
     if cold and not os.path.exists(cold):
         open(cold, "w").close()
         time.sleep(cfg.get("cold_start_s", 0.0))
-    time.sleep(cfg.get("start_s", 0.0) + cfg.get("tree_start_s", {}).get(os.path.basename((opts["tree"] or "").rstrip("/")), 0.0))
+    time.sleep(
+        cfg.get("start_s", 0.0)
+        + cfg.get("tree_start_s", {}).get(os.path.basename((opts["tree"] or "").rstrip("/")), 0.0)
+    )
     print("starting fake sglang", flush=True)
     print(f"sglang-overlay: url http://127.0.0.1:{srv.server_address[1]}", flush=True)
     print(f"sglang-overlay: fingerprint {fp}", flush=True)

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,63 @@ def test_a_signal_while_the_second_server_of_a_duet_starts_leaves_no_server_and_
     assert "Traceback" not in err, err[-3000:]
     assert len(d.pids()) == 4 and not left_running(d), f"servers left running after {sig.name}"
     finish(d)
+
+
+# -- the out dir --------------------------------------------------------------------------------------------------
+def test_a_second_bench_on_the_same_out_dir_is_refused_naming_the_dir(tmp_path, manifest, launcher_arg):
+    """Two `bench ab --duet` (or a --resume beside a running one) on one out dir would both take the next free
+    round and pair each other's starts into duets, and start servers on the same ports: the second is refused
+    with exit 2 naming the dir, before it writes or starts anything, and the first ends as if alone."""
+    d = Duet(tmp_path, manifest, launcher_arg, {"tree_start_s": {"tree-b": 0.5}})
+    first = _start_and_wait(d, lambda: (d.out / "results.jsonl").exists())
+    for argv in (d.argv, [sys.executable, "-m", "bench", "ab", "--resume", str(d.out)]):
+        before = (d.out / "results.jsonl").read_bytes()
+        second = d.run(argv=argv)
+        no_traceback(second)
+        assert second.returncode == 2 and str(d.out) in second.stderr, second.stderr[-2000:]
+        assert first.poll() is None, "the first run ended before the second was tried"
+        assert (d.out / "results.jsonl").read_bytes()[: len(before)] == before
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-2000:]
+    assert not left_running(d)
+    whole_duets(d)
+    runs = [r for r in d.records() if r["type"] == "run"]
+    assert len(runs) == 1 and len(d.pids()) == 2 * DUETS  # the refused ones started no server
+
+
+@contextmanager
+def mounted(*args: str):
+    """As tests/test_engine_filesystems.py: a real mount where the machine allows one (root), else skipped saying
+    why; the same errors are injected by strace below on any machine."""
+    target = Path(args[-1])
+    res = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"this machine does not let the tests mount ({res.stderr.strip()})")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def test_a_read_only_out_dir_is_refused_with_exit_2_naming_it(tmp_path, manifest, launcher_arg):
+    """A new run and a --resume into a read-only mount: exit 2, a message naming the dir and the error, no
+    traceback, no server started, the recorded run as it was."""
+    d = Duet(tmp_path, manifest, launcher_arg)
+    d.out.mkdir()
+    with mounted("--bind", str(d.out), str(d.out)):
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(d.out)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only")
+        r = d.run()
+        no_traceback(r)
+        assert r.returncode == 2 and str(d.out) in r.stderr and "Read-only file system" in r.stderr, r.stderr
+        assert not d.pids() and os.listdir(d.out) == []
+    assert d.run().returncode == 0  # a finished run, then the same dir read-only
+    before = {p.name: p.read_bytes() for p in d.out.iterdir() if p.is_file()}
+    n = len(d.pids())
+    with mounted("--bind", str(d.out), str(d.out)):
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(d.out)], check=True)
+        r = d.resume()
+        no_traceback(r)
+        assert r.returncode == 2 and str(d.out) in r.stderr and "Read-only file system" in r.stderr, r.stderr
+        assert len(d.pids()) == n
+    assert {p.name: p.read_bytes() for p in d.out.iterdir() if p.is_file()} == before

@@ -497,7 +497,7 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     run_lock.hold(cfg.out_dir)  # before the first write into it: a second process is refused, not interleaved
     try:
         runner = Runner(cfg, arms, comps, extra_run_fields=record_extra)
-    except RunAborted as e:
+    except (RunAborted, WriteFailed) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
     for s in extra.get("skipped", []):
@@ -531,6 +531,9 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except RunAborted as e:
         print(f"bench: aborted: {e}", file=sys.stderr)
         rc = EXIT_ABORTED
+    except WriteFailed as e:  # the store refused a record (a full disk): the servers are stopped, the run resumes
+        print(f"bench: {e}", file=sys.stderr)
+        rc = e.exit_code
     except BudgetExhausted as e:  # a start refused outside a plan's own handling
         print(
             f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr
@@ -548,6 +551,9 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except WriteFailed as e:  # what was measured is in the store: the report can be written again from it
         print(f"bench: {e}", file=sys.stderr)
         return rc or e.exit_code
+    except KeyboardInterrupt:  # the report is written whole or not at all (bench.derived): the previous one stays
+        print(f"bench: interrupted writing the report; `python -m bench report {cfg.out_dir}` writes it", file=sys.stderr)
+        return 130
     progress(f"report {report}")
     return rc
 

@@ -113,9 +113,11 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
             )
             seen[serving] += 1
     except (WorkloadError, OSError) as e:
-        if serving < len(servers):
-            runner.record_failure(arms[serving], rnd, sids[serving], servers[serving], False, e)
-        _stop_all(runner, servers)
+        try:
+            if serving < len(servers):
+                runner.record_failure(arms[serving], rnd, sids[serving], servers[serving], False, e)
+        finally:  # the failure record refused too (a full disk): the servers are stopped all the same
+            _stop_all(runner, servers)
         raise RunAborted(f"{label} arm {arms[serving].name}: {e}") from e
     except BaseException:
         _stop_all(runner, servers)  # Ctrl-C or an abort: never leave a server holding the GPU

@@ -30,13 +30,54 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import WriteFailed
+
+
+TAIL = 1 << 20  # how far back a cut last line is looked for (a record is a few KB)
+
 
 def append(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """One record as one whole line, fsync'ed; WriteFailed (naming the file and the error) when the OS refuses it,
+    with the store as it was: a full disk's short write is cut back off, so that the line a resumed run appends
+    next is not glued onto half a record (which read() would then find in the middle of the store)."""
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    size = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = _whole_lines(fd)
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            if size is not None:
+                try:
+                    os.ftruncate(fd, size)  # truncating frees space: it works on a full disk
+                except OSError:
+                    pass
+            raise
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise WriteFailed(
+            f"cannot write {path}: {e.strerror or e}; free space (or make it writable) and continue with "
+            f"--resume {path.parent}: the store holds every whole record before this one"
+        ) from None
+
+
+def _whole_lines(fd: int) -> int:
+    """The store's size, after cutting off a last line without its newline (a crash or full disk mid-write)."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    start = max(0, size - TAIL)
+    nl = os.pread(fd, size - start, start).rfind(b"\n")
+    if nl < 0 and start > 0:
+        return size  # not found in the tail: leave it (read() reports it)
+    os.ftruncate(fd, start + nl + 1)
+    return start + nl + 1
 
 
 def read(path: Path) -> Iterator[dict]:

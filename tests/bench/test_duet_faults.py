@@ -138,15 +138,17 @@ def store_points(d: Duet) -> tuple[list[Point], list[dict]]:
     return pts, d.records()
 
 
-def _store_writes(pts: list[Point], d: Duet) -> list[tuple[Point, Point]]:
-    """(openat, write) of each append to results.jsonl, in order."""
-    out, fds = [], {}
-    path = str(d.out / "results.jsonl")
+def _store_writes(pts: list[Point], out_dir: Path) -> list[tuple[Point, Point]]:
+    """(openat, write) of each append to results.jsonl, in order: store.append opens it and writes next (under
+    -f an openat's result may be on a later "resumed" line, so the fd is not matched)."""
+    out, opened = [], None
+    path = f'"{out_dir / "results.jsonl"}", O_RDWR'  # the lock opens it O_WRONLY and never writes
     for p in pts:
-        if p.syscall == "openat" and path in p.call and (fd := re.search(r"= (\d+)$", p.call)):
-            fds[fd.group(1)] = p
-        elif p.syscall == "write" and (m := re.match(r"write\((\d+)", p.call)) and m.group(1) in fds:
-            out.append((fds.pop(m.group(1)), p))
+        if p.syscall == "openat" and path in p.call:
+            opened = p
+        elif p.syscall == "write" and opened is not None:
+            out.append((opened, p))
+            opened = None
     return out
 
 
@@ -242,3 +244,79 @@ def test_a_read_only_out_dir_is_refused_with_exit_2_naming_it(tmp_path, manifest
         assert r.returncode == 2 and str(d.out) in r.stderr and "Read-only file system" in r.stderr, r.stderr
         assert len(d.pids()) == n
     assert {p.name: p.read_bytes() for p in d.out.iterdir() if p.is_file()} == before
+
+
+# -- the store's writes: a kill, Ctrl-C or a full disk at each moment of a duet ------------------------------------
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, request):
+    """One uninterrupted duet run under strace: its write-side calls and the records they wrote."""
+    needs_strace()
+    base = tmp_path_factory.mktemp("duet-trace")
+    from bench_fixtures import FAKE
+
+    (base / "m").mkdir()
+    m = request.getfixturevalue("manifest_for_module")
+    d = Duet(base, m, f"{sys.executable} {FAKE}")
+    pts, recs = store_points(d)
+    return pts, recs, d.out
+
+
+@pytest.fixture(scope="module")
+def manifest_for_module(tmp_path_factory):
+    import bench_fixtures
+
+    return bench_fixtures.manifest.__wrapped__(tmp_path_factory.mktemp("duet-manifest"))
+
+
+MOMENTS = {  # the records of duet 2 (round 1) at whose write the fault comes, and the conclusion
+    "both servers up": lambda r: r["type"] == "start" and r["round"] == 1 and r["duet"]["position"] == 1,
+    "between B and A": lambda r: r["type"] == "rep" and r["round"] == 1 and r.get("duet_slot") == 3,
+    "first unit_done": lambda r: r["type"] == "unit_done" and r["round"] == 1,
+    "conclusion": lambda r: r["type"] == "conclusion",
+}
+
+
+def _moment(traced, name: str, which: str = "write") -> Point:
+    """The traced run's call at that moment (its n-th call of the kind: a run in another dir makes the same)."""
+    pts, recs, out = traced
+    if name == "report":
+        p = next(p for p in pts if p.syscall == "rename" and "report.md" in p.call)
+        return Point(p.syscall, p.n, p.call, child_first=True)
+    writes = _store_writes(pts, out)
+    assert len(writes) == len(recs), (len(writes), len(recs))
+    k = next(i for i, r in enumerate(recs) if MOMENTS[name](r))
+    if name == "first unit_done":
+        assert recs[k + 1]["type"] == "unit_done"  # the second is the next record
+    p = writes[k][0 if which == "openat" else 1]
+    return Point(p.syscall, p.n, p.call, child_first=True)  # the bench's own calls: its servers untraced
+
+
+CASES = [  # (fault, moment): every moment under a full disk; a kill and Ctrl-C where a duet is half done
+    *[("error=ENOSPC", m) for m in ("both servers up", "between B and A", "first unit_done", "conclusion")],
+    ("signal=KILL", "first unit_done"),
+    ("signal=INT", "between B and A"),
+    ("signal=INT", "report"),
+]
+
+
+@pytest.mark.parametrize(("action", "name"), CASES)
+def test_a_fault_at_a_store_write_of_a_duet_leaves_no_server_and_resume_counts_whole_duets(
+    action, name, traced, tmp_path, manifest, launcher_arg
+):
+    """At the write of that moment's record (of the report: its first open): SIGKILL, SIGINT, or ENOSPC from the
+    kernel. Afterwards no server is running, there was no traceback (a kill aside), a full disk's message names
+    the store and the error, the store ends on a whole line, and --resume ends with exactly 3 whole duets."""
+    d = Duet(tmp_path, manifest, launcher_arg)
+    point = _moment(traced, name)
+    r = inject(d.argv, d.env, d.base, d.base / "inj.log", point, action)
+    assert r.hit, f"{point}: not reached (rc {r.rc})\n{r.stderr[-1500:]}"
+    assert not left_running(d), f"{action} at {name}: servers left running"
+    if action != "signal=KILL":
+        no_traceback(r)
+    if action == "signal=INT":
+        assert r.rc == 130, r.stderr[-1500:]
+    if action == "error=ENOSPC":
+        assert r.rc != 0 and "No space left on device" in r.stderr and "results.jsonl" in r.stderr, r.stderr[-1500:]
+    data = (d.out / "results.jsonl").read_bytes()
+    assert data.endswith(b"\n"), "a cut line at the store's end"
+    finish(d)

@@ -552,7 +552,9 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         print(f"bench: {e}", file=sys.stderr)
         return rc or e.exit_code
     except KeyboardInterrupt:  # the report is written whole or not at all (bench.derived): the previous one stays
-        print(f"bench: interrupted writing the report; `python -m bench report {cfg.out_dir}` writes it", file=sys.stderr)
+        print(
+            f"bench: interrupted writing the report; `python -m bench report {cfg.out_dir}` writes it", file=sys.stderr
+        )
         return 130
     progress(f"report {report}")
     return rc

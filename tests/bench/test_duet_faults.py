@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,3 +321,26 @@ def test_a_fault_at_a_store_write_of_a_duet_leaves_no_server_and_resume_counts_w
     data = (d.out / "results.jsonl").read_bytes()
     assert data.endswith(b"\n"), "a cut line at the store's end"
     finish(d)
+
+
+@pytest.mark.parametrize("free_kb", [24, 56])
+def test_a_full_out_dir_stops_the_run_with_a_message_and_resume_after_freeing_it_counts_whole_duets(
+    free_kb, tmp_path, manifest, launcher_arg
+):
+    """The out dir on a real tmpfs with `free_kb` KB left (the store, the servers' console logs and the report
+    share it; the kernel's short writes at the last page are real): the run stops with a message naming the error,
+    no traceback and no server left; the store ends on a whole line; with the space freed, --resume ends with 3
+    whole duets."""
+    d = Duet(tmp_path, manifest, launcher_arg)
+    d.out.mkdir()
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d.out)):
+        filler = d.out / "filler"
+        filler.write_bytes(b"\0" * (shutil.disk_usage(d.out).free - free_kb * 1024))
+        r = d.run()
+        no_traceback(r)
+        assert r.returncode != 0 and "No space left on device" in r.stderr, r.stderr[-2000:]
+        assert not left_running(d)
+        data = (d.out / "results.jsonl").read_bytes()
+        assert not data or data.endswith(b"\n"), data[-300:]
+        filler.unlink()
+        finish(d)

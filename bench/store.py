@@ -32,7 +32,6 @@ from pathlib import Path
 
 from .errors import WriteFailed
 
-
 TAIL = 1 << 20  # how far back a cut last line is looked for (a record is a few KB)
 
 

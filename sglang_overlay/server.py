@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -93,7 +93,7 @@ def start_group(
     )
 
 
-def _term_with_parent():
+def _term_with_parent() -> Callable[[], None]:
     """The child's side of die_with_parent, resolved here: between fork and exec nothing may import or allocate
     much (the parent's other threads may hold locks), only call prctl(PR_SET_PDEATHSIG)."""
     import ctypes

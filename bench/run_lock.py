@@ -18,7 +18,10 @@ _HELD: list[int] = []  # never closed: the lock lasts as long as the process
 
 
 def hold(out_dir: Path) -> None:
-    """Lock `out_dir` for this process, or refuse (exit 2) naming it: busy, or not writable."""
+    """Lock `out_dir` for this process, or refuse (exit 2) naming it: busy, or not writable. A process measures
+    one run at a time: the locks of its earlier runs (bench.cli.main called again, as tests do) are let go."""
+    while _HELD:
+        os.close(_HELD.pop())
     store = out_dir / "results.jsonl"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ of what is free when it starts), then measured repetitions alternate A B B A A B
 waiting, so that both sample the machine within seconds of each other. The arms swap trees (and with them
 which one starts and serves first) on alternate duets. The unit's value is log(median_B / median_A) over
 its repetitions; the verdict is the t interval of the mean over duets (bench.stats.compare_paired) at the
-bench's per-look confidence and minimum effect. The duet, not the repetition, is the replication unit: the
+duet's per-look confidence (Policy.paired_confidence: boundaries solved for t statistics with 2-7 degrees of
+freedom, not converted from the Z boundaries) and the bench's minimum effect. The duet, not the repetition, is the replication unit: the
 repetitions of one duet share its two starts.
 
 What a duet cannot measure: start-up time (the second server starts beside a live one), a cost that needs the
@@ -165,7 +166,7 @@ def compare(
 ) -> Comparison:
     """The duets' comparison, at the policy's per-look confidence for this many duets unless told otherwise."""
     n = len(pairs)
-    conf = policy.pair_confidence(n, n) if confidence is None else confidence
+    conf = policy.paired_confidence(n) if confidence is None else confidence
     return compare_paired(
         pairs, metric=metric, lower_is_better=lower_is_better(metric), confidence=conf, min_effect=policy.min_effect
     )

@@ -103,10 +103,13 @@ def _policy(cfg: dict) -> Policy:
     )
 
 
-def schedule(pol: Policy, unit: str = "starts per arm") -> str:
-    """The look confidences a policy reads comparisons at, in words."""
-    confs = ", ".join(f"{n}: {pol.look_confidence((n, n)):.2%}" for n in pol.grid)
+def schedule(pol: Policy, unit: str = "starts per arm", paired: bool = False) -> str:
+    """The look confidences a policy reads comparisons at, in words (paired: the duet's one-sample t intervals,
+    whose boundaries are solved for t statistics: Policy.paired_confidence)."""
+    conf = pol.paired_confidence if paired else (lambda n: pol.look_confidence((n, n)))
+    confs = ", ".join(f"{n}: {conf(n):.2%}" for n in pol.grid)
     if pol.spending == "bonferroni":
+        # alpha / K at each look for the duet's t intervals too: a union bound needs no joint law
         return f"{pol.look_confidence():.2%} at every look ({pol.confidence:.0%} split over {pol.looks} looks)"
     name = {"obf": "O'Brien-Fleming", "pocock": "Pocock"}.get(pol.spending, pol.spending)
     return (
@@ -178,7 +181,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     old = "initial_starts" not in cfg
     lines = ["## Method", ""]
     if cfg.get("duet"):
-        lines += duet_report.method_lines(cfg, pol, schedule(pol, "duets"), planned_looks(pol, "duets"))
+        lines += duet_report.method_lines(cfg, pol, schedule(pol, "duets", paired=True), planned_looks(pol, "duets"))
     elif old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "

@@ -10,7 +10,10 @@ ratio 1.4-1.9 % while the state holds ~20 repetitions, 19 % for the ratio of med
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from scipy import stats as sst
 
 from bench.cli import main
 from bench.duet import first_is_ref, unit_value
@@ -136,3 +139,31 @@ def test_run_duet_reads_the_verdict_only_at_the_planned_looks(step, stop):
     res = run_duet(lab, sim_arm("a", ()), sim_arm("b", ("p",)), Settings(Policy(3, 8, step=step)))
     assert lab.n_duets() == stop and lab.n_duets() in Policy(3, 8, step=step).grid
     assert res["comparisons"][0]["verdict"] == "regression"
+
+
+class _PrimaryOnly(_Fixed):
+    """_Fixed with the primary metric only: run_duet compares every metric it has, and 20,000 runs of 14 would
+    take minutes."""
+
+    def pairs(self, metric):
+        return super().pairs(metric) if metric == "step_ms_b1" else []
+
+
+def test_a_null_duet_calls_no_change_beyond_alpha_over_the_looks():
+    """Duets without an effect (per-duet log ratio normal, sd 2 %), minimum effect 0: any call is false. At
+    Pocock 5 % over 3..8 duets run_duet called one in OLD of 10,000 seeded runs (OLDP, 95 % CI OLDCI)
+    while its look confidences were the Z boundaries converted to t quantiles at 2..7 df
+    (bench.sequential.paired_t_quantiles says why); with the boundaries solved for the t statistics, NEW
+    (NEWP, CI NEWCI)."""
+    import random
+
+    trials, wrong = 10_000, 0
+    settings = Settings(Policy(3, 8, 0.95, 0.0, "pocock"))
+    for t in range(trials):
+        rng = random.Random(t)
+        lab = _PrimaryOnly([math.exp(rng.gauss(0.0, 0.02)) for _ in range(8)])
+        verdict = run_duet(lab, sim_arm("a", ()), sim_arm("b", ("p",)), settings)["comparisons"][0]["verdict"]
+        wrong += verdict in ("regression", "improvement")
+    ci = sst.binomtest(wrong, trials).proportion_ci(0.95)
+    print(wrong, ci)
+    assert ci.low <= 0.05, (wrong, ci)

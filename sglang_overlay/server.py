@@ -14,6 +14,7 @@ stop_group and Announcements (the `sglang-overlay: url|fingerprint|log` lines la
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,7 +26,7 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from .errors import ChildFailed
 
@@ -140,23 +141,46 @@ class Announcements:
         self._log = open(log_path, "a")  # noqa: SIM115 - closed by the reader thread; opened here: a log that cannot be written fails the start, not a thread
         self._changed = threading.Condition()
         self.ended = False
+        self.log_error: OSError | None = None  # the first write the log refused (a full disk): later lines are not kept
         self._reader = threading.Thread(target=self._pump, daemon=True)
         self._reader.start()
 
     def _pump(self) -> None:
-        with self._log as log:
+        log: TextIO | None = self._log
+        try:
             for line in self._stream:
-                log.write(line)
-                log.flush()
+                if log is not None:
+                    log = self._logged(log, line)
                 with self._changed:
                     self.tail.append(line)
                     if line.startswith(ANNOUNCE_PREFIX):
                         key, _, value = line[len(ANNOUNCE_PREFIX) :].strip().partition(" ")
                         self.values.setdefault(key, value)
                         self._changed.notify_all()
-        with self._changed:
-            self.ended = True
-            self._changed.notify_all()
+        finally:
+            if log is not None:
+                with contextlib.suppress(OSError):
+                    log.close()
+            with self._changed:
+                self.ended = True
+                self._changed.notify_all()
+
+    def _logged(self, log: TextIO, line: str) -> TextIO | None:
+        """Write one line to the log; on a refused write keep draining without it. A reader that died on a full
+        disk stopped draining: the child blocked on its full pipe and its start hung until the wait's timeout."""
+        try:
+            log.write(line)
+            log.flush()
+            return log
+        except OSError as e:
+            self.log_error = e
+            with contextlib.suppress(OSError):
+                log.close()
+            with self._changed:
+                self.tail.append(
+                    f"{ANNOUNCE_PREFIX.strip()} console log {self._log.name}: write failed ({e}); no more lines kept\n"
+                )
+            return None
 
     def wait_for(self, keys: Iterable[str], timeout: float) -> bool:
         """True once every key was announced; False when the output ends first or `timeout` seconds pass."""

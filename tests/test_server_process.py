@@ -3,10 +3,12 @@ its own group, its announcements read back from a drained stdout, the group stop
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sglang_overlay.server import Announcements, start_group, stop_group
 
@@ -78,3 +80,24 @@ def test_the_wait_times_out_and_the_group_is_killed_after_grace(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"grandchild {grandchild} outlived the group's SIGKILL")
+
+
+def test_a_console_log_on_a_full_disk_keeps_the_pipe_drained_and_the_start_announced():
+    # /dev/full refuses every write with ENOSPC, as a full disk does: the reader used to die on its first
+    # flush, the child then blocked on its full pipe and the wait for its url ran to the timeout.
+    proc = child(
+        "import sys, time\n"
+        "print('x' * 200000, flush=True)\n"
+        "print('sglang-overlay: url http://127.0.0.1:1/ ', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    out = Announcements(proc, Path("/dev/full"))
+    try:
+        assert out.wait_for(("url",), timeout=20)
+        assert out.values["url"] == "http://127.0.0.1:1/"
+        assert isinstance(out.log_error, OSError) and out.log_error.errno == errno.ENOSPC
+        assert "console log /dev/full: write failed" in out.tail_text()
+    finally:
+        stop_group(proc, grace=5)
+        out.join(timeout=10)
+    assert out.ended

@@ -80,8 +80,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def left_running(d: Duet, wait_s: float = 5.0) -> list[int]:
-    """The fake servers still running `wait_s` after the bench ended (a stop takes a moment)."""
+def left_running(d: Duet, wait_s: float = 15.0) -> list[int]:
+    """The fake servers still running `wait_s` after the bench ended (a stop takes a moment, longer on a loaded 2-core machine)."""
     deadline = time.monotonic() + wait_s
     while (running := [p for p in d.pids() if alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -323,7 +323,8 @@ def test_a_fault_at_a_store_write_of_a_duet_leaves_no_server_and_resume_counts_w
     finish(d)
 
 
-@pytest.mark.parametrize("free_kb", [56])  # 24: one run of three hung past 120 s (not diagnosed)
+# 24: the console logs fill first (the log's reader died on ENOSPC, stopped draining, and the start hung)
+@pytest.mark.parametrize("free_kb", [56, 24])
 def test_a_full_out_dir_stops_the_run_with_a_message_and_resume_after_freeing_it_counts_whole_duets(
     free_kb, tmp_path, manifest, launcher_arg
 ):

@@ -70,7 +70,7 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     # (a bare machine has none); a run dir already here is kept
     if [ -n "${RESUME_FROM:-}" ]; then
       for d in "$RESUME_FROM"/*/; do
-        [ -f "$d/results.jsonl" ] && [ ! -e "$RES/$(basename "$d")" ] && cp -r "$d" "$RES/" && echo "resuming $(basename "$d") from $d"
+        [ -s "$d/results.jsonl" ] && [ ! -e "$RES/$(basename "$d")" ] && cp -r "$d" "$RES/" && echo "resuming $(basename "$d") from $d"
       done
     fi
     pids=()

@@ -149,7 +149,7 @@ with_trained() {  # MODEL_DIR DRAFT
 compare() {  # RUN_DIR_PLAIN TRAIN_JSON SUMMARY RUN_DIR_EAGLE...
   local plain=$1 tj=$2 summary=$3 d; shift 3
   [ -n "${DRY:-}" ] && return 0
-  [ -f "$plain/results.jsonl" ] || { echo "no plain decoding run in $plain to compare with: run its step first" >&2; return 0; }
+  [ -s "$plain/results.jsonl" ] || { echo "no plain decoding run in $plain to compare with: run its step first" >&2; return 0; }
   local e=(); for d in "$@"; do e+=(--eagle "$d"); done
   run $PY -m bench.draft_compare --plain "$plain" "${e[@]}" --train-json "$tj" --out "$summary"
 }
@@ -277,7 +277,7 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
       --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 2 \
       --max-starts 2 --out "$OUT/kimi_plain" -- "${ARGS[@]}"
-    [ -f "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
+    [ -s "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
     compare "$OUT/kimi_plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_trained/summary.md" "$OUT/kimi_trained" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
@@ -309,7 +309,7 @@ case "$step" in
       run $PY -m bench.hostprobe --overhead 12 --json "$OUT/hostcov/overhead.json" | tee "$OUT/hostcov/overhead.txt"
     fi
     resume=()
-    [ -f "$OUT/hostcov/results.jsonl" ] && resume=(--resume "$OUT/hostcov")
+    [ -s "$OUT/hostcov/results.jsonl" ] && resume=(--resume "$OUT/hostcov")
     run $PY -m bench ab --manifest $PLANTED --arms a=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust none "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" "${resume[@]}" \
       --out "$OUT/hostcov" -- "${SA[@]}"
@@ -339,7 +339,7 @@ case "$step" in
     [ "$step" = duet_off ] && ARMS=(notapplied=default-eagle_profiling off=default
                                     --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0)
     resume=()
-    [ -z "${DRY:-}" ] && [ -f "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
+    [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
     run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" --duet "$DUET_TREE" "${M[@]}" \
       "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" ;;
   profiling)

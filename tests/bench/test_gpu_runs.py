@@ -349,3 +349,30 @@ def test_hostcov_step_checks_the_overhead_runs_a_null_pair_and_reads_it_every_wa
     assert "--host-probe --adjust none" in cmd and f"--out {tmp_path}/hostcov" in cmd and "--resume" not in cmd
     for adj in ("host", "steal", "wait"):
         assert f"hostcov: report: {sys.executable} -m bench report {tmp_path}/hostcov --adjust {adj}" in p.stdout
+
+
+@pytest.mark.parametrize("content, resumed", [("", False), ('{"type": "run"}\n', True)])
+def test_a_duet_step_resumes_only_a_store_with_records(tiny, sglang_tree, tmp_path, content, resumed):
+    # bench ab's run lock creates results.jsonl before the run record: a step that died in between leaves it
+    # empty, and `--resume` of an empty store is exit 2, so the next call would not measure at all
+    fake = tmp_path / "python"
+    fake.write_text(_RECORDING_PYTHON)
+    fake.chmod(0o755)
+    (tmp_path / "o/duet_profiling").mkdir(parents=True)
+    (tmp_path / "o/duet_profiling/results.jsonl").write_text(content)
+    env = {
+        **os.environ,
+        "PYTHON": str(fake),
+        "TINY": str(tiny),
+        "SGL_TREE": str(sglang_tree),
+        "OUT": str(tmp_path / "o"),
+        "CALLS": str(tmp_path / "calls"),
+        "DUET_TREE": str(sglang_tree),
+    }
+    env.pop("DRY", None)
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "duet_profiling"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    call = (tmp_path / "calls").read_text()
+    assert "bench ab" in call and ("--resume" in call) == resumed, call

@@ -48,6 +48,26 @@ HASH_SEED_ENV = {"PYTHONHASHSEED": "0"}
 # 5 s "to let GPU activity settle" before py-spy and CUDA-coredump diagnostics (seen on every stop of the H200
 # record, 2026-12-01): that is stop time, not measured time.
 QUIET_STOP_ENV = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
+# Bytecode. A start imports SGLang and its dependencies in three processes (tokenizer, scheduler, detokenizer).
+# Where PYTHONDONTWRITEBYTECODE is set (the GPU machines and CI set it) or a tree is read-only, each of them
+# compiles every module from source again at every start: run9's start logs show one torchao SyntaxWarning, which
+# only compiling emits, three times per start on a warm machine; on a CPU the scheduler module imports in 30-32 s
+# from source against 13-16 s from bytecode (bench/results/pycache_cpu). The bench keeps bytecode in a cache of
+# its own, so the SGLang tree stays as fetched; the same code runs, only the imports get shorter. A prefix the
+# user set is kept, and an arm's or the run's --env may still set PYTHONDONTWRITEBYTECODE (it is applied after).
+PYCACHE_DIR_ENV = "SGLANG_OVERLAY_BENCH_PYCACHE"  # where the bench's bytecode cache is (tests point it elsewhere)
+
+
+def bytecode_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with bytecode caching on: PYTHONDONTWRITEBYTECODE dropped, PYTHONPYCACHEPREFIX set unless given."""
+    import tempfile
+
+    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not out.get("PYTHONPYCACHEPREFIX"):
+        out["PYTHONPYCACHEPREFIX"] = os.environ.get(PYCACHE_DIR_ENV) or str(
+            Path(tempfile.gettempdir()) / "sglang-overlay-bench-pycache"
+        )
+    return out
 
 
 @dataclass
@@ -417,7 +437,7 @@ class Runner:
 
     # -- one unit ----------------------------------------------------------------------------------------------
     def server_env(self, arm: ArmSpec) -> dict[str, str]:
-        env = dict(os.environ)
+        env = bytecode_env(dict(os.environ))
         env.update(STEP_TIME_ENV)
         env.update(HASH_SEED_ENV)
         env.update(QUIET_STOP_ENV)

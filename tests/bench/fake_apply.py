@@ -147,7 +147,13 @@ def log_start(patches, profile, server_args, env, tree=None) -> None:
                         "server_args": server_args,
                         "tree": tree,
                         "pid": os.getpid(),  # the server's own process: what a test checks is gone after a stop
-                        "env": {k: v for k, v in env.items() if k.startswith(("SGLANG_", "NCCL_", "X_"))},
+                        "env": {
+                            k: v
+                            for k, v in env.items()
+                            if k.startswith(
+                                ("SGLANG_", "NCCL_", "X_", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+                            )
+                        },
                     }
                 )
                 + "\n"

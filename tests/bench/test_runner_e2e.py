@@ -636,3 +636,57 @@ def test_bad_bench_arguments_exit_2_with_the_message(tmp_path, ab, capsys, args,
     ab(tmp_path, args, {}, rc=2)
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+def test_servers_start_with_bytecode_caching_on(tmp_path, manifest, launcher_arg, monkeypatch):
+    """PYTHONDONTWRITEBYTECODE (set on the GPU machines) made every start compile SGLang from source in each of its
+    processes: the bench drops it for its servers and points their bytecode at its own cache."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_PYCACHE", str(tmp_path / "pyc"))
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    _, _, starts = _run(
+        tmp_path, manifest, launcher_arg, monkeypatch, "ab", ["--arms", "ref=full-planted", "slow=full"], QUIET
+    )
+    assert starts and all("PYTHONDONTWRITEBYTECODE" not in s["env"] for s in starts)
+    assert all(s["env"]["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc") for s in starts)
+
+
+def test_bytecode_env_keeps_the_users_prefix_and_an_explicit_setting_wins_after_it(tmp_path, monkeypatch):
+    from bench.runner import bytecode_env
+
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_PYCACHE", str(tmp_path / "pyc"))
+    assert bytecode_env({"PYTHONPYCACHEPREFIX": "/mine", "PYTHONDONTWRITEBYTECODE": "1"}) == {
+        "PYTHONPYCACHEPREFIX": "/mine"
+    }
+    assert bytecode_env({"PYTHONPYCACHEPREFIX": ""})["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc")
+
+
+def test_a_server_process_under_bytecode_env_writes_bytecode_outside_a_read_only_tree(tmp_path, monkeypatch):
+    """A real interpreter, as the server's processes are started: a module of a read-only tree is compiled once into
+    the bench's cache and read from there the next time (no invalid-escape warning, which only compiling emits)."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.runner import bytecode_env
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "slowmod.py").write_text('X = "\\."\n')  # an invalid escape: compiling it warns, loading bytecode does not
+    tree.chmod(0o555)
+    monkeypatch.setenv("SGLANG_OVERLAY_BENCH_PYCACHE", str(tmp_path / "pyc"))
+    env = bytecode_env({**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tree)})
+    env.pop("PYTHONWARNINGS", None)
+
+    def start() -> str:
+        p = subprocess.run([sys.executable, "-W", "always", "-c", "import slowmod"], env=env, capture_output=True)
+        assert p.returncode == 0, p.stderr
+        return p.stderr.decode()
+
+    try:
+        assert "invalid escape sequence" in start()
+        assert list((tmp_path / "pyc").rglob("slowmod*.pyc"))
+        assert "invalid escape sequence" not in start()
+        assert not (tree / "__pycache__").exists()
+    finally:
+        tree.chmod(0o755)

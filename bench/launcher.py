@@ -75,6 +75,7 @@ class Server:
     proc: subprocess.Popen[str]
     cmd: list[str]
     output: Announcements
+    launched: float = 0.0  # time.monotonic() at the spawn
     startup_s: float = 0.0
 
     @property
@@ -95,6 +96,12 @@ class Server:
 
 def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Path) -> Server:
     """Launch and block until the url and fingerprint lines arrive; LaunchError (with the output tail) if not."""
+    return wait_ready(spawn(cfg, arm, env, console_log), cfg)
+
+
+def spawn(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Path) -> Server:
+    """Launch without waiting for it (a block starts all its servers at once: bench.block_runner); wait_ready
+    waits for it."""
     console_log.parent.mkdir(parents=True, exist_ok=True)
     cmd = launch_command(cfg, arm, console_log.with_suffix(".server.log"))
     t0 = time.monotonic()
@@ -108,9 +115,17 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
     except OSError:
         stop_group(proc, cfg.stop_timeout_s)
         raise
-    srv = Server(proc=proc, cmd=cmd, output=output)
+    srv = Server(proc=proc, cmd=cmd, output=output, launched=t0)
+    return srv
+
+
+def wait_ready(srv: Server, cfg: LaunchConfig) -> Server:
+    """Block until a spawned server's url and fingerprint lines arrive; LaunchError (with the output tail) if not.
+    Its start-up seconds count from its spawn, however long the caller took to come here."""
+    cmd, proc = srv.cmd, srv.proc
+    left = max(1.0, cfg.start_timeout_s - (time.monotonic() - srv.launched))
     try:
-        announced = srv.output.wait_for(("url", "fingerprint"), cfg.start_timeout_s)
+        announced = srv.output.wait_for(("url", "fingerprint"), left)
     except BaseException:
         # Ctrl-C while it starts (the longest wait of a run): the caller has no Server to stop yet, and the
         # launcher's own session keeps the terminal's SIGINT from it
@@ -128,7 +143,7 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
             f"launcher exited with {rc} before printing url and fingerprint: {' '.join(cmd)}\n"
             f"--- last output ---\n{srv.tail_text()}"
         )
-    srv.startup_s = time.monotonic() - t0
+    srv.startup_s = time.monotonic() - srv.launched
     return srv
 
 

@@ -99,7 +99,8 @@ class RunConfig:
     host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
     adjust: str = "none"  # bench.replication.Policy.adjust
     duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
-    duet_value: str = "pairs"  # bench.duet.unit_value
+    duet_value: str = "pairs"  # bench.duet.unit_value (a block's too)
+    concurrent: bool = False  # bench.blocks: each round's arms live at once, on shared CPUs
 
     @property
     def store_path(self) -> Path:
@@ -121,6 +122,8 @@ class RunConfig:
             sig["host_probe"] = True
         if self.duet_tree:  # a duet's starts share the machine with another server: never pooled with lone ones
             sig["duet_tree"] = self.duet_tree
+        if self.concurrent:  # a block's likewise (its trees are the bench's own: where they are is not measured)
+            sig["concurrent"] = True
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -212,6 +215,20 @@ def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> lis
 
 def progress(msg: str) -> None:
     print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class PendingServer:
+    """A server Runner.spawn_server launched and counted, not yet known to be up (Runner.await_server)."""
+
+    sid: str
+    srv: launcher.Server
+    console: Path
+    launched_at: float  # wall clock before the launch
+    launch: LaunchConfig
+    arm: ArmSpec
+    rnd: int
+    warmup: bool
 
 
 @dataclass(frozen=True)
@@ -326,6 +343,7 @@ class Runner:
                 "adjust": cfg.adjust,
                 "duet": cfg.duet_tree,
                 "duet_value": cfg.duet_value,
+                "concurrent": cfg.concurrent,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -469,14 +487,16 @@ class Runner:
         host probe's CPU and a duet's two halves come from, and what stop_server puts the bench client back on."""
         return frozenset(self._own_cpus) if self._own_cpus is not None else None
 
-    def check_budget(self, arm: ArmSpec, starts: int = 1, what: str = "start") -> None:
-        """BudgetExhausted when `starts` more starts (a duet's two: bench.duet_runner) would overrun the budget."""
+    def check_budget(self, arm: ArmSpec, starts: int = 1, what: str = "start", need_s: float | None = None) -> None:
+        """BudgetExhausted when `starts` more starts (a duet's two: bench.duet_runner), or `need_s` seconds where
+        the caller knows better (a block's servers start together: bench.block_runner), would overrun the
+        budget."""
         if self.cfg.time_budget_s is None or self._units_started == 0:
             # an invocation's first start always runs, or a small budget could never progress; after a throwaway
             # start it is checked too (run7: a 469 s cold throwaway left 101 s, the measured start took 106 s,
             # and the device call's own limit killed it)
             return
-        need = starts * self.next_unit_estimate()
+        need = starts * self.next_unit_estimate() if need_s is None else need_s
         if self.elapsed() + need > self.cfg.time_budget_s:
             raise BudgetExhausted(
                 f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
@@ -504,8 +524,9 @@ class Runner:
             (u.wall_s - u.startup_s + min(u.startup_s, self.cfg.warm_start_estimate_s) for u in seen), default=0.0
         )
 
-    def warmup(self, arm: ArmSpec) -> None:
-        """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured."""
+    def warmup(self, arm: ArmSpec, launch: LaunchConfig | None = None) -> None:
+        """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured. `launch`:
+        where it starts, if not the run's own (a block's first tree)."""
         if self.warmed:
             return
         self.warmed = True
@@ -514,15 +535,17 @@ class Runner:
             progress(f"[warm-up start] skipped: this machine served a start of this measurement {age:.0f}s ago")
             self.rec({"type": "warmup_skipped", "age_s": round(age, 1), "arm_key": arm.key})
             return
-        self.run_unit(arm, -1, "[warm-up start]", warmup=True)
+        self.run_unit(arm, -1, "[warm-up start]", warmup=True, launch=launch)
 
-    def run_unit(self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False) -> list[RepMetrics]:
+    def run_unit(
+        self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False, launch: LaunchConfig | None = None
+    ) -> list[RepMetrics]:
         if not warmup:
             self.check_budget(arm)
         t0 = time.monotonic()
         machine_warm = warm_machine_age(self.sig) is not None
         announce = f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})"
-        started = self.start_server(self.cfg.launch, arm, rnd, announce, warmup)
+        started = self.start_server(launch or self.cfg.launch, arm, rnd, announce, warmup)
         sid, srv, console = started.sid, started.srv, started.console
         reps: list[RepMetrics] = []
         try:
@@ -598,38 +621,46 @@ class Runner:
     ) -> StartedServer:
         """One server of `arm` started under `launch`, and counted as one of this invocation's starts.
 
-        Every server an invocation starts goes through here (run_unit's, the throwaway start, both of a duet's:
-        bench.duet_runner): check_budget lets an invocation's first start run unchecked and next_unit_estimate
-        reads this invocation's own starts, so a start counted anywhere else, or not at all, would move where
-        --time-budget stops. It counts before the launch: a launch that fails spent its time too. `announce`
-        is the progress line said before the launch."""
+        Every server an invocation starts goes through here or through spawn_server (run_unit's, the throwaway
+        start, both of a duet's: bench.duet_runner, a block's: bench.block_runner): check_budget lets an
+        invocation's first start run unchecked and next_unit_estimate reads this invocation's own starts, so a
+        start counted anywhere else, or not at all, would move where --time-budget stops. It counts before the
+        launch: a launch that fails spent its time too. `announce` is the progress line said before the launch."""
+        return self.await_server(self.spawn_server(launch, arm, rnd, announce, warmup))
+
+    def spawn_server(
+        self, launch: LaunchConfig, arm: ArmSpec, rnd: int, announce: str, warmup: bool = False
+    ) -> PendingServer:
+        """start_server's first half: the launch, counted, without waiting for its url (a block launches all its
+        servers before it waits for any: their imports overlap); await_server is the second half."""
         sid = uuid.uuid4().hex[:12]
         console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
         launched_at = time.time()
         self._units_started += 1
         self._started_ids.add(sid)
         progress(announce)
-        srv = self._launch(launch, arm, rnd, console, warmup)
-        return StartedServer(sid, srv, console, launched_at, time.time())
+        srv = launcher.spawn(launch, arm, self.server_env(arm), console)
+        return PendingServer(sid, srv, console, launched_at, launch, arm, rnd, warmup)
 
-    def _launch(self, launch: LaunchConfig, arm: ArmSpec, rnd: int, console: Path, warmup: bool) -> launcher.Server:
-        """One server of `arm` started (until its url line); a failure recorded and raised as RunAborted."""
+    def await_server(self, p: PendingServer) -> StartedServer:
+        """Wait for a spawned server's url; a failure recorded (the launch's output tail) and raised as RunAborted."""
         try:
-            return launcher.start(launch, arm, self.server_env(arm), console)
+            launcher.wait_ready(p.srv, p.launch)
         except launcher.LaunchError as e:
             self.rec(
                 {
                     "type": "failure",
-                    "arm": arm.name,
-                    "arm_key": arm.key,
-                    "round": rnd,
+                    "arm": p.arm.name,
+                    "arm_key": p.arm.key,
+                    "round": p.rnd,
                     "stage": "launch",
-                    "warmup_start": warmup,
+                    "warmup_start": p.warmup,
                     "error": str(e).splitlines()[0],
                     "log_tail": str(e)[-4000:],
                 }
             )
-            raise RunAborted(f"arm {arm.name}: {e}") from e
+            raise RunAborted(f"arm {p.arm.name}: {e}") from e
+        return StartedServer(p.sid, p.srv, p.console, p.launched_at, time.time())
 
     @staticmethod
     def identity(srv: launcher.Server) -> tuple[object, object]:

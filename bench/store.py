@@ -15,6 +15,9 @@ Record types (field "type"):
   (duet)     a duet's two starts (bench.duet_runner) are start records of one round with a "duet" field (index,
              position, tree, port); their reps carry duet_slot (the serving order); both unit_done records are
              written after both servers stopped
+  (block)    a block's starts (bench.block_runner) are start records of one round with a "block" field (index,
+             position, tree, port, and the keys of every arm in it); their reps carry block_slot; every
+             unit_done record (with the whole block's block_wall_s) is written after all its servers stopped
   failure    what went wrong and the launcher's output tail
   conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
@@ -112,6 +115,8 @@ class Unit:
     machine_warm: bool = True  # False: this boot's first start of the measurement (JIT, graph caches cold)
     host_probe: dict = field(default_factory=dict)  # the start's host_probe record (empty: measured without)
     duet: dict = field(default_factory=dict)  # bench.duet_runner: the duet's index, position, tree, port
+    block: dict = field(default_factory=dict)  # bench.block_runner: the block's index, position, tree, port, arms
+    block_wall_s: float = 0.0  # the whole block's wall time (bench.block_runner), every unit of it alike
 
 
 @dataclass
@@ -170,6 +175,8 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             machine_warm=s.get("machine_warm", True),
             host_probe=probes.get(sid) or {},
             duet=s.get("duet") or {},
+            block=s.get("block") or {},
+            block_wall_s=d.get("block_wall_s", 0.0),
         )
         if s.get("warmup_start"):
             warm.append(u)

@@ -165,6 +165,28 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "intercept per start (bench.covariate); refused per comparison when the covariate differs between its "
         "arms. Default %(default)s",
     )
+    b = p.add_argument_group("blocks: every arm's server at once on one GPU, repetitions interleaved (bench/blocks.py)")
+    b.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="each round is one block: its arms' servers start together (one tree each, port + 500 k, "
+        "--sleep-on-idle added), share the same CPUs and serve short repetitions in turn; verdicts from the "
+        "per-block ratios (needs --mem-fraction-static <= 0.45 and --max-total-tokens N after `--`; ab and ablate)",
+    )
+    b.add_argument(
+        "--trees",
+        default=None,
+        metavar="DIR,DIR,...",
+        help="--concurrent: the sglang trees of a block's positions, one per arm of the largest block (default: "
+        "pristine trees made once from the pinned wheel under --tree-pool)",
+    )
+    b.add_argument(
+        "--tree-pool",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="--concurrent: where the bench keeps the trees it makes (default $TMPDIR/sglang-overlay-bench-trees)",
+    )
     o = p.add_argument_group("results")
     o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
     o.add_argument(
@@ -313,6 +335,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         adjust=a.adjust,
         duet_tree=getattr(a, "duet", None),
         duet_value=getattr(a, "duet_value", "pairs"),
+        concurrent=a.concurrent,
     )
 
 
@@ -343,6 +366,54 @@ def _check_duet(cfg, arms) -> None:
     if cfg.reuse:
         raise UsageError("--duet cannot --reuse sequential starts: a duet's two starts are one unit")
     check_server_args(cfg.launch.server_args)
+
+
+def _check_concurrent(kind: str, cfg, a) -> None:
+    """What a block run needs: a plan whose comparisons a block pairs, servers that fit on one GPU together,
+    one tree per position, nothing read per start."""
+    from .blocks import check_server_args
+
+    if kind == "bisect":
+        raise UsageError(
+            "bisect chooses its probes one at a time and reads them against the midpoint of good and bad, which "
+            "--concurrent does not pair: use `ablate --concurrent --base GOOD --full BAD --mode leave-out` (each "
+            "patch left out of the bad set, every one in the same block; a mover is confirmed alone on the good set)"
+        )
+    if cfg.duet_tree:
+        raise UsageError("--concurrent and --duet are two designs: a block of two arms is the duet with shared CPUs")
+    if cfg.launch.tree:
+        raise UsageError(
+            "--concurrent runs each arm from a tree of its own: drop --tree (the bench makes pristine trees from the "
+            "pinned wheel) or name your trees with --trees DIR,DIR,..."
+        )
+    if cfg.host_probe or cfg.adjust != "none":
+        raise UsageError("--concurrent reads no host covariate: drop --host-probe / --adjust (a block shares the host)")
+    if cfg.reuse:
+        raise UsageError("--concurrent cannot --reuse sequential starts: a block's starts are one unit")
+    check_server_args(cfg.launch.server_args)
+    if a.trees is not None and not [t for t in a.trees.split(",") if t]:
+        raise UsageError("--trees needs DIR,DIR,...: one sglang tree per arm of the largest block")
+
+
+def block_size(kind: str, arms, extra: dict) -> int:
+    """The most servers one block of this plan holds: every arm of ab; ablate's first blocks (each patch's arm with
+    its reference, and the base with the full set, whose blocks hold the base as its reference), its
+    confirmations being smaller."""
+    if kind == "ablate":
+        n = len(extra.get("ablated", []))
+        return {"both": 2 + 2 * n, "alone": 1 + n, "leave-out": 2 + n}[extra.get("mode", "both")]
+    return len({x.key for x in arms})
+
+
+def _block_trees(kind: str, a, cfg, arms, extra: dict) -> list[str]:
+    from .block_trees import check_trees, pool_trees
+
+    n = block_size(kind, arms, extra)
+    if a.trees:
+        trees = [t for t in a.trees.split(",") if t]
+        check_trees(trees, n)
+        return trees
+    return pool_trees(cfg.launch.manifest or "manifest.yaml", n, a.tree_pool)
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -459,6 +530,7 @@ def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
 
 def run_measurement(kind: str, argv_full: list[str]) -> int:
     from . import run_lock, store
+    from .block_runner import BlockStoreLab
     from .errors import BudgetExhausted, RunAborted, SetError, WriteFailed
     from .report import write_report
     from .runner import Runner, StoreLab, progress
@@ -491,6 +563,16 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     cfg = _make_config(kind, a, server_args, argv)
     if cfg.duet_tree:
         _check_duet(cfg, arms)
+    trees: list[str] = []
+    if cfg.concurrent:
+        from dataclasses import replace
+
+        from .blocks import block_server_args
+
+        _check_concurrent(kind, cfg, a)
+        cfg.launch = replace(cfg.launch, server_args=block_server_args(cfg.launch.server_args))
+        if not a.dry_run:
+            trees = _block_trees(kind, a, cfg, arms, extra)
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
@@ -504,19 +586,29 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         progress(f"skipped arm {s}")
     progress(
         f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} "
-        + ("duets, both arms in each" if cfg.duet_tree else "starts each")
+        + (
+            "duets, both arms in each"
+            if cfg.duet_tree
+            else "blocks, all arms of a round live at once"
+            if cfg.concurrent
+            else "starts each"
+        )
         + f", {cfg.reps_per_start} rep(s) per start"
         + (", after one throwaway start)" if cfg.warmup_start else ")")
     )
     if cfg.duet_tree:
         from .duet_runner import DuetStoreLab
 
-        lab: StoreLab | DuetStoreLab = DuetStoreLab(runner, arms[0], arms[1])
+        lab: StoreLab | DuetStoreLab | BlockStoreLab = DuetStoreLab(runner, arms[0], arms[1])
+    elif cfg.concurrent:
+        lab = BlockStoreLab(runner, trees)
     else:
         lab = StoreLab(runner)
     rc = 0
     try:
         conclusion = _run_plan(kind, runner, lab, catalog, arms, comps, extra)
+        if cfg.concurrent:
+            conclusion["method"] = "block"
         conclusion["server_starts_this_run"] = runner.units_started
         conclusion["elapsed_s"] = round(runner.elapsed(), 1)
         runner.rec(conclusion)
@@ -596,9 +688,12 @@ def _dry_run(kind, cfg, arms, extra) -> int:
     first = len({a.key for a in arms})
     if kind == "ablate" and extra.get("mode") != "both":
         first = 1 + len(extra["ablated"])
+    if cfg.concurrent:
+        first = block_size(kind, arms, extra)
     lines = [
         f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
         f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"
+        + (f"; a block holds up to {first} servers at once" if cfg.concurrent else "")
     ]
     if kind == "bisect":
         cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
@@ -612,6 +707,12 @@ def _dry_run(kind, cfg, arms, extra) -> int:
             f"duets: each unit is one start of both arms, live together (the --tree server first, then "
             f"{cfg.duet_tree}), repetitions in ABBA order, trees swapped every other unit; ratio of "
             f"{cfg.duet_value}"
+        )
+    if cfg.concurrent:
+        lines.append(
+            "blocks: each round's arms (and the references they are compared with) start together, one tree each "
+            "(--trees, or pristine trees made from the pinned wheel), ports + 500 k, --sleep-on-idle, all on the "
+            f"same CPUs; repetitions served round by round; ratio of {cfg.duet_value} per block"
         )
     if cfg.host_probe:
         lines.append(f"host probe beside every measured start (bench.hostprobe); verdicts: adjust {cfg.adjust}")

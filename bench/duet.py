@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .errors import UsageError
-from .replication import Policy, lower_is_better
-from .stats import Comparison, compare_paired, cv, start_median
+from .replication import Policy, compare_blocks
+from .stats import Comparison, cv, start_median
 
 # Each server takes its --mem-fraction-static of the memory free when it starts: two must fit on one GPU.
 MEMF_MAX = 0.45
@@ -164,12 +164,9 @@ def unit_pairs(ref_units: Sequence, arm_units: Sequence, metric: str, value: str
 def compare(
     pairs: Sequence[tuple[float, float]], metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison:
-    """The duets' comparison, at the policy's per-look confidence for this many duets unless told otherwise."""
-    n = len(pairs)
-    conf = policy.paired_confidence(n) if confidence is None else confidence
-    return compare_paired(
-        pairs, metric=metric, lower_is_better=lower_is_better(metric), confidence=conf, min_effect=policy.min_effect
-    )
+    """The duets' comparison, at the policy's per-look confidence for this many duets unless told otherwise (a duet
+    is a block of two: bench.replication.compare_blocks)."""
+    return compare_blocks(list(pairs), metric, policy, confidence)
 
 
 def ratio_cv(pairs: Sequence[tuple[float, float]]) -> float:

@@ -93,3 +93,62 @@ def duet_lines(
         label = LABELS[m] + (" (primary)" if m == metric else "")
         lines.append(f"| {label} | {c.n_ref} | {pct(c)} | {verdict} |")
     return [*lines, ""]
+
+
+def block_method_lines(cfg: dict, pol: Policy, schedule: str, looks: str = "") -> list[str]:
+    """The Method lines of a --concurrent run (bench.blocks)."""
+    value = cfg.get("duet_value", "pairs")
+    ratio = (
+        "the ratio of the two arms' start medians"
+        if value == "medians"
+        else "the median over the block's rounds of arm / reference (the j-th repetition of each, served in the "
+        "same round)"
+    )
+    return [
+        "- Block design (bench/blocks.py): each round is one block, the servers of its arms (and of the references "
+        "they are compared with) started together on one GPU, one tree each, all on the same CPUs, "
+        "`--sleep-on-idle` so that only the serving one runs; measured repetitions served round by round "
+        f"(positions 0..n-1, then n-1..0); positions rotate from block to block. {pol.initial} block(s) first, then "
+        f"one more with the arms of each undecided comparison, up to {pol.max_starts}{looks}. "
+        + (
+            "One throwaway start before the first block."
+            if cfg.get("warmup_start")
+            else "No throwaway start (--no-warmup-start)."
+        ),
+        f"- Verdicts: the block is the replication unit; a comparison's value per block is log of {ratio}. The t "
+        f"interval of the mean over the blocks holding both arms, at {schedule}; **regression/improvement** when "
+        f"the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, **cannot tell** when it "
+        f"straddles; fewer than {MIN_STARTS} blocks: no verdict.",
+    ]
+
+
+def block_lines(run: dict, rows: Sequence, cfg: dict) -> list[str]:
+    """Per comparison of a --concurrent run: each block's ratio on the primary metric, and its block-to-block CV
+    beside the two arms' start-to-start CV (what a sequential comparison's interval would be made of)."""
+    metric = cfg.get("metric", "step_ms_b1")
+    value = cfg.get("duet_value", "pairs")
+    by_name = {r.name: r for r in rows}
+    comps = [c for c in run.get("comparisons") or [] if c[1] in by_name and c[2] in by_name]
+    if not comps:
+        return []
+    lines = [
+        "## Blocks",
+        "",
+        f"`{metric}`: per comparison, the ratio arm / reference in each block holding both (the run's {value} "
+        "value), its block-to-block CV, and the arms' start-to-start CV of their start medians.",
+        "",
+        "| reference | arm | blocks | ratio per block | block-to-block CV | start-to-start CV (ref, arm) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for _, ref, arm in comps:
+        a, b = by_name[ref], by_name[arm]
+        pairs = duet.unit_pairs(a.units, b.units, metric, value)
+        if not pairs:
+            continue
+        ref_cv = cv([m for m in (start_median([r.get(metric) for r in u.reps]) for u in a.units) if m is not None])
+        arm_cv = cv([m for m in (start_median([r.get(metric) for r in u.reps]) for u in b.units) if m is not None])
+        lines.append(
+            f"| {ref} | {arm} | {len(pairs)} | {', '.join(f'{y / x:.4f}' for x, y in pairs)} | "
+            f"{duet.ratio_cv(pairs) * 100:.2f}% | {ref_cv * 100:.2f}%, {arm_cv * 100:.2f}% |"
+        )
+    return [*lines, ""]

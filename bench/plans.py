@@ -19,7 +19,17 @@ from . import duet
 from .duet import DuetLab
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
-from .replication import METRICS, Lab, Policy, compare, decide_pairs, ensure, replicate_until, smaller_sides
+from .replication import (
+    METRICS,
+    Lab,
+    Policy,
+    compare,
+    decide_pairs,
+    ensure,
+    look_confidence_of,
+    replicate_until,
+    smaller_sides,
+)
 from .stats import DECIDED, IMPROVEMENT, REGRESSION, SAME, Comparison, regression_ruled_out
 from .verdicts import Place, Placement, pct, place_confirmation, place_probe
 
@@ -262,7 +272,7 @@ def regressed_elsewhere(lab: Lab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> tu
     others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(ref, m) and lab.medians(arm, m)]
     if not others:
         return [], 0
-    look = s.policy.pair_confidence(len(lab.medians(ref, s.metric)), len(lab.medians(arm, s.metric)))
+    look = look_confidence_of(lab, ref, arm, s.metric, s.policy)
     conf = 1 - (1 - look) / len(others)
     read = [compare(lab, ref, arm, m, s.policy, confidence=conf) for m in others]
     return [c for c in read if c.verdict == REGRESSION], len(others)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .launcher import ArmSpec
-from .stats import DECIDED, MIN_STARTS, Comparison, compare_starts
+from .stats import DECIDED, MIN_STARTS, Comparison, compare_paired, compare_starts
 
 # (metric, label, lower is better): every metric a comparison reports; the primary one is chosen per run
 # What a warm start is taken to cost before an invocation has seen one (an H200 served the tiny model's warm
@@ -136,10 +136,42 @@ class Policy:
         )
 
 
+class BlockLab(Lab, Protocol):
+    def block_pairs(self, ref: ArmSpec, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:
+        """(reference value, arm value) of each block holding both arms (bench.block_runner), in block order."""
+        ...
+
+
+def is_blocked(lab: Lab) -> bool:
+    """Whether the lab pairs its arms block by block (bench.blocks): then every comparison reads the blocks'
+    paired values, never two arms' start medians side by side."""
+    return callable(getattr(lab, "block_pairs", None))
+
+
+def compare_blocks(
+    pairs: list[tuple[float, float]], metric: str, policy: Policy, confidence: float | None = None
+) -> Comparison:
+    """The one-sample t interval of log(arm / reference) over blocks, at the per-look confidence of the paired
+    design for this many blocks (the duet's: Policy.paired_confidence) unless told otherwise."""
+    conf = policy.paired_confidence(len(pairs)) if confidence is None else confidence
+    return compare_paired(
+        pairs, metric=metric, lower_is_better=lower_is_better(metric), confidence=conf, min_effect=policy.min_effect
+    )
+
+
+def look_confidence_of(lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy) -> float:
+    """The per-look confidence a comparison of these arms is read at now."""
+    if is_blocked(lab):
+        return policy.paired_confidence(len(lab.block_pairs(ref, arm, metric)))  # type: ignore[attr-defined]
+    return policy.pair_confidence(len(lab.medians(ref, metric)), len(lab.medians(arm, metric)))
+
+
 def compare(
     lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
+    if is_blocked(lab):
+        return compare_blocks(lab.block_pairs(ref, arm, metric), metric, policy, confidence)  # type: ignore[attr-defined]
     if policy.adjust != "none":
         adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
         if adjusted is not None:
@@ -200,6 +232,9 @@ def ensure(lab: Lab, arms: Sequence[ArmSpec], n: int) -> None:
 def smaller_sides(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], policy: Policy) -> list[ArmSpec]:
     """The arms to add a start to for these undecided pairs: each pair's arm with fewer starts (both if equal)."""
     out: list[ArmSpec] = []
+    if is_blocked(lab):
+        # a block pairs what it holds: both arms of an undecided comparison go into the next block together
+        return _unique([x for p in pairs for x in p])
     for ref, arm in pairs:
         # an arm at max_starts is named too when both are: replicate_until then sees nothing can take more
         sides = [a for a in (ref, arm) if lab.n_starts(a) < policy.max_starts] or [ref, arm]

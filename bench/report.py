@@ -13,10 +13,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, duet_report, store
+from . import covariate, duet, duet_report, store
 from .derived import png_bytes, write_whole
 from .errors import RecordError
-from .replication import LABELS, METRICS, Policy, lower_is_better
+from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
 from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
 
@@ -130,7 +130,11 @@ def planned_looks(pol: Policy, unit: str) -> str:
     )
 
 
-def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
+def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy, blocks: str | None = None) -> Comparison:
+    """A comparison as the run reads it; `blocks`: the per-block value of a --concurrent run (bench.blocks),
+    whose arms are paired round by round."""
+    if blocks:
+        return compare_blocks(duet.unit_pairs(ref.units, arm.units, metric, blocks), metric, pol)
     if pol.adjust != "none":
         adjusted = covariate.compare_host(
             ref.units,
@@ -182,6 +186,10 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     lines = ["## Method", ""]
     if cfg.get("duet"):
         lines += duet_report.method_lines(cfg, pol, schedule(pol, "duets", paired=True), planned_looks(pol, "duets"))
+    elif cfg.get("concurrent"):
+        lines += duet_report.block_method_lines(
+            cfg, pol, schedule(pol, "blocks", paired=True), planned_looks(pol, "blocks per arm")
+        )
     elif old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
@@ -200,7 +208,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         )
     verdicts = (
         []
-        if cfg.get("duet")
+        if cfg.get("duet") or cfg.get("concurrent")
         else [
             f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
             f"{schedule(pol)}; "
@@ -259,8 +267,8 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
             lines.append(
                 f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** ("
                 + (
-                    f"{_change(cmp_)}; {cmp_['n_ref']} duets)"
-                    if c.get("method") == "duet"
+                    f"{_change(cmp_)}; {cmp_['n_ref']} {c['method']}s)"
+                    if c.get("method") in ("duet", "block")
                     else f"{_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
                 )
             )
@@ -588,6 +596,8 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
 
 
 def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
+    cfg = run.get("config", {})
+    blocks = cfg.get("duet_value", "pairs") if cfg.get("concurrent") else None
     by_name = {r.name: r for r in rows}
     pairs = _pairs(run, rows, v)
     if not pairs:
@@ -597,7 +607,8 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         "## Comparisons (every metric)",
         "",
         "Change of the arm against the reference, with its interval at the confidence of the look its start "
-        "counts reach (Method); n = starts.",
+        "counts reach (Method); n = starts"
+        + (" (blocks holding both arms: the n of a paired comparison)." if blocks else "."),
         "",
         "| section | reference | arm | metric | n | change [interval] | verdict |",
         "|---|---|---|---|---|---|---|",
@@ -606,7 +617,7 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
-        cmps = [_compare(a, b, m, pol) for m in order if a.medians(m) and b.medians(m)]
+        cmps = [_compare(a, b, m, pol, blocks) for m in order if a.medians(m) and b.medians(m)]
         refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
         up = _startup_comparison(a, b, pol)
         for c in cmps + ([up] if up else []):
@@ -1013,9 +1024,9 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
-    if cfg.get("duet") and pol.adjust != "none":
+    if (cfg.get("duet") or cfg.get("concurrent")) and pol.adjust != "none":
         raise RecordError(
-            f"{run_dir}: a duet run has no covariate reading (both arms share the host in every duet); "
+            f"{run_dir}: a duet or block run has no covariate reading (its arms share the host in every unit); "
             f"`python -m bench report {run_dir}` without --adjust"
         )
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
@@ -1023,6 +1034,8 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
         lines += _duets(run, rows, pol, cfg)
     else:
         lines += _comparisons(run, rows, v, pol, metric)
+    if cfg.get("concurrent"):
+        lines += duet_report.block_lines(run, rows, cfg)
     lines += _host_probe(run_dir, run, rows, v, pol, metric)
     lines += _counters(rows, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)

@@ -73,6 +73,12 @@ def add_cli(sub) -> None:
         action="store_true",
         help="compare `ab` of a null (or --effect) pair sequentially and as duets on the same simulated machines",
     )
+    d.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="ablate --mode leave-out over --candidates (the last one carrying --effect) sequentially and as blocks "
+        "(bench/blocks.py) on the same simulated machines",
+    )
     d.add_argument("--host-slow", type=float, default=0.6, help="the slow state's slowdown (run7: ~4.4 vs 7-8 ms)")
     d.add_argument("--host-stay", type=float, default=0.95, help="probability the state holds over one repetition")
     d.add_argument("--host-ticks", type=int, default=10, help="chain steps while one server starts")
@@ -94,6 +100,11 @@ def _cli(a) -> int:
         return _scenarios(a, settings)
     if a.duet:
         return _duet(a, settings)
+    if a.concurrent:
+        from .simulate_blocks import rates_text
+
+        print(rates_text(a, settings))
+        return 0
     culprit = f"p{a.candidates - 1}" if a.effect else None
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 
@@ -161,7 +172,7 @@ def _check_bounds(a) -> None:
         ("--trials", a.trials, a.trials >= 1, ">= 1"),
         ("--effect", a.effect, a.effect > -1, "> -1 (a relative change of the step time)"),
     ]
-    if a.duet:
+    if a.duet or a.concurrent:
         bad += [
             ("--host-slow", a.host_slow, a.host_slow > -1, "> -1 (the slow state's relative slowdown)"),
             ("--host-stay", a.host_stay, 0 <= a.host_stay <= 1, "in [0, 1] (a probability)"),

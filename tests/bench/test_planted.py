@@ -101,6 +101,7 @@ def test_bench_fixture_patches_pass_check_with_the_real_set(sglang_tree):
         "planted_moe_gpu",
         "planted_draft_host",
         "planted_batch_host",
+        "planted_result_host",
     ):
         assert name in p.stdout
 
@@ -130,12 +131,17 @@ def test_each_plant_lands_in_the_function_and_phase_it_claims(sglang_tree):
             "planted_draft_host",
             "planted_batch_host",
             "planted_slow_verify",
+            "planted_result_host",
         ],
         capture_output=True,
         text=True,
     )
     assert p.returncode == 0, p.stderr
     srt = sglang_tree / "python/sglang/srt"
+    result = _function_source(srt / "managers/scheduler.py", "Scheduler.process_batch_result")
+    # the scheduler's own loop, for decode batches only, before the result is processed
+    assert "SGLANG_PLANTED_RESULT_DELAY_US" in result and "if batch.forward_mode.is_decode():" in result
+    assert result.index("SGLANG_PLANTED_RESULT_DELAY_US") < result.index("process_batch_result_decode")
     moe = _function_source(srt / "layers/moe/topk.py", "select_experts")
     assert "torch.cuda._sleep(_planted_cycles)" in moe and "hidden_states.is_cuda" in moe
     draft = _function_source(srt / "speculative/eagle_worker_v2.py", "EagleDraftWorker.draft")

@@ -6,6 +6,7 @@
 #   importtime   what the 51 s of two processes importing sglang are: python -X importtime of the scheduler's
 #                imports, from /tmp/site and from a copy in /dev/shm (is it the disk?)
 #   cold         the machine's first start (FlashInfer JIT, Triton, graph capture): its seconds, recorded
+#   warm         two single starts on a warm machine (the second with the bench's bytecode cache filled)
 #   oldargs      one warm start with the graph arguments of the earlier records: the "before" of the start time
 #   variance     one set, three arms (CPU placement spread twice: a null pair; none): start-to-start CV
 #   moe          bisect default -> full + planted_moe_gpu (a GPU-side delay in every routing call: the
@@ -26,6 +27,17 @@
 #                start-to-start CV (the report shows both ratios, of medians and of adjacent pairs)
 #   duet_profiling  tiny model, eagle_profiling on against not applied, by duets
 #   duet_off     tiny model, eagle_profiling applied but off against not applied (issue 16: "within noise")
+# The block design (bench/blocks.py: every arm of a round live at once on one GPU, each on a pristine tree the bench
+# makes from the pinned wheel, all on the same CPUs, --sleep-on-idle, short repetitions served round by round;
+# a fixed KV pool, BLOCK_TOKENS): the noise probe (bench/results/2026-12-03-h200-noise) found each vCPU's speed its
+# own, so a block shares one vCPU between its arms instead of one moment between two halves of the CPUs:
+#   blocks_profiling  tiny model, four arms in every block: eagle_profiling not applied (the reference), on,
+#                applied but off, and a null arm (not applied again, a harmless env): issue 16's "< 3 %" and
+#                "off = not applied", and a null comparison, in the same blocks
+#   blocks_ablate  tiny model, ablate --mode leave-out of full_result_host (planted_result_host: a host-side
+#                delay in the scheduler's result processing, outside every EAGLE phase) against default: every
+#                leave-one-out in one block with the full set and the base; the mover confirmed alone
+#   blocks_moe   the same for full_moe_gpu (a GPU-side delay in every routing call, captured into the graphs)
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
@@ -45,7 +57,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|duet_off|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -179,6 +191,11 @@ case "$step" in
   cold)
     # the machine's first start (FlashInfer JIT, Triton, page cache): what a throwaway start absorbs
     one_start cold --no-warmup-start -- "${SA[@]}" ;;
+  warm)
+    # warm starts alone, on a machine that has served starts: issue 12's "<= 20 s"; two, since the first may
+    # still compile this tree's bytecode into the bench's cache (bench.runner.bytecode_env)
+    one_start warm1 --no-warmup-start -- "${SA[@]}"
+    one_start warm2 --no-warmup-start -- "${SA[@]}" ;;
   oldargs)
     # a warm start with the graph arguments of the earlier records: the "before" of issue 12's <= 20 s target
     GRAPHS=("${OLD_GRAPHS[@]}"); spec_args "$TINY" "${MEMF:-0.6}"
@@ -342,6 +359,25 @@ case "$step" in
     [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
     run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" --duet "$DUET_TREE" "${M[@]}" \
       "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" ;;
+  blocks_profiling|blocks_ablate|blocks_moe)
+    # One GPU for the whole block: each server's share is a bound, not what it takes (the pool is BLOCK_TOKENS);
+    # short repetitions (one 64-token request at batch 1, eight at once, two first tokens), so that an arm's
+    # j-th repetition and the reference's are seconds apart on the same vCPU.
+    spec_args "$TINY" "${BLOCK_MEMF:-0.3}"
+    B=(--concurrent --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-8}" --warmup-reps "${WREPS:-2}"
+       --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})
+    resume=()
+    [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
+    case "$step" in
+      blocks_profiling)
+        run $PY -m bench ab --manifest $PLANTED --arms notapplied=default-eagle_profiling on=default off=default \
+          null=default-eagle_profiling --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 --arm-env null:BENCH_NULL=1 \
+          "${B[@]}" "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" --max-total-tokens "${BLOCK_TOKENS:-16384}" ;;
+      *)
+        full=full_result_host; [ "$step" = blocks_moe ] && full=full_moe_gpu
+        run $PY -m bench ablate --manifest $PLANTED --base default --full $full --mode leave-out \
+          "${B[@]}" "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" --max-total-tokens "${BLOCK_TOKENS:-16384}" ;;
+    esac ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \

@@ -334,14 +334,14 @@ def test_duet_a_failure_while_the_second_server_starts_is_its_arm_s(
     recorded against the first server's arm, which was healthy."""
     from bench import launcher
 
-    real = launcher.start
+    real = launcher.spawn  # the Runner launches through spawn (then waits), a block's servers all at once
 
-    def start(cfg, arm, env, console):
+    def spawn(cfg, arm, env, console):
         if cfg.tree and cfg.tree.endswith("tree-b"):
             raise OSError("cannot open the console log")
         return real(cfg, arm, env, console)
 
-    monkeypatch.setattr(launcher, "start", start)
+    monkeypatch.setattr(launcher, "spawn", spawn)
     _duet(tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, "--no-warmup-start"], QUIET, rc=EXIT_ABORTED)
     err = capsys.readouterr().err
     assert "[duet 1] arm b: cannot open the console log" in err

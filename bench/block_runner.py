@@ -29,6 +29,7 @@ from .workload import WorkloadError
 class BlockStoreLab:
     def __init__(self, runner: Runner, trees: Sequence[str]):
         self.runner, self.trees = runner, list(trees)
+        self.block_analysis = runner.cfg.block_analysis
         by_name = {a.name: a for a in runner.arms}
         # an arm's references: the arms it is compared with as the comparison's second member
         self.refs: dict[str, list[ArmSpec]] = {}
@@ -77,6 +78,12 @@ class BlockStoreLab:
                     out.append(x)
         return out
 
+    def block_values(self, metric: str) -> list[dict[str, float]]:
+        """Every block's {arm key: value} for the block design's pooled reading (bench.rcbd)."""
+        from .rcbd import block_values
+
+        return [block_values({k: [r.get(metric) for r in u.reps] for k, u in b.items()}) for b in self._blocks()]
+
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         """One block: these arms and the references they are compared with, from the store when its next block
         holds exactly them, measured otherwise."""
@@ -94,8 +101,11 @@ class BlockStoreLab:
             if a.key not in {x.key for x in self.runner.arms}:
                 self.runner.arms.append(a)
                 self.runner.rec({"type": "arm", **Runner.arm_record(a)})
-        used = [u.round for u in self.runner.view().units.values()]
-        used += [r.get("round", -1) for r in self.runner.view().failures]
+        # every round a start record holds, completed or not: a block killed before its first unit_done leaves
+        # only start records, and its round is not given to the next block
+        used = [
+            r.get("round", -1) for r in store.read(self.runner.cfg.store_path) if r.get("type") in ("start", "failure")
+        ]
         rnd = max([*used, *self.consumed, -1]) + 1
         run_block(self.runner, block, self.trees, rnd, len(self.consumed))
         self.consumed.append(rnd)
@@ -105,18 +115,33 @@ class BlockStoreLab:
 
 
 def block_estimate(runner: Runner, n: int) -> float:
-    """Seconds a block of n servers will take: from the blocks seen (their wall time, scaled up linearly in the
-    servers where this one has more), else one start-up (the servers start together) plus n servers' repetitions."""
+    """Seconds a block of n servers will take: its start-up (the servers start together) plus n servers'
+    repetitions and stops. From the blocks seen, each scaled to n servers (their repetitions by n / their size;
+    a machine's cold first block's start-up taken as a warm one's, --warm-start-estimate at most); before any,
+    from the throwaway start, whose warm-up repetitions give the time of one (run4: a cold start's seconds taken
+    for the next one's stopped a run with most of its budget left)."""
+    cfg = runner.cfg
     v = runner.view()
-    here = [u for u in v.units.values() if u.block_wall_s and u.start_id in runner.started_ids]
-    seen = here or [u for u in v.units.values() if u.block_wall_s]
-    if seen:
-        return max(u.block_wall_s * max(1.0, n / max(1, len(u.block.get("arms", [])))) for u in seen)
-    warm = [u for u in [*v.units.values(), *v.warmup_units] if u.wall_s]
+    by_round: dict[int, list[store.Unit]] = {}
+    for u in v.units.values():
+        if u.block_wall_s:
+            by_round.setdefault(u.round, []).append(u)
+    here = {r: us for r, us in by_round.items() if any(u.start_id in runner.started_ids for u in us)}
+    out = []
+    for us in (here or by_round).values():
+        startup = max(u.startup_s for u in us)
+        rest = max(us[0].block_wall_s - startup, 0.0)
+        if not all(u.machine_warm for u in us):
+            startup = min(startup, cfg.warm_start_estimate_s)
+        out.append(startup + rest * n / len(us))
+    if out:
+        return max(out)
+    warm = [u for u in v.warmup_units if u.wall_s]
     if not warm:
         return 0.0
-    startup = max(min(u.startup_s, runner.cfg.warm_start_estimate_s) for u in warm)
-    return startup + n * max(u.wall_s - u.startup_s for u in warm)
+    u = max(warm, key=lambda x: x.wall_s)
+    per_rep = max(u.wall_s - u.startup_s, 0.0) / max(cfg.warmup_reps, 1)
+    return min(u.startup_s, cfg.warm_start_estimate_s) + n * per_rep * (cfg.warmup_reps + cfg.reps_per_start)
 
 
 def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd: int, index: int) -> None:
@@ -124,6 +149,11 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
     the block's index), wait for all, put them all on the same CPUs, warm each up, serve the measured repetitions
     round by round (bench.blocks.serving_order), stop them all."""
     cfg = runner.cfg
+    if len(arms) > len(trees):
+        raise RunAborted(
+            f"a block of {len(arms)} servers ({', '.join(a.name for a in arms)}) needs {len(arms)} trees; this run has "
+            f"{len(trees)}: give --trees one per server of the largest block, or leave --trees out"
+        )
     order = [arms[i] for i in arrangement(len(arms), index)]
     launches = [
         replace(cfg.launch, tree=trees[pos], server_args=server_args_at(cfg.launch.server_args, pos))
@@ -162,6 +192,8 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
                 "tree": launches[pos].tree,
                 "port": first_port(launches[pos].server_args),
                 "arms": keys,
+                # the KV pool it got: --max-total-tokens, or less where SGLang found less free (a crowded start)
+                "kv_tokens": _kv_tokens(srv),
             }
             runner.record_start(
                 sids[pos],
@@ -221,6 +253,17 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
         + ", ".join(f"{a.name} {m:.4g}" for a, m in zip(order, meds) if m is not None)
         + f" (spread {cv([m for m in meds if m is not None]) * 100:.1f}%) | elapsed {runner.elapsed():.0f}s"
     )
+
+
+def _kv_tokens(srv: launcher.Server) -> int | None:
+    """The server's KV pool in tokens (SGLang's internal state), None where it does not say."""
+    from .workload import internal_state, server_info
+
+    try:
+        v = internal_state(server_info(srv.url)).get("max_total_num_tokens")
+        return int(v) if v is not None else None
+    except Exception:
+        return None
 
 
 def _stop_all(runner: Runner, servers: list[launcher.Server]) -> list[int | None]:

@@ -22,6 +22,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from .errors import UsageError
 
@@ -81,16 +82,47 @@ def pool_trees(manifest: str, n: int, root: Path | None = None) -> list[str]:
             "or give your own trees with --trees)"
         ) from None
     d = pool_dir(root or default_pool_root(), pin.sha256, manifest)
-    out = []
-    with _locked(d):
-        for k in range(n):
-            t = d / f"t{k}"
-            if not (t / "python" / "sglang" / "__init__.py").is_file():
-                if t.exists():
-                    shutil.rmtree(t)  # not a tree this module finished (it renames only whole ones): made again
-                unpack_tree(wheel, t)
-            out.append(str(t))
+    out: list[str] = []
+    try:
+        with _locked(d):
+            for stale in d.glob(".tmp-*"):  # an unpack a kill cut short: a whole sglang nobody will rename
+                shutil.rmtree(stale, ignore_errors=True)
+            k = 0
+            while len(out) < n:
+                t = d / f"t{k}"
+                k += 1
+                if not _lease(d / f"t{k - 1}.lease"):
+                    continue  # another bench run holds it (its servers run from it): never switch it under them
+                if not (t / "python" / "sglang" / "__init__.py").is_file():
+                    if t.exists():
+                        shutil.rmtree(t)  # not a tree this module finished (it renames only whole ones): made again
+                    unpack_tree(wheel, t)
+                out.append(str(t))
+    except OSError as e:
+        raise UsageError(
+            f"--tree-pool {root or default_pool_root()}: cannot make the block's trees there ({e.strerror or e}: "
+            f"{e.filename or d}); give a writable directory with room for {n} sglang trees (~120 MB each)"
+        ) from None
     return out
+
+
+# open lease files by path: their locks last as long as this process and go with it however it ends; a process
+# asking again (a plan's second call) gets its own trees back
+_LEASES: dict[str, IO] = {}
+
+
+def _lease(path: Path) -> bool:
+    """Hold path's lock for the rest of this process if no other process holds it."""
+    if str(path) in _LEASES:
+        return True
+    f = open(path, "a")  # noqa: SIM115 - kept open on purpose: the lock is the lease
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _LEASES[str(path)] = f
+    return True
 
 
 def check_trees(trees: list[str], n: int) -> None:

@@ -85,8 +85,16 @@ def server_args_at(server_args: Sequence[str], position: int) -> tuple[str, ...]
             args[i] = f"--port={port}"
         elif x == "--port" and i + 1 < len(args):
             args[i + 1] = str(port)
-    if flag_value(args, "--nccl-port") is None:
+    nccl = flag_value(args, "--nccl-port")
+    if nccl is None:
         args += ["--nccl-port", str(port + NCCL_PORT_OFFSET)]
+    elif nccl[1] is not None and nccl[1].isdigit():  # the user's, moved with the position like --port
+        own = str(int(nccl[1]) + position * PORT_OFFSET)
+        for i, x in enumerate(args):
+            if x.startswith("--nccl-port="):
+                args[i] = f"--nccl-port={own}"
+            elif x == "--nccl-port" and i + 1 < len(args):
+                args[i + 1] = own
     return tuple(args)
 
 

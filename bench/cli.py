@@ -174,6 +174,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "per-block ratios (needs --mem-fraction-static <= 0.45 and --max-total-tokens N after `--`; ab and ablate)",
     )
     b.add_argument(
+        "--block-analysis",
+        choices=["pooled", "paired"],
+        default="pooled",
+        help="--concurrent: read comparisons with one residual variance for all the blocks' arms (the analysis of a "
+        "block design, bench/rcbd.py: more degrees of freedom, unless the arms' spread differs) or each on its own "
+        "blocks (default %(default)s)",
+    )
+    b.add_argument(
         "--trees",
         default=None,
         metavar="DIR,DIR,...",
@@ -336,6 +344,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         duet_tree=getattr(a, "duet", None),
         duet_value=getattr(a, "duet_value", "pairs"),
         concurrent=a.concurrent,
+        block_analysis=a.block_analysis,
     )
 
 
@@ -366,6 +375,34 @@ def _check_duet(cfg, arms) -> None:
     if cfg.reuse:
         raise UsageError("--duet cannot --reuse sequential starts: a duet's two starts are one unit")
     check_server_args(cfg.launch.server_args)
+    _check_paired_looks(cfg, "--duet")
+
+
+def _check_paired_looks(cfg, flag: str) -> None:
+    """A paired design's first verdict needs 3 units (a t interval over 2 has one degree of freedom), and its
+    look boundaries are solved from there (bench.sequential.paired_t_quantiles)."""
+    from .stats import MIN_STARTS
+
+    if cfg.initial_starts < MIN_STARTS:
+        raise UsageError(
+            f"{flag} reads its first verdict at {MIN_STARTS} units: give --restarts {MIN_STARTS} or more "
+            f"(got {cfg.initial_starts})"
+        )
+
+
+def _check_block_ports(kind: str, cfg, arms, extra) -> None:
+    """Every position's port and NCCL port must be ports: refused before any server starts."""
+    from .blocks import NCCL_PORT_OFFSET
+    from .duet import PORT_OFFSET, first_port
+
+    n = block_size(kind, arms, extra)
+    last = first_port(cfg.launch.server_args) + (n - 1) * PORT_OFFSET + NCCL_PORT_OFFSET
+    if last > 65535:
+        raise UsageError(
+            f"--port {first_port(cfg.launch.server_args)}: a block of {n} servers takes ports up to {last} "
+            f"(+{PORT_OFFSET} per position, NCCL +{NCCL_PORT_OFFSET}); give a --port below "
+            f"{65535 - (n - 1) * PORT_OFFSET - NCCL_PORT_OFFSET + 1}"
+        )
 
 
 def _check_concurrent(kind: str, cfg, a) -> None:
@@ -391,18 +428,23 @@ def _check_concurrent(kind: str, cfg, a) -> None:
     if cfg.reuse:
         raise UsageError("--concurrent cannot --reuse sequential starts: a block's starts are one unit")
     check_server_args(cfg.launch.server_args)
+    _check_paired_looks(cfg, "--concurrent")
     if a.trees is not None and not [t for t in a.trees.split(",") if t]:
         raise UsageError("--trees needs DIR,DIR,...: one sglang tree per arm of the largest block")
 
 
 def block_size(kind: str, arms, extra: dict) -> int:
-    """The most servers one block of this plan holds: every arm of ab; ablate's first blocks (each patch's arm with
-    its reference, and the base with the full set, whose blocks hold the base as its reference), its
-    confirmations being smaller."""
-    if kind == "ablate":
-        n = len(extra.get("ablated", []))
-        return {"both": 2 + 2 * n, "alone": 1 + n, "leave-out": 2 + n}[extra.get("mode", "both")]
-    return len({x.key for x in arms})
+    """The most servers one block of this plan can hold, in distinct arms (a set that cannot exist is no arm):
+    every arm of ab; ablate's blocks of each side (a patch's arm with its reference, and the base with the full
+    set, whose blocks hold the base as its reference), the mode's first side and its confirmation's alike."""
+    keys = {x.key for x in arms}
+    if kind != "ablate" or extra.get("mode", "both") == "both":
+        return len(keys)
+    by_name = {x.name: x for x in arms}
+    base, full = by_name["base"], by_name["full"]
+    leave = {base.key, full.key} | {x.key for x in extra["leave"].values() if x is not None}
+    alone = {base.key} | {x.key for x in extra["alone"].values() if x is not None}
+    return max(len(leave), len(alone))
 
 
 def _block_trees(kind: str, a, cfg, arms, extra: dict) -> list[str]:
@@ -570,9 +612,12 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         from .blocks import block_server_args
 
         _check_concurrent(kind, cfg, a)
+        _check_block_ports(kind, cfg, arms, extra)
         cfg.launch = replace(cfg.launch, server_args=block_server_args(cfg.launch.server_args))
         if not a.dry_run:
             trees = _block_trees(kind, a, cfg, arms, extra)
+    elif a.trees is not None or a.tree_pool is not None:
+        raise UsageError("--trees and --tree-pool are the block design's: add --concurrent, or drop them")
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
@@ -609,6 +654,7 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         conclusion = _run_plan(kind, runner, lab, catalog, arms, comps, extra)
         if cfg.concurrent:
             conclusion["method"] = "block"
+            conclusion["block_rounds"] = list(lab.consumed)  # type: ignore[union-attr]  # what the plan read
         conclusion["server_starts_this_run"] = runner.units_started
         conclusion["elapsed_s"] = round(runner.elapsed(), 1)
         runner.rec(conclusion)

@@ -115,10 +115,19 @@ def block_method_lines(cfg: dict, pol: Policy, schedule: str, looks: str = "") -
             if cfg.get("warmup_start")
             else "No throwaway start (--no-warmup-start)."
         ),
-        f"- Verdicts: the block is the replication unit; a comparison's value per block is log of {ratio}. The t "
-        f"interval of the mean over the blocks holding both arms, at {schedule}; **regression/improvement** when "
-        f"the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, **cannot tell** when it "
-        f"straddles; fewer than {MIN_STARTS} blocks: no verdict.",
+        (
+            "- Verdicts: the block is the replication unit, read as a block design (bench/rcbd.py): each arm's value "
+            "per block is the median over rounds of its log value minus the round's mean over the block's arms; "
+            "arm and block effects by least squares, the arm contrast's interval from the residual variance pooled "
+            "over all the blocks' arms (read on each comparison's own blocks, by log of "
+            f"{ratio}, where the arms' spread differs: Brown-Forsythe p < 0.05)"
+            if cfg.get("block_analysis") == "pooled"
+            else f"- Verdicts: the block is the replication unit; a comparison's value per block is log of {ratio}. "
+            "The t interval of the mean over the blocks holding both arms"
+        )
+        + f", at {schedule}; **regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, "
+        f"**same** when inside, **cannot tell** when it straddles; fewer than {MIN_STARTS} blocks holding both: "
+        "no verdict.",
     ]
 
 

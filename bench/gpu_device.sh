@@ -84,7 +84,8 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
       stream=${spec%%:*}; steps=${spec#*:}; gpu=${stream:0:1}; slot=${stream:1:1}
       case "$gpu" in 0) tree=/tmp/site ;; *) tree=$EMB ;; esac
       [ "$stream" = "01" ] && gpu=0,1 && tree=/tmp/site
-      port=$((30000 + ${gpu%%,*} * 1000 + $( [ "$slot" = b ] && echo 500 || echo 0 )))
+      # 5000 apart per GPU: a block's servers take port + 500 per position (bench/blocks.py)
+      port=$((30000 + ${gpu%%,*} * 5000 + $( [ "$slot" = b ] && echo 500 || echo 0 )))
       memf=${MEMF:-$( [ -n "$slot" ] && echo 0.25 || echo 0.6 )}
       (
         for step in ${steps//,/ }; do

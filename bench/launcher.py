@@ -143,7 +143,8 @@ def wait_ready(srv: Server, cfg: LaunchConfig) -> Server:
             f"launcher exited with {rc} before printing url and fingerprint: {' '.join(cmd)}\n"
             f"--- last output ---\n{srv.tail_text()}"
         )
-    srv.startup_s = time.monotonic() - srv.launched
+    # when its url line arrived, not when this wait returned: a block waits for its servers one after another
+    srv.startup_s = srv.output.arrived.get("url", time.monotonic()) - srv.launched
     return srv
 
 

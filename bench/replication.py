@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .launcher import ArmSpec
-from .stats import DECIDED, MIN_STARTS, Comparison, compare_paired, compare_starts
+from .stats import DECIDED, MIN_STARTS, TOO_FEW, Comparison, compare_contrast, compare_paired, compare_starts
 
 # (metric, label, lower is better): every metric a comparison reports; the primary one is chosen per run
 # What a warm start is taken to cost before an invocation has seen one (an H200 served the tiny model's warm
@@ -137,9 +137,18 @@ class Policy:
 
 
 class BlockLab(Lab, Protocol):
+    block_analysis: str  # "pooled" (bench.rcbd) or "paired" (each comparison's own blocks)
+
     def block_pairs(self, ref: ArmSpec, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:
         """(reference value, arm value) of each block holding both arms (bench.block_runner), in block order."""
         ...
+
+    def block_values(self, metric: str) -> list[dict[str, float]]:
+        """Every block's {arm key: value} (bench.rcbd.block_values), in block order."""
+        ...
+
+
+BLOCK_ANALYSES = ("pooled", "paired")
 
 
 def is_blocked(lab: Lab) -> bool:
@@ -149,13 +158,40 @@ def is_blocked(lab: Lab) -> bool:
 
 
 def compare_blocks(
-    pairs: list[tuple[float, float]], metric: str, policy: Policy, confidence: float | None = None
+    pairs: list[tuple[float, float]],
+    metric: str,
+    policy: Policy,
+    confidence: float | None = None,
+    pooled: tuple[list[dict[str, float]], str, str] | None = None,
 ) -> Comparison:
-    """The one-sample t interval of log(arm / reference) over blocks, at the per-look confidence of the paired
-    design for this many blocks (the duet's: Policy.paired_confidence) unless told otherwise."""
+    """A comparison over blocks at the per-look confidence of the paired design for the number of blocks holding
+    both arms (the duet's: Policy.paired_confidence) unless told otherwise: the one-sample t interval of
+    log(arm / reference) over those blocks, or, with `pooled` = (every block's values, reference key, arm key),
+    the block design's least-squares contrast with the residual variance of all the blocks' arms (bench.rcbd),
+    unless their spread differs between arms."""
     conf = policy.paired_confidence(len(pairs)) if confidence is None else confidence
-    return compare_paired(
-        pairs, metric=metric, lower_is_better=lower_is_better(metric), confidence=conf, min_effect=policy.min_effect
+    lib = lower_is_better(metric)
+    paired = compare_paired(pairs, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect)
+    if pooled is None or paired.verdict == TOO_FEW:
+        return paired
+    from . import rcbd
+
+    values, ref_key, arm_key = pooled
+    f = rcbd.fit(values)
+    c = rcbd.contrast(f, ref_key, arm_key) if f is not None else None
+    if f is None or c is None:
+        return paired
+    if f.hetero_p < rcbd.HETERO_P:
+        from dataclasses import replace
+
+        return replace(
+            paired,
+            note=f"the arms' spread differs (Brown-Forsythe p = {f.hetero_p:.3f}): read on its own blocks, not pooled",
+        )
+    est, se, df = c
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    return compare_contrast(
+        est, se, df, a, b, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect
     )
 
 
@@ -171,7 +207,9 @@ def compare(
 ) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
     if is_blocked(lab):
-        return compare_blocks(lab.block_pairs(ref, arm, metric), metric, policy, confidence)  # type: ignore[attr-defined]
+        bl: BlockLab = lab  # type: ignore[assignment]
+        pooled = (bl.block_values(metric), ref.key, arm.key) if bl.block_analysis == "pooled" else None
+        return compare_blocks(bl.block_pairs(ref, arm, metric), metric, policy, confidence, pooled)
     if policy.adjust != "none":
         adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
         if adjusted is not None:
@@ -259,6 +297,13 @@ def replicate_until(lab: Lab, policy: Policy, needs: Callable[[], list[ArmSpec]]
         lab.add_starts(want)
         # needs() reads verdicts, so it is asked only at planned looks: until then the arms it named take
         # starts round by round (max_starts is a planned look, so this ends there at the latest)
+        if is_blocked(lab):
+            # a block reads pairs: an arm measured more often (a reference in other blocks too) must not be sent
+            # on alone to its own next look; the blocks go on whole until the least measured arm, whose count is
+            # its comparisons' number of blocks, is at one
+            while (n := min(lab.n_starts(a) for a in want)) < policy.max_starts and not policy.at_look(n):
+                lab.add_starts(want)
+            continue
         while rest := [a for a in want if not policy.at_look(lab.n_starts(a)) and lab.n_starts(a) < policy.max_starts]:
             lab.add_starts(rest)
 

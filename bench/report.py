@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, duet, duet_report, store
+from . import covariate, duet, duet_report, rcbd, store
 from .derived import png_bytes, write_whole
 from .errors import RecordError
 from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
@@ -130,11 +130,22 @@ def planned_looks(pol: Policy, unit: str) -> str:
     )
 
 
-def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy, blocks: str | None = None) -> Comparison:
+def _compare(
+    ref: ArmRow, arm: ArmRow, metric: str, pol: Policy, blocks: str | None = None, rows: list[ArmRow] | None = None
+) -> Comparison:
     """A comparison as the run reads it; `blocks`: the per-block value of a --concurrent run (bench.blocks),
-    whose arms are paired round by round."""
+    whose arms are paired round by round; with `rows` (every arm of the run), read pooled as a block design
+    (bench.rcbd)."""
     if blocks:
-        return compare_blocks(duet.unit_pairs(ref.units, arm.units, metric, blocks), metric, pol)
+        pooled = None
+        if rows is not None:
+            by_round: dict[int, dict[str, list]] = {}
+            for r in rows:
+                for u in r.units:
+                    by_round.setdefault(u.round, {})[u.arm_key] = [x.get(metric) for x in u.reps]
+            values = [rcbd.block_values(b) for _, b in sorted(by_round.items())]
+            pooled = (values, ref.key, arm.key)
+        return compare_blocks(duet.unit_pairs(ref.units, arm.units, metric, blocks), metric, pol, pooled=pooled)
     if pol.adjust != "none":
         adjusted = covariate.compare_host(
             ref.units,
@@ -598,6 +609,7 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
 def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
     cfg = run.get("config", {})
     blocks = cfg.get("duet_value", "pairs") if cfg.get("concurrent") else None
+    pooled_rows = rows if blocks and cfg.get("block_analysis", "paired") == "pooled" else None
     by_name = {r.name: r for r in rows}
     pairs = _pairs(run, rows, v)
     if not pairs:
@@ -617,9 +629,9 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
-        cmps = [_compare(a, b, m, pol, blocks) for m in order if a.medians(m) and b.medians(m)]
+        cmps = [_compare(a, b, m, pol, blocks, pooled_rows) for m in order if a.medians(m) and b.medians(m)]
         refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
-        up = _startup_comparison(a, b, pol)
+        up = None if blocks else _startup_comparison(a, b, pol)  # a block's servers start together: not comparable
         for c in cmps + ([up] if up else []):
             verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
             label = LABELS.get(c.metric, STARTUP_LABEL) + (" (primary)" if c.metric == metric else "")
@@ -1019,8 +1031,27 @@ def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
     return lines
 
 
+def _whole_blocks(rows: list[ArmRow], v: store.StoreView) -> list[ArmRow]:
+    """A block run's rows with only the blocks its plan read: the rounds its last conclusion names, else every
+    round all of whose arms completed (a block cut between its unit_done records counts for nothing)."""
+    read = next((c.get("block_rounds") for c in reversed(v.conclusions) if c.get("block_rounds") is not None), None)
+    by_round: dict[int, set[str]] = {}
+    for r in rows:
+        for u in r.units:
+            by_round.setdefault(u.round, set()).add(u.arm_key)
+    whole = {
+        u.round
+        for r in rows
+        for u in r.units
+        if set(u.block.get("arms", [])) == by_round.get(u.round, set()) and (read is None or u.round in read)
+    }
+    return [ArmRow(r.name, r.key, r.label, [u for u in r.units if u.round in whole]) for r in rows]
+
+
 def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     run, rows, v = load_rows(run_dir)
+    if run.get("config", {}).get("concurrent"):
+        rows = _whole_blocks(rows, v)
     cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
@@ -1067,7 +1098,9 @@ def plot(run_dir: Path, adjust: str | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run, rows, _ = load_rows(run_dir)
+    run, rows, v = load_rows(run_dir)
+    if run.get("config", {}).get("concurrent"):
+        rows = _whole_blocks(rows, v)
     metric = run.get("config", {}).get("metric", "step_ms_b1")
     rows = [r for r in rows if r.medians(metric)]
     if not rows:

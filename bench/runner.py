@@ -101,6 +101,7 @@ class RunConfig:
     duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
     duet_value: str = "pairs"  # bench.duet.unit_value (a block's too)
     concurrent: bool = False  # bench.blocks: each round's arms live at once, on shared CPUs
+    block_analysis: str = "pooled"  # bench.replication.compare_blocks: pooled (bench.rcbd) or paired
 
     @property
     def store_path(self) -> Path:
@@ -344,6 +345,7 @@ class Runner:
                 "duet": cfg.duet_tree,
                 "duet_value": cfg.duet_value,
                 "concurrent": cfg.concurrent,
+                "block_analysis": cfg.block_analysis,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -370,6 +372,7 @@ class Runner:
                 "look_step": c.look_step,
                 "confirm": c.confirm,
                 "duet_value": c.duet_value,
+                "block_analysis": c.block_analysis,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }

@@ -33,8 +33,10 @@ class SimBlockLab:
         seed: int = 0,
         max_total_starts: int | None = None,
         value: str = "pairs",
+        analysis: str = "pooled",
     ):
         self.world = world
+        self.block_analysis = analysis
         self.starts = SimLab(replace(world, host_slow=0.0), seed=seed)  # per-start draws; the chain is the block's
         self.rng = self.starts.rng
         self.host_is_slow = world.host_slow > 0 and self.rng.random() < 0.5
@@ -61,6 +63,11 @@ class SimBlockLab:
                 if v is not None:
                     out.append(v)
         return out
+
+    def block_values(self, metric: str) -> list[dict[str, float]]:
+        from .rcbd import block_values
+
+        return [block_values({k: v.get(metric, []) for k, v in b.items()}) for b in self.blocks]
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         block: list[ArmSpec] = []
@@ -91,7 +98,13 @@ class SimBlockLab:
 
 
 def ablate_rates(
-    world_of: Callable[[int], World], n_cands: int, culprit: str | None, trials: int, settings, blocks: bool
+    world_of: Callable[[int], World],
+    n_cands: int,
+    culprit: str | None,
+    trials: int,
+    settings,
+    blocks: bool,
+    analysis: str = "pooled",
 ) -> dict[str, Any]:
     """ablate --mode leave-out of candidates p0..p{n-1} on the base g, as blocks (SimBlockLab) or sequential
     starts (SimLab): right / wrong / no culprit named, and the server starts used."""
@@ -104,8 +117,10 @@ def ablate_rates(
     comps = [(base, full), *((base, alone[p]) for p in cands), *((full, leave[p]) for p in cands)]
     out: dict[str, Any] = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "servers": []}
     for t in range(trials):
-        lab: SimBlockLab | SimLab = SimBlockLab(world_of(t), comps, seed=t) if blocks else SimLab(world_of(t), seed=t)
-        res = run_ablate(lab, base, full, alone, leave, "leave-out", settings)  # type: ignore[arg-type]
+        lab: SimBlockLab | SimLab = (
+            SimBlockLab(world_of(t), comps, seed=t, analysis=analysis) if blocks else SimLab(world_of(t), seed=t)
+        )
+        res = run_ablate(lab, base, full, alone, leave, "leave-out", settings)
         named = res["culprits"]
         if not named:
             out["none"] += 1
@@ -144,8 +159,12 @@ def rates_text(a, settings) -> str:
         f"{a.host_ticks} steps per start; {a.reps} repetitions; {a.trials} seeded trials, {pol.initial} to "
         f"{pol.max_starts} units, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}:"
     ]
-    for name, blocks in (("sequential", False), ("blocks", True)):
-        r = ablate_rates(world, a.candidates, culprit, a.trials, settings, blocks)
+    for name, blocks, analysis in (
+        ("sequential", False, ""),
+        ("blocks, paired", True, "paired"),
+        ("blocks, pooled", True, "pooled"),
+    ):
+        r = ablate_rates(world, a.candidates, culprit, a.trials, settings, blocks, analysis)
         n = a.trials
         lines.append(
             f"  {name}: right culprit {r['right']} ({r['right'] / n:.1%}), wrong culprit {r['wrong']} "

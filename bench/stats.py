@@ -211,6 +211,34 @@ def _comparison(
     )
 
 
+def compare_contrast(
+    estimate: float,
+    se: float,
+    df: float,
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    metric: str = "step_ms_b1",
+    lower_is_better: bool = True,
+    confidence: float = 0.95,
+    min_effect: float = 0.02,
+    note: str = "",
+) -> Comparison:
+    """A Comparison from a model's estimate of log(arm / reference), its standard error and degrees of freedom
+    (bench.rcbd's block design), read by interval_verdict like every other interval here; a and b: the
+    reference's and the arm's values per unit, for the record."""
+    from dataclasses import replace
+
+    from scipy import stats as sst
+
+    h = float(sst.t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * sst.t.sf(abs(estimate) / se, df)) if se > 0 else (1.0 if estimate == 0 else 0.0)
+    c = _comparison(
+        metric, lower_is_better, a, b, math.nan, (estimate, estimate - h, estimate + h, p), confidence, min_effect
+    )
+    return replace(c, note=note) if note else c
+
+
 def compare_paired(
     pairs: Sequence[tuple[float | None, float | None]],
     *,

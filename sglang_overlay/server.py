@@ -136,6 +136,7 @@ class Announcements:
     def __init__(self, proc: subprocess.Popen[str], log_path: Path, tail_lines: int = 60):
         assert proc.stdout is not None, "start the child with stdout=subprocess.PIPE, text=True"
         self.values: dict[str, str] = {}
+        self.arrived: dict[str, float] = {}  # time.monotonic() when each key's line arrived
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self._stream = proc.stdout
         self._log = open(log_path, "a")  # noqa: SIM115 - closed by the reader thread; opened here: a log that cannot be written fails the start, not a thread
@@ -156,6 +157,7 @@ class Announcements:
                     if line.startswith(ANNOUNCE_PREFIX):
                         key, _, value = line[len(ANNOUNCE_PREFIX) :].strip().partition(" ")
                         self.values.setdefault(key, value)
+                        self.arrived.setdefault(key, time.monotonic())
                         self._changed.notify_all()
         finally:
             if log is not None:

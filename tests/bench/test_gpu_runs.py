@@ -56,9 +56,25 @@ def test_step_plans(step, tiny, sglang_tree, tmp_path):
     plans = re.findall(r"server starts: ([01]) throwaway \+ (\d+) arm\(s\) x (\d+) to (\d+) starts", p.stdout)
     assert plans and all(int(arms) >= 1 and 1 <= int(lo) <= int(hi) for _, arms, lo, hi in plans), p.stdout
     launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
-    # a duet step's arms are planned on both trees (bench/duet.py)
+    # a duet step's arms are planned on both trees (bench/duet.py); a block step's on the bench's own pool
     trees = (f"--tree {sglang_tree} ", f"--tree {tmp_path / 'duet-tree'} ")
+    if step.startswith("blocks"):
+        assert launches and not any("--tree " in line for line in launches)
+        return
     assert launches and all(any(t in line for t in trees[: 2 if step.startswith("duet") else 1]) for line in launches)
+
+
+@pytest.mark.parametrize(("step", "servers"), [("blocks_profiling", 4), ("blocks_ablate", 6), ("blocks_moe", 6)])
+def test_block_steps_plan_a_fixed_kv_pool_sleeping_servers_and_their_block(step, servers, tiny, sglang_tree, tmp_path):
+    p = _dry(step, tiny, sglang_tree, tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
+    assert launches and all(
+        "--max-total-tokens 16384" in line and line.endswith("--sleep-on-idle") and "--mem-fraction-static 0.3 " in line
+        for line in launches
+    )
+    assert f"a block holds up to {servers} servers at once" in p.stdout
+    assert "blocks: each round's arms" in p.stdout
 
 
 @pytest.mark.parametrize("step", ["duet", "duet_profiling", "duet_off"])

@@ -229,22 +229,7 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
         raise
     rcs = _stop_all(runner, servers)
     wall = time.monotonic() - t0
-    for pos, (a, sid) in enumerate(zip(order, sids)):
-        runner.rec(
-            {
-                "type": "unit_done",
-                "start_id": sid,
-                "arm_key": a.key,
-                "round": rnd,
-                "n_reps": cfg.reps_per_start,
-                # a share of the block each: the store's sum is the server time spent
-                "wall_s": round(wall / len(order), 2),
-                "block_wall_s": round(wall, 2),
-                "launcher_rc": rcs[pos],
-                "warmup_start": False,
-                "block_index": index,
-            }
-        )
+    runner.record_units_done(order, sids, rnd, rcs, wall, {"block_wall_s": round(wall, 2), "block_index": index})
     mark_warm_machine(runner.sig)
     starts = ", ".join(f"{s.startup_s:.0f}" for s in servers)
     meds = [start_median([r.get(cfg.metric) for r in runner.view().units[(a.key, rnd)].reps]) for a in order]

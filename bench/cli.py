@@ -370,19 +370,21 @@ def _check_duet(cfg, arms) -> None:
             "cannot share one tree (`apply.py launch` switches a tree's patches); make a second one with "
             "`apply.py fetch --wheel`"
         )
-    if cfg.host_probe or cfg.adjust != "none":
-        raise UsageError("--duet reads no host covariate: drop --host-probe / --adjust (the duet shares the host)")
-    if cfg.reuse:
-        raise UsageError("--duet cannot --reuse sequential starts: a duet's two starts are one unit")
     check_server_args(cfg.launch.server_args)
-    _check_paired_looks(cfg, "--duet")
+    _check_paired(cfg, "--duet", "duet")
 
 
-def _check_paired_looks(cfg, flag: str) -> None:
-    """A paired design's first verdict needs 3 units (a t interval over 2 has one degree of freedom), and its
-    look boundaries are solved from there (bench.sequential.paired_t_quantiles)."""
+def _check_paired(cfg, flag: str, unit: str) -> None:
+    """What a paired design (a duet, a block) refuses: a host covariate (its arms share the host), starts pooled
+    from elsewhere (its starts are one unit), and fewer than 3 units first: its first verdict needs 3 (a t
+    interval over 2 has one degree of freedom), and its look boundaries are solved from there
+    (bench.sequential.paired_t_quantiles)."""
     from .stats import MIN_STARTS
 
+    if cfg.host_probe or cfg.adjust != "none":
+        raise UsageError(f"{flag} reads no host covariate: drop --host-probe / --adjust (a {unit} shares the host)")
+    if cfg.reuse:
+        raise UsageError(f"{flag} cannot --reuse sequential starts: a {unit}'s starts are one unit")
     if cfg.initial_starts < MIN_STARTS:
         raise UsageError(
             f"{flag} reads its first verdict at {MIN_STARTS} units: give --restarts {MIN_STARTS} or more "
@@ -423,12 +425,8 @@ def _check_concurrent(kind: str, cfg, a) -> None:
             "--concurrent runs each arm from a tree of its own: drop --tree (the bench makes pristine trees from the "
             "pinned wheel) or name your trees with --trees DIR,DIR,..."
         )
-    if cfg.host_probe or cfg.adjust != "none":
-        raise UsageError("--concurrent reads no host covariate: drop --host-probe / --adjust (a block shares the host)")
-    if cfg.reuse:
-        raise UsageError("--concurrent cannot --reuse sequential starts: a block's starts are one unit")
     check_server_args(cfg.launch.server_args)
-    _check_paired_looks(cfg, "--concurrent")
+    _check_paired(cfg, "--concurrent", "block")
     if a.trees is not None and not [t for t in a.trees.split(",") if t]:
         raise UsageError("--trees needs DIR,DIR,...: one sglang tree per arm of the largest block")
 

@@ -124,21 +124,8 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
         raise
     rcs = _stop_all(runner, servers)
     wall = time.monotonic() - t0
-    for pos, (a, sid) in enumerate(zip(arms, sids)):
-        runner.rec(
-            {
-                "type": "unit_done",
-                "start_id": sid,
-                "arm_key": a.key,
-                "round": rnd,
-                "n_reps": cfg.reps_per_start,
-                # half the duet each: the store's sum is the server time spent, the next duet's estimate 2 x this
-                "wall_s": round(wall / 2, 2),
-                "launcher_rc": rcs[pos],
-                "warmup_start": False,
-                "duet_index": index,
-            }
-        )
+    # half the duet each: the next duet's estimate is 2 x this
+    runner.record_units_done(arms, sids, rnd, rcs, wall, {"duet_index": index})
     mark_warm_machine(runner.sig)
     v = runner.view()
     ratios = [b / a for a, b in unit_pairs(v.units_of(ref.key), v.units_of(arm.key), cfg.metric, cfg.duet_value)]

@@ -756,6 +756,32 @@ class Runner:
             self._check_rep(arm, m)
         return m, window
 
+    def record_units_done(
+        self,
+        arms: Sequence[ArmSpec],
+        sids: Sequence[str],
+        rnd: int,
+        rcs: Sequence[int | None],
+        wall: float,
+        extra: dict,
+    ) -> None:
+        """The unit_done records of a unit of several servers started together (a duet, a block), written after
+        all of them stopped: each its share of the unit's wall time, so the store's sum is the server time spent."""
+        for a, sid, rc in zip(arms, sids, rcs):
+            self.rec(
+                {
+                    "type": "unit_done",
+                    "start_id": sid,
+                    "arm_key": a.key,
+                    "round": rnd,
+                    "n_reps": self.cfg.reps_per_start,
+                    "wall_s": round(wall / len(arms), 2),
+                    "launcher_rc": rc,
+                    "warmup_start": False,
+                    **extra,
+                }
+            )
+
     def record_failure(
         self, arm: ArmSpec, rnd: int, sid: str, srv: launcher.Server, warmup: bool, e: BaseException
     ) -> None:

@@ -364,7 +364,7 @@ def test_duet_and_sequential_runs_count_their_starts_alike(tmp_path, manifest, l
             made.append(self)
 
     monkeypatch.setattr(runner_mod, "Runner", Counted)
-    budget = ["--restarts", "2", "--max-starts", "2", "--time-budget", "0.5"]
+    budget = ["--restarts", "3", "--max-starts", "3", "--time-budget", "0.5"]  # a paired design reads 3 first
     duet, _, _ = _duet(tmp_path, manifest, launcher_arg, monkeypatch, [*NULL, *budget], QUIET, rc=EXIT_BUDGET)
     seq = tmp_path / "seq"
     assert main(fake_argv("ab", [*NULL, *budget], manifest, launcher_arg, seq)) == EXIT_BUDGET

@@ -185,7 +185,12 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
         # every server on the same CPUs (the scheduler's main thread on one core for all): only one serves at a
         # time, and a vCPU's speed is its own (bench.blocks); the bench client with the first, on the rest
         for pos, (a, p, srv) in enumerate(zip(order, pending, servers)):
-            placed = placement.place(srv.proc.pid, runner.placement_of(a), client_pid=os.getpid() if pos == 0 else None)
+            placed = placement.place(
+                srv.proc.pid,
+                runner.placement_of(a),
+                client_pid=os.getpid() if pos == 0 else None,
+                cpus=runner.own_cpus,  # the same plan for every server: not the client's CPUs once it is placed
+            )
             blk = {
                 "index": index,
                 "position": pos,

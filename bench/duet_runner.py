@@ -94,7 +94,11 @@ def run_duet_unit(runner: Runner, ref: ArmSpec, arm: ArmSpec, rnd: int, index: i
             # whose arm alternates, so the client's neighbourhood falls on both arms equally
             other = halves[1 - pos]
             placed = placement.place(
-                srv.proc.pid, runner.placement_of(a), client_pid=os.getpid() if pos == 0 else None, reserve=other
+                srv.proc.pid,
+                runner.placement_of(a),
+                client_pid=os.getpid() if pos == 0 else None,
+                reserve=other,
+                cpus=own,  # not the client's CPUs, which the first server's placement narrowed
             )
             port = first_port(launch.server_args)
             duet = {"index": index, "position": pos, "tree": launch.tree, "port": port}

@@ -135,17 +135,26 @@ def assign(groups: list[list[int]], procs: dict[int, str]) -> dict[int, tuple[se
     return plan
 
 
-def place(root_pid: int, mode: str, client_pid: int | None = None, reserve: frozenset[int] = frozenset()) -> dict:
+def place(
+    root_pid: int,
+    mode: str,
+    client_pid: int | None = None,
+    reserve: frozenset[int] = frozenset(),
+    cpus: frozenset[int] | None = None,
+) -> dict:
     """Apply `mode` to the process tree under root_pid (and the bench client); what was done, for the record.
 
     `reserve`: CPUs none of them may use (the host probe's, bench.hostprobe), left out before cores are assigned.
+    `cpus`: the CPUs to plan on; by default this process's affinity, which is narrowed once it was placed as a
+    client: a second server placed after it must be given the bench's own CPUs (the Runner's), or its plan is
+    made on the client's few (run8-run9's duets and 2026-12-03's first block put their later servers elsewhere).
     """
     if mode == "none" or not hasattr(os, "sched_setaffinity"):
         return {"mode": "none"}
     procs = {p: role(p) for p in descendants(root_pid)}
     if client_pid is not None:
         procs[client_pid] = "other"
-    plan = assign(cores(os.sched_getaffinity(0) - reserve), procs)
+    plan = assign(cores(set(cpus if cpus is not None else os.sched_getaffinity(0)) - reserve), procs)
     if isinstance(plan, str):
         return {"mode": mode, "skipped": plan}
     done = {}

@@ -97,3 +97,24 @@ def test_simulate_prints_the_error_rates(capsys):
     out = capsys.readouterr().out
     right = re.search(r"right culprit (\d+) \([\d.]+%\), wrong culprit 0 \(0\.0%\)", out)
     assert right and int(right.group(1)) >= 16 and "median server starts" in out, out
+
+
+def test_a_server_placed_after_the_client_plans_on_the_bench_s_cpus_not_the_client_s(monkeypatch):
+    """A duet or a block places several servers, the bench client with the first: the client's own affinity is then
+    narrowed to the first plan's `other` CPUs. A later server planned on the caller's affinity got those few CPUs,
+    or none: every recorded duet's second server says "0 usable cores < 4 needed" (run8, run9), and 2026-12-03's
+    block put its first server's scheduler on CPU 1 and the others' on CPU 7. With the Runner's CPUs given, every
+    server gets the same plan."""
+    child = subprocess.Popen(["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 30'])
+    pinned: dict[int, set[int]] = {}
+    try:
+        time.sleep(0.2)
+        monkeypatch.setattr(placement, "cores", lambda cpus: [[c] for c in sorted(cpus)])  # 16 vCPUs, as on the H200
+        monkeypatch.setattr(placement, "_pin", lambda pid, cpus, others=None: pinned.update({pid: set(cpus)}) or 1)
+        monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: {6, 7})  # the client, once placed
+        assert placement.place(child.pid, "spread")["skipped"] == "2 usable cores < 4 needed"  # the old plan
+        done = placement.place(child.pid, "spread", cpus=frozenset(range(16)))
+        assert done["processes"][str(child.pid)]["main"] == [1] and pinned[child.pid] == {1}
+    finally:
+        child.kill()
+        child.wait()

@@ -115,6 +115,14 @@ class FakeSGLang:
         class Server(ThreadingHTTPServer):
             request_queue_size = 256  # uvicorn's backlog is 2048; the default 5 resets concurrent clients
 
+            def handle_error(self, request, client_address):
+                # the stuck mode's handler wakes 120 s later, after its client timed out and left: its BrokenPipe
+                # traceback would land in whatever test the same xdist worker runs then (a test that asserts no
+                # "Traceback" on stderr failed that way once)
+                if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                    return
+                super().handle_error(request, client_address)
+
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()

@@ -652,16 +652,17 @@ def test_a_block_server_s_start_up_is_its_own_not_the_wait_for_the_servers_befor
     keeps no time). A server that was up in 0.3 s behind a position-0 server that took 1.5 s more is recorded as
     taking as long as position 0: every later position's start-up (and its start-up breakdown, cut at
     launched_at + startup_s) is the max over the positions before it. Here tree t0 (always position 0) starts
-    1.5 s late; positions 1 and 2 must still be recorded as quick."""
-    _env(monkeypatch, tmp_path, {"tree_start_s": {"t0": 1.5}, **QUIET})
+    3 s late; positions 1 and 2 must still be recorded as quick (a 1.5 s delay with a 1 s margin failed once on a
+    loaded two-core CI machine, where a fake server took 0.8 s to start)."""
+    _env(monkeypatch, tmp_path, {"tree_start_s": {"t0": 3.0}, **QUIET})
     args = [*AB3, "--restarts", "3", "--max-starts", "3", "--no-warmup-start"]
     out, argv = _argv(tmp_path, manifest, launcher_arg, "ab", args, 3)
     assert main(argv) == 0
     starts = [r for r in _records(out) if r["type"] == "start" and not r["warmup_start"]]
     for rnd in range(3):
         by_pos = {r["block"]["position"]: r["startup_s"] for r in starts if r["round"] == rnd}
-        assert by_pos[0] >= 1.5
-        assert by_pos[1] < by_pos[0] - 1.0 and by_pos[2] < by_pos[0] - 1.0, by_pos
+        assert by_pos[0] >= 3.0
+        assert by_pos[1] < by_pos[0] - 1.5 and by_pos[2] < by_pos[0] - 1.5, by_pos
 
 
 def test_the_block_report_compares_no_start_up_times(tmp_path, manifest, launcher_arg, monkeypatch):

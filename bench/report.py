@@ -13,11 +13,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, duet, duet_report, rcbd, store
+from . import covariate, duet, duet_report, rcbd, stats, store
 from .derived import png_bytes, write_whole
 from .errors import RecordError
 from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
-from .stats import MIN_STARTS, Comparison, compare_starts, cv, geometric_mean, start_median
+from .stats import MIN_STARTS, UNDECIDED, Comparison, compare_starts, cv, geometric_mean, start_median
 from .verdicts import flags, pct
 
 
@@ -282,6 +282,7 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
                     if c.get("method") in ("duet", "block")
                     else f"{_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
                 )
+                + (f"; {res}" if (res := _resolution(cmp_, c.get("method") or "start")) else "")
             )
     elif c["kind"] == "ablate":
         lines += [
@@ -442,6 +443,19 @@ def _change(c: dict) -> str:
     ci = "" if c.get("low") is None or math.isnan(c["low"]) else f" [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
     ch = c.get("change")
     return ("-" if ch is None or math.isnan(ch) else f"{ch * 100:+.2f}%") + ci
+
+
+def _resolution(cmp_: dict, unit: str) -> str:
+    """Where a "cannot tell" stands: the change this run's noise resolves, and the units a 5 % one would take."""
+    r = stats.resolution(cmp_) if cmp_.get("verdict") == UNDECIDED else None
+    if r is None:
+        return ""
+    need = (
+        f"about {r.units} {unit}s per arm would name a {r.target:.0%} change"
+        if r.units
+        else f"a {r.target:.0%} change is out of reach at this noise"
+    )
+    return f"at this noise it resolves changes beyond ±{r.resolves:.1%}: {need}"
 
 
 def _bisect_lines(c: dict) -> list[str]:
@@ -626,6 +640,7 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         "|---|---|---|---|---|---|---|",
     ]
     notes: list[str] = []
+    reach: list[str] = []  # how far each undecided primary comparison is from a verdict
     refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
@@ -637,6 +652,11 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
             label = LABELS.get(c.metric, STARTUP_LABEL) + (" (primary)" if c.metric == metric else "")
             lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
         notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
+        reach += [
+            f"- {arm} vs {ref}: {res}"
+            for c in cmps
+            if c.metric == metric and (res := _resolution(c.to_dict(), "block" if blocks else "start"))
+        ]
         if up and up.verdict in ("regression", "improvement"):
             notes.append(
                 f"- {arm} vs {ref}: server start-up moved ({up.verdict}, {pct(up)}): a patch that adds or removes "
@@ -661,6 +681,13 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         lines.append("")
     if notes:
         lines += ["Flags:", ""] + notes + [""]
+    if reach:
+        lines += [
+            f"Cannot tell on `{metric}`: the change the noise measured lets each interval resolve, and the units "
+            "a 5% change would take (stats.resolution: a minimum detectable effect, not power at the observed "
+            "change; an estimate at noise measured over few units):",
+            "",
+        ] + reach + [""]
     return lines
 
 

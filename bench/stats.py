@@ -91,6 +91,7 @@ class Comparison:
     min_effect: float
     verdict: str
     note: str = ""  # why a covariate-adjusted reading is "cannot tell" (bench.covariate), else empty
+    df: float = math.nan  # the interval's degrees of freedom (resolution() scales them with the units)
 
     @property
     def n_ref(self) -> int:
@@ -110,10 +111,10 @@ class Comparison:
         return d
 
 
-def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float, float]:
-    """(mean log difference b - a, its interval low/high, two-sided p) by Welch's t on the logs."""
+def _log_interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float, float, float, float]:
+    """(mean log difference b - a, its interval low/high, two-sided p, df) by Welch's t on the logs."""
     c = log_contrast([b, a], [1.0, -1.0], confidence)
-    return c.estimate, c.low, c.high, _p_value(c, confidence)
+    return c.estimate, c.low, c.high, _p_value(c, confidence), c.df
 
 
 def _p_value(c: Contrast, confidence: float) -> float:
@@ -179,16 +180,17 @@ def _comparison(
     a: Sequence[float],
     b: Sequence[float],
     change: float,
-    interval: tuple[float, float, float, float] | None,
+    interval: tuple[float, float, float, float, float] | None,
     confidence: float,
     min_effect: float,
 ) -> Comparison:
-    """The Comparison of arms `a` and `b` from the (estimate, low, high, p) of their log ratio; None: too few."""
-    low = high = p = math.nan
+    """The Comparison of arms `a` and `b` from the (estimate, low, high, p, df) of their log ratio; None: too
+    few."""
+    low = high = p = df = math.nan
     if interval is None:
         verdict = TOO_FEW
     else:
-        est, lo, hi, p = interval
+        est, lo, hi, p, df = interval
         change = math.exp(est) - 1
         # an early look of a long sequential schedule may ask for more standard errors than any data can
         # give (bench.sequential): its interval is then unbounded above, and says "cannot tell"
@@ -208,6 +210,7 @@ def _comparison(
         confidence=confidence,
         min_effect=min_effect,
         verdict=verdict,
+        df=df,
     )
 
 
@@ -234,7 +237,7 @@ def compare_contrast(
     h = float(sst.t.ppf(0.5 + confidence / 2, df)) * se
     p = float(2 * sst.t.sf(abs(estimate) / se, df)) if se > 0 else (1.0 if estimate == 0 else 0.0)
     c = _comparison(
-        metric, lower_is_better, a, b, math.nan, (estimate, estimate - h, estimate + h, p), confidence, min_effect
+        metric, lower_is_better, a, b, math.nan, (estimate, estimate - h, estimate + h, p, df), confidence, min_effect
     )
     return replace(c, note=note) if note else c
 
@@ -259,7 +262,7 @@ def compare_paired(
     interval = None
     if len(ratios) >= min_units:
         c = log_contrast([ratios], [1.0], confidence)
-        interval = (c.estimate, c.low, c.high, _p_value(c, confidence))
+        interval = (c.estimate, c.low, c.high, _p_value(c, confidence), c.df)
     change = geometric_mean(ratios) - 1 if ratios else math.nan
     return _comparison(metric, lower_is_better, a, b, change, interval, confidence, min_effect)
 
@@ -333,3 +336,38 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: i
         vectorized=True,
     )
     return MedianCI(len(xs), med, float(res.confidence_interval.low), float(res.confidence_interval.high), confidence)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What an undecided comparison's interval can and cannot resolve at the noise it measured."""
+
+    resolves: float  # the smallest change (as a ratio - 1) whose interval, this wide, would clear the min effect
+    target: float  # the change asked about (e.g. 0.05)
+    units: int | None  # units per arm an interval would need to name `target` (None: more than `cap`)
+
+
+def resolution(c: dict, target: float = 0.05, cap: int = 200) -> Resolution | None:
+    """How far "cannot tell" is from a verdict: a minimum detectable effect, not a post-hoc power at the observed
+    change (which only restates the p value, Hoenig & Heisey 2001). The interval's log half width h over n units
+    (the smaller arm's count) gives se = h / t(df); a true change e is named when ln(1+e) - h clears ln(1+d), d the
+    minimum effect; units for `target` solve t(df') * se * sqrt(n / n') <= ln(1+target) - ln(1+d), df' = df (n'-1) /
+    (n-1): the paired reading's n-1 and the pooled block reading's (n-1)(K-1) grow so, Welch's about so. A record
+    without df (older runs) gives None: guessing n-1 under a pooled fit's 9 df halved the count. An estimate at the
+    noise measured, which is itself uncertain with few units."""
+    low, high, n = c.get("low"), c.get("high"), min(c.get("n_ref") or 0, c.get("n_arm") or 0)
+    df = c.get("df")
+    if low is None or high is None or n < 2 or not (math.isfinite(low) and math.isfinite(high)) or low <= -1:
+        return None
+    if df is None or not (math.isfinite(df) and df > 0):
+        return None
+    from scipy import stats as sst
+
+    conf, d = float(c.get("confidence", 0.95)), float(c.get("min_effect", 0.02))
+    h = (math.log1p(high) - math.log1p(low)) / 2
+    df = float(df)
+    q = lambda k: float(sst.t.ppf(0.5 + conf / 2, df * (k - 1) / (n - 1)))  # noqa: E731
+    se = h / q(n)
+    gap = math.log1p(target) - math.log1p(d)
+    units = next((k for k in range(max(n, 2), cap + 1) if gap > 0 and q(k) * se * math.sqrt(n / k) <= gap), None)
+    return Resolution(resolves=math.expm1(math.log1p(d) + h), target=target, units=units)

@@ -682,12 +682,16 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     if notes:
         lines += ["Flags:", ""] + notes + [""]
     if reach:
-        lines += [
-            f"Cannot tell on `{metric}`: the change the noise measured lets each interval resolve, and the units "
-            "a 5% change would take (stats.resolution: a minimum detectable effect, not power at the observed "
-            "change; an estimate at noise measured over few units):",
-            "",
-        ] + reach + [""]
+        lines += (
+            [
+                f"Cannot tell on `{metric}`: the change the noise measured lets each interval resolve, and the units "
+                "a 5% change would take (stats.resolution: a minimum detectable effect, not power at the observed "
+                "change; an estimate at noise measured over few units):",
+                "",
+            ]
+            + reach
+            + [""]
+        )
     return lines
 
 

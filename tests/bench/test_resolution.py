@@ -65,7 +65,9 @@ def test_the_pooled_block_reading_s_df_is_kept_and_used():
 def test_the_report_says_it_for_cannot_tell_and_not_for_a_verdict():
     undecided = stats.compare_paired(_ratios(4, 0.05, 0.06)).to_dict()
     line = report._resolution(undecided, "block")
-    assert line.startswith("at this noise it resolves changes beyond") and "blocks per arm would name a 5% change" in line
+    assert (
+        line.startswith("at this noise it resolves changes beyond") and "blocks per arm would name a 5% change" in line
+    )
     decided = stats.compare_paired(_ratios(8, 0.2, 0.01)).to_dict()
     assert decided["verdict"] == stats.REGRESSION
     assert report._resolution(decided, "block") == ""

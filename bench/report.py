@@ -237,7 +237,17 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
             + ")."
         ]
     )
+    penv = cfg.get("patch_env")
     lines += [
+        *(
+            [
+                "- Patch variables set in the bench's environment (every server inherited them): "
+                + (", ".join(f"`{k}={v}`" for k, v in penv.items()) if penv else "none; the manifest's defaults")
+                + "."
+            ]
+            if penv is not None
+            else []
+        ),
         f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
         f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
         f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",

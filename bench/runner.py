@@ -149,6 +149,24 @@ def launch_fingerprinter(manifest: str | None):
     return fp
 
 
+def patch_env_in_effect(manifest: str | None, environ: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The manifest's declared patch variables (SGLANG_OEA_K0, a plant's delay, ...) that the bench's own
+    environment sets: every server inherits them, and neither the arms' fingerprints nor --env record them, so a
+    run measured with SGLANG_PLANTED_RESULT_DELAY_US=400 exported read like one at the default 180 (the first
+    blocks_ablate record). None when the manifest does not load here."""
+    import os
+
+    try:
+        from sglang_overlay.manifest import load_manifest
+
+        m = load_manifest(manifest or "manifest.yaml")
+    except Exception:
+        return None
+    env = os.environ if environ is None else environ
+    declared = {v.name for p in m.patches for v in p.env}
+    return {k: env[k] for k in sorted(declared) if k in env}
+
+
 PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
 
 
@@ -337,6 +355,7 @@ class Runner:
                 "workload": cfg.workload.to_dict(),
                 "server_args": list(cfg.launch.server_args),
                 "env": cfg.env,
+                "patch_env": patch_env_in_effect(cfg.launch.manifest),
                 "tree": cfg.launch.tree,
                 "manifest": cfg.launch.manifest,
                 "time_budget_s": cfg.time_budget_s,

@@ -85,12 +85,48 @@ class BlockStoreLab:
         return [block_values({k: [r.get(metric) for r in u.reps] for k, u in b.items()}) for b in self._blocks()]
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
-        """One block: these arms and the references they are compared with, from the store when its next block
-        holds exactly them, measured otherwise."""
+        """One block: these arms and the references they are compared with (with --block-pairs one block per
+        comparison they are in, two servers each), from the store when its next block holds exactly them,
+        measured otherwise."""
+        if self.runner.cfg.block_pairs:
+            for pair in self._pairs(arms):
+                self._block(pair)
+            return
         block: list[ArmSpec] = []
         for x in [*arms, *(r for a in arms for r in self.refs.get(a.key, []))]:
             if x.key not in {b.key for b in block}:
                 block.append(x)
+        self._block(block)
+
+    def _pairs(self, arms: Sequence[ArmSpec]) -> list[list[ArmSpec]]:
+        """--block-pairs: each asked arm with each of its references, and an arm that is only a reference with
+        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: the same set's
+        ratio in blocks of two servers varied 1.7 % block to block, in blocks of six 4.3-10.6 %
+        (bench/results/2026-12-03-h200-ablate): every server of a block adds CPU contention and stretches the
+        rounds that centring pairs up."""
+        by_name = {a.name: a for a in self.runner.arms}
+        out: list[list[ArmSpec]] = []
+        seen: set[tuple[str, str]] = set()
+
+        def add(ref: ArmSpec, arm: ArmSpec) -> None:
+            if (ref.key, arm.key) not in seen:
+                seen.add((ref.key, arm.key))
+                out.append([ref, arm])
+
+        for a in arms:
+            for r in self.refs.get(a.key, []):
+                add(r, a)
+            if not self.refs.get(a.key):
+                for _, ref, arm in self.runner.comparisons:
+                    if ref in by_name and arm in by_name and by_name[ref].key == a.key:
+                        add(a, by_name[arm])
+        covered = {x.key for p in out for x in p}
+        lone = [a for a in arms if a.key not in covered]
+        # in no comparison (nothing reads them against another arm): two at a time, in the trees a pair has
+        out += [lone[i : i + 2] for i in range(0, len(lone), 2)]
+        return out
+
+    def _block(self, block: list[ArmSpec]) -> None:
         keys = {a.key for a in block}
         later = sorted(r for r in self._complete() if r > max(self.consumed, default=-1))
         done = self._complete()

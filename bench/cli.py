@@ -182,6 +182,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "blocks (default %(default)s)",
     )
     b.add_argument(
+        "--block-pairs",
+        action="store_true",
+        help="--concurrent: one block per comparison, its reference and its arm only (two servers at once, a round "
+        "of K comparisons takes K blocks): the same set's ratio varied 1.7 %% block to block in blocks of two, "
+        "4.3-10.6 %% in blocks of six (bench/results/2026-12-03-h200-ablate)",
+    )
+    b.add_argument(
         "--trees",
         default=None,
         metavar="DIR,DIR,...",
@@ -345,6 +352,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         duet_value=getattr(a, "duet_value", "pairs"),
         concurrent=a.concurrent,
         block_analysis=a.block_analysis,
+        block_pairs=a.block_pairs,
     )
 
 
@@ -397,7 +405,7 @@ def _check_block_ports(kind: str, cfg, arms, extra) -> None:
     from .blocks import NCCL_PORT_OFFSET
     from .duet import PORT_OFFSET, first_port
 
-    n = block_size(kind, arms, extra)
+    n = block_size(kind, arms, extra, cfg.block_pairs)
     last = first_port(cfg.launch.server_args) + (n - 1) * PORT_OFFSET + NCCL_PORT_OFFSET
     if last > 65535:
         raise UsageError(
@@ -431,11 +439,13 @@ def _check_concurrent(kind: str, cfg, a) -> None:
         raise UsageError("--trees needs DIR,DIR,...: one sglang tree per arm of the largest block")
 
 
-def block_size(kind: str, arms, extra: dict) -> int:
+def block_size(kind: str, arms, extra: dict, block_pairs: bool = False) -> int:
     """The most servers one block of this plan can hold, in distinct arms (a set that cannot exist is no arm):
     every arm of ab; ablate's blocks of each side (a patch's arm with its reference, and the base with the full
     set, whose blocks hold the base as its reference), the mode's first side and its confirmation's alike."""
     keys = {x.key for x in arms}
+    if block_pairs:
+        return min(2, len(keys))
     if kind != "ablate" or extra.get("mode", "both") == "both":
         return len(keys)
     by_name = {x.name: x for x in arms}
@@ -448,7 +458,7 @@ def block_size(kind: str, arms, extra: dict) -> int:
 def _block_trees(kind: str, a, cfg, arms, extra: dict) -> list[str]:
     from .block_trees import check_trees, pool_trees
 
-    n = block_size(kind, arms, extra)
+    n = block_size(kind, arms, extra, cfg.block_pairs)
     if a.trees:
         trees = [t for t in a.trees.split(",") if t]
         check_trees(trees, n)
@@ -614,8 +624,10 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         cfg.launch = replace(cfg.launch, server_args=block_server_args(cfg.launch.server_args))
         if not a.dry_run:
             trees = _block_trees(kind, a, cfg, arms, extra)
-    elif a.trees is not None or a.tree_pool is not None:
-        raise UsageError("--trees and --tree-pool are the block design's: add --concurrent, or drop them")
+    elif a.trees is not None or a.tree_pool is not None or a.block_pairs:
+        raise UsageError(
+            "--trees, --tree-pool and --block-pairs are the block design's: add --concurrent, or drop them"
+        )
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
@@ -737,7 +749,11 @@ def _dry_run(kind, cfg, arms, extra) -> int:
     lines = [
         f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
         f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"
-        + (f"; a block holds up to {first} servers at once" if cfg.concurrent else "")
+        + (
+            f"; a block holds up to {block_size(kind, arms, extra, cfg.block_pairs)} servers at once"
+            if cfg.concurrent
+            else ""
+        )
     ]
     if kind == "bisect":
         cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
@@ -757,6 +773,7 @@ def _dry_run(kind, cfg, arms, extra) -> int:
             "blocks: each round's arms (and the references they are compared with) start together, one tree each "
             "(--trees, or pristine trees made from the pinned wheel), ports + 500 k, --sleep-on-idle, all on the "
             f"same CPUs; repetitions served round by round; ratio of {cfg.duet_value} per block"
+            + ("; --block-pairs: one block per comparison, its two arms only" if cfg.block_pairs else "")
         )
     if cfg.host_probe:
         lines.append(f"host probe beside every measured start (bench.hostprobe); verdicts: adjust {cfg.adjust}")

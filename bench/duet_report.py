@@ -111,6 +111,11 @@ def block_method_lines(cfg: dict, pol: Policy, schedule: str, looks: str = "") -
         f"(positions 0..n-1, then n-1..0); positions rotate from block to block. {pol.initial} block(s) first, then "
         f"one more with the arms of each undecided comparison, up to {pol.max_starts}{looks}. "
         + (
+            "With --block-pairs a block holds one comparison's two arms only: a round is one block per comparison. "
+            if cfg.get("block_pairs")
+            else ""
+        )
+        + (
             "One throwaway start before the first block."
             if cfg.get("warmup_start")
             else "No throwaway start (--no-warmup-start)."

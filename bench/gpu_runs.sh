@@ -38,6 +38,7 @@
 #                delay in the scheduler's result processing, outside every EAGLE phase) against default: every
 #                leave-one-out in one block with the full set and the base; the mover confirmed alone
 #   blocks_moe   the same for full_moe_gpu (a GPU-side delay in every routing call, captured into the graphs)
+#                PAIRS=1: --block-pairs (one block per comparison, two servers each) for the three blocks_ steps
 # Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
 #   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
@@ -365,7 +366,8 @@ case "$step" in
     # j-th repetition and the reference's are seconds apart on the same vCPU.
     spec_args "$TINY" "${BLOCK_MEMF:-0.3}"
     B=(--concurrent --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-8}" --warmup-reps "${WREPS:-2}"
-       --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})
+       --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run}
+       ${PAIRS:+--block-pairs})
     resume=()
     [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
     case "$step" in

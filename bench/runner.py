@@ -102,6 +102,7 @@ class RunConfig:
     duet_value: str = "pairs"  # bench.duet.unit_value (a block's too)
     concurrent: bool = False  # bench.blocks: each round's arms live at once, on shared CPUs
     block_analysis: str = "pooled"  # bench.replication.compare_blocks: pooled (bench.rcbd) or paired
+    block_pairs: bool = False  # bench.block_runner: one block per comparison, its two arms only
 
     @property
     def store_path(self) -> Path:
@@ -125,6 +126,8 @@ class RunConfig:
             sig["duet_tree"] = self.duet_tree
         if self.concurrent:  # a block's likewise (its trees are the bench's own: where they are is not measured)
             sig["concurrent"] = True
+        if self.block_pairs:  # two servers a block, not all of a round's: another machine load
+            sig["block_pairs"] = True
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -365,6 +368,7 @@ class Runner:
                 "duet_value": cfg.duet_value,
                 "concurrent": cfg.concurrent,
                 "block_analysis": cfg.block_analysis,
+                "block_pairs": cfg.block_pairs,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -392,6 +396,7 @@ class Runner:
                 "confirm": c.confirm,
                 "duet_value": c.duet_value,
                 "block_analysis": c.block_analysis,
+                "block_pairs": c.block_pairs,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }

@@ -309,3 +309,77 @@ def test_a_pool_tree_of_the_real_pin_launches_with_its_own_sglang_first(tmp_path
         cwd=root,
     )
     assert s.returncode == 0, s.stderr
+
+
+def _pairs_of(recs: list[dict]) -> tuple[store.StoreView, dict[int, frozenset[str]]]:
+    v = store.view(recs)
+    by_round: dict[int, set[str]] = {}
+    for u in v.units.values():
+        by_round.setdefault(u.round, set()).add(u.arm_key)
+    return v, {r: frozenset(k) for r, k in by_round.items()}
+
+
+def test_block_pairs_measure_each_comparison_in_blocks_of_its_two_arms_and_name_the_plant(
+    tmp_path, manifest, launcher_arg, monkeypatch
+):
+    """--block-pairs: every block holds one comparison's reference and arm only (the leave-outs with the full set,
+    the full set with the base, the confirmation's plant with the base), two trees suffice, and the plant is named
+    and confirmed as in blocks of all arms."""
+    args = ["--base", "base", "--full", "base+beta,planted,delta", "--mode", "leave-out", "--max-starts", "4"]
+    out, recs, _ = _run(
+        tmp_path,
+        manifest,
+        launcher_arg,
+        monkeypatch,
+        "ablate",
+        [*args, "--block-pairs"],
+        {"costs": {"planted": 0.08}, **QUIET},
+        n_trees=2,
+    )
+    c = next(r for r in recs if r["type"] == "conclusion")
+    assert c["culprits"] == ["planted"] and c["method"] == "block"
+    run = next(r for r in recs if r["type"] == "run")
+    assert run["config"]["block_pairs"] is True
+    arms = {a["name"]: a["key"] for a in run["arms"]}
+    names = {k: n for n, k in arms.items()}
+    v, blocks = _pairs_of(recs)
+    assert blocks and all(len(k) == 2 for k in blocks.values()), blocks
+    # a block is one of ablate's comparisons (full / a leave-out, base / full, base / a patch alone), never two
+    # unrelated arms
+    for k in blocks.values():
+        pair = {names[x] for x in k}
+        other = pair - {"base", "full"}
+        assert (
+            pair == {"base", "full"}
+            or ("base" in pair and other and next(iter(other)).startswith("+"))
+            or ("full" in pair and other and next(iter(other)).startswith("-"))
+        ), pair
+    # every leave-out met the full set in blocks of their own, at least the first look's 3 times
+    full = arms["full"]
+    for name, key in arms.items():
+        if name.startswith("-"):
+            assert sum(1 for k in blocks.values() if k == frozenset((full, key))) >= 3, name
+    assert "With --block-pairs a block holds one comparison's two arms only" in (out / "report.md").read_text()
+
+
+def test_block_pairs_resume_replays_the_stored_pairs_and_measures_nothing_again(
+    tmp_path, manifest, launcher_arg, monkeypatch
+):
+    args = ["--arms", "a=base", "b=base+beta", "c=base+delta", "--restarts", "3", "--max-starts", "3", "--block-pairs"]
+    out, recs, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, QUIET, n_trees=2)
+    _, blocks = _pairs_of(recs)
+    assert len(blocks) == 6 and all(len(k) == 2 for k in blocks.values())  # (a, b) and (a, c), three rounds each
+    n = len(starts)
+    out2, recs2, starts2 = _run(
+        tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*args, "--resume", str(out)], QUIET, n_trees=2
+    )
+    assert len(starts2) == n  # the fake's start log: no server started again
+    c1 = next(r for r in recs if r["type"] == "conclusion")
+    c2 = [r for r in recs2 if r["type"] == "conclusion"][-1]
+    assert [x["verdict"] for x in c1["comparisons"]] == [x["verdict"] for x in c2["comparisons"]]
+
+
+def test_block_pairs_need_concurrent(tmp_path, manifest, launcher_arg, monkeypatch, capsys):
+    argv = fake_argv("ab", ["--arms", "a=base", "b=base+beta", "--block-pairs"], manifest, launcher_arg, tmp_path / "o")
+    assert main(argv) == 2
+    assert "--block-pairs are the block design's: add --concurrent" in capsys.readouterr().err

@@ -34,7 +34,7 @@ def tiny(tmp_path_factory) -> Path:
     return out
 
 
-def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedProcess:
+def _dry(step: str, tiny: Path, tree: Path, out: Path, **extra: str) -> subprocess.CompletedProcess:
     # the duet steps' second tree: bench ab --duet refuses one that is not a directory, dry runs included
     (out / "duet-tree").mkdir(exist_ok=True)
     env = {
@@ -45,6 +45,7 @@ def _dry(step: str, tiny: Path, tree: Path, out: Path) -> subprocess.CompletedPr
         "SGL_TREE": str(tree),
         "DUET_TREE": str(out / "duet-tree"),
         "OUT": str(out),
+        **extra,
     }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
@@ -75,6 +76,12 @@ def test_block_steps_plan_a_fixed_kv_pool_sleeping_servers_and_their_block(step,
     )
     assert f"a block holds up to {servers} servers at once" in p.stdout
     assert "blocks: each round's arms" in p.stdout
+
+
+def test_pairs_1_plans_the_block_steps_in_blocks_of_two(tiny, sglang_tree, tmp_path):
+    p = _dry("blocks_ablate", tiny, sglang_tree, tmp_path, PAIRS="1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "a block holds up to 2 servers at once" in p.stdout and "--block-pairs: one block per comparison" in p.stdout
 
 
 @pytest.mark.parametrize("step", ["duet", "duet_profiling", "duet_off"])

@@ -175,8 +175,25 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         err = os_failure(e, "cannot access", "no change to the tree is in progress")
         _say(err.render())
         return err.exit_code
+    except ModuleNotFoundError as e:
+        # a dependency missing from this interpreter is the environment, not a bug: name it and the fix (a GPU
+        # machine's bundles without .whl stopped `apply.py fetch` with "internal error ... unidiff")
+        pkg = _DEPENDENCIES.get((e.name or "").split(".")[0])
+        if pkg is None:
+            return _crash()
+        bad = BadInput(
+            f"the Python package {pkg} (module {e.name!r}) is not installed for {sys.executable}",
+            hint=f"{sys.executable} -m pip install -r requirements.txt (or: pip install '{pkg}'); "
+            "a change in progress was rolled back, or is rolled back by the next command",
+        )
+        _say(bad.render())
+        return bad.exit_code
     except Exception:
         return _crash()
+
+
+# requirements.txt's packages, by the module they are imported as
+_DEPENDENCIES = {"yaml": "PyYAML", "unidiff": "unidiff", "packaging": "packaging"}
 
 
 def _check_cwd() -> None:

@@ -177,7 +177,7 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         return err.exit_code
     except ModuleNotFoundError as e:
         # a dependency missing from this interpreter is the environment, not a bug: name it and the fix (a GPU
-        # machine's bundles without .whl stopped `apply.py fetch` with "internal error ... unidiff")
+        # machine's bundles without .whl stopped `fetch` with "internal error ... unidiff")
         pkg = _DEPENDENCIES.get((e.name or "").split(".")[0])
         if pkg is None:
             return _crash()

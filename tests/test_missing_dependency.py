@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 RUN = """
 import sys
+sys.path.insert(0, {root!r})  # the checkout's package, whether or not this interpreter has it installed
 sys.modules[{module!r}] = None  # `import {module}` raises ModuleNotFoundError, as when it is not installed
 sys.argv = [{apply!r}]
 from pathlib import Path

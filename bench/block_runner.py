@@ -100,8 +100,8 @@ class BlockStoreLab:
 
     def _pairs(self, arms: Sequence[ArmSpec]) -> list[list[ArmSpec]]:
         """--block-pairs: each asked arm with each of its references, and an arm that is only a reference with
-        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: the same set's
-        ratio in blocks of two servers varied 1.7 % block to block, in blocks of six 4.3-10.6 %
+        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: a ratio's
+        block-to-block CV was 1.7 % in blocks of two servers, 4.3-9.7 % in blocks of six
         (bench/results/2026-12-03-h200-ablate): every server of a block adds CPU contention and stretches the
         rounds that centring pairs up."""
         by_name = {a.name: a for a in self.runner.arms}

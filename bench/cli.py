@@ -186,7 +186,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="--concurrent: one block per comparison, its reference and its arm only (two servers at once, a round "
         "of K comparisons takes K blocks): the same set's ratio varied 1.7 %% block to block in blocks of two, "
-        "4.3-10.6 %% in blocks of six (bench/results/2026-12-03-h200-ablate)",
+        "4.3-9.7 %% in blocks of six (bench/results/2026-12-03-h200-ablate)",
     )
     b.add_argument(
         "--trees",

@@ -149,16 +149,20 @@ def unit_value(a: Sequence[float | None], b: Sequence[float | None], value: str)
     return None if r is None else (ma, ma * r)
 
 
-def unit_pairs(ref_units: Sequence, arm_units: Sequence, metric: str, value: str) -> list[tuple[float, float]]:
-    """unit_value of each duet both of whose starts completed (bench.store units of one round), in round order."""
+def unit_reps(ref_units: Sequence, arm_units: Sequence, metric: str) -> list[tuple[list, list]]:
+    """(reference's, arm's) measured repetitions of `metric` in each round both completed (bench.store units of
+    one round), in round order."""
     arm_by = {u.round: u for u in arm_units}
-    out = []
-    for u in sorted(ref_units, key=lambda u: u.round):
-        v = arm_by.get(u.round)
-        x = None if v is None else unit_value([r.get(metric) for r in u.reps], [r.get(metric) for r in v.reps], value)
-        if x is not None:
-            out.append(x)
-    return out
+    return [
+        ([r.get(metric) for r in u.reps], [r.get(metric) for r in arm_by[u.round].reps])
+        for u in sorted(ref_units, key=lambda u: u.round)
+        if u.round in arm_by
+    ]
+
+
+def unit_pairs(ref_units: Sequence, arm_units: Sequence, metric: str, value: str) -> list[tuple[float, float]]:
+    """unit_value of each duet both of whose starts completed, in round order."""
+    return [x for a, b in unit_reps(ref_units, arm_units, metric) if (x := unit_value(a, b, value)) is not None]
 
 
 def compare(

@@ -371,3 +371,74 @@ def resolution(c: dict, target: float = 0.05, cap: int = 200) -> Resolution | No
     gap = math.log1p(target) - math.log1p(d)
     units = next((k for k in range(max(n, 2), cap + 1) if gap > 0 and q(k) * se * math.sqrt(n / k) <= gap), None)
     return Resolution(resolves=math.expm1(math.log1p(d) + h), target=target, units=units)
+
+
+@dataclass(frozen=True)
+class NoiseSplit:
+    """How much of a comparison's block-to-block spread its repetitions explain (log scale, sds).
+
+    expected: the spread a block's value would have from its own repetitions alone (a bootstrap of each block's
+    repetitions, pooled); observed: the spread the blocks show. Observed no larger than expected: nothing varies
+    from block to block beyond the repetitions, and more repetitions per start narrow the interval as more blocks
+    would. Observed larger (p small): a state per block or start that only more blocks average out. The bootstrap
+    spread of a median of 6-8 repetitions runs high, so the test is conservative: it flags a block effect only
+    when the blocks clearly vary more (on the H200 runs of 2026-12-03 observed/expected was 0.1-1.0)."""
+
+    blocks: int
+    reps: int  # median repetitions per block
+    expected: float
+    observed: float
+    p: float  # one-sided: the blocks vary more than the repetitions predict (chi-square on blocks - 1 df)
+
+
+def noise_split(
+    blocks: Sequence[tuple[Sequence[float | None], Sequence[float | None]]], value: str, seed: int = 0
+) -> NoiseSplit | None:
+    """blocks: (reference's, arm's) measured repetitions of each block holding both, in serving order; value as
+    bench.duet.unit_value ("pairs": the median of the j-th repetitions' ratios; "medians": the ratio of medians).
+    None below 3 blocks with 3 or more repetitions each."""
+    import numpy as np
+    from scipy import stats as sst
+
+    rng = np.random.default_rng(seed)
+    variances, values, sizes = [], [], []
+    for a, b in blocks:
+        if value == "pairs":
+            logs = [math.log(y / x) for x, y in zip(a, b) if x is not None and y is not None and x > 0 and y > 0]
+            if len(logs) < 3:
+                continue
+            data: tuple = (np.asarray(logs),)
+            med = float(np.median(logs))
+            sizes.append(len(logs))
+        else:
+            la, lb = np.log(clean(a)), np.log(clean(b))
+            if min(len(la), len(lb)) < 3:
+                continue
+            data = (la, lb)
+            med = float(np.median(lb) - np.median(la))
+            sizes.append(min(len(la), len(lb)))
+        if all(float(np.ptp(d)) == 0 for d in data):
+            variances.append(0.0)  # scipy warns on a degenerate sample; its bootstrap spread is nil
+        else:
+            res = sst.bootstrap(
+                data,
+                (lambda x, axis: np.median(x, axis=axis))
+                if value == "pairs"
+                else (lambda x, y, axis: np.median(y, axis=axis) - np.median(x, axis=axis)),
+                n_resamples=2000,
+                method="percentile",
+                random_state=rng,
+                vectorized=True,
+            )
+            variances.append(float(res.standard_error) ** 2)
+        values.append(med)
+    if len(values) < 3:
+        return None
+    expected = math.sqrt(statistics.fmean(variances))
+    observed = statistics.stdev(values)
+    k = len(values)
+    if expected > 0:
+        p = float(sst.chi2.sf((k - 1) * observed**2 / expected**2, k - 1))
+    else:
+        p = 1.0 if observed == 0 else 0.0
+    return NoiseSplit(k, int(statistics.median(sizes)), expected, observed, p)

@@ -100,10 +100,11 @@ class BlockStoreLab:
 
     def _pairs(self, arms: Sequence[ArmSpec]) -> list[list[ArmSpec]]:
         """--block-pairs: each asked arm with each of its references, and an arm that is only a reference with
-        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: a ratio's
-        block-to-block CV was 1.7 % in blocks of two servers, 4.3-9.7 % in blocks of six
-        (bench/results/2026-12-03-h200-ablate): every server of a block adds CPU contention and stretches the
-        rounds that centring pairs up."""
+        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: a round of
+        K comparisons then costs K blocks of two starts, but each block is as short as one start, and what the
+        blocks of six added (4.3-9.7 % block to block, bench/results/2026-12-03-h200-ablate) was not there in
+        pairs at first (1.7 % over 3 blocks). The next run's pairs varied 3.9-9.7 % block to block, all of it
+        the repetitions' own spread over 6 repetitions (bench/results/2026-12-03-h200-pairs)."""
         by_name = {a.name: a for a in self.runner.arms}
         out: list[list[ArmSpec]] = []
         seen: set[tuple[str, str]] = set()
@@ -113,7 +114,19 @@ class BlockStoreLab:
                 seen.add((ref.key, arm.key))
                 out.append([ref, arm])
 
+        asked = {a.key for a in arms}
         for a in arms:
+            for r in self.refs.get(a.key, []):
+                if r.key in asked:
+                    add(r, a)
+        # an asked arm no pair holds yet meets its references though nobody asked for them, or, being nobody's
+        # arm (ablate's base), the arms it is the reference of. One that pairs with asked arms takes no block
+        # more: ablate's full set, asked for its leave-outs, took a block with the base every round, a
+        # comparison the plan never reads (bench/results/2026-12-03-h200-pairs)
+        covered = {x.key for p in out for x in p}
+        for a in arms:
+            if a.key in covered:
+                continue
             for r in self.refs.get(a.key, []):
                 add(r, a)
             if not self.refs.get(a.key):

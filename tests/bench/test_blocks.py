@@ -344,15 +344,14 @@ def test_block_pairs_measure_each_comparison_in_blocks_of_its_two_arms_and_name_
     names = {k: n for n, k in arms.items()}
     v, blocks = _pairs_of(recs)
     assert blocks and all(len(k) == 2 for k in blocks.values()), blocks
-    # a block is one of ablate's comparisons (full / a leave-out, base / full, base / a patch alone), never two
-    # unrelated arms
+    # a block is one of the comparisons the plan decides (full / a leave-out, base / the confirmation's patch
+    # alone), never two unrelated arms, and never base / full: a leave-out ablate does not read that comparison,
+    # and the H200 run spent a block on it (bench/results/2026-12-03-h200-pairs)
     for k in blocks.values():
         pair = {names[x] for x in k}
         other = pair - {"base", "full"}
-        assert (
-            pair == {"base", "full"}
-            or ("base" in pair and other and next(iter(other)).startswith("+"))
-            or ("full" in pair and other and next(iter(other)).startswith("-"))
+        assert ("base" in pair and other and next(iter(other)).startswith("+")) or (
+            "full" in pair and other and next(iter(other)).startswith("-")
         ), pair
     # every leave-out met the full set in blocks of their own, at least the first look's 3 times
     full = arms["full"]

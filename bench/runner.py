@@ -170,6 +170,25 @@ def patch_env_in_effect(manifest: str | None, environ: dict[str, str] | None = N
     return {k: env[k] for k in sorted(declared) if k in env}
 
 
+def patch_env_changed(out_dir: Path, was: dict[str, str], now: dict[str, str]) -> str:
+    """Why a --resume is refused when the patch variables in the bench's environment changed: every server
+    inherits them, so the new starts would measure another thing beside the stored ones."""
+
+    def show(env: dict[str, str]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in env.items()) or "none (the manifest's defaults)"
+
+    changed = sorted(k for k in {*was, *now} if was.get(k) != now.get(k))
+    fix = " ".join(f"{k}={was[k]}" for k in changed if k in was)
+    drop = " ".join(k for k in changed if k not in was)
+    steps = [f"export {fix}" if fix else "", f"unset {drop}" if drop else ""]
+    return (
+        f"{out_dir} was measured with the patch variables {show(was)} set in the bench's environment, and they "
+        f"are {show(now)} now ({', '.join(changed)} changed): every server inherits them, so the new starts would "
+        f"not measure what the stored ones did. Put them back ({'; '.join(x for x in steps if x)}) and resume, or "
+        "measure into a new --out"
+    )
+
+
 PLAN_EXTRA = ("ablated", "mode")  # ablate's run fields that change what is measured
 
 
@@ -287,6 +306,7 @@ class Runner:
         (cfg.out_dir / "raw").mkdir(exist_ok=True)
         prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
         resumed = bool(prev)
+        self._patch_env = patch_env_in_effect(cfg.launch.manifest)
         if resumed:
             cfg.run_id = prev[0]["run_id"]
             if prev[0].get("signature") != self.sig:
@@ -303,6 +323,9 @@ class Runner:
                     f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
                     f"--reuse {cfg.store_path} --out NEW_DIR"
                 )
+            was = (prev[0].get("config") or {}).get("patch_env")
+            if was is not None and self._patch_env is not None and was != self._patch_env:
+                raise RunAborted(patch_env_changed(cfg.out_dir, was, self._patch_env))
         else:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             command = "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n"
@@ -358,7 +381,7 @@ class Runner:
                 "workload": cfg.workload.to_dict(),
                 "server_args": list(cfg.launch.server_args),
                 "env": cfg.env,
-                "patch_env": patch_env_in_effect(cfg.launch.manifest),
+                "patch_env": self._patch_env,
                 "tree": cfg.launch.tree,
                 "manifest": cfg.launch.manifest,
                 "time_budget_s": cfg.time_budget_s,

@@ -185,8 +185,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--block-pairs",
         action="store_true",
         help="--concurrent: one block per comparison, its reference and its arm only (two servers at once, a round "
-        "of K comparisons takes K blocks): the same set's ratio varied 1.7 %% block to block in blocks of two, "
-        "4.3-9.7 %% in blocks of six (bench/results/2026-12-03-h200-ablate)",
+        "of K comparisons takes K blocks, each as short as one start): on the H200 a ratio varied 4.0-9.7 %% block to "
+        "block in blocks of two, as much as in blocks of six, all of it the repetitions' own spread "
+        "(bench/results/2026-12-03-h200-pairs)",
     )
     b.add_argument(
         "--trees",

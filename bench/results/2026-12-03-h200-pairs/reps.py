@@ -10,10 +10,11 @@ from collections import defaultdict
 import numpy as np
 
 for path in sorted(glob.glob("bench/results/*/*/results.jsonl")):
-    by: dict = defaultdict(list)
+    by: dict[str, list[float]] = defaultdict(list)
     ns = []
-    for line in open(path):
-        r = json.loads(line)
+    with open(path) as f:
+        recs = [json.loads(line) for line in f]
+    for r in recs:
         if r.get("type") == "rep" and not r.get("warmup"):
             m = r.get("metrics", {})
             if m.get("step_ms_b1"):

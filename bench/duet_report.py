@@ -4,11 +4,13 @@ these in place of its sequential sections; they read store units only."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 
 from . import duet
 from .replication import LABELS, METRICS, Policy
-from .stats import MIN_STARTS, NoiseSplit, cv, noise_split, start_median
+from .stats import MIN_STARTS, NoiseSplit, blocks_for, cv, noise_split, start_median
 from .verdicts import pct
 
 
@@ -136,7 +138,7 @@ def block_method_lines(cfg: dict, pol: Policy, schedule: str, looks: str = "") -
     ]
 
 
-def block_lines(run: dict, rows: Sequence, cfg: dict) -> list[str]:
+def block_lines(run: dict, rows: Sequence, cfg: dict, confidence: float = 0.95) -> list[str]:
     """Per comparison of a --concurrent run: each block's ratio on the primary metric, and its block-to-block CV
     beside the two arms' start-to-start CV (what a sequential comparison's interval would be made of)."""
     metric = cfg.get("metric", "step_ms_b1")
@@ -156,7 +158,8 @@ def block_lines(run: dict, rows: Sequence, cfg: dict) -> list[str]:
         "spread: repetitions predict / blocks show |",
         "|---|---|---|---|---|---|---|",
     ]
-    splits = []
+    splits: list[tuple[str, NoiseSplit]] = []
+    designs: list[tuple[str, NoiseSplit, tuple[float, float, int] | None]] = []
     for _, ref, arm in comps:
         a, b = by_name[ref], by_name[arm]
         pairs = duet.unit_pairs(a.units, b.units, metric, value)
@@ -167,12 +170,65 @@ def block_lines(run: dict, rows: Sequence, cfg: dict) -> list[str]:
         split = noise_split(duet.unit_reps(a.units, b.units, metric), value)
         if split is not None:
             splits.append((f"{arm} vs {ref}", split))
+            designs.append((f"{arm} vs {ref}", split, _block_cost(a.units, b.units, int(cfg.get("warmup_reps") or 0))))
         lines.append(
             f"| {ref} | {arm} | {len(pairs)} | {', '.join(f'{y / x:.4f}' for x, y in pairs)} | "
             f"{_cv_cell(duet.ratio_cv(pairs))} | {_cv_cell(ref_cv)}, {_cv_cell(arm_cv)} | "
             + (f"{split.expected:.3f} / {split.observed:.3f} |" if split else "- |")
         )
-    return [*lines, "", *_split_lines(splits), ""]
+    min_effect = float(cfg.get("min_effect", 0.02))
+    return [*lines, "", *_split_lines(splits), "", *_design_lines(designs, min_effect, confidence)]
+
+
+def _block_cost(ref_units: Sequence, arm_units: Sequence, warmup: int) -> tuple[float, float, int] | None:
+    """(fixed s, s per round) of this comparison's blocks, medians over them: the fixed part is the slowest
+    server's start-up, the rest of the block's wall time is spread over its rounds (warm-up ones included)."""
+    arm_by = {u.round: u for u in arm_units}
+    fixed, per_round = [], []
+    for u in ref_units:
+        v = arm_by.get(u.round)
+        if v is None or not u.block_wall_s or not u.reps:
+            continue
+        start = max(u.startup_s, v.startup_s)
+        fixed.append(start)
+        per_round.append(max(u.block_wall_s - start, 0.0) / (len(u.reps) + warmup))
+    if not fixed:
+        return None
+    return statistics.median(fixed), statistics.median(per_round), warmup
+
+
+def _design_lines(
+    designs: Sequence[tuple[str, NoiseSplit, tuple[float, float, int] | None]], min_effect: float, confidence: float
+) -> list[str]:
+    """What a 5 % change would take at the noise measured, with the repetitions per start as they were and at 4
+    times as many. A block's spread as observed splits into the part beyond its repetitions (observed^2 -
+    expected^2, when positive) and theirs, which falls as 1/n if repetitions are independent (what
+    noise_split's test cannot refute, not what it proves)."""
+    out = []
+    for name, s, cost in designs:
+        beyond = max(s.observed**2 - s.expected**2, 0.0)
+        reps_part = s.observed**2 - beyond
+        cells = []
+        for n in (s.reps, 4 * s.reps):
+            k = blocks_for(math.sqrt(beyond + reps_part * s.reps / n), 0.05, min_effect, confidence)
+            if k is None:
+                cells.append(f"{n} repetitions: more than 500 blocks")
+                continue
+            block_s = None if cost is None else cost[0] + (n + cost[2]) * cost[1]
+            secs = "" if block_s is None else f" of about {block_s:.0f} s"
+            mins = "" if block_s is None else f", {k * block_s / 60:.0f} min"
+            cells.append(f"{n} repetitions: {k} blocks{secs}{mins}")
+        out.append(f"- {name}: {'; '.join(cells)}")
+    if not out:
+        return []
+    return [
+        f"A 5 % change, per comparison read on its own blocks at {confidence:.2%} (stats.blocks_for; the blocks' "
+        "spread split as above, start-up and per-round seconds from this run's blocks; an estimate as uncertain as "
+        "a spread over this few blocks):",
+        "",
+        *out,
+        "",
+    ]
 
 
 def _cv_cell(x: float) -> str:

@@ -1107,7 +1107,7 @@ def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
     else:
         lines += _comparisons(run, rows, v, pol, metric)
     if cfg.get("concurrent"):
-        lines += duet_report.block_lines(run, rows, cfg)
+        lines += duet_report.block_lines(run, rows, cfg, pol.paired_confidence(pol.max_starts))
     lines += _host_probe(run_dir, run, rows, v, pol, metric)
     lines += _counters(rows, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)

@@ -442,3 +442,21 @@ def noise_split(
     else:
         p = 1.0 if observed == 0 else 0.0
     return NoiseSplit(k, int(statistics.median(sizes)), expected, observed, p)
+
+
+def blocks_for(
+    sd: float, target: float = 0.05, min_effect: float = 0.02, confidence: float = 0.95, cap: int = 500
+) -> int | None:
+    """Blocks a paired comparison needs to name a `target` change when a block's log ratio has this sd: the
+    smallest k >= MIN_STARTS with t(confidence, k - 1) * sd / sqrt(k) <= ln(1 + target) - ln(1 + min_effect)
+    (the interval of a true `target` change then clears the minimum effect). None past `cap` or when the target
+    is inside the minimum effect. The same minimum-detectable-effect reading as resolution(), for a design."""
+    gap = math.log1p(target) - math.log1p(min_effect)
+    if gap <= 0 or not math.isfinite(sd) or sd < 0:
+        return None
+    from scipy import stats as sst
+
+    return next(
+        (k for k in range(MIN_STARTS, cap + 1) if sst.t.ppf(0.5 + confidence / 2, k - 1) * sd / math.sqrt(k) <= gap),
+        None,
+    )

@@ -77,3 +77,50 @@ def test_the_report_line_names_the_knob():
     (line,) = _split_lines([("a vs base", quiet), ("b vs base", loud)])
     assert "vary more than their repetitions predict on b vs base" in line and "a vs base" not in line
     assert _split_lines([]) == []
+
+
+def test_blocks_for_a_change_follow_the_t_interval():
+    from scipy import stats as sst
+
+    from bench.stats import blocks_for
+
+    gap = math.log(1.05) - math.log(1.02)
+    k = blocks_for(0.05, 0.05, 0.02, 0.95)
+    assert k is not None and k >= 3
+    assert sst.t.ppf(0.975, k - 1) * 0.05 / math.sqrt(k) <= gap < sst.t.ppf(0.975, k - 2) * 0.05 / math.sqrt(k - 1)
+    assert blocks_for(0.001) == 3  # the first look's minimum, never fewer
+    assert blocks_for(0.05, 0.02, 0.02) is None  # a change inside the minimum effect is never named
+    assert blocks_for(5.0, cap=50) is None
+    assert blocks_for(0.1, confidence=0.99) > blocks_for(0.1, confidence=0.95)
+
+
+def test_the_design_lines_price_four_times_the_repetitions():
+    from bench.duet_report import _block_cost, _design_lines
+    from bench.stats import NoiseSplit, blocks_for
+
+    quiet = NoiseSplit(blocks=4, reps=6, expected=0.12, observed=0.08, p=0.7)  # no block effect: all repetitions
+    (line,) = [x for x in _design_lines([("a vs base", quiet, (35.0, 2.5, 2))], 0.02, 0.98) if x.startswith("- ")]
+    k6, k24 = blocks_for(0.08, confidence=0.98), blocks_for(0.04, confidence=0.98)
+    assert (
+        f"6 repetitions: {k6} blocks of about 55 s" in line and f"24 repetitions: {k24} blocks of about 100 s" in line
+    )
+    assert k24 < k6
+    # a state per block does not shrink with repetitions: 4 times as many barely help
+    loud = NoiseSplit(blocks=8, reps=6, expected=0.02, observed=0.1, p=0.001)
+    (line,) = [x for x in _design_lines([("b vs base", loud, None)], 0.02, 0.98) if x.startswith("- ")]
+    k_loud6, k_loud24 = (
+        blocks_for(0.1, confidence=0.98),
+        blocks_for(math.sqrt(0.1**2 - 0.02**2 + 0.02**2 / 4), confidence=0.98),
+    )
+    assert line == f"- b vs base: 6 repetitions: {k_loud6} blocks; 24 repetitions: {k_loud24} blocks"
+    assert k_loud24 >= k_loud6 - 2
+    assert _design_lines([], 0.02, 0.95) == []
+
+    class U:
+        def __init__(self, rnd, startup, wall, reps):
+            self.round, self.startup_s, self.block_wall_s, self.reps = rnd, startup, wall, [{}] * reps
+
+    # the slowest server's start-up is the fixed part; the rest of the block is spread over its 6 + 2 rounds
+    cost = _block_cost([U(0, 30, 62, 6), U(1, 33, 65, 6)], [U(0, 34, 62, 6), U(1, 31, 65, 6)], 2)
+    assert cost == (33.5, 3.75, 2)  # (62 - 34) / 8 and (65 - 33) / 8
+    assert _block_cost([U(0, 30, 0.0, 6)], [U(0, 30, 0.0, 6)], 2) is None  # no block wall time recorded

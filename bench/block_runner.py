@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from . import hostprobe, launcher, placement, store
-from .blocks import arrangement, server_args_at, serving_order
+from .blocks import arrangement, comparison_pairs, server_args_at, serving_order
 from .duet import first_port, unit_value
 from .errors import RunAborted
 from .launcher import ArmSpec
@@ -99,45 +99,10 @@ class BlockStoreLab:
         self._block(block)
 
     def _pairs(self, arms: Sequence[ArmSpec]) -> list[list[ArmSpec]]:
-        """--block-pairs: each asked arm with each of its references, and an arm that is only a reference with
-        the arms it is the reference of (ablate's base, compared with the full set). Why pairs: a round of
-        K comparisons then costs K blocks of two starts, but each block is as short as one start, and what the
-        blocks of six added (4.3-9.7 % block to block, bench/results/2026-12-03-h200-ablate) was not there in
-        pairs at first (1.7 % over 3 blocks). The next run's pairs varied 3.9-9.7 % block to block, all of it
-        the repetitions' own spread over 6 repetitions (bench/results/2026-12-03-h200-pairs)."""
         by_name = {a.name: a for a in self.runner.arms}
-        out: list[list[ArmSpec]] = []
-        seen: set[tuple[str, str]] = set()
-
-        def add(ref: ArmSpec, arm: ArmSpec) -> None:
-            if (ref.key, arm.key) not in seen:
-                seen.add((ref.key, arm.key))
-                out.append([ref, arm])
-
-        asked = {a.key for a in arms}
-        for a in arms:
-            for r in self.refs.get(a.key, []):
-                if r.key in asked:
-                    add(r, a)
-        # an asked arm no pair holds yet meets its references though nobody asked for them, or, being nobody's
-        # arm (ablate's base), the arms it is the reference of. One that pairs with asked arms takes no block
-        # more: ablate's full set, asked for its leave-outs, took a block with the base every round, a
-        # comparison the plan never reads (bench/results/2026-12-03-h200-pairs)
-        covered = {x.key for p in out for x in p}
-        for a in arms:
-            if a.key in covered:
-                continue
-            for r in self.refs.get(a.key, []):
-                add(r, a)
-            if not self.refs.get(a.key):
-                for _, ref, arm in self.runner.comparisons:
-                    if ref in by_name and arm in by_name and by_name[ref].key == a.key:
-                        add(a, by_name[arm])
-        covered = {x.key for p in out for x in p}
-        lone = [a for a in arms if a.key not in covered]
-        # in no comparison (nothing reads them against another arm): two at a time, in the trees a pair has
-        out += [lone[i : i + 2] for i in range(0, len(lone), 2)]
-        return out
+        comps = [(by_name[r], by_name[a]) for _, r, a in self.runner.comparisons if r in by_name and a in by_name]
+        blocks = self._blocks()
+        return comparison_pairs(arms, comps, lambda r, a: any(r.key in b and a.key in b for b in blocks))
 
     def _block(self, block: list[ArmSpec]) -> None:
         keys = {a.key for a in block}

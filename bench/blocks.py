@@ -25,10 +25,14 @@ first: a layout difference between arms that no swap cancels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .duet import MEMF_FLAG, MEMF_MAX, PORT_OFFSET, first_port, flag_value
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .launcher import ArmSpec
 
 SLEEP_FLAG = "--sleep-on-idle"
 TOKENS_FLAG = "--max-total-tokens"
@@ -112,3 +116,54 @@ def serving_order(n: int, rounds: int) -> list[tuple[int, int]]:
         order = range(n) if j % 2 == 0 else range(n - 1, -1, -1)
         out += [(j, k) for k in order]
     return out
+
+
+def comparison_pairs(
+    asked: Sequence[ArmSpec],
+    comparisons: Sequence[tuple[ArmSpec, ArmSpec]],
+    met: Callable[[ArmSpec, ArmSpec], bool] | None = None,
+) -> list[list[ArmSpec]]:
+    """--block-pairs: the blocks of two a round holds for these asked arms, given the run's (reference, arm)
+    comparisons. Each asked arm meets each of its references that was asked too; an asked arm no pair holds
+    yet meets the references it has met in earlier blocks (`met`; all of them if none), or, being nobody's arm
+    (ablate's base), the arms it is the reference of. One that pairs with asked arms takes no block more: ablate's full set, asked for
+    its leave-outs, took a block with the base every round, a comparison the plan never reads
+    (bench/results/2026-12-03-h200-pairs). The references met before keep a plan's later rounds on its own
+    comparisons when the reference itself is not asked again (it reached --max-starts first, being in every
+    block): with two candidates a leave-out is also a patch alone on the base, and would meet the base too.
+    Arms in no comparison go two at a time.
+
+    Why pairs: a round of K comparisons costs K blocks of two starts, but each block is as short as one start;
+    the blocks of six varied 4.3-9.7 % (bench/results/2026-12-03-h200-ablate), pairs 1.7 % over their first
+    3 blocks, then 3.9-9.7 %, all of it the repetitions' own spread (bench/results/2026-12-03-h200-pairs)."""
+    refs: dict[str, list[ArmSpec]] = {}
+    for ref, arm in comparisons:
+        refs.setdefault(arm.key, []).append(ref)
+    out: list[list[ArmSpec]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(ref: ArmSpec, arm: ArmSpec) -> None:
+        if (ref.key, arm.key) not in seen:
+            seen.add((ref.key, arm.key))
+            out.append([ref, arm])
+
+    keys = {a.key for a in asked}
+    for a in asked:
+        for r in refs.get(a.key, []):
+            if r.key in keys:
+                add(r, a)
+    covered = {x.key for p in out for x in p}
+    for a in asked:
+        if a.key in covered:
+            continue
+        mine = refs.get(a.key, [])
+        before = [r for r in mine if met is not None and met(r, a)]
+        for r in before or mine:
+            add(r, a)
+        if not refs.get(a.key):
+            for ref, arm in comparisons:
+                if ref.key == a.key:
+                    add(a, arm)
+    covered = {x.key for p in out for x in p}
+    lone = [a for a in asked if a.key not in covered]
+    return out + [lone[i : i + 2] for i in range(0, len(lone), 2)]

@@ -26,6 +26,7 @@ from .replication import (
     compare,
     decide_pairs,
     ensure,
+    ensure_pairs,
     look_confidence_of,
     replicate_until,
     smaller_sides,
@@ -190,7 +191,7 @@ def run_ablate(
     budget = _Budget()
     first = [(base, alone[p]) for p in alone if mode in ("both", "alone") and alone[p] is not None]
     first += [(full, leave[p]) for p in leave if mode in ("both", "leave-out") and leave[p] is not None]
-    budget.run(lambda: ensure(lab, [x for pr in first for x in pr], pol.initial))
+    budget.run(lambda: ensure_pairs(lab, first, pol.initial))
     budget.run(lambda: decide_pairs(lab, pol, first, m))
     # confirmation: the side the mode left out, for each patch that moved on the side measured
     second = []

@@ -267,6 +267,18 @@ def ensure(lab: Lab, arms: Sequence[ArmSpec], n: int) -> None:
         lab.add_starts(short)
 
 
+def ensure_pairs(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], n: int) -> None:
+    """Every arm of these (reference, arm) pairs measured at least n times. A blocked lab is asked for both arms
+    of each short pair: a block pairs what it is asked for, and a reference measured more often (ablate's full
+    set, the reference of every leave-out) left out of the ask would send its arms to references nobody asked
+    about (with two candidates a leave-out is also a patch alone on the base)."""
+    if not is_blocked(lab):
+        ensure(lab, [x for p in pairs for x in p], n)
+        return
+    while short := [x for r, a in pairs if min(lab.n_starts(r), lab.n_starts(a)) < n for x in (r, a)]:
+        lab.add_starts(_unique(short))
+
+
 def smaller_sides(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], policy: Policy) -> list[ArmSpec]:
     """The arms to add a start to for these undecided pairs: each pair's arm with fewer starts (both if equal)."""
     out: list[ArmSpec] = []
@@ -315,5 +327,5 @@ def decide_pairs(lab: Lab, policy: Policy, pairs: Sequence[tuple[ArmSpec, ArmSpe
         open_ = [(r, a) for r, a in pairs if compare(lab, r, a, metric, policy).verdict not in DECIDED]
         return smaller_sides(lab, open_, policy)
 
-    ensure(lab, [x for p in pairs for x in p], policy.initial)
+    ensure_pairs(lab, pairs, policy.initial)
     return replicate_until(lab, policy, needs)

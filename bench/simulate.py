@@ -118,6 +118,10 @@ class World:
     # the machine's state also moves while a server starts (a warm start takes 10-20 repetitions' time): this
     # many chain steps before each start's repetitions (0: the state moves during repetitions only)
     host_ticks_per_start: int = 0
+    # each server of a block on a chain of its own (bench.simulate_blocks): on the H200 the j-th repetitions of
+    # a block's two servers, a second apart, were no more alike than any two (bench/results/2026-12-03-h200-pairs:
+    # lag-1 correlation within a start 0.1-0.2, a block's ratio as noisy as its repetitions predict)
+    host_per_server: bool = False
     probe_cv: float = 0.01
     accept_cv: float = 0.0  # start-to-start cv of the EXACT metrics (batch composition under concurrency)
 

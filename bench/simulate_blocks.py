@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .blocks import arrangement, serving_order
+from .blocks import arrangement, comparison_pairs, serving_order
 from .duet import unit_value
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
@@ -34,12 +34,15 @@ class SimBlockLab:
         max_total_starts: int | None = None,
         value: str = "pairs",
         analysis: str = "pooled",
+        pairs: bool = False,
     ):
         self.world = world
         self.block_analysis = analysis
         self.starts = SimLab(replace(world, host_slow=0.0), seed=seed)  # per-start draws; the chain is the block's
         self.rng = self.starts.rng
         self.host_is_slow = world.host_slow > 0 and self.rng.random() < 0.5
+        self.comparisons = list(comparisons)
+        self.pairs = pairs  # --block-pairs: one block per comparison (bench.blocks.comparison_pairs)
         self.refs: dict[str, list[ArmSpec]] = {}
         for ref, arm in comparisons:
             self.refs.setdefault(arm.key, []).append(ref)
@@ -70,10 +73,18 @@ class SimBlockLab:
         return [block_values({k: v.get(metric, []) for k, v in b.items()}) for b in self.blocks]
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
+        if self.pairs:
+            met = lambda r, a: any(r.key in b and a.key in b for b in self.blocks)  # noqa: E731
+            for pair in comparison_pairs(arms, self.comparisons, met):
+                self._block(pair)
+            return
         block: list[ArmSpec] = []
         for x in [*arms, *(r for a in arms for r in self.refs.get(a.key, []))]:
             if x.key not in {b.key for b in block}:
                 block.append(x)
+        self._block(block)
+
+    def _block(self, block: list[ArmSpec]) -> None:
         if self.max_total is not None and self.servers + len(block) > self.max_total:
             raise BudgetExhausted(f"simulated budget of {self.max_total} server starts used")
         self.servers += len(block)
@@ -83,9 +94,17 @@ class SimBlockLab:
             self._tick()
         runs = [self.starts._one(a.pset.patches) for a in order]
         factors: list[list[float]] = [[] for _ in order]
+        # per server: each starts in the chain's stationary state (a symmetric chain: even odds)
+        own = [self.rng.random() < 0.5 for _ in order] if w.host_per_server else []
         for _, pos in serving_order(len(order), w.reps):
-            self._tick()
-            factors[pos].append(1 + w.host_slow if self.host_is_slow else 1.0)
+            if w.host_per_server:
+                if self.rng.random() > w.host_stay:
+                    own[pos] = not own[pos]
+                slow = own[pos]
+            else:
+                self._tick()
+                slow = self.host_is_slow
+            factors[pos].append(1 + w.host_slow if slow else 1.0)
         for out, fs in zip(runs, factors):
             for m, xs in out.items():
                 if m not in EXACT:
@@ -105,6 +124,7 @@ def ablate_rates(
     settings,
     blocks: bool,
     analysis: str = "pooled",
+    pairs: bool = False,
 ) -> dict[str, Any]:
     """ablate --mode leave-out of candidates p0..p{n-1} on the base g, as blocks (SimBlockLab) or sequential
     starts (SimLab): right / wrong / no culprit named, and the server starts used."""
@@ -118,7 +138,9 @@ def ablate_rates(
     out: dict[str, Any] = {"trials": trials, "right": 0, "wrong": 0, "none": 0, "servers": []}
     for t in range(trials):
         lab: SimBlockLab | SimLab = (
-            SimBlockLab(world_of(t), comps, seed=t, analysis=analysis) if blocks else SimLab(world_of(t), seed=t)
+            SimBlockLab(world_of(t), comps, seed=t, analysis=analysis, pairs=pairs)
+            if blocks
+            else SimLab(world_of(t), seed=t)
         )
         res = run_ablate(lab, base, full, alone, leave, "leave-out", settings)
         named = res["culprits"]
@@ -149,6 +171,7 @@ def rates_text(a, settings) -> str:
             host_slow=a.host_slow,
             host_stay=a.host_stay,
             host_ticks_per_start=a.host_ticks,
+            host_per_server=a.host_per_server,
         )
 
     pol = settings.policy
@@ -156,7 +179,9 @@ def rates_text(a, settings) -> str:
         f"ablate --mode leave-out over {a.candidates} candidates, planted step effect {a.effect * 100:+.1f}% on "
         f"{culprit or 'none'}; start cv {a.start_cv:.1%}, rep cv {a.rep_cv:.1%}, bimodal p {a.bimodal_p} shift "
         f"{a.bimodal_shift:+.0%}, host x{1 + a.host_slow:.2f} while slow holding {a.host_stay:.2f} per repetition, "
-        f"{a.host_ticks} steps per start; {a.reps} repetitions; {a.trials} seeded trials, {pol.initial} to "
+        f"{a.host_ticks} steps per start{', a chain per server' if a.host_per_server else ''}"
+        f"{', blocks of one comparison (--block-pairs)' if a.block_pairs else ''}; {a.reps} repetitions; "
+        f"{a.trials} seeded trials, {pol.initial} to "
         f"{pol.max_starts} units, alpha {1 - pol.confidence:.2g}, minimum effect {pol.min_effect:.1%}:"
     ]
     for name, blocks, analysis in (
@@ -164,7 +189,7 @@ def rates_text(a, settings) -> str:
         ("blocks, paired", True, "paired"),
         ("blocks, pooled", True, "pooled"),
     ):
-        r = ablate_rates(world, a.candidates, culprit, a.trials, settings, blocks, analysis)
+        r = ablate_rates(world, a.candidates, culprit, a.trials, settings, blocks, analysis, a.block_pairs)
         n = a.trials
         lines.append(
             f"  {name}: right culprit {r['right']} ({r['right'] / n:.1%}), wrong culprit {r['wrong']} "

@@ -82,6 +82,16 @@ def add_cli(sub) -> None:
     d.add_argument("--host-slow", type=float, default=0.6, help="the slow state's slowdown (run7: ~4.4 vs 7-8 ms)")
     d.add_argument("--host-stay", type=float, default=0.95, help="probability the state holds over one repetition")
     d.add_argument("--host-ticks", type=int, default=10, help="chain steps while one server starts")
+    d.add_argument(
+        "--host-per-server",
+        action="store_true",
+        help="--concurrent: each server of a block on its own chain (the H200's blocks of two: the j-th repetitions "
+        "of two servers were no more alike than any two; bench/results/2026-12-03-h200-pairs: --host-slow 0.4 "
+        "--host-stay 0.65 --rep-cv 0.05 match its 15-19 %% spread of repetitions within a start)",
+    )
+    d.add_argument(
+        "--block-pairs", action="store_true", help="--concurrent: one block per comparison, two servers each"
+    )
     d.add_argument("--duet-value", choices=["medians", "pairs"], default="pairs")
     d.add_argument("--reps", type=int, default=5, help="measured repetitions per start")
     p.set_defaults(func=_cli)

@@ -9,7 +9,9 @@ Record types (field "type"):
   unit_done  a server start whose repetitions all completed (only these units count)
   identity_warning  the server's overlay identity disagrees with the arm (or is missing)
   stale      a completed start whose fingerprint is not what its arm launches now (a patch was edited since):
-             left out of every statistic, its round measured again
+             left out of every statistic, its round measured again; with "why": "unpaired", a sequential start
+             of an unchanged arm set aside beside them (compared across starts, it would set another
+             invocation's time against the re-measured arm's)
   host_probe bench.hostprobe's samples over one start's measured repetitions (median work-unit times per rep and
              for the start, its CPU and duty): the view adds each rep's median to its metrics as host_probe_us
   (duet)     a duet's two starts (bench.duet_runner) are start records of one round with a "duet" field (index,

@@ -539,7 +539,14 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
 
 def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monkeypatch):
     """The same edit between two invocations of one run (--resume): the starts of the arm carrying the old
-    patch are left out of every statistic (and the report) and measured again; the other arm's are kept."""
+    patch are left out of every statistic (and the report) and measured again, and so are the other arm's:
+    sequential starts are compared across starts, so keeping them would set one invocation against another.
+
+    # FINDING (fixed: Runner._set_aside_unpaired): a fresh CI clone of 67b1d85 failed here with tok/s (batch 1)
+    # -22.0% [-34.3, -7.4] **regression** between identical fake servers: the kept `ref` starts were measured in
+    # the first invocation, the re-measured `slow` ones in the second, under another load of the 2-core machine
+    # (tok/s is wall clock). On gpu_device.sh the second invocation is another machine.
+    """
     import json
 
     from bench import store
@@ -553,12 +560,25 @@ def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monke
     assert main(["ab", "--resume", str(out)]) == 0
     recs = list(store.read(out / "results.jsonl"))
     stale = [r for r in recs if r["type"] == "stale"]
-    assert len(stale) == 3 and {r["arm"] for r in stale} == {"slow"}
+    edited = [r for r in stale if r.get("why") != "unpaired"]
+    assert len(edited) == 3 and {r["arm"] for r in edited} == {"slow"}
+    assert {r["arm"] for r in stale if r.get("why") == "unpaired"} == {"ref"} and len(stale) == 6
     assert _last_conclusion(recs)["comparisons"][0]["verdict"] in ("same", "cannot tell")
     v = store.view(recs)
     assert {u.start_id for u in v.units.values()}.isdisjoint(r["start_id"] for r in stale)
-    # the decode metrics' rows (start-up is shown too, and follows the load the fake's starts ran under)
-    rows = [x for x in (out / "report.md").read_text().splitlines() if x.startswith("| ab |") and "start-up" not in x]
+    # every start compared was measured by the second invocation, ref and slow interleaved
+    assert len([r for r in recs if r["type"] == "run"]) == 2
+    late = [r for r in recs if r["type"] == "start" and not r.get("warmup_start")][6:]
+    assert {r["start_id"] for r in late} == {u.start_id for u in v.units.values()}
+    assert [r["arm"] for r in late][:2] in (["ref", "slow"], ["slow", "ref"])
+    # the rows of what the fake models (step and phase times); start-up, tok/s and first-token times are this
+    # machine's wall clock under its load, which the interleaving above keeps out of one arm's side
+    wall = ("start-up", "tok/s", "first token", "ttft")
+    rows = [
+        x
+        for x in (out / "report.md").read_text().splitlines()
+        if x.startswith("| ab |") and not any(w in x for w in wall)
+    ]
     assert rows and not [x for x in rows if "**regression**" in x]
 
 

@@ -5,9 +5,11 @@ SimBlockLab is the bench.replication.Lab (and its block_pairs) over bench.simula
 over real servers: a block holds the arms asked for and their comparisons' references; each server is one start
 as SimLab draws it (start noise, bimodal starts, plants, repetition noise); the block's repetitions are served in
 bench.blocks.serving_order while the host's two-state chain (World.host_slow, host_stay; host_ticks_per_start
-steps while the block starts) moves one step per repetition: every server of a block is on the same vCPU, so
-the state a repetition is served in is the block's, whichever arm is serving. Sequential starts (SimLab) see the
-same chain, one start after the other.
+steps while the block starts) moves one step per repetition. By default every server of a block is on the
+same vCPU, so the state a repetition is served in is the block's, whichever arm is serving; with
+World.host_per_server (`bench simulate --host-per-server`, what the H200's blocks of two showed) each server
+has a chain of its own. `pairs` (`--block-pairs`) runs blocks of two servers, one comparison each
+(bench.blocks.comparison_pairs). Sequential starts (SimLab) see one chain, one start after the other.
 """
 
 from __future__ import annotations

@@ -773,3 +773,33 @@ def test_fewer_than_two_blocks_first_is_run_or_refused_never_a_traceback(
         pytest.fail(f"traceback: {type(e).__name__}: {e}")
     err = capsys.readouterr().err
     assert rc == 0 or (rc == 2 and "--restarts" in err), (rc, err[-600:])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_signal_inside_a_block_of_two_leaves_no_server_and_resume_ends_with_whole_pairs(sig, tmp_path, manifest):
+    """--block-pairs (one comparison per block, its two arms): a signal between the second block's measured
+    repetitions. Both of its servers are gone; the block counts for neither comparison; --resume ends with every
+    comparison measured in whole pairs (3 each), and no block holds an arm of another comparison."""
+    args = [*AB3, "--block-pairs", "--restarts", "3", "--max-starts", "3", "--no-warmup-start"]
+    p = Proc(tmp_path, manifest, args, {"time_scale": 0.1}, 2, name="pairs")
+    proc = p.start_until(_reps_of_round(p, 1, 3))
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-2000:]
+    if sig == signal.SIGINT:
+        assert "Traceback" not in err, err[-3000:]
+    assert not _left_running(p.log), f"servers left running after {sig.name}"
+    assert not [r for r in p.records() if r["type"] == "unit_done" and r["round"] == 1]
+    r = p.resume()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not _left_running(p.log)
+    recs = p.records()
+    blocks = _whole_blocks(recs)
+    keys = {a["name"]: a["key"] for a in next(x for x in recs if x["type"] == "run")["arms"]}
+    pairs = sorted(tuple(sorted(ks)) for ks in blocks.values())
+    want = [tuple(sorted((keys["a"], keys[x]))) for x in ("b", "c")]
+    assert set(pairs) == set(want) and all(pairs.count(w) == 3 for w in want), pairs
+    v = store.view(recs)
+    assert all(len(u.block["arms"]) == 2 for u in v.units.values())
+    c = [x for x in recs if x["type"] == "conclusion"][-1]
+    assert len(c["comparisons"]) == 2 and all(x["comparison"]["n_ref"] == 3 for x in c["comparisons"])

@@ -630,6 +630,20 @@ def _pairs(run: dict, rows: list[ArmRow], v: store.StoreView) -> list[tuple[str,
     return out
 
 
+def _apart(ref: ArmRow, arm: ArmRow) -> str | None:
+    """Sequential starts are compared across starts: when no invocation measured both arms (--reuse of another
+    run's starts, an arm measured only after a --resume), the two invocations' machines and times are in the
+    change, and nothing in the run can separate them."""
+    a, b = {u.invocation for u in ref.units}, {u.invocation for u in arm.units}
+    if not a or not b or a & b:
+        return None
+    return (
+        f"no invocation measured both arms ({ref.name}: {', '.join(sorted(a))}; {arm.name}: {', '.join(sorted(b))}): "
+        "a difference between those invocations' machines or times is in every change of this comparison; "
+        "measure both arms in one run (or --concurrent blocks) before trusting a verdict"
+    )
+
+
 def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
     cfg = run.get("config", {})
     blocks = cfg.get("duet_value", "pairs") if cfg.get("concurrent") else None
@@ -662,6 +676,9 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
             label = LABELS.get(c.metric, STARTUP_LABEL) + (" (primary)" if c.metric == metric else "")
             lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
         notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
+        apart = None if blocks else _apart(a, b)
+        if apart:
+            notes.append(f"- {arm} vs {ref}: {apart}")
         reach += [
             f"- {arm} vs {ref}: {res}"
             for c in cmps

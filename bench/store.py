@@ -119,6 +119,8 @@ class Unit:
     duet: dict = field(default_factory=dict)  # bench.duet_runner: the duet's index, position, tree, port
     block: dict = field(default_factory=dict)  # bench.block_runner: the block's index, position, tree, port, arms
     block_wall_s: float = 0.0  # the whole block's wall time (bench.block_runner), every unit of it alike
+    # which invocation measured it: "reused from PATH", or "invocation N" (the Nth run record: a --resume adds one)
+    invocation: str = ""
 
 
 @dataclass
@@ -142,12 +144,18 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     sig_of_run = {r["run_id"]: r.get("signature") for r in records if r.get("type") == "run"}
     starts, reps, done, probes = {}, defaultdict(list), {}, {}
     stale = {r.get("start_id") for r in records if r.get("type") == "stale"}
+    invocation: dict[str, str] = {}
+    n_runs = 0
     for r in records:
         t = r.get("type")
+        n_runs += t == "run"
         if r.get("start_id") in stale:
             continue
         if t == "start":
             starts[r["start_id"]] = r
+            invocation[r["start_id"]] = (
+                f"reused from {r['reused_from']}" if r.get("reused_from") else f"invocation {max(n_runs, 1)}"
+            )
         elif t == "rep" and not r.get("warmup"):
             reps[r["start_id"]].append(r)
         elif t == "unit_done":
@@ -179,6 +187,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             duet=s.get("duet") or {},
             block=s.get("block") or {},
             block_wall_s=d.get("block_wall_s", 0.0),
+            invocation=invocation[sid],
         )
         if s.get("warmup_start"):
             warm.append(u)

@@ -529,12 +529,17 @@ def test_reuse_after_editing_a_patch_does_not_pool_the_old_patchs_starts(e2e):
     assert rc == 0
     planted = e2e.manifest.parent / "overlay" / "python" / "sglang" / "srt" / "x_planted.py"
     planted.write_text("# planted, fixed\n")
-    rc, _, recs = e2e(
+    rc, out2, recs = e2e(
         "after", "ab", ["--arms", "ref=full-planted", "fixed=full", "--reuse", str(out1 / "results.jsonl")], QUIET
     )
     assert rc == 0
     verdict = _last_conclusion(recs)["comparisons"][0]["verdict"]
     assert verdict in ("same", "cannot tell"), verdict
+    # every ref start is the first run's, every fixed one this run's: the report says the comparison is across
+    # runs (their machines and times are in it), naming where each arm's starts come from
+    md = (out2 / "report.md").read_text()
+    flag = next(x for x in md.splitlines() if x.startswith("- fixed vs ref: no invocation measured both arms"))
+    assert f"reused from {out1 / 'results.jsonl'}" in flag and "fixed: invocation 1" in flag, flag
 
 
 def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monkeypatch):
@@ -580,6 +585,7 @@ def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monke
         if x.startswith("| ab |") and not any(w in x for w in wall)
     ]
     assert rows and not [x for x in rows if "**regression**" in x]
+    assert "no invocation measured both arms" not in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 BlockStoreLab is the bench.replication.Lab over a bench.runner.Runner for `--concurrent`: `add_starts(arms)` is
 one block holding those arms and the reference of each comparison they are in, so every comparison a plan reads
-is paired block by block (`block_pairs`; bench.replication.compare reads those instead of start medians). A block
+is paired block by block (`block_pairs`; bench.replication.compare reads those instead of start values). A block
 is the start records of one round, one per arm, and counts only when every one has its unit_done, written after
 all the block's servers stopped: an interrupted block leaves nothing the statistics read, and --resume measures
 it again under a new round. The plan's earlier blocks are served from the store in round order, like StoreLab's
@@ -22,7 +22,7 @@ from .duet import first_port, unit_value
 from .errors import RunAborted
 from .launcher import ArmSpec
 from .runner import PendingServer, Runner, mark_warm_machine, progress, warm_machine_age
-from .stats import cv, start_median
+from .stats import cv, start_value
 from .workload import WorkloadError
 
 
@@ -55,11 +55,11 @@ class BlockStoreLab:
     def n_starts(self, arm: ArmSpec) -> int:
         return sum(arm.key in b for b in self._blocks())
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
         out = []
         for b in self._blocks():
             if arm.key in b:
-                m = start_median([r.get(metric) for r in b[arm.key].reps])
+                m = start_value([r.get(metric) for r in b[arm.key].reps])
                 if m is not None:
                     out.append(m)
         return out
@@ -251,9 +251,9 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
     runner.record_units_done(order, sids, rnd, rcs, wall, {"block_wall_s": round(wall, 2), "block_index": index})
     mark_warm_machine(runner.sig)
     starts = ", ".join(f"{s.startup_s:.0f}" for s in servers)
-    meds = [start_median([r.get(cfg.metric) for r in runner.view().units[(a.key, rnd)].reps]) for a in order]
+    meds = [start_value([r.get(cfg.metric) for r in runner.view().units[(a.key, rnd)].reps]) for a in order]
     progress(
-        f"{label} done: {len(order)} servers (start-up {starts} s), unit {wall:.0f}s | {cfg.metric} medians "
+        f"{label} done: {len(order)} servers (start-up {starts} s), unit {wall:.0f}s | {cfg.metric} start values "
         + ", ".join(f"{a.name} {m:.4g}" for a, m in zip(order, meds) if m is not None)
         + f" (spread {cv([m for m in meds if m is not None]) * 100:.1f}%) | elapsed {runner.elapsed():.0f}s"
     )

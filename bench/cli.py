@@ -57,7 +57,9 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         help="after each start, pin the scheduler's main thread to a core of its own and the other "
         "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)",
     )
-    m = p.add_argument_group("method: the server start is the unit; verdicts read start medians")
+    m = p.add_argument_group(
+        "method: the server start is the unit; verdicts read start values (geometric means of their repetitions)"
+    )
     m.add_argument(
         "--restarts",
         type=int,

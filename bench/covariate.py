@@ -1,6 +1,6 @@
 """Start values adjusted for the host's speed (bench.hostprobe): an analysis of covariance over starts.
 
-A start contributes its start median y and the probe's median work-unit time p over the same repetitions. If
+A start contributes its start value y and the probe's median work-unit time p over the same repetitions. If
 the host's speed drifts (the H200 VM of the records switched between two speeds in stretches of a session), both
 move together, and the model
 
@@ -36,7 +36,7 @@ from .stats import (
     clean,
     compare_starts,
     interval_verdict,
-    start_median,
+    start_value,
 )
 from .store import Unit
 
@@ -44,10 +44,10 @@ Pairs = Sequence[tuple[float | None, float | None]]  # (start value, start probe
 
 
 def start_pairs(units: Sequence[Unit], metric: str) -> list[tuple[float, float | None]]:
-    """(start median, the host probe's median over the same repetitions) per start that has the metric."""
+    """(start value, the host probe's median over the same repetitions) per start that has the metric."""
     out = []
     for u in units:
-        m = start_median([r.get(metric) for r in u.reps])
+        m = start_value([r.get(metric) for r in u.reps])
         if m is not None:
             out.append((m, (u.host_probe.get("start") or {}).get("py_us")))
     return out
@@ -198,7 +198,7 @@ class _Reading:
 def _at_fixed_covariate(
     ref_medians: list[float], arm_medians: list[float], est: float, se: float, df: int, why: str, how: _Reading
 ) -> Comparison:
-    """The start medians' unadjusted comparison with the model's reading in its place: "cannot tell" with `why`
+    """The start values' unadjusted comparison with the model's reading in its place: "cannot tell" with `why`
     where the arms' covariate is not shown close enough (`equivalence`), else the change exp(est) - 1 (est the
     arm's log coefficient, `se` its standard error on `df` degrees of freedom) and its t interval."""
     raw = compare_starts(ref_medians, arm_medians, **asdict(how))
@@ -395,9 +395,9 @@ def compare_mixed(
         return None
     means = [[statistics.fmean(tf(x) for _, x in s) for s in g if s] for g in (ref, arm)]
     why = equivalence(means[0], means[1], fit.coef[-1], min_effect)
-    medians = [[statistics.median(y for y, _ in s) for s in g] for g in (ref, arm)]
+    values = [[v for s in g if (v := start_value([y for y, _ in s])) is not None] for g in (ref, arm)]
     how = _Reading(metric, lower_is_better, confidence, min_effect, min_starts)
-    return _at_fixed_covariate(medians[0], medians[1], est, se, df, why, how)
+    return _at_fixed_covariate(values[0], values[1], est, se, df, why, how)
 
 
 def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], covariate: str = PROBE) -> Spread | None:
@@ -480,7 +480,7 @@ def model_of(ref: Sequence[Unit], arm: Sequence[Unit], adjust: str, metric: str)
             return "per repetition: mixed model, random intercept per start (REML)"
     probed = all((u.host_probe.get("start") or {}).get("py_us") for u in [*ref, *arm])
     if cov == PROBE and probed and min(len(ref), len(arm)) >= MIN_STARTS:
-        return "per start: OLS on start medians"
+        return "per start: OLS on start values"
     return (
         f"**not adjusted**: `{cov}` is missing on some repetition, does not vary, or the starts are too few for "
         "the model (the unadjusted comparison)"

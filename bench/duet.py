@@ -29,12 +29,13 @@ costs power (tests/bench/test_duet_sim.py checks that it names nothing).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Protocol
 
 from .errors import UsageError
 from .replication import Policy, compare_blocks
-from .stats import Comparison, cv, start_median
+from .stats import Comparison, clean, cv
 
 # Each server takes its --mem-fraction-static of the memory free when it starts: two must fit on one GPU.
 MEMF_MAX = 0.45
@@ -139,14 +140,16 @@ def unit_value(a: Sequence[float | None], b: Sequence[float | None], value: str)
     each other: a state that switches every few repetitions puts 2 of 5 slow repetitions in one arm and 3 in
     the other, moving the ratio of medians by the whole slow/fast step, while it spoils only the adjacent
     pairs it falls between. Either way the duet stays the replication unit."""
-    ma, mb = start_median(a), start_median(b)
-    if ma is None or mb is None or ma <= 0 or mb <= 0:
+    ca, cb = clean(a), clean(b)
+    if not ca or not cb:
+        return None
+    ma, mb = statistics.median(ca), statistics.median(cb)
+    if ma <= 0 or mb <= 0:
         return None
     if value == "medians":
         return ma, mb
     rs = [y / x for x, y in zip(a, b) if x is not None and y is not None and x > 0 and y > 0]
-    r = start_median(rs)
-    return None if r is None else (ma, ma * r)
+    return (ma, ma * statistics.median(rs)) if rs else None
 
 
 def unit_reps(ref_units: Sequence, arm_units: Sequence, metric: str) -> list[tuple[list, list]]:

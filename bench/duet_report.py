@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from . import duet
 from .replication import LABELS, METRICS, Policy
-from .stats import MIN_STARTS, NoiseSplit, blocks_for, cv, noise_split, start_median
+from .stats import MIN_STARTS, NoiseSplit, blocks_for, cv, noise_split, start_value
 from .verdicts import pct
 
 
@@ -73,12 +73,12 @@ def duet_lines(
             f"{med[1] / med[0]:.4f} | {pair[1] / pair[0]:.4f} |"
         )
     pm, pp = (duet.unit_pairs(ref_units, arm_units, metric, x) for x in ("medians", "pairs"))
-    ref_cv = cv([start_median([r.get(metric) for r in u.reps]) for u in ref_units])
-    arm_cv = cv([start_median([r.get(metric) for r in u.reps]) for u in arm_units])
+    ref_cv = cv([start_value([r.get(metric) for r in u.reps]) for u in ref_units])
+    arm_cv = cv([start_value([r.get(metric) for r in u.reps]) for u in arm_units])
     lines += [
         "",
         f"Spread: duet-to-duet CV of the ratio {duet.ratio_cv(pm) * 100:.2f}% (medians), "
-        f"{duet.ratio_cv(pp) * 100:.2f}% (pairs); start-to-start CV of the start medians {ref_name} "
+        f"{duet.ratio_cv(pp) * 100:.2f}% (pairs); start-to-start CV of the start values {ref_name} "
         f"{ref_cv * 100:.2f}%, {arm_name} {arm_cv * 100:.2f}% (what a sequential comparison's interval is made of).",
         "",
         "### Every metric over the duets",
@@ -151,7 +151,7 @@ def block_lines(run: dict, rows: Sequence, cfg: dict, confidence: float = 0.95) 
         "## Blocks",
         "",
         f"`{metric}`: per comparison, the ratio arm / reference in each block holding both (the run's {value} "
-        "value), its block-to-block CV, the arms' start-to-start CV of their start medians, and the block-to-block "
+        "value), its block-to-block CV, the arms' start-to-start CV of their start values, and the block-to-block "
         "spread (sd of log) its repetitions predict against the one the blocks show (stats.noise_split).",
         "",
         "| reference | arm | blocks | ratio per block | block-to-block CV | start-to-start CV (ref, arm) | "
@@ -165,8 +165,8 @@ def block_lines(run: dict, rows: Sequence, cfg: dict, confidence: float = 0.95) 
         pairs = duet.unit_pairs(a.units, b.units, metric, value)
         if not pairs:
             continue
-        ref_cv = cv([m for m in (start_median([r.get(metric) for r in u.reps]) for u in a.units) if m is not None])
-        arm_cv = cv([m for m in (start_median([r.get(metric) for r in u.reps]) for u in b.units) if m is not None])
+        ref_cv = cv([m for m in (start_value([r.get(metric) for r in u.reps]) for u in a.units) if m is not None])
+        arm_cv = cv([m for m in (start_value([r.get(metric) for r in u.reps]) for u in b.units) if m is not None])
         split = noise_split(duet.unit_reps(a.units, b.units, metric), value)
         if split is not None:
             splits.append((f"{arm} vs {ref}", split))

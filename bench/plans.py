@@ -270,7 +270,7 @@ def regressed_elsewhere(lab: Lab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> tu
     Each is read at confidence 1 - (1 - c) / k for c the per-look confidence (Bonferroni over metrics and
     looks), since picking the ones that moved out of k is a multiple comparison.
     """
-    others = [m for m, _, _ in METRICS if m != s.metric and lab.medians(ref, m) and lab.medians(arm, m)]
+    others = [m for m, _, _ in METRICS if m != s.metric and lab.start_values(ref, m) and lab.start_values(arm, m)]
     if not others:
         return [], 0
     look = look_confidence_of(lab, ref, arm, s.metric, s.policy)
@@ -285,7 +285,7 @@ def not_ruled_out(lab: Lab, good: ArmSpec, bad: ArmSpec, pol: Policy) -> list[st
     confidence: "none regresses" is an intersection-union claim, which needs no multiplicity adjustment."""
     out = []
     for m, _, _ in METRICS:
-        if not (lab.medians(good, m) and lab.medians(bad, m)):
+        if not (lab.start_values(good, m) and lab.start_values(bad, m)):
             continue
         if not regression_ruled_out(compare(lab, good, bad, m, pol)):
             out.append(m)
@@ -327,7 +327,12 @@ def _placement_needs(
 ) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
         pl = place_probe(
-            lab.medians(good, metric), lab.medians(bad, metric), lab.medians(probe, metric), metric, pol, False
+            lab.start_values(good, metric),
+            lab.start_values(bad, metric),
+            lab.start_values(probe, metric),
+            metric,
+            pol,
+            False,
         )
         if pl.place is not Place.OPEN:
             return []
@@ -388,7 +393,12 @@ def run_bisect(
             budget.run(lambda: ensure(lab, [arm], pol.initial))
             budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
             pl: Placement = place_probe(
-                lab.medians(good, metric), lab.medians(bad, metric), lab.medians(arm, metric), metric, pol, False
+                lab.start_values(good, metric),
+                lab.start_values(bad, metric),
+                lab.start_values(arm, metric),
+                metric,
+                pol,
+                False,
             )
             placements.append(
                 {
@@ -441,7 +451,12 @@ def run_bisect(
 
             def placed(a: ArmSpec, expect: str) -> Placement:
                 return place_confirmation(
-                    lab.medians(g, metric), lab.medians(b, metric), lab.medians(a, metric), expect, metric, pol
+                    lab.start_values(g, metric),
+                    lab.start_values(b, metric),
+                    lab.start_values(a, metric),
+                    expect,
+                    metric,
+                    pol,
                 )
 
             def needs() -> list[ArmSpec]:

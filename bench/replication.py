@@ -60,8 +60,8 @@ def lower_is_better(metric: str) -> bool:
 class Lab(Protocol):
     def n_starts(self, arm: ArmSpec) -> int: ...
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
-        """One value per completed start of the arm (the median of its repetitions); starts without it dropped."""
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
+        """One value per completed start of the arm (bench.stats.start_value of its repetitions); starts without it dropped."""
         ...
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
@@ -153,7 +153,7 @@ BLOCK_ANALYSES = ("pooled", "paired")
 
 def is_blocked(lab: Lab) -> bool:
     """Whether the lab pairs its arms block by block (bench.blocks): then every comparison reads the blocks'
-    paired values, never two arms' start medians side by side."""
+    paired values, never two arms' start values side by side."""
     return callable(getattr(lab, "block_pairs", None))
 
 
@@ -199,7 +199,7 @@ def look_confidence_of(lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy
     """The per-look confidence a comparison of these arms is read at now."""
     if is_blocked(lab):
         return policy.paired_confidence(len(lab.block_pairs(ref, arm, metric)))  # type: ignore[attr-defined]
-    return policy.pair_confidence(len(lab.medians(ref, metric)), len(lab.medians(arm, metric)))
+    return policy.pair_confidence(len(lab.start_values(ref, metric)), len(lab.start_values(arm, metric)))
 
 
 def compare(
@@ -214,7 +214,7 @@ def compare(
         adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
         if adjusted is not None:
             return adjusted
-    a, b = lab.medians(ref, metric), lab.medians(arm, metric)
+    a, b = lab.start_values(ref, metric), lab.start_values(arm, metric)
     return compare_starts(
         a,
         b,

@@ -17,7 +17,7 @@ from . import covariate, duet, duet_report, rcbd, stats, store
 from .derived import png_bytes, write_whole
 from .errors import RecordError
 from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
-from .stats import MIN_STARTS, UNDECIDED, Comparison, compare_starts, cv, geometric_mean, start_median
+from .stats import MIN_STARTS, START_VALUE, UNDECIDED, Comparison, compare_starts, cv, geometric_mean, start_value
 from .verdicts import flags, pct
 
 
@@ -28,10 +28,10 @@ class ArmRow:
     label: str
     units: list[store.Unit]
 
-    def medians(self, metric: str) -> list[float]:
+    def start_values(self, metric: str) -> list[float]:
         out = []
         for u in self.units:
-            m = start_median([r.get(metric) for r in u.reps])
+            m = start_value([r.get(metric) for r in u.reps])
             if m is not None:
                 out.append(m)
         return out
@@ -48,7 +48,7 @@ class ArmRow:
         out = []
         for u in self.units:
             vals = [((r.get(which) or {}).get(phase) or {}).get("p50_ms") for r in u.reps]
-            m = start_median(vals)
+            m = start_value(vals)
             if m is not None:
                 out.append(m)
         return out
@@ -153,17 +153,17 @@ def _compare(
             pol.adjust,
             metric=metric,
             lower_is_better=lower_is_better(metric),
-            confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
+            confidence=pol.pair_confidence(len(ref.start_values(metric)), len(arm.start_values(metric))),
             min_effect=pol.min_effect,
         )
         if adjusted is not None:
             return adjusted
     return compare_starts(
-        ref.medians(metric),
-        arm.medians(metric),
+        ref.start_values(metric),
+        arm.start_values(metric),
         metric=metric,
         lower_is_better=lower_is_better(metric),
-        confidence=pol.pair_confidence(len(ref.medians(metric)), len(arm.medians(metric))),
+        confidence=pol.pair_confidence(len(ref.start_values(metric)), len(arm.start_values(metric))),
         min_effect=pol.min_effect,
     )
 
@@ -204,7 +204,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     elif old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
-            f"with start medians: comparisons need {MIN_STARTS} starts per arm."
+            f"with start values: comparisons need {MIN_STARTS} starts per arm."
         )
     else:
         lines.append(
@@ -221,7 +221,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
         []
         if cfg.get("duet") or cfg.get("concurrent")
         else [
-            f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start medians, at "
+            f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start values, at "
             f"{schedule(pol)}; "
             f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
             f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
@@ -269,15 +269,26 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
         return []
     c = v.conclusions[-1]
     own = run.get("config", {}).get("adjust", "none")
+    # a duet's or block's verdicts read their paired values (bench.duet.unit_value), never start values
+    paired = c.get("method") in ("duet", "block")
+    own_value = START_VALUE if paired else run.get("config", {}).get("start_value", "median")
     lines = ["## Conclusion", ""]
     if c.get("budget_exhausted"):
         lines += [f"Stopped by the time budget ({c.get('budget_message')}); `--resume` continues.", ""]
-    if pol.adjust != own:
+    if pol.adjust != own or own_value != START_VALUE:
         # the stored conclusion was read the run's way: under another reading every verdict is read again here
         # (the Comparisons table's), so that no line of this report states a verdict it does not hold
+        how = [f"`--adjust {own}`"] if pol.adjust != own else []
+        if own_value != START_VALUE:
+            how.append(f"start {own_value}s (a start's value is now the geometric mean of its repetitions)")
+        lead = (
+            f"Read with `--adjust {pol.adjust}` ({_ADJUST_WORDS.get(pol.adjust, pol.adjust)})"
+            if pol.adjust != own
+            else "Read here with start values"
+        )
         lines += [
-            f"Read with `--adjust {pol.adjust}` ({_ADJUST_WORDS.get(pol.adjust, pol.adjust)}); the run itself read "
-            f"them with `--adjust {own}`, and added its starts by that reading (its own conclusion: "
+            f"{lead}; the run itself read "
+            f"them with {' and '.join(how)}, and added its starts by that reading (its own conclusion: "
             f"{_stored_summary(c)}).",
             "",
         ]
@@ -334,7 +345,7 @@ def _stored_summary(c: dict) -> str:
 
 def _cmp_dict(rows: dict[str, ArmRow], ref: str, arm: str, metric: str, pol: Policy) -> dict | None:
     a, b = rows.get(ref), rows.get(arm)
-    if a is None or b is None or not (a.medians(metric) and b.medians(metric)):
+    if a is None or b is None or not (a.start_values(metric) and b.start_values(metric)):
         return None
     return _compare(a, b, metric, pol).to_dict()
 
@@ -411,8 +422,8 @@ def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
             for name, _, _ in METRICS
             if (a := rows.get(c["good"])) is not None
             and (b := rows.get(c["bad"])) is not None
-            and a.medians(name)
-            and b.medians(name)
+            and a.start_values(name)
+            and b.start_values(name)
             and not regression_ruled_out(_compare(a, b, name, pol))
         ]
         if now != c["endpoint"].get("verdict") or now not in DECIDED or open_:
@@ -511,9 +522,9 @@ def _bisect_lines(c: dict) -> list[str]:
 
 def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     has_eagle = any(r.phase_p50("verify") for r in rows)
-    has_oea = any(r.medians("oea_distinct_experts_b1") or r.medians("oea_distinct_experts_bc") for r in rows)
+    has_oea = any(r.start_values("oea_distinct_experts_b1") or r.start_values("oea_distinct_experts_bc") for r in rows)
     head = (
-        f"| arm | patches | starts | reps | {metric}: start medians | geo. mean | start-to-start CV | "
+        f"| arm | patches | starts | reps | {metric}: start values | geo. mean | start-to-start CV | "
         f"step ms conc. | tok/s b1 | tok/s conc. | accept len |"
     )
     sep = "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -526,14 +537,14 @@ def _arms(rows: list[ArmRow], metric: str) -> list[str]:
     lines = [
         "## Arms",
         "",
-        "Each start's value is the median of its repetitions; the columns after the start "
-        "medians are medians over starts.",
+        "Each start's value is the geometric mean of its repetitions (bench.stats.start_value); the columns "
+        "after the start values are medians over starts.",
         "",
         head,
         sep,
     ]
     for r in rows:
-        meds = r.medians(metric)
+        meds = r.start_values(metric)
         cells = [
             r.name,
             f"`{r.label}`",
@@ -542,17 +553,17 @@ def _arms(rows: list[ArmRow], metric: str) -> list[str]:
             ", ".join(f"{x:.4g}" for x in meds) or "-",
             _fmt(geometric_mean(meds) if meds else None, 4),
             f"{_fmt(cv(meds) * 100, 2)}%",
-            _fmt(_med(r.medians("step_ms_bc")), 4),
-            _fmt(_med(r.medians("tok_s_b1")), 1),
-            _fmt(_med(r.medians("tok_s_bc")), 1),
-            _fmt(_med(r.medians("accept_len_b1")), 2),
+            _fmt(_med(r.start_values("step_ms_bc")), 4),
+            _fmt(_med(r.start_values("tok_s_b1")), 1),
+            _fmt(_med(r.start_values("tok_s_bc")), 1),
+            _fmt(_med(r.start_values("accept_len_b1")), 2),
         ]
         if has_eagle:
             cells.append(" / ".join(_fmt(_med(r.phase_p50(p)), 3) for p in ("draft", "verify", "draft_extend")))
         if has_oea:
             cells.append(
                 " / ".join(
-                    _fmt(_med(r.medians(m_)), 2) for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")
+                    _fmt(_med(r.start_values(m_)), 2) for m_ in ("oea_distinct_experts_b1", "oea_distinct_experts_bc")
                 )
             )
         lines.append("| " + " | ".join(cells) + " |")
@@ -584,7 +595,7 @@ def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:
     by_set: dict[str, list[float]] = {}
     reps_by_set: dict[str, list[list[float]]] = {}
     for r in rows:
-        by_set.setdefault(r.label, []).extend(r.medians(metric))
+        by_set.setdefault(r.label, []).extend(r.start_values(metric))
         reps_by_set.setdefault(r.label, []).extend([float(x[metric]) for x in u.reps if x.get(metric)] for u in r.units)
     out = [
         f"- `{s}`: {len(xs)} starts, CV {cv(xs) * 100:.2f}%{_within_note(reps_by_set[s])}"
@@ -596,7 +607,7 @@ def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:
             [
                 "## Start-to-start variation by patch set",
                 "",
-                f"`{metric}` start medians, pooled over arms of the "
+                f"`{metric}` start values, pooled over arms of the "
                 f"same set (arms may differ in env or CPU placement: see Arms):",
                 "",
             ]
@@ -668,7 +679,7 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
-        cmps = [_compare(a, b, m, pol, blocks, pooled_rows) for m in order if a.medians(m) and b.medians(m)]
+        cmps = [_compare(a, b, m, pol, blocks, pooled_rows) for m in order if a.start_values(m) and b.start_values(m)]
         refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
         up = None if blocks else _startup_comparison(a, b, pol)  # a block's servers start together: not comparable
         for c in cmps + ([up] if up else []):
@@ -895,7 +906,7 @@ def _host_probe(
     for r in rows:
         for u in r.units:
             st = u.host_probe.get("start") or {}
-            m = start_median([x.get(metric) for x in u.reps])
+            m = start_value([x.get(metric) for x in u.reps])
             lines.append(
                 f"| {r.name} | {u.round + 1} | {_fmt(m, 4)} | {_fmt(st.get('py_us'), 1)} | {_fmt(st.get('mem_us'), 1)} |"
             )
@@ -1160,7 +1171,7 @@ def plot(run_dir: Path, adjust: str | None = None) -> Path:
     if run.get("config", {}).get("concurrent"):
         rows = _whole_blocks(rows, v)
     metric = run.get("config", {}).get("metric", "step_ms_b1")
-    rows = [r for r in rows if r.medians(metric)]
+    rows = [r for r in rows if r.start_values(metric)]
     if not rows:
         raise ValueError("no repetition measured: nothing to plot")
     has_eagle = any(r.phase_p50("verify") for r in rows)
@@ -1174,11 +1185,11 @@ def plot(run_dir: Path, adjust: str | None = None) -> Path:
                 continue
             # repetitions faint, one marker per start (the unit of every verdict), the geometric mean as a bar
             ax.scatter([i - 0.15 + (j % 9) * 0.01 for j in range(len(xs))], xs, s=6, alpha=0.25, color="grey")
-            meds = r.medians(m)
+            meds = r.start_values(m)
             ax.scatter([i + 0.1] * len(meds), meds, s=28, marker="D")
             ax.hlines(geometric_mean(meds), i + 0.0, i + 0.3, color="black")
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
-        ax.set_title(f"{m}: reps (grey), start medians (diamonds)")
+        ax.set_title(f"{m}: reps (grey), start values (diamonds)")
         ax.grid(alpha=0.3)
     if has_eagle:
         ax = axes[2]

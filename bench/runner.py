@@ -5,7 +5,7 @@ server's processes on CPUs (bench.placement), runs `warmup_reps` discarded and `
 repetitions (bench.workload), records where the start-up seconds went (bench.startup) and stops the server.
 
 StoreLab is the bench.replication.Lab over this: plans ask for "one more start of these arms" and read start
-medians; the lab serves them from the store when they are already there (a --resume, or --reuse of another
+values; the lab serves them from the store when they are already there (a --resume, or --reuse of another
 run's starts under the same measurement signature) and measures only what is missing. Before its first real
 start in an invocation it runs one throwaway start: a machine's first start pays FlashInfer JIT and CUDA-graph
 compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's. A resumed
@@ -34,7 +34,7 @@ from .errors import BudgetExhausted, RunAborted, WriteFailed
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
 from .replication import WARM_START_ESTIMATE_S
-from .stats import cv, start_median
+from .stats import START_VALUE, cv, start_value
 from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
 # Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
@@ -208,6 +208,10 @@ def plan_differences(prev_run: dict, plan: dict) -> list[str]:
             if "initial_starts" in old:
                 # a record of the adaptive method from before the group-sequential looks was decided so
                 old = {**PRE_SEQUENTIAL, **old}
+            if "metric" in old:
+                # a record made before start values were geometric means read start medians: its replay would
+                # not take its decisions again
+                old = {"start_value": "median", **old}
             out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
         elif k in prev_run and norm(prev_run[k]) != norm(v):
             out.append(f"{k} differ" if k in ("arms", "comparisons") else f"{k} {prev_run[k]!r} -> {v!r}")
@@ -394,6 +398,7 @@ class Runner:
                 "concurrent": cfg.concurrent,
                 "block_analysis": cfg.block_analysis,
                 "block_pairs": cfg.block_pairs,
+                "start_value": START_VALUE,
             },
             "arms": [self.arm_record(a) for a in arms],
             "comparisons": [list(c) for c in comparisons],
@@ -422,6 +427,7 @@ class Runner:
                 "duet_value": c.duet_value,
                 "block_analysis": c.block_analysis,
                 "block_pairs": c.block_pairs,
+                "start_value": START_VALUE,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
         }
@@ -526,7 +532,7 @@ class Runner:
         return out
 
     def view(self) -> store.StoreView:
-        # plans read start medians many times per decision: parse the store once per change
+        # plans read start values many times per decision: parse the store once per change
         if self._view is None:
             self._view = store.view(store.read(self.cfg.store_path), signature=self.sig)
         return self._view
@@ -908,10 +914,10 @@ class Runner:
         if warmup:
             progress(f"{label} done: start {startup_s:.0f}s, unit {wall:.0f}s (not measured)")
             return
-        meds = StoreLab.start_medians(self.view().units_of(arm.key), self.cfg.metric)
+        meds = StoreLab.start_values_of(self.view().units_of(arm.key), self.cfg.metric)
         progress(
             f"{label} arm {arm.name} start {rnd + 1} done: start {startup_s:.0f}s, unit {wall:.0f}s | "
-            f"{self.cfg.metric} start medians {', '.join(f'{x:.4g}' for x in meds)} "
+            f"{self.cfg.metric} start values {', '.join(f'{x:.4g}' for x in meds)} "
             f"(start-to-start cv {cv(meds) * 100:.1f}%) | elapsed {self.elapsed():.0f}s"
         )
 
@@ -938,16 +944,16 @@ class StoreLab:
         return len(self._units(arm))
 
     @staticmethod
-    def start_medians(units: Sequence[store.Unit], metric: str) -> list[float]:
+    def start_values_of(units: Sequence[store.Unit], metric: str) -> list[float]:
         out = []
         for u in units:
-            m = start_median([r.get(metric) for r in u.reps])
+            m = start_value([r.get(metric) for r in u.reps])
             if m is not None:
                 out.append(m)
         return out
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
-        return self.start_medians(self._units(arm), metric)
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
+        return self.start_values_of(self._units(arm), metric)
 
     def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float | None]]:
         return covariate.start_pairs(self._units(arm), metric)

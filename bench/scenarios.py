@@ -303,8 +303,8 @@ def catalogue() -> list[Scenario]:
             "late-onset-20",
             _w(plants=[over_reps(h("p1", 0.20), (0, 0, 0, 1, 1))], start_cv=0.01),
             _p("p1"),
-            note="p1 +20% from the fourth measured repetition of a start on (a cache that fills): the start "
-            "median (the third) hides it",
+            note="p1 +20% from the fourth measured repetition of a start on (a cache that fills): a start median "
+            "(the third) hid it; the start value (geometric mean) carries 2/5 of it",
         ),
         Scenario(
             "early-reps-30",

@@ -22,7 +22,7 @@ sqrt(t_i / t_j)), computed here by the recursive numerical integration of Armita
 1969), as J&T ch. 19 give it. The intervals estimate +- c_k * se then cover the true change at every look
 simultaneously with probability 1 - alpha (J&T ch. 9), so every verdict an interval supports (regression,
 improvement, same) is valid whenever the bench stops, which is what an equivalence-style three-way verdict with
-optional stopping needs. With few starts the start medians' spread is estimated, so c_k is turned into a t
+optional stopping needs. With few starts the start values' spread is estimated, so c_k is turned into a t
 quantile at the look's Welch degrees of freedom by matching its tail probability (J&T ch. 3.8 / 11.2: the
 "significance level" approach): the look's confidence is 2 Phi(c_k) - 1.
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from .launcher import ArmSpec
 from .sets import PatchSet
-from .stats import start_median
+from .stats import start_value
 from .store import LATE, late_from
 
 BASE = {
@@ -144,8 +144,8 @@ class SimLab:
     def n_starts(self, arm: ArmSpec) -> int:
         return len(self.starts.get(arm.key, []))
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
-        meds = (start_median(s.get(metric, [])) for s in self.starts.get(arm.key, []))
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
+        meds = (start_value(s.get(metric, [])) for s in self.starts.get(arm.key, []))
         return [m for m in meds if m is not None]
 
     def units(self, arm: ArmSpec) -> list:
@@ -406,7 +406,7 @@ def duet_rates(
     """Each trial runs one A/B twice on the same kind of machine: sequentially (bench.plans.run_ab over SimLab,
     a start per arm per round) and as duets (run_duet over SimDuetLab). The arm carries patch "p" (the world's
     plants decide whether it costs anything). Verdict counts, units used, final interval widths and the
-    spreads each method's interval is made of (start-to-start CV of the start medians; duet-to-duet CV of the
+    spreads each method's interval is made of (start-to-start CV of the start values; duet-to-duet CV of the
     ratio), as medians over trials."""
     from . import duet
     from .plans import run_ab, run_duet
@@ -419,7 +419,7 @@ def duet_rates(
     for t in range(trials):
         seq = SimLab(world_of(t), seed=t)
         c = run_ab(seq, [ref, arm], [("ab", ref, arm)], settings)["comparisons"][0]["comparison"]
-        _tally(out["sequential"], c, min(c["n_ref"], c["n_arm"]), cv(seq.medians(ref, settings.metric)))
+        _tally(out["sequential"], c, min(c["n_ref"], c["n_arm"]), cv(seq.start_values(ref, settings.metric)))
         lab = SimDuetLab(world_of(t), ref, arm, seed=t, value=value)
         d = run_duet(lab, ref, arm, settings)["comparisons"][0]["comparison"]
         _tally(out["duet"], d, lab.n_duets(), duet.ratio_cv(lab.pairs(settings.metric)))

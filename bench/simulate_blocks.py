@@ -24,7 +24,7 @@ from .duet import unit_value
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .simulate import EXACT, SimLab, World, host_slowdown, sim_arm
-from .stats import start_median
+from .stats import start_value
 
 
 class SimBlockLab:
@@ -56,8 +56,8 @@ class SimBlockLab:
     def n_starts(self, arm: ArmSpec) -> int:
         return sum(arm.key in b for b in self.blocks)
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
-        meds = (start_median(b[arm.key].get(metric, [])) for b in self.blocks if arm.key in b)
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
+        meds = (start_value(b[arm.key].get(metric, [])) for b in self.blocks if arm.key in b)
         return [m for m in meds if m is not None]
 
     def block_pairs(self, ref: ArmSpec, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:

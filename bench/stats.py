@@ -7,9 +7,9 @@ variance is). On this stack the start-to-start spread is the larger one (the sam
 step in two starts of an H200), so a rank test over pooled repetitions, with one start per arm, turned start
 noise into p < 0.001 verdicts on the wrong patch.
 
-So each start contributes one number per metric, the median of its measured repetitions (robust to a slow
-first request or a GC pause), and two arms are compared on those start medians, in logs: Welch's t interval
-for the difference of mean log start medians (unequal variances, Welch-Satterthwaite degrees of freedom, the
+So each start contributes one number per metric, the geometric mean of its measured repetitions (start_value
+says why not their median), and two arms are compared on those start values, in logs: Welch's t interval
+for the difference of mean log start values (unequal variances, Welch-Satterthwaite degrees of freedom, the
 quantile from scipy.stats.t) gives a confidence interval for the ratio of the arms' geometric means. This is the two-stage ("summary statistics") analysis
 of a hierarchical design; with the small, balanced numbers of starts we can afford it is exact under
 normality at the start level and, unlike a cluster bootstrap, honest with 3-5 clusters (a bootstrap over 3
@@ -53,10 +53,26 @@ def clean(values: Sequence[float | None]) -> list[float]:
     return out
 
 
-def start_median(values: Sequence[float | None]) -> float | None:
-    """One start's number for a metric: the median of its measured repetitions (None without any)."""
+# What start_value computes, as run records name it ("median" for records made before it became the mean)
+START_VALUE = "geomean"
+
+
+def start_value(values: Sequence[float | None]) -> float | None:
+    """One start's number for a metric: the geometric mean of its measured repetitions (the arithmetic mean
+    where one is not positive; None without any).
+
+    Not their median: a repetition's step time is already a median over its decode-log windows (a GC pause or
+    a slow first request stays inside one window), and on the recorded H200 stores the repetitions of one start
+    switch between two states (about 3.7 and 5.5 ms), so the median of 5-6 of them jumps to whichever state
+    holds the majority while the mean moves with each state's share. Re-read over every recorded store
+    (bench/results/2026-12-03-start-value/), the within-block comparison's spread fell from 11.5 % to 7.7 %
+    (step ms, 27 pairs of arms), about half the starts for one interval width."""
     xs = clean(values)
-    return statistics.median(xs) if xs else None
+    if not xs:
+        return None
+    if min(xs) > 0:
+        return math.exp(statistics.fmean(math.log(x) for x in xs))
+    return statistics.fmean(xs)
 
 
 def cv(values: Sequence[float | None]) -> float:
@@ -79,9 +95,9 @@ def geometric_mean(values: Sequence[float]) -> float:
 class Comparison:
     metric: str
     lower_is_better: bool
-    ref_medians: tuple[float, ...]  # start medians of the reference arm, in start order
+    ref_medians: tuple[float, ...]  # start values of the reference arm, in start order (the name is stored)
     arm_medians: tuple[float, ...]
-    center_ref: float  # geometric mean of the start medians
+    center_ref: float  # geometric mean of the start values
     center_arm: float
     change: float  # center_arm / center_ref - 1
     low: float  # confidence interval of `change` (NaN with too few starts)
@@ -157,7 +173,7 @@ def compare_starts(
     min_effect: float = 0.02,
     min_starts: int = MIN_STARTS,
 ) -> Comparison:
-    """Compare `arm` against `ref`, each a list of start medians (one per server start)."""
+    """Compare `arm` against `ref`, each a list of start values (one per server start)."""
     a, b = clean(ref), clean(arm)
     ca, cb = geometric_mean(a), geometric_mean(b)
     change = cb / ca - 1 if a and b and ca else math.nan
@@ -269,7 +285,7 @@ def compare_paired(
 
 @dataclass(frozen=True)
 class Contrast:
-    estimate: float  # sum of coef * mean log start median
+    estimate: float  # sum of coef * mean log start value
     low: float
     high: float
     df: float

@@ -212,14 +212,14 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
 
 
 # Derived repetition metrics: a metric's value in the later half of a start's measured repetitions, under a
-# name of its own, so that its start median compares what a start looks like after serving most of its
+# name of its own, so that its start value compares what a start looks like after serving most of its
 # requests. A cost that grows over a start (a leak) or appears only after some requests (a cache that fills)
-# moves it while the start median, the middle repetition, may not move at all.
+# moves it at full size, while in the start value over every repetition it is diluted by the earlier half.
 LATE = {"step_ms_b1_late": "step_ms_b1"}
 
 
 def late_from(n_reps: int) -> int:
-    """The first repetition of the later half (the middle one, the start median's, is left out)."""
+    """The first repetition of the later half (with an odd count the middle one is left out)."""
     return (n_reps + 1) // 2
 
 

@@ -28,7 +28,7 @@ def all_metrics(
     """One comparison per metric that both arms have."""
     out = []
     for m, _, _ in METRICS:
-        if lab.medians(ref, m) and lab.medians(arm, m):
+        if lab.start_values(ref, m) and lab.start_values(arm, m):
             out.append(compare(lab, ref, arm, m, policy, confidence))
     return out
 
@@ -140,7 +140,7 @@ def place_probe(
     policy: Policy,
     sequential: bool | None = None,
 ) -> Placement:
-    """Where a probe's start medians lie between the good and the bad references.
+    """Where a probe's start values lie between the good and the bad references.
 
     BAD / GOOD: the interval of log P - (log G + log B)/2 (Welch-Satterthwaite) lies wholly on bad's / good's
     side of the midpoint; BETWEEN: P is beyond the minimum effect from both references (worse than good,

@@ -163,7 +163,7 @@ def test_compare_host_uses_the_per_repetition_model_and_falls_back_per_start():
     assert covariate.compare_host(ref, arm) == covariate.compare_adjusted(
         covariate.start_pairs(ref, "step_ms_b1"), covariate.start_pairs(arm, "step_ms_b1")
     )
-    assert covariate.model_of(ref, arm, "host", "step_ms_b1") == "per start: OLS on start medians"
+    assert covariate.model_of(ref, arm, "host", "step_ms_b1") == "per start: OLS on start values"
     assert covariate.compare_host(ref, arm, "steal") is None  # no counters recorded: unadjusted
 
 

@@ -61,7 +61,7 @@ def _m(tok_b1, tok_bc, acc=None, h1="a", hc="c"):
     }
 
 
-def test_arms_meet_their_plain_namesake_and_ratios_use_start_medians(tmp_path, capsys):
+def test_arms_meet_their_plain_namesake_and_ratios_use_start_values(tmp_path, capsys):
     plain = _run_dir(
         tmp_path / "plain",
         {"full": [[_m(100, 400), _m(110, 420)], [_m(90, 380)]], "oea3": [[_m(100, 400, h1="o", hc="oc")]]},

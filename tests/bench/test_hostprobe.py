@@ -137,7 +137,7 @@ class SimLab:
     def n_starts(self, arm: ArmSpec) -> int:
         return len(self.data[arm.name])
 
-    def medians(self, arm: ArmSpec, metric: str) -> list[float]:
+    def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
         return [y for y, _ in self.data[arm.name]]
 
     def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:

@@ -14,15 +14,16 @@ from bench_fixtures import DATA, run_dir  # noqa: F401 - pytest fixture
 from bench.cli import main
 
 
-def _start_medians(metric: str, arm: str) -> list[float]:
-    """What the report must show: per completed start of the arm, the median of its measured repetitions."""
+def _start_values_of(metric: str, arm: str) -> list[float]:
+    """What the report must show: per completed start of the arm, the geometric mean of its measured
+    repetitions."""
     recs = [json.loads(x) for x in (DATA / "synthetic_ab.jsonl").read_text().splitlines()]
     done = {r["start_id"] for r in recs if r["type"] == "unit_done" and not r.get("warmup_start")}
     by_start: dict[str, list[float]] = {}
     for r in recs:
         if r["type"] == "rep" and r["arm"] == arm and not r["warmup"] and r["start_id"] in done:
             by_start.setdefault(r["start_id"], []).append(r["metrics"][metric])
-    return [statistics.median(v) for v in by_start.values()]
+    return [math.exp(statistics.fmean(math.log(x) for x in v)) for v in by_start.values()]
 
 
 def _pooled_within(metric: str, arm: str) -> float:
@@ -44,19 +45,19 @@ def test_report_from_recorded_jsonl(run_dir):
         row = next(ln for ln in md.splitlines() if ln.startswith(f"| {arm} |"))
         cells = [c.strip() for c in row.split("|")]
         assert cells[3:5] == ["3", "12"]  # starts, reps: the interrupted start does not count
-        meds = _start_medians("step_ms_b1", arm)
-        assert cells[5] == ", ".join(f"{x:.4g}" for x in meds)  # every start's median, in order
+        meds = _start_values_of("step_ms_b1", arm)
+        assert cells[5] == ", ".join(f"{x:.4g}" for x in meds)  # every start's value, in order
         assert float(cells[6]) == pytest.approx(math.exp(statistics.fmean(math.log(x) for x in meds)), abs=1e-4)
         assert cells[7].endswith("%") and float(cells[7][:-1]) < 1.0  # start-to-start CV
         assert cells[11] == "1.60"  # accept length
         draft, verify, extend = (float(x) for x in cells[12].split(" / "))
-        assert verify == pytest.approx(statistics.median(_start_medians("eagle_verify_ms_b1", arm)), abs=5e-4)
+        assert verify == pytest.approx(statistics.median(_start_values_of("eagle_verify_ms_b1", arm)), abs=5e-4)
     assert "2 repetition(s) from interrupted starts ignored" in md
     assert "99.0" not in md
     table = md.split("## Comparisons (every metric)")[1].split("\n## ")[0]
     row = next(ln for ln in table.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) (primary) |"))
     cells = [c.strip() for c in row.split("|")]
-    ref, slow = _start_medians("step_ms_b1", "ref"), _start_medians("step_ms_b1", "slow")
+    ref, slow = _start_values_of("step_ms_b1", "ref"), _start_values_of("step_ms_b1", "slow")
     expect = math.exp(statistics.fmean(math.log(x) for x in slow) - statistics.fmean(math.log(x) for x in ref)) - 1
     assert cells[5] == "3 / 3" and float(cells[6].split("%")[0]) == pytest.approx(expect * 100, abs=0.05)
     assert cells[7] == "**regression**"

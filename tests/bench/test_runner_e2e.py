@@ -35,7 +35,7 @@ def _conclusion(recs):
     return next(r for r in recs if r["type"] == "conclusion")
 
 
-def test_ab_detects_5pct_regression_with_start_medians_and_writes_report(tmp_path, manifest, launcher_arg, monkeypatch):
+def test_ab_detects_5pct_regression_with_start_values_and_writes_report(tmp_path, manifest, launcher_arg, monkeypatch):
     out, recs, starts = _run(
         tmp_path,
         manifest,

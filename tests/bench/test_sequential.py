@@ -157,7 +157,7 @@ class _Fixed:
     def n_starts(self, arm) -> int:
         return self.n.get(arm.key, 0)
 
-    def medians(self, arm, metric) -> list[float]:
+    def start_values(self, arm, metric) -> list[float]:
         return self.values[arm.name][: self.n_starts(arm)]
 
     def add_starts(self, arms) -> None:

@@ -322,18 +322,23 @@ def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Calla
     return needs
 
 
+def _place(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy) -> Placement:
+    """Where the probe's start values lie between good's and bad's (bench.verdicts.place_probe)."""
+    return place_probe(
+        lab.start_values(good, metric),
+        lab.start_values(bad, metric),
+        lab.start_values(probe, metric),
+        metric,
+        pol,
+        False,
+    )
+
+
 def _placement_needs(
     lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy
 ) -> Callable[[], list[ArmSpec]]:
     def needs() -> list[ArmSpec]:
-        pl = place_probe(
-            lab.start_values(good, metric),
-            lab.start_values(bad, metric),
-            lab.start_values(probe, metric),
-            metric,
-            pol,
-            False,
-        )
+        pl = _place(lab, good, bad, probe, metric, pol)
         if pl.place is not Place.OPEN:
             return []
         n = {a.key: lab.n_starts(a) for a in (good, bad, probe)}
@@ -392,14 +397,7 @@ def run_bisect(
             arm = make_arm(patches, role)
             budget.run(lambda: ensure(lab, [arm], pol.initial))
             budget.run(lambda: replicate_until(lab, pol, _placement_needs(lab, good, bad, arm, metric, pol)))
-            pl: Placement = place_probe(
-                lab.start_values(good, metric),
-                lab.start_values(bad, metric),
-                lab.start_values(arm, metric),
-                metric,
-                pol,
-                False,
-            )
+            pl: Placement = _place(lab, good, bad, arm, metric, pol)
             placements.append(
                 {
                     "arm": arm.name,

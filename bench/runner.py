@@ -341,17 +341,7 @@ class Runner:
         if resumed:
             stale = self._stale(self.view())
             for u, now in stale:
-                self.rec(
-                    {
-                        "type": "stale",
-                        "start_id": u.start_id,
-                        "arm": u.arm,
-                        "arm_key": u.arm_key,
-                        "round": u.round,
-                        "fingerprint": u.fingerprint,
-                        "now": now,
-                    }
-                )
+                self._set_aside(u, now)
                 progress(
                     f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
                     f"arm launches {now[:12]} now (a patch changed): left out, measured again"
@@ -488,6 +478,19 @@ class Runner:
                     n += r.get("type") == "unit_done"
             progress(f"reused {n} completed server start(s) from {path}")
 
+    def _set_aside(self, u: store.Unit, now: str, why: str | None = None) -> None:
+        """A `stale` record: the start stays in the store, out of every statistic."""
+        rec = {
+            "type": "stale",
+            "start_id": u.start_id,
+            "arm": u.arm,
+            "arm_key": u.arm_key,
+            "round": u.round,
+            "fingerprint": u.fingerprint,
+            "now": now,
+        }
+        self.rec(rec | ({"why": why} if why else {}))
+
     def _set_aside_unpaired(self, stale: list[tuple[store.Unit, str]]) -> None:
         """Sequential starts are compared across starts, not within a block: an arm measured again after an edit
         would be set against the other arms' starts of an earlier invocation (another time, on gpu_device.sh
@@ -500,18 +503,7 @@ class Runner:
         gone = {u.start_id for u, _ in stale}
         others = [u for u in self.view().units.values() if u.start_id not in gone and not (u.block or u.duet)]
         for u in others:
-            self.rec(
-                {
-                    "type": "stale",
-                    "start_id": u.start_id,
-                    "arm": u.arm,
-                    "arm_key": u.arm_key,
-                    "round": u.round,
-                    "fingerprint": u.fingerprint,
-                    "now": u.fingerprint,
-                    "why": "unpaired",
-                }
-            )
+            self._set_aside(u, u.fingerprint, "unpaired")
         if others:
             progress(
                 f"{len(others)} earlier start(s) of the unchanged arms set aside as well, and measured again: an "

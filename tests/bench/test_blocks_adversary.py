@@ -579,6 +579,22 @@ def _reps_of_round(p: Proc, rnd: int, n: int):
     return until
 
 
+def _signal_then_resume(p: Proc, proc: subprocess.Popen, sig: signal.Signals, moment: str) -> list[dict]:
+    """Send `sig` now; the run exits as it should (SIGINT: 130 and no traceback), leaves no server, and block 2
+    (round 1) has no unit_done; then --resume completes without a traceback or a server left: its records."""
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-2000:]
+    if sig == signal.SIGINT:
+        assert "Traceback" not in err, err[-3000:]
+    assert not _left_running(p.log), f"servers left running after {sig.name} ({moment})"
+    assert not [r for r in p.records() if r["type"] == "unit_done" and r["round"] == 1]
+    r = p.resume()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not _left_running(p.log)
+    return p.records()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 @pytest.mark.parametrize("moment", ["the last server starting", "between repetitions"])
 def test_a_signal_during_a_block_leaves_no_server_and_resume_counts_whole_blocks(sig, moment, tmp_path, manifest):
@@ -593,17 +609,7 @@ def test_a_signal_during_a_block_leaves_no_server_and_resume_counts_whole_blocks
         time.sleep(0.3)
     else:
         proc = p.start_until(_reps_of_round(p, 1, 4))
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-2000:]
-    if sig == signal.SIGINT:
-        assert "Traceback" not in err, err[-3000:]
-    assert not _left_running(p.log), f"servers left running after {sig.name} ({moment})"
-    assert not [r for r in p.records() if r["type"] == "unit_done" and r["round"] == 1]
-    r = p.resume()
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert not _left_running(p.log)
-    recs = p.records()
+    recs = _signal_then_resume(p, proc, sig, moment)
     blocks = _whole_blocks(recs)
     assert len(blocks) == 3 and all(len(ks) == 3 for ks in blocks.values())
     c = [r for r in recs if r["type"] == "conclusion"][-1]
@@ -782,18 +788,7 @@ def test_a_signal_inside_a_block_of_two_leaves_no_server_and_resume_ends_with_wh
     comparison measured in whole pairs (3 each), and no block holds an arm of another comparison."""
     args = [*AB3, "--block-pairs", "--restarts", "3", "--max-starts", "3", "--no-warmup-start"]
     p = Proc(tmp_path, manifest, args, {"time_scale": 0.1}, 2, name="pairs")
-    proc = p.start_until(_reps_of_round(p, 1, 3))
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-2000:]
-    if sig == signal.SIGINT:
-        assert "Traceback" not in err, err[-3000:]
-    assert not _left_running(p.log), f"servers left running after {sig.name}"
-    assert not [r for r in p.records() if r["type"] == "unit_done" and r["round"] == 1]
-    r = p.resume()
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert not _left_running(p.log)
-    recs = p.records()
+    recs = _signal_then_resume(p, p.start_until(_reps_of_round(p, 1, 3)), sig, "between repetitions")
     blocks = _whole_blocks(recs)
     keys = {a["name"]: a["key"] for a in next(x for x in recs if x["type"] == "run")["arms"]}
     pairs = sorted(tuple(sorted(ks)) for ks in blocks.values())

@@ -54,7 +54,7 @@ def flags(rows: Sequence[Comparison]) -> list[str]:
                 f"{pct(step)}): the change is in that phase's GPU span; a host-bound step can hide it"
             )
     # what the primary step cannot show: the prefill path (first token), the concurrent batch, and the later
-    # repetitions of a start (its median is the middle one)
+    # repetitions of a start (the start value averages them with the earlier half, diluting a late cost)
     for m, where in (
         ("ttft_ms_b1", "the prefill path"),
         ("step_ms_bc", "the concurrent batch"),

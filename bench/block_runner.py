@@ -22,7 +22,7 @@ from .duet import first_port, unit_value
 from .errors import RunAborted
 from .launcher import ArmSpec
 from .runner import PendingServer, Runner, mark_warm_machine, progress, warm_machine_age
-from .stats import cv, start_value
+from .stats import cv
 from .workload import WorkloadError
 
 
@@ -56,13 +56,7 @@ class BlockStoreLab:
         return sum(arm.key in b for b in self._blocks())
 
     def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
-        out = []
-        for b in self._blocks():
-            if arm.key in b:
-                m = start_value([r.get(metric) for r in b[arm.key].reps])
-                if m is not None:
-                    out.append(m)
-        return out
+        return store.start_values([b[arm.key] for b in self._blocks() if arm.key in b], metric)
 
     def block_pairs(self, ref: ArmSpec, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:
         """(reference, arm) of every block holding both, by bench.duet.unit_value over their interleaved
@@ -251,7 +245,7 @@ def run_block(runner: Runner, arms: Sequence[ArmSpec], trees: Sequence[str], rnd
     runner.record_units_done(order, sids, rnd, rcs, wall, {"block_wall_s": round(wall, 2), "block_index": index})
     mark_warm_machine(runner.sig)
     starts = ", ".join(f"{s.startup_s:.0f}" for s in servers)
-    meds = [start_value([r.get(cfg.metric) for r in runner.view().units[(a.key, rnd)].reps]) for a in order]
+    meds = [runner.view().units[(a.key, rnd)].value(cfg.metric) for a in order]
     progress(
         f"{label} done: {len(order)} servers (start-up {starts} s), unit {wall:.0f}s | {cfg.metric} start values "
         + ", ".join(f"{a.name} {m:.4g}" for a, m in zip(order, meds) if m is not None)

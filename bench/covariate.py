@@ -47,7 +47,7 @@ def start_pairs(units: Sequence[Unit], metric: str) -> list[tuple[float, float |
     """(start value, the host probe's median over the same repetitions) per start that has the metric."""
     out = []
     for u in units:
-        m = start_value([r.get(metric) for r in u.reps])
+        m = u.value(metric)
         if m is not None:
             out.append((m, (u.host_probe.get("start") or {}).get("py_us")))
     return out

@@ -8,9 +8,9 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from . import duet
+from . import duet, store
 from .replication import LABELS, METRICS, Policy
-from .stats import MIN_STARTS, NoiseSplit, blocks_for, cv, noise_split, start_value
+from .stats import MIN_STARTS, NoiseSplit, blocks_for, cv, noise_split
 from .verdicts import pct
 
 
@@ -73,8 +73,7 @@ def duet_lines(
             f"{med[1] / med[0]:.4f} | {pair[1] / pair[0]:.4f} |"
         )
     pm, pp = (duet.unit_pairs(ref_units, arm_units, metric, x) for x in ("medians", "pairs"))
-    ref_cv = cv([start_value([r.get(metric) for r in u.reps]) for u in ref_units])
-    arm_cv = cv([start_value([r.get(metric) for r in u.reps]) for u in arm_units])
+    ref_cv, arm_cv = cv(store.start_values(ref_units, metric)), cv(store.start_values(arm_units, metric))
     lines += [
         "",
         f"Spread: duet-to-duet CV of the ratio {duet.ratio_cv(pm) * 100:.2f}% (medians), "
@@ -165,8 +164,7 @@ def block_lines(run: dict, rows: Sequence, cfg: dict, confidence: float = 0.95) 
         pairs = duet.unit_pairs(a.units, b.units, metric, value)
         if not pairs:
             continue
-        ref_cv = cv([m for m in (start_value([r.get(metric) for r in u.reps]) for u in a.units) if m is not None])
-        arm_cv = cv([m for m in (start_value([r.get(metric) for r in u.reps]) for u in b.units) if m is not None])
+        ref_cv, arm_cv = cv(store.start_values(a.units, metric)), cv(store.start_values(b.units, metric))
         split = noise_split(duet.unit_reps(a.units, b.units, metric), value)
         if split is not None:
             splits.append((f"{arm} vs {ref}", split))

@@ -29,12 +29,7 @@ class ArmRow:
     units: list[store.Unit]
 
     def start_values(self, metric: str) -> list[float]:
-        out = []
-        for u in self.units:
-            m = start_value([r.get(metric) for r in u.reps])
-            if m is not None:
-                out.append(m)
-        return out
+        return store.start_values(self.units, metric)
 
     def values(self, metric: str) -> list[float]:
         return [
@@ -906,7 +901,7 @@ def _host_probe(
     for r in rows:
         for u in r.units:
             st = u.host_probe.get("start") or {}
-            m = start_value([x.get(metric) for x in u.reps])
+            m = u.value(metric)
             lines.append(
                 f"| {r.name} | {u.round + 1} | {_fmt(m, 4)} | {_fmt(st.get('py_us'), 1)} | {_fmt(st.get('mem_us'), 1)} |"
             )

@@ -34,7 +34,7 @@ from .errors import BudgetExhausted, RunAborted, WriteFailed
 from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
 from .replication import WARM_START_ESTIMATE_S
-from .stats import START_VALUE, cv, start_value
+from .stats import START_VALUE, cv
 from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
 # Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
@@ -906,7 +906,7 @@ class Runner:
         if warmup:
             progress(f"{label} done: start {startup_s:.0f}s, unit {wall:.0f}s (not measured)")
             return
-        meds = StoreLab.start_values_of(self.view().units_of(arm.key), self.cfg.metric)
+        meds = store.start_values(self.view().units_of(arm.key), self.cfg.metric)
         progress(
             f"{label} arm {arm.name} start {rnd + 1} done: start {startup_s:.0f}s, unit {wall:.0f}s | "
             f"{self.cfg.metric} start values {', '.join(f'{x:.4g}' for x in meds)} "
@@ -935,17 +935,8 @@ class StoreLab:
     def n_starts(self, arm: ArmSpec) -> int:
         return len(self._units(arm))
 
-    @staticmethod
-    def start_values_of(units: Sequence[store.Unit], metric: str) -> list[float]:
-        out = []
-        for u in units:
-            m = start_value([r.get(metric) for r in u.reps])
-            if m is not None:
-                out.append(m)
-        return out
-
     def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
-        return self.start_values_of(self._units(arm), metric)
+        return store.start_values(self._units(arm), metric)
 
     def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float | None]]:
         return covariate.start_pairs(self._units(arm), metric)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import WriteFailed
+from .stats import start_value
 
 TAIL = 1 << 20  # how far back a cut last line is looked for (a record is a few KB)
 
@@ -121,6 +122,15 @@ class Unit:
     block_wall_s: float = 0.0  # the whole block's wall time (bench.block_runner), every unit of it alike
     # which invocation measured it: "reused from PATH", or "invocation N" (the Nth run record: a --resume adds one)
     invocation: str = ""
+
+    def value(self, metric: str) -> float | None:
+        """The start's value of `metric` (bench.stats.start_value of its measured repetitions)."""
+        return start_value([r.get(metric) for r in self.reps])
+
+
+def start_values(units: Iterable[Unit], metric: str) -> list[float]:
+    """One value per start that has the metric, in the order given."""
+    return [v for u in units if (v := u.value(metric)) is not None]
 
 
 @dataclass

@@ -640,6 +640,9 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except (RunAborted, WriteFailed) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the run dir's records were written: each is whole (store.append)
+        print(f"bench: interrupted; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+        return 130
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
     progress(

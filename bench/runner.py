@@ -340,13 +340,16 @@ class Runner:
         self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
         if resumed:
             stale = self._stale(self.view())
+            # the unchanged arms' starts first: a kill after them leaves the edited arm's starts unmarked, so the
+            # next resume finds them stale again and sets aside what is left; the other order would leave that
+            # resume no stale start to act on, and the first invocation's starts compared with the new ones
+            self._set_aside_unpaired(stale)
             for u, now in stale:
                 self._set_aside(u, now)
                 progress(
                     f"arm {u.arm} start {u.round + 1} was measured with fingerprint {u.fingerprint[:12]}, the "
                     f"arm launches {now[:12]} now (a patch changed): left out, measured again"
                 )
-            self._set_aside_unpaired(stale)
         else:
             self._import_reused()
         self.host = host_record()

@@ -588,6 +588,45 @@ def test_resume_after_editing_a_patch_measures_that_arms_starts_again(e2e, monke
     assert "no invocation measured both arms" not in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("cut_after", [1, 3, 4])
+def test_a_resume_after_an_edit_killed_while_it_sets_starts_aside_ends_with_one_invocations_starts(
+    e2e, monkeypatch, cut_after
+):
+    """Ctrl-C while the resume writes its `stale` records (3 of the unchanged ref, then 3 of the edited slow):
+    after 1, after all of ref's, after one of slow's. The next resume must still compare only starts of one
+    invocation. (Written edited-first, a cut after the 3 slow ones left nothing stale to act on, and the first
+    invocation's ref starts were compared with the new slow ones.)"""
+    import json
+
+    from bench import runner as runner_mod
+    from bench import store
+    from bench.cli import main
+
+    rc, out, _ = e2e("run", "ab", ["--arms", "ref=full-planted", "slow=full"], {"costs": {"planted": 0.05}, **QUIET})
+    assert rc == 0
+    (e2e.manifest.parent / "overlay" / "python" / "sglang" / "srt" / "x_planted.py").write_text("# fixed\n")
+    monkeypatch.setenv("FAKE_BENCH", json.dumps(QUIET))
+    real, n = runner_mod.Runner.rec, [0]
+
+    def rec(self, record):
+        real(self, record)
+        n[0] += record.get("type") == "stale"
+        if n[0] >= cut_after:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner_mod.Runner, "rec", rec)
+    assert main(["ab", "--resume", str(out)]) == 130
+    monkeypatch.setattr(runner_mod.Runner, "rec", real)
+    assert main(["ab", "--resume", str(out)]) == 0
+    recs = list(store.read(out / "results.jsonl"))
+    v = store.view(recs)
+    second_run = [i for i, r in enumerate(recs) if r["type"] == "run"][1]
+    first = {r["start_id"] for r in recs[:second_run] if r["type"] == "start"}
+    assert first and not first & {u.start_id for u in v.units.values()}
+    assert {u.arm for u in v.units.values()} == {"ref", "slow"}
+    assert _last_conclusion(recs)["comparisons"][0]["verdict"] in ("same", "cannot tell")
+
+
 @pytest.mark.parametrize(
     "second",
     [

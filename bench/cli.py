@@ -159,6 +159,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "and record its speed per repetition",
     )
     m.add_argument(
+        "--host-probe-at",
+        choices=["spare", "scheduler"],
+        default="spare",
+        help="where the probe runs: spare (a CPU kept from the server) or scheduler (the scheduler's own CPU, a "
+        "small unit at ~1%% duty: this host's vCPUs change speed each on their own). Default %(default)s",
+    )
+    m.add_argument(
         "--adjust",
         choices=["none", "host", "steal", "wait"],
         default="none",
@@ -323,6 +330,8 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         raise UsageError("--alpha must be in (0, 1)")
     if a.ttft_requests < 0:
         raise UsageError("--ttft-requests must be >= 0 (0: no time-to-first-token phase)")
+    if a.host_probe_at != "spare" and not a.host_probe:
+        raise UsageError("--host-probe-at needs --host-probe")
     if a.adjust == "host" and not a.host_probe:
         raise UsageError("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
     return RunConfig(
@@ -350,6 +359,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
         host_probe=a.host_probe,
+        host_probe_at=a.host_probe_at,
         adjust=a.adjust,
         duet_tree=getattr(a, "duet", None),
         duet_value=getattr(a, "duet_value", "pairs"),

@@ -36,6 +36,11 @@ from pathlib import Path
 DUTY = 0.10
 FLUSH_S = 0.25
 PY_N = 4000  # ~0.6 ms of CPython on a 2-3 GHz core: long enough to time, short enough to sample often
+# On the scheduler's own CPU (--host-probe-at scheduler) the probe shares the vCPU it measures: a unit well under
+# the kernel's minimum slice (so it is rarely cut by the scheduler's process), no memory unit (it would evict the
+# scheduler's cache lines), and a duty that costs the host-bound step about 1 %, the same in every arm.
+SAME_CPU_PY_N = 600
+SAME_CPU_DUTY = 0.01
 MEM_BYTES = 2 << 20  # past a core's L2: the strided read goes to L3 / memory (~0.15 ms, 2 MB per sample)
 
 
@@ -68,7 +73,14 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float | None = None) -> int:
+def probe_loop(
+    out: Path,
+    duty: float,
+    parent: int | None,
+    stop_after_s: float | None = None,
+    py_n: int = PY_N,
+    mem: bool = True,
+) -> int:
     stopping = False
 
     def on_term(*_: object) -> None:
@@ -77,7 +89,7 @@ def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float |
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    buf = bytearray(os.urandom(1024)) * (MEM_BYTES // 1024)
+    buf = bytearray(os.urandom(1024)) * (MEM_BYTES // 1024 if mem else 1)
     work_unit(200)  # first call pays for the loop's bytecode specialisation
     t_end = None if stop_after_s is None else time.monotonic() + stop_after_s
     with out.open("a") as f:
@@ -86,9 +98,10 @@ def probe_loop(out: Path, duty: float, parent: int | None, stop_after_s: float |
             if parent is not None and os.getppid() != parent:
                 break  # the bench died (kill -9): the death signal may have been lost, this is not
             t0 = time.perf_counter()
-            work_unit()
+            work_unit(py_n)
             t1 = time.perf_counter()
-            memory_unit(buf)
+            if mem:
+                memory_unit(buf)
             t2 = time.perf_counter()
             now = time.monotonic()
             f.write(f"{now:.6f} {(t1 - t0) * 1e6:.1f} {(t2 - t1) * 1e6:.1f}\n")
@@ -223,10 +236,12 @@ class Probe:
     path: Path
     cpu: int | None
     duty: float
+    at: str = "spare"  # "spare": a CPU kept from the server; "scheduler": the scheduler's own main CPU
 
 
-def start(path: Path, cpu: int | None, duty: float = DUTY) -> Probe:
-    """The probe process, pinned to `cpu` (it pins itself before its first sample)."""
+def start(path: Path, cpu: int | None, duty: float = DUTY, at: str = "spare") -> Probe:
+    """The probe process, pinned to `cpu` (it pins itself before its first sample). `at="scheduler"`: the small
+    unit without the memory read (SAME_CPU_PY_N), for a CPU the probe shares with the scheduler."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("")
 
@@ -243,12 +258,14 @@ def start(path: Path, cpu: int | None, duty: float = DUTY) -> Probe:
     ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
+    if at == "scheduler":
+        cmd += ["--py-n", str(SAME_CPU_PY_N), "--no-mem"]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # no preexec_fn (unsafe in a threaded parent): the probe pins itself and asks for its death signal first
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return Probe(proc, path, cpu, duty)
+    return Probe(proc, path, cpu, duty, at)
 
 
 def wait_ready(p: Probe, timeout_s: float = 15.0) -> bool:
@@ -330,6 +347,7 @@ def summary(samples: Sequence[Sample], windows: Sequence[tuple[float, float]], p
     return {
         "pid": probe.proc.pid,
         "cpu": probe.cpu,
+        "at": probe.at,
         "duty_target": probe.duty,
         "duty": duty_of(samples),
         "n_samples": len(samples),
@@ -535,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", type=int, default=None, help="pin to this CPU first")
     p.add_argument("--parent", type=int, default=None, help="exit when this process is no longer the parent")
     p.add_argument("--seconds", type=float, default=None, help="stop after this long (a stand-alone probe)")
+    p.add_argument("--py-n", type=int, default=PY_N, help="iterations of the Python work unit (default %(default)s)")
+    p.add_argument("--no-mem", action="store_true", help="no memory unit (a probe sharing the measured CPU)")
     p.add_argument("--overhead", type=int, default=None, metavar="ROUNDS", help="measure the probe's perturbation")
     p.add_argument("--victim-cpu", type=int, default=None, help="--overhead: the CPU of the timed process")
     p.add_argument("--window", type=float, default=2.0, help="--overhead: seconds per window (default %(default)s)")
@@ -586,7 +606,10 @@ def main(argv: list[str] | None = None) -> int:
     _set_parent_death_signal()
     if a.cpu is not None:
         os.sched_setaffinity(0, {a.cpu})
-    return probe_loop(a.out, a.duty, a.parent, a.seconds)
+    if a.py_n < 1:
+        print("hostprobe: --py-n must be >= 1", file=sys.stderr)
+        return 2
+    return probe_loop(a.out, a.duty, a.parent, a.seconds, py_n=a.py_n, mem=not a.no_mem)
 
 
 if __name__ == "__main__":

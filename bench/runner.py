@@ -97,6 +97,7 @@ class RunConfig:
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
     warm_start_estimate_s: float = WARM_START_ESTIMATE_S
     host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
+    host_probe_at: str = "spare"  # or "scheduler": on the scheduler's own CPU (bench.hostprobe.SAME_CPU_PY_N)
     adjust: str = "none"  # bench.replication.Policy.adjust
     duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
     duet_value: str = "pairs"  # bench.duet.unit_value (a block's too)
@@ -122,6 +123,8 @@ class RunConfig:
         }
         if self.host_probe:  # only when on: the signatures of stores measured before the probe existed stay valid
             sig["host_probe"] = True
+            if self.host_probe_at != "spare":  # it shares the scheduler's CPU: another load on the measured step
+                sig["host_probe_at"] = self.host_probe_at
         if self.duet_tree:  # a duet's starts share the machine with another server: never pooled with lone ones
             sig["duet_tree"] = self.duet_tree
         if self.concurrent:  # a block's likewise (its trees are the bench's own: where they are is not measured)
@@ -385,6 +388,7 @@ class Runner:
                 "manifest": cfg.launch.manifest,
                 "time_budget_s": cfg.time_budget_s,
                 "host_probe": cfg.host_probe,
+                "host_probe_at": cfg.host_probe_at,
                 "adjust": cfg.adjust,
                 "duet": cfg.duet_tree,
                 "duet_value": cfg.duet_value,
@@ -633,11 +637,26 @@ class Runner:
         reps: list[RepMetrics] = []
         try:
             info_version, overlay = self.identity(srv)
-            probe_cpu = hostprobe.spare_cpu(self._own_cpus) if self.cfg.host_probe and self._own_cpus else None
+            at = self.cfg.host_probe_at
+            own = self._own_cpus if self.cfg.host_probe and at == "spare" else None
+            probe_cpu = hostprobe.spare_cpu(own) if own else None
             reserve = frozenset({probe_cpu} if probe_cpu is not None else ())
             placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid(), reserve=reserve)
+            if self.cfg.host_probe and at == "scheduler":
+                # the vCPUs of this host change speed each on their own (bench/results/2026-12-03-h200-noise):
+                # only a probe on the scheduler's CPU sees the speed the host-bound step runs at
+                cpus = hostprobe.watched(placed, srv.proc.pid)[1]
+                probe_cpu = min(cpus) if cpus else None
+                if probe_cpu is None and not warmup:
+                    progress(
+                        f"WARNING arm {arm.name}: the scheduler's CPU is not known (placement: "
+                        f"{placed.get('skipped') or placed.get('mode')}); the host probe runs unpinned"
+                    )
             if self.cfg.host_probe and not warmup:
-                self._probe = hostprobe.start(self.cfg.out_dir / "raw" / f"hostprobe-{sid}.txt", probe_cpu)
+                duty = hostprobe.SAME_CPU_DUTY if at == "scheduler" else hostprobe.DUTY
+                self._probe = hostprobe.start(
+                    self.cfg.out_dir / "raw" / f"hostprobe-{sid}.txt", probe_cpu, duty=duty, at=at
+                )
                 if not hostprobe.wait_ready(self._probe):
                     progress(f"WARNING arm {arm.name}: the host probe wrote no sample; its windows will be empty")
             windows: list[tuple[float, float]] = []

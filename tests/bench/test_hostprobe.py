@@ -519,3 +519,60 @@ def test_the_adaptive_ab_plan_with_adjust_host(effect):
     # 1-4 right, 3-5 wrong (an arm whose 3 starts all fell in one regime and the other's in the other)
     assert sum(v in wrong for v in host) == 0
     assert host.count(UNDECIDED) >= 0.9 * len(host)
+
+
+def test_a_probe_at_the_scheduler_shares_its_cpu_with_the_small_unit(tmp_path, manifest, launcher_arg, monkeypatch):
+    # this host's vCPUs change speed each on their own (bench/results/2026-12-03-h200-noise): the probe that
+    # can stand for the step's speed is the one on the scheduler's CPU, which it must then barely load
+    monkeypatch.setenv("FAKE_BENCH", json.dumps({"noise": 0.002}))
+    monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
+    # the fake server has no sglang::scheduler process and CI's 2 cores are too few to place one: the placement
+    # record says where the scheduler went, as on the H200 (its CPU: the highest this test may use)
+    cpu = max(os.sched_getaffinity(0))
+    monkeypatch.setattr(
+        "bench.runner.placement.place",
+        lambda pid, *a, **k: {"mode": "spread", "processes": {str(pid): {"role": "scheduler", "main": [cpu]}}},
+    )
+    out = tmp_path / "run"
+    argv = fake_argv(
+        "ab",
+        ["--arms", "a=base", "b=base+beta", "--host-probe", "--host-probe-at", "scheduler"],
+        manifest,
+        launcher_arg,
+        out,
+    )
+    assert main(argv) == 0
+    recs = list(store.read(out / "results.jsonl"))
+    starts = {r["start_id"]: r for r in recs if r["type"] == "start" and not r["warmup_start"]}
+    probes = [r for r in recs if r["type"] == "host_probe"]
+    assert len(probes) == len(starts) == 6
+    for r in probes:
+        assert hostprobe.watched(starts[r["start_id"]]["placement"], 0)[1] == [cpu]
+        assert r["cpu"] == cpu and r["at"] == "scheduler"
+        assert r["duty_target"] == hostprobe.SAME_CPU_DUTY and r["start"]["n"] > 0
+    run = next(r for r in recs if r["type"] == "run")
+    assert run["config"]["host_probe_at"] == "scheduler"
+
+
+def test_the_probe_at_the_scheduler_needs_the_probe(tmp_path, manifest, launcher_arg, capsys):
+    argv = fake_argv(
+        "ab",
+        ["--arms", "a=base", "b=base+beta", "--host-probe-at", "scheduler"],
+        manifest,
+        launcher_arg,
+        tmp_path / "r",
+    )
+    assert main(argv) == 2
+    assert "--host-probe-at needs --host-probe" in capsys.readouterr().err
+
+
+def test_the_small_unit_without_memory_samples_at_its_duty(tmp_path):
+    out = tmp_path / "s.txt"
+    cmd = [sys.executable, "-m", "bench.hostprobe", "--out", str(out), "--duty", "0.05", "--py-n", "600"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert subprocess.run([*cmd, "--no-mem", "--seconds", "1.5"], cwd=ROOT, env=env, timeout=60).returncode == 0
+    s = hostprobe.read_samples(out)
+    assert len(s) > 20 and all(x.mem_us < 20 for x in s)  # no 2 MB read (the two clock reads only)
+    duty = hostprobe.duty_of(s)
+    assert duty is not None and 0.02 < duty < 0.1
+    assert subprocess.run([*cmd, "--py-n", "0", "--seconds", "1"], cwd=ROOT, env=env, timeout=60).returncode == 2

@@ -17,6 +17,8 @@
 #   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
 #   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
+#   schedprobe   the probe on the scheduler's own CPU (--host-probe-at scheduler): base against full_result_host
+#                (its plant at PLANT_US, 400 us), REPS repetitions a start: does the step track its own vCPU's speed?
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
 #                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
@@ -58,7 +60,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -316,6 +318,23 @@ case "$step" in
     run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
       --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
       --out "$OUT/hostprobe" -- "${SA[@]}" ;;
+  schedprobe)
+    # Issue 12 item 7, the probe where the step's speed is: the noise probe found each vCPU's speed its own
+    # (bench/results/2026-12-03-h200-noise), and the earlier probe ran on a spare CPU (r = +0.72 per repetition,
+    # the start-to-start CV only 28.5 -> 21.6 %). Here it shares the scheduler's CPU (a 600-iteration unit at 1 %):
+    # base against full_result_host with its plant at PLANT_US (a known regression beside the null question), then
+    # the report read adjusted. A second call resumes a run the time budget stopped.
+    resume=()
+    [ -s "$OUT/schedprobe/results.jsonl" ] && resume=(--resume "$OUT/schedprobe")
+    run $PY -m bench ab --manifest $PLANTED --arms base=default full=full_result_host \
+      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler \
+      --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-4}" --reps-per-start "${REPS:-12}" --warmup-reps "${WREPS:-2}" \
+      --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" \
+      ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/schedprobe" -- "${SA[@]}"
+    if [ -n "${DRY:-}" ]; then echo "schedprobe: report: $PY -m bench report $OUT/schedprobe --adjust host"
+    elif [ -s "$OUT/schedprobe/results.jsonl" ]; then
+      run $PY -m bench report "$OUT/schedprobe" --adjust host
+    fi ;;
   hostcov)
     # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do
     # steal / run-queue wait (free to read, cannot perturb) track the slow stretches, and which adjustment lowers

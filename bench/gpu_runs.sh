@@ -19,6 +19,8 @@
 #                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
 #   schedprobe   the probe on the scheduler's own CPU (--host-probe-at scheduler): base against full_result_host
 #                (its plant at PLANT_US, 400 us), REPS repetitions a start: does the step track its own vCPU's speed?
+#   schednull    the default set twice (a null pair) and full_result_host, MAXS (5) starts each, interleaved, the
+#                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw and adjusted, a null and a plant
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
 #                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
@@ -60,7 +62,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -334,6 +336,23 @@ case "$step" in
     if [ -n "${DRY:-}" ]; then echo "schedprobe: report: $PY -m bench report $OUT/schedprobe --adjust host"
     elif [ -s "$OUT/schedprobe/results.jsonl" ]; then
       run $PY -m bench report "$OUT/schedprobe" --adjust host
+    fi ;;
+  schednull)
+    # Issue 12 item 7's target with the probe that tracks the step (schedprobe's first call: r = 0.87-0.98 between a
+    # start's repetitions): the default set twice (a null pair, the second with a harmless env), MAXS starts each,
+    # so >= 9 starts of one set, and full_result_host (its plant at PLANT_US) as a third arm, all interleaved;
+    # the start-to-start CV raw and at a fixed scheduler-vCPU speed (the report read adjusted). No adaptive starts
+    # (--restarts = --max-starts): a second call resumes a run the time budget stopped.
+    resume=()
+    [ -s "$OUT/schednull/results.jsonl" ] && resume=(--resume "$OUT/schednull")
+    run $PY -m bench ab --manifest $PLANTED --arms a=default null=default full=full_result_host --arm-env null:BENCH_NULL=1 \
+      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler \
+      --tree "$SGL_TREE" --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" --reps-per-start "${REPS:-10}" \
+      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
+      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/schednull" -- "${SA[@]}"
+    if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust host"
+    elif [ -s "$OUT/schednull/results.jsonl" ]; then
+      run $PY -m bench report "$OUT/schednull" --adjust host
     fi ;;
   hostcov)
     # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do

@@ -823,12 +823,15 @@ def _host_probe(
     cpus = sorted({u.host_probe.get("cpu") for u in probed}, key=str)
     duty = _med([u.host_probe["duty"] for u in probed if u.host_probe.get("duty") is not None])
     exclusive = all(u.placement.get("reserved") for u in probed)
+    at_scheduler = all(u.host_probe.get("at") == "scheduler" for u in probed)
     lines = [
         "## Host speed probe (bench.hostprobe)",
         "",
         f"A fixed Python work unit on CPU {', '.join(map(str, cpus))} "
         + (
-            "(kept from every server process by `spread`)"
+            "(the scheduler's own CPU, by design: `--host-probe-at scheduler`)"
+            if at_scheduler
+            else "(kept from every server process by `spread`)"
             if exclusive
             else "(**shared**: the server's processes were not kept off it: placement `none`, or `spread` skipped)"
         )

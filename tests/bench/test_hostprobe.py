@@ -552,6 +552,8 @@ def test_a_probe_at_the_scheduler_shares_its_cpu_with_the_small_unit(tmp_path, m
         assert r["duty_target"] == hostprobe.SAME_CPU_DUTY and r["start"]["n"] > 0
     run = next(r for r in recs if r["type"] == "run")
     assert run["config"]["host_probe_at"] == "scheduler"
+    md = build_markdown(out)  # shared with the scheduler by design: not the "**shared**" warning of a skipped spread
+    assert f"on CPU {cpu} (the scheduler's own CPU, by design" in md and "**shared**" not in md
 
 
 def test_the_probe_at_the_scheduler_needs_the_probe(tmp_path, manifest, launcher_arg, capsys):

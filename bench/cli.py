@@ -167,12 +167,13 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     )
     m.add_argument(
         "--adjust",
-        choices=["none", "host", "steal", "wait"],
+        choices=["none", "host", "steal", "wait", "state"],
         default="none",
         help="verdicts at a fixed host speed: host (the probe's work-unit time; needs --host-probe), steal (the "
         "scheduler CPU's steal), wait (the scheduler's run-queue wait); a mixed model over repetitions, random "
         "intercept per start (bench.covariate); refused per comparison when the covariate differs between its "
-        "arms. Default %(default)s",
+        "arms; state (start values over the repetitions the probe found in the host's fast state, "
+        "bench.hoststate; needs --host-probe --host-probe-at scheduler). Default %(default)s",
     )
     b = p.add_argument_group("blocks: every arm's server at once on one GPU, repetitions interleaved (bench/blocks.py)")
     b.add_argument(
@@ -285,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path)
     p.add_argument(
         "--adjust",
-        choices=["none", "host", "steal", "wait"],
+        choices=["none", "host", "steal", "wait", "state"],
         default=None,
         help="read the verdicts this way instead of the run's own (written to report-adjust-<X>.md beside report.md)",
     )
@@ -334,6 +335,10 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         raise UsageError("--host-probe-at needs --host-probe")
     if a.adjust == "host" and not a.host_probe:
         raise UsageError("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
+    if a.adjust == "state" and (not a.host_probe or a.host_probe_at != "scheduler"):
+        raise UsageError(
+            "--adjust state needs --host-probe --host-probe-at scheduler (the state is the scheduler's vCPU's)"
+        )
     return RunConfig(
         kind=kind,
         out_dir=Path(out),

@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
+from . import hoststate
 from .stats import (
     MIN_STARTS,
     UNDECIDED,
@@ -428,7 +429,7 @@ def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], cova
 
 
 # --adjust X: the covariate it reads; the probe's (host) falls back to the per-start fit where repetitions lack it
-COVARIATES = {"host": PROBE, "steal": "host_steal_pct", "wait": "sched_wait_pct"}
+COVARIATES = {"host": PROBE, "steal": "host_steal_pct", "wait": "sched_wait_pct", "state": PROBE}
 
 
 def compare_host(
@@ -443,7 +444,12 @@ def compare_host(
 ) -> Comparison | None:
     """The comparison `--adjust` reads: the per-repetition model where every start has the covariate on each of
     at least 2 repetitions (the within-start relation is what it adds: it is better justified whenever it can be
-    fitted, tests/bench/test_covariate_mixed.py), else, for the probe, the per-start fit; None: unadjusted."""
+    fitted, tests/bench/test_covariate_mixed.py), else, for the probe, the per-start fit; None: unadjusted.
+    `state` reads no slope: the start values over the host's fast-state repetitions (bench.hoststate)."""
+    if adjust == "state":
+        return hoststate.compare_state(
+            ref, arm, metric=metric, lower_is_better=lower_is_better, confidence=confidence, min_effect=min_effect
+        )
     cov = COVARIATES[adjust]
     r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
     if r is not None and a is not None and all(len(s) >= 2 for s in r + a):
@@ -472,6 +478,8 @@ def compare_host(
 
 def model_of(ref: Sequence[Unit], arm: Sequence[Unit], adjust: str, metric: str) -> str:
     """Which fit compare_host uses for these starts, in words (the report's line)."""
+    if adjust == "state":
+        return hoststate.describe(ref, arm, metric)
     cov = COVARIATES[adjust]
     r, a = rep_starts(ref, metric, cov), rep_starts(arm, metric, cov)
     if r is not None and a is not None and all(len(s) >= 2 for s in r + a):

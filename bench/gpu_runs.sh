@@ -20,7 +20,8 @@
 #   schedprobe   the probe on the scheduler's own CPU (--host-probe-at scheduler): base against full_result_host
 #                (its plant at PLANT_US, 400 us), REPS repetitions a start: does the step track its own vCPU's speed?
 #   schednull    the default set twice (a null pair) and full_result_host, MAXS (5) starts each, interleaved, the
-#                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw and adjusted, a null and a plant
+#                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw, adjusted and in the host's fast
+#                state (report --adjust host, --adjust state), a null and a plant
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
 #                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
@@ -350,10 +351,10 @@ case "$step" in
       --tree "$SGL_TREE" --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" --reps-per-start "${REPS:-10}" \
       --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
       --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/schednull" -- "${SA[@]}"
-    if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust host"
-    elif [ -s "$OUT/schednull/results.jsonl" ]; then
-      run $PY -m bench report "$OUT/schednull" --adjust host
-    fi ;;
+    for adj in host state; do
+      if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust $adj"
+      elif [ -s "$OUT/schednull/results.jsonl" ]; then run $PY -m bench report "$OUT/schednull" --adjust $adj; fi
+    done ;;
   hostcov)
     # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do
     # steal / run-queue wait (free to read, cannot perturb) track the slow stretches, and which adjustment lowers

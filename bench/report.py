@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, duet, duet_report, rcbd, stats, store
+from . import covariate, duet, duet_report, hoststate, rcbd, stats, store
 from .derived import png_bytes, write_whole
 from .errors import RecordError
 from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
@@ -322,6 +322,7 @@ _ADJUST_WORDS = {
     "host": "verdicts at a fixed host speed: the probe's work-unit time",
     "steal": "verdicts at a fixed steal on the scheduler's CPU",
     "wait": "verdicts at a fixed run-queue wait of the scheduler",
+    "state": "verdicts on the start values of the host's fast state: bench.hoststate",
     "none": "verdicts on the raw start values",
 }
 
@@ -701,9 +702,16 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
         cov = covariate.COVARIATES[pol.adjust]
         lines += [
-            f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; adjusted only where the arms' covariate "
-            f"difference, bounded at {covariate.BALANCE_CONFIDENCE:.0%}, times the slope stays below half the "
-            f"minimum effect, else cannot tell):",
+            (
+                f"Read with `--adjust state` (each start's value over its repetitions in the host's fast state, "
+                f"the probe on the scheduler's CPU below {hoststate.FAST_RATIO} x its arm's fast level; a start "
+                f"with fewer than {hoststate.MIN_FAST_REPS} has none; cannot tell where the arms' levels are more "
+                f"than {hoststate.SAME_STATE}x apart):"
+                if pol.adjust == "state"
+                else f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; adjusted only where the arms' covariate "
+                f"difference, bounded at {covariate.BALANCE_CONFIDENCE:.0%}, times the slope stays below half the "
+                f"minimum effect, else cannot tell):"
+            ),
             "",
         ]
         lines += [
@@ -895,6 +903,18 @@ def _host_probe(
             + (
                 f"; {', '.join(refused)}: cannot tell (the arms' probe difference is not bounded small enough)"
                 if refused
+                else ""
+            )
+        )
+    elif pol.adjust == "state":
+        fs = hoststate.spread([r.units for r in rows], metric)
+        lines.append(
+            "- verdicts above: **the host's fast state only** (`--adjust state`, bench.hoststate: start values over "
+            "the repetitions the probe found fast; no slope fitted)"
+            + (
+                f"; start-to-start CV around the arms' means {fs[0] * 100:.1f} % over {fs[1]} starts raw, "
+                f"{fs[2] * 100:.1f} % over the {fs[3]} with a fast value"
+                if fs is not None
                 else ""
             )
         )

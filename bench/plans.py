@@ -28,6 +28,7 @@ from .replication import (
     ensure,
     ensure_pairs,
     look_confidence_of,
+    placement_values,
     replicate_until,
     smaller_sides,
 )
@@ -324,14 +325,8 @@ def _endpoint_needs(lab: Lab, good: ArmSpec, bad: ArmSpec, s: Settings) -> Calla
 
 def _place(lab: Lab, good: ArmSpec, bad: ArmSpec, probe: ArmSpec, metric: str, pol: Policy) -> Placement:
     """Where the probe's start values lie between good's and bad's (bench.verdicts.place_probe)."""
-    return place_probe(
-        lab.start_values(good, metric),
-        lab.start_values(bad, metric),
-        lab.start_values(probe, metric),
-        metric,
-        pol,
-        False,
-    )
+    g, b, p = placement_values(lab, [good, bad, probe], metric, pol)
+    return place_probe(g, b, p, metric, pol, False)
 
 
 def _placement_needs(
@@ -448,14 +443,8 @@ def run_bisect(
             order += [b if len(arms) % 2 else g]
 
             def placed(a: ArmSpec, expect: str) -> Placement:
-                return place_confirmation(
-                    lab.start_values(g, metric),
-                    lab.start_values(b, metric),
-                    lab.start_values(a, metric),
-                    expect,
-                    metric,
-                    pol,
-                )
+                vg, vb, va = placement_values(lab, [g, b, a], metric, pol)
+                return place_confirmation(vg, vb, va, expect, metric, pol)
 
             def needs() -> list[ArmSpec]:
                 out: list[ArmSpec] = []

@@ -247,6 +247,26 @@ def compare_host_adjusted(
     return compare_adjusted(pa, pb, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect)
 
 
+def placement_values(lab: Lab, arms: Sequence[ArmSpec], metric: str, policy: Policy) -> list[list[float]]:
+    """The start values a bisect probe's or a confirmation's placement reads (bench.verdicts), one list per arm.
+
+    Raw start values, except under `--adjust state` where the lab has the repetitions: each arm's fast-state
+    values (bench.hoststate), and none for an arm whose fast level is more than SAME_STATE from the first arm's
+    (the reference: it may never have seen the fast state), so it cannot be placed. A fitted covariate (host,
+    steal, wait) has no per-arm values to place: those placements stay unadjusted."""
+    units = getattr(lab, "units", None)
+    if policy.adjust != "state" or units is None:
+        return [lab.start_values(a, metric) for a in arms]
+    from . import hoststate
+
+    states = [hoststate.arm_state(units(a), metric) for a in arms]
+    if any(s is None for s in states):
+        return [lab.start_values(a, metric) for a in arms]
+    ref = states[0]
+    assert ref is not None
+    return [list(s.values) if s is not None and not hoststate.refusal(ref, s) else [] for s in states]
+
+
 def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:
     seen: set[str] = set()
     out = []

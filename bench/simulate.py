@@ -164,7 +164,8 @@ class SimLab:
                     start_id=f"{arm.key}#{i}",
                     arm=arm.name,
                     reps=[{m: v[r] for m, v in s.items()} for r in range(n)],
-                    host_probe={"start": {"py_us": statistics.median(probe)}} if probe else {},
+                    # the simulated probe sees the scheduler's own state: what --host-probe-at scheduler records
+                    host_probe={"at": "scheduler", "start": {"py_us": statistics.median(probe)}} if probe else {},
                 )
             )
         return out

@@ -35,7 +35,7 @@ def add_cli(sub) -> None:
     p.add_argument("--look-step", type=int, default=1, help="starts per arm between planned looks")
     p.add_argument(
         "--adjust",
-        choices=["none", "host", "steal"],
+        choices=["none", "host", "steal", "state"],
         default="none",
         help="verdicts at a fixed host speed (bench.covariate; the host-regime scenarios carry the covariates)",
     )

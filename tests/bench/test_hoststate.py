@@ -17,8 +17,12 @@ from pathlib import Path
 from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import covariate, hoststate, store
+from bench import scenarios as sc
 from bench.cli import main
+from bench.plans import Settings
+from bench.replication import Policy, placement_values
 from bench.report import build_markdown
+from bench.simulate import sim_arm
 from bench.stats import IMPROVEMENT, REGRESSION, TOO_FEW, UNDECIDED, compare_starts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,3 +169,49 @@ def test_the_recorded_run_read_in_the_fast_state(tmp_path):
     # the recorded figures (bench/results/2026-12-04-h200-schednull/README.md)
     assert "15.2 % over 15 starts raw, 5.0 % over the 12 with a fast value" in line
     assert "- full vs a: fast state (probe < 1.2 x the arm's level): reference level 113 us" in md
+
+
+# -- bisect and ablate: placements read the fast-state values too ------------------------------------------------
+
+
+class _Lab:
+    """The two methods bench.replication.placement_values reads, over fixed units per arm name."""
+
+    def __init__(self, arms):
+        self.arms = arms
+
+    def units(self, arm):
+        return self.arms[arm.name]
+
+    def start_values(self, arm, metric):
+        return store.start_values(self.arms[arm.name], metric)
+
+
+def test_placements_read_the_fast_state_values_and_cannot_place_an_arm_that_never_saw_it():
+    rng = random.Random(8)
+    lab = _Lab(
+        {
+            "good": _units("good", _starts(rng, 5)),
+            "bad": _units("bad", _starts(rng, 5, effect=0.1)),
+            "slow": _units("slow", _starts(rng, 5, always_slow=True)),
+        }
+    )
+    arms = [sim_arm(n, (n,)) for n in ("good", "bad", "slow")]
+    raw = [lab.start_values(a, "step_ms_b1") for a in arms]
+    assert placement_values(lab, arms, "step_ms_b1", Policy(adjust="none")) == raw
+    assert placement_values(lab, arms, "step_ms_b1", Policy(adjust="host")) == raw  # a fitted slope: unadjusted
+    g, b, s = placement_values(lab, arms, "step_ms_b1", Policy(adjust="state"))
+    assert g == list(hoststate.arm_state(lab.arms["good"], "step_ms_b1").values) and len(g) >= 3
+    assert b == list(hoststate.arm_state(lab.arms["bad"], "step_ms_b1").values)
+    assert s == []  # its level is the slow state's: it cannot be placed
+    del lab.arms["slow"][0].reps[0][store.PROBE_METRIC]  # a repetition without the probe: raw values
+    assert placement_values(lab, arms, "step_ms_b1", Policy(adjust="state")) == raw
+
+
+def test_bisect_on_the_switching_host_names_the_culprit_only_in_the_fast_state():
+    # bench.scenarios' host-regimes-5 (p1 +5 %, the host x1.6 slow in stretches switching with p 0.2 per
+    # repetition): unadjusted, 30 bisects name nothing; read in the fast state, several name p1 and none another
+    x = sc.by_name("host-regimes-5")
+    rates = {adj: sc.run(x, Settings(Policy(adjust=adj), confirm="shared"), 30) for adj in ("none", "state")}
+    assert rates["none"].right == 0 and rates["none"].wrong == 0
+    assert rates["state"].right >= 3 and rates["state"].wrong == 0

@@ -22,6 +22,8 @@
 #   schednull    the default set twice (a null pair) and full_result_host, MAXS (5) starts each, interleaved, the
 #                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw, adjusted and in the host's fast
 #                state (report --adjust host, --adjust state), a null and a plant
+#   statebisect  bisect default -> full_result_host (its plant at PLANT_US) read in the host's fast state
+#                (--host-probe-at scheduler --adjust state): the planted-regression target on the new reading
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
 #                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
 #                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
@@ -63,7 +65,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -355,6 +357,18 @@ case "$step" in
       if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust $adj"
       elif [ -s "$OUT/schednull/results.jsonl" ]; then run $PY -m bench report "$OUT/schednull" --adjust $adj; fi
     done ;;
+  statebisect)
+    # Issue 12's planted-regression target read in the host's fast state (bench.hoststate, schednull's finding):
+    # bisect default -> full_result_host (planted_result_host at PLANT_US among its four extra patches) with the
+    # probe on the scheduler's CPU and --adjust state driving the adaptive starts, the probe placements and the
+    # culprit's confirmations; REPS repetitions a start (more fast ones per start). A second call resumes it.
+    resume=()
+    [ -s "$OUT/statebisect/results.jsonl" ] && resume=(--resume "$OUT/statebisect")
+    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_result_host \
+      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler --adjust state \
+      --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-8}" --reps-per-start "${REPS:-10}" \
+      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
+      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/statebisect" -- "${SA[@]}" ;;
   hostcov)
     # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do
     # steal / run-queue wait (free to read, cannot perturb) track the slow stretches, and which adjustment lowers

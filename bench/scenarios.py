@@ -224,6 +224,26 @@ def catalogue() -> list[Scenario]:
             _p("p2"),
             note="p2 +5%; the host x1.6 slow in long stretches (p 0.03 per rep: several starts)",
         ),
+        # patches that move the probe itself (bench/results/2026-12-04-h200-schednull: the busy-waiting plant's arm
+        # ran the probe 7 % faster): what --adjust host's balance gate and --adjust state's per-arm level are for
+        Scenario(
+            "host-probe-moved-5",
+            _w(plants=[Plant(frozenset({"p0"}), {"host_probe_us": 1.15}), h("p1", 0.05)], start_cv=0.01, host_slow=0.6),
+            _p("p1"),
+            note="p1 +5%; p0 slows the probe 15% and not the step; the host x1.6 slow in stretches (p 0.2 per rep)",
+        ),
+        Scenario(
+            "host-probe-only-null",
+            _w(plants=[Plant(frozenset({"p1"}), {"host_probe_us": 0.85})], start_cv=0.01, host_slow=0.6),
+            NONE,
+            note="no step effect; p1 makes the probe 15% faster; the host x1.6 slow in stretches",
+        ),
+        Scenario(
+            "host-busy-5",
+            _w(plants=[Plant(frozenset({"p2"}), {"host_probe_us": 0.93}), h("p2", 0.05)], start_cv=0.01, host_slow=0.6),
+            _p("p2"),
+            note="p2 +5% and the probe 7% faster in its starts (schednull's busy wait); the host x1.6 slow in stretches",
+        ),
         # session 6's adversary (bench/results/simulate/session6-adversary.md)
         Scenario(
             "accept-drop-10",

@@ -237,7 +237,7 @@ class SimLab:
                 reps.append(x)
             out[m] = reps
         if w.host_slow:
-            self._host(out)
+            self._host(out, active)
         return out
 
     def _tick(self) -> None:
@@ -245,8 +245,9 @@ class SimLab:
         if self.rng.random() > self.world.host_stay:
             self.host_is_slow = not self.host_is_slow
 
-    def _host(self, out: dict[str, list[float]]) -> None:
-        """The session's host regime over this start's repetitions (World.host_slow), applied in place."""
+    def _host(self, out: dict[str, list[float]], active: Sequence[Plant] = ()) -> None:
+        """The session's host regime over this start's repetitions (World.host_slow), applied in place; a plant
+        on PROBE_METRIC moves the probe itself (a patch that loads, or keeps busy, the scheduler's vCPU)."""
         w, rng = self.world, self.rng
         factors = []
         for _ in range(w.host_ticks_per_start):
@@ -258,7 +259,10 @@ class SimLab:
         for m, xs in out.items():
             if m not in EXACT:
                 out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, factors)]
-        out["host_probe_us"] = [400.0 * f * math.exp(rng.gauss(0, w.probe_cv)) for f in factors]
+        out["host_probe_us"] = [
+            400.0 * f * math.prod(p.factor("host_probe_us", r) for p in active) * math.exp(rng.gauss(0, w.probe_cv))
+            for r, f in enumerate(factors)
+        ]
         out["host_steal_pct"] = [max(0.0, (20.0 if f > 1 else 0.5) + rng.gauss(0, 1.0)) for f in factors]
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 import random
 import shutil
+import statistics
 from pathlib import Path
 
+import pytest
 from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 
 from bench import covariate, hoststate, store
@@ -22,7 +24,7 @@ from bench.cli import main
 from bench.plans import Settings
 from bench.replication import Policy, placement_values
 from bench.report import build_markdown
-from bench.simulate import sim_arm
+from bench.simulate import SimLab, sim_arm
 from bench.stats import IMPROVEMENT, REGRESSION, TOO_FEW, UNDECIDED, compare_starts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +217,16 @@ def test_bisect_on_the_switching_host_names_the_culprit_only_in_the_fast_state()
     rates = {adj: sc.run(x, Settings(Policy(adjust=adj), confirm="shared"), 30) for adj in ("none", "state")}
     assert rates["none"].right == 0 and rates["none"].wrong == 0
     assert rates["state"].right >= 3 and rates["state"].wrong == 0
+
+
+def test_a_probe_plant_in_the_simulator_moves_the_probe_and_not_the_step():
+    # bench.scenarios' host-probe-only-null: p1 makes the probe 15 % faster and does nothing else
+    lab = SimLab(sc.by_name("host-probe-only-null").world(()), seed=9)
+    ref, arm = sim_arm("ref", ("g",)), sim_arm("arm", ("g", "p1"))
+    for _ in range(6):
+        lab.add_starts([ref, arm])
+    a, b = hoststate.arm_state(lab.units(ref), "step_ms_b1"), hoststate.arm_state(lab.units(arm), "step_ms_b1")
+    assert a is not None and b is not None
+    assert b.level / a.level == pytest.approx(0.85, rel=0.03)
+    assert statistics.fmean(b.values) / statistics.fmean(a.values) == pytest.approx(1.0, abs=0.02)
+    assert all(u.host_probe["at"] == "scheduler" for u in lab.units(arm))

@@ -117,11 +117,23 @@ def test_simulate_cli_lists_and_refuses_unknown_scenarios():
     assert one.stdout.count("| host-5 | pocock, shared confirmations") == 1 and "wrong culprit [95% CI]" in one.stdout
 
 
-@pytest.mark.parametrize("name", ["host-regimes-null", "host-regimes-5", "host-stretches-5"])
-@pytest.mark.parametrize("adjust", ["none", "host", "steal"])
+HOST_SCENARIOS = [
+    "host-regimes-null",
+    "host-regimes-5",
+    "host-stretches-5",
+    "host-probe-moved-5",
+    "host-probe-only-null",
+    "host-busy-5",
+]
+
+
+@pytest.mark.parametrize("name", HOST_SCENARIOS)
+@pytest.mark.parametrize("adjust", ["none", "host", "steal", "state"])
 def test_an_adjustment_names_no_wrong_culprit_on_a_regime_switching_host(name, adjust):
-    # bisect's endpoints are read adjusted, its probes' places are not (bench/results/hostprobe/hostcov.md): the
-    # adjustment may only make the endpoints decided; a culprit still needs unadjusted confirmations
+    # host / steal: bisect's endpoints are read adjusted, its probes' places are not (bench/results/hostprobe/
+    # hostcov.md), so a culprit still needs unadjusted confirmations; state: the places and confirmations read the
+    # fast-state values too (bench.replication.placement_values), each arm classed by its own probe level, so a
+    # patch that moves only the probe (host-probe-*) is neither named nor hides the one that moves the step
     settings = plans.Settings(Policy(3, 8, 1 - ALPHA, 0.02, adjust=adjust))
     r = sc.run(sc.by_name(name), settings, 8)
     assert r.wrong == 0, r.wrong_names

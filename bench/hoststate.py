@@ -40,12 +40,12 @@ SAME_STATE = 1.25  # the arms' fast levels must be within this factor: else one 
 
 
 def _rep_pairs(units: Sequence[Unit], metric: str) -> list[list[tuple[float, float]]] | None:
-    """Per start, (metric, probe) per repetition; None when a start's probe was not on its scheduler's CPU (a
-    spare CPU's state is not the step's), or a repetition with the metric lacks the probe, or none has both."""
+    """Per start, (metric, probe) per repetition; None when a start's probe was not pinned to its scheduler's
+    CPU (a spare CPU's state is not the step's), or a repetition with the metric lacks the probe, or none has both."""
     out = []
     for u in units:
-        if u.host_probe.get("at") != "scheduler":
-            return None
+        if u.host_probe.get("at") != "scheduler" or u.host_probe.get("cpu") is None:
+            return None  # unpinned (the scheduler's CPU was not known): its samples are any vCPU's
         pairs = []
         for m in u.reps:
             y, p = m.get(metric), m.get(PROBE_METRIC)

@@ -165,7 +165,9 @@ class SimLab:
                     arm=arm.name,
                     reps=[{m: v[r] for m, v in s.items()} for r in range(n)],
                     # the simulated probe sees the scheduler's own state: what --host-probe-at scheduler records
-                    host_probe={"at": "scheduler", "start": {"py_us": statistics.median(probe)}} if probe else {},
+                    host_probe={"at": "scheduler", "cpu": 0, "start": {"py_us": statistics.median(probe)}}
+                    if probe
+                    else {},
                 )
             )
         return out

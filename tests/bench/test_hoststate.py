@@ -61,7 +61,7 @@ def _units(name, starts, at="scheduler"):
             start_id=f"{name}{i}",
             arm=name,
             reps=[{"step_ms_b1": y, store.PROBE_METRIC: p} for y, p in reps],
-            host_probe={"at": at, "start": {"py_us": sorted(p for _, p in reps)[len(reps) // 2]}},
+            host_probe={"at": at, "cpu": 3, "start": {"py_us": sorted(p for _, p in reps)[len(reps) // 2]}},
         )
         for i, reps in enumerate(starts)
     ]
@@ -144,6 +144,9 @@ def test_a_probe_off_the_scheduler_or_missing_is_not_read_as_the_state():
     assert covariate.compare_host(ref, arm, "state") is None  # the caller reads the start values unadjusted
     assert "**not adjusted**" in covariate.model_of(ref, arm, "state", "step_ms_b1")
     ref, arm = _pair(rng, 4)
+    ref[2].host_probe["cpu"] = None  # the scheduler's CPU was not known: the probe ran unpinned
+    assert hoststate.compare_state(ref, arm) is None
+    ref[2].host_probe["cpu"] = 3
     ref[1].reps[3][store.PROBE_METRIC] = None
     assert hoststate.compare_state(ref, arm) is None
     ref[1].reps[3][store.PROBE_METRIC] = 110.0

@@ -244,6 +244,25 @@ def catalogue() -> list[Scenario]:
             _p("p2"),
             note="p2 +5% and the probe 7% faster in its starts (schednull's busy wait); the host x1.6 slow in stretches",
         ),
+        # the schednull record's own figures: 1.7x slow state, 10 repetitions a start, 4 % left between starts in
+        # the fast state (bench/results/2026-12-04-h200-schednull: 3.6-5.0 %)
+        Scenario(
+            "host-schednull-null",
+            _w(start_cv=0.04, host_slow=0.7, reps=10),
+            NONE,
+            note="no effect; start cv 4%, the host x1.7 slow in stretches (p 0.2 per rep), 10 reps a start",
+        ),
+        Scenario(
+            "host-schednull-10",
+            _w(
+                plants=[Plant(frozenset({"p1"}), {"host_probe_us": 0.93}), h("p1", 0.10)],
+                start_cv=0.04,
+                host_slow=0.7,
+                reps=10,
+            ),
+            _p("p1"),
+            note="p1 +10% with the probe 7% faster in its starts; start cv 4%, the host x1.7 slow, 10 reps a start",
+        ),
         # session 6's adversary (bench/results/simulate/session6-adversary.md)
         Scenario(
             "accept-drop-10",

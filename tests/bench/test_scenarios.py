@@ -124,6 +124,8 @@ HOST_SCENARIOS = [
     "host-probe-moved-5",
     "host-probe-only-null",
     "host-busy-5",
+    "host-schednull-null",
+    "host-schednull-10",
 ]
 
 

@@ -112,8 +112,8 @@ def compare_state(
     confidence: float = 0.95,
     min_effect: float = 0.02,
 ) -> Comparison | None:
-    """The comparison of the arms' fast-state start values (bench.stats.compare_starts: too few of them is its
-    "cannot tell"); "cannot tell" with Comparison.note when `refusal` says so; None where a repetition lacks
+    """The comparison of the arms' fast-state start values (bench.stats.compare_starts: fewer than its minimum is
+    "too few starts"); "cannot tell" with Comparison.note when `refusal` says so; None where a repetition lacks
     the probe (the caller then reads the start values unadjusted)."""
     a, b = arm_state(ref, metric), arm_state(arm, metric)
     if a is None or b is None:

@@ -22,6 +22,8 @@
 #   schednull    the default set twice (a null pair) and full_result_host, MAXS (5) starts each, interleaved, the
 #                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw, adjusted and in the host's fast
 #                state (report --adjust host, --adjust state), a null and a plant
+#   stateab      ab default against full_result_host read in the fast state (--adjust state), 4 to MAXS (12)
+#                starts a side: the schednull plant with the new reading driving the adaptive starts
 #   statebisect  bisect default -> full_result_host (its plant at PLANT_US) read in the host's fast state
 #                (--host-probe-at scheduler --adjust state): the planted-regression target on the new reading
 #   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
@@ -65,7 +67,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -357,6 +359,17 @@ case "$step" in
       if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust $adj"
       elif [ -s "$OUT/schednull/results.jsonl" ]; then run $PY -m bench report "$OUT/schednull" --adjust $adj; fi
     done ;;
+  stateab)
+    # The plant of schednull read in the fast state from the start: ab default against full_result_host (its plant
+    # at PLANT_US) with --adjust state driving the adaptive starts, up to MAXS (12) a side; what one session's
+    # device time can hold (~53 s a warm start). A second call resumes it.
+    resume=()
+    [ -s "$OUT/stateab/results.jsonl" ] && resume=(--resume "$OUT/stateab")
+    run $PY -m bench ab --manifest $PLANTED --arms base=default full=full_result_host \
+      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler --adjust state \
+      --tree "$SGL_TREE" --restarts 4 --max-starts "${MAXS:-12}" --reps-per-start "${REPS:-10}" \
+      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
+      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/stateab" -- "${SA[@]}" ;;
   statebisect)
     # Issue 12's planted-regression target read in the host's fast state (bench.hoststate, schednull's finding):
     # bisect default -> full_result_host (planted_result_host at PLANT_US among its four extra patches) with the

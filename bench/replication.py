@@ -248,23 +248,28 @@ def compare_host_adjusted(
 
 
 def placement_values(lab: Lab, arms: Sequence[ArmSpec], metric: str, policy: Policy) -> list[list[float]]:
-    """The start values a bisect probe's or a confirmation's placement reads (bench.verdicts), one list per arm.
+    """The start values a placement reads (bench.verdicts): `arms` is good, bad, then the arms placed between them.
 
     Raw start values, except under `--adjust state` where the lab has the repetitions: each arm's fast-state
-    values (bench.hoststate), and none for an arm whose fast level is more than SAME_STATE from the first arm's
-    (the reference: it may never have seen the fast state), so it cannot be placed. A fitted covariate (host,
-    steal, wait) has no per-arm values to place: those placements stay unadjusted."""
+    values (bench.hoststate), gated as bench.hoststate.compare_state gates a pair. A placed arm whose level is
+    refused against good's or bad's gets none (it cannot be placed); good and bad refused against each other
+    leave nothing to place against. A fitted covariate (host, steal, wait) has no per-arm values to place:
+    those placements stay unadjusted."""
     units = getattr(lab, "units", None)
     if policy.adjust != "state" or units is None:
         return [lab.start_values(a, metric) for a in arms]
     from . import hoststate
 
     states = [hoststate.arm_state(units(a), metric) for a in arms]
-    if any(s is None for s in states):
+    known = [s for s in states if s is not None]
+    if len(known) < len(states) or len(known) < 2:
         return [lab.start_values(a, metric) for a in arms]
-    ref = states[0]
-    assert ref is not None
-    return [list(s.values) if s is not None and not hoststate.refusal(ref, s) else [] for s in states]
+    good, bad, placed = known[0], known[1], known[2:]
+    if hoststate.refusal(good, bad):
+        return [[] for _ in arms]
+    return [list(good.values), list(bad.values)] + [
+        [] if hoststate.refusal(good, s) or hoststate.refusal(bad, s) else list(s.values) for s in placed
+    ]
 
 
 def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:

@@ -17,8 +17,6 @@ the planted arm's busy wait kept its vCPU from idling, and the probe ran 7 % fas
 the arm's own fast level classes its repetitions the same way whatever uniform factor the arm puts on the probe.
 What it cannot tell apart is an arm whose repetitions never reached the fast state (its "fast level" is the slow
 one): the two arms' levels must lie within SAME_STATE of each other (the states are ~1.8x apart), else the
-comparison is "cannot tell" with the reason in Comparison.note.
-
 comparison is "cannot tell" with the reason in Comparison.note. So is a patch that moves the probe itself by more
 than that (a regression that loads the scheduler's vCPU that much is not read here at all).
 
@@ -35,7 +33,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .stats import UNDECIDED, Comparison, compare_starts, start_value
+from .stats import UNDECIDED, Comparison, compare_starts, pooled_log_sd, start_value
 from .store import PROBE_METRIC, Unit
 
 # a repetition is fast below this x the arm's fast level: the fast cluster's own spread is ~5 % (schednull), the
@@ -173,13 +171,7 @@ def spread(groups: Sequence[Sequence[Unit]], metric: str) -> tuple[float, int, f
             return None
         raw.append([v for u in units if (v := u.value(metric)) is not None and v > 0])
         fast.append([v for v in s.values if v > 0])
-
-    def pooled(gs: list[list[float]]) -> tuple[float, int]:
-        ss = sum(sum((math.log(x) - statistics.fmean(map(math.log, g))) ** 2 for x in g) for g in gs if g)
-        df = sum(len(g) - 1 for g in gs if g)
-        return (math.sqrt(ss / df) if df > 1 else math.nan), sum(map(len, gs))
-
-    (cr, nr), (cf, nf) = pooled(raw), pooled(fast)
-    if math.isnan(cr) or math.isnan(cf):
+    (cr, df_raw), (cf, df_fast) = pooled_log_sd(raw), pooled_log_sd(fast)
+    if df_raw < 2 or df_fast < 2:
         return None
-    return cr, nr, cf, nf
+    return cr, sum(map(len, raw)), cf, sum(map(len, fast))

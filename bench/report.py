@@ -577,13 +577,10 @@ def _arms(rows: list[ArmRow], metric: str) -> list[str]:
 def _within_note(starts: list[list[float]]) -> str:
     """The repetitions' spread around their own start's mean (pooled sd of logs): about as large as the start-to-start
     CV when the machine's speed moves within minutes (run7) rather than once per start."""
-    groups = [[math.log(x) for x in g if x > 0] for g in starts]
-    groups = [g for g in groups if len(g) >= 2]
-    dof = sum(len(g) - 1 for g in groups)
+    sd, dof = stats.pooled_log_sd(starts)
     if not dof:
         return ""
-    ss = sum(sum((x - sum(g) / len(g)) ** 2 for x in g) for g in groups)
-    return f"; within starts {math.sqrt(ss / dof) * 100:.2f}% (repetitions around their start's mean, pooled)"
+    return f"; within starts {sd * 100:.2f}% (repetitions around their start's mean, pooled)"
 
 
 def _set_cv(rows: list[ArmRow], metric: str) -> list[str]:

@@ -84,6 +84,17 @@ def cv(values: Sequence[float | None]) -> float:
     return statistics.stdev(xs) / mean if mean else math.nan
 
 
+def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The sd of log values around their own group's mean, pooled over the groups, and its degrees of freedom
+    (sum of n - 1); values <= 0 left out; (NaN, 0) without a group of two."""
+    logs = [[math.log(x) for x in g if x > 0] for g in groups]
+    df = sum(len(g) - 1 for g in logs if g)
+    if not df:
+        return math.nan, 0
+    ss = sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in logs if g)
+    return math.sqrt(ss / df), df
+
+
 def geometric_mean(values: Sequence[float]) -> float:
     xs = clean(values)
     if not xs or min(xs) <= 0:

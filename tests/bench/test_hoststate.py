@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from bench_fixtures import fake_argv, launcher_arg, manifest, run_dir  # noqa: F401 - pytest fixtures
 
 from bench import covariate, hoststate, store
 from bench import scenarios as sc
@@ -288,3 +288,14 @@ def test_a_probe_plant_in_the_simulator_moves_the_probe_and_not_the_step():
     assert b.level / a.level == pytest.approx(0.85, rel=0.03)
     assert statistics.fmean(b.values) / statistics.fmean(a.values) == pytest.approx(1.0, abs=0.02)
     assert all(u.host_probe["at"] == "scheduler" for u in lab.units(arm))
+
+
+def test_report_read_in_the_fast_state_without_the_probe_says_so_and_keeps_the_raw_verdicts(run_dir):
+    # a store measured without --host-probe-at scheduler (here without any probe): no traceback, the unadjusted
+    # verdicts, and the reason on each comparison's line
+    assert main(["report", str(run_dir), "--adjust", "state"]) == 0
+    md = (run_dir / "report-adjust-state.md").read_text()
+    assert "- slow vs ref: **not adjusted**: a start's probe was not on its scheduler's CPU" in md
+    plain = build_markdown(run_dir)
+    row = next(ln for ln in plain.splitlines() if ln.startswith("| ab | ref | slow | step ms (batch 1) (primary)"))
+    assert row in md

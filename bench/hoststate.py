@@ -23,7 +23,8 @@ than that (a regression that loads the scheduler's vCPU that much is not read he
 What this reading answers: the change at the host's fast state. A patch whose cost appears only when the vCPU is
 slow, or that changes how often the vCPU is slow, is not seen here: the unadjusted report beside it still is. The
 latter also leans on this reading a little: an arm slow more often has more of its "fast" repetitions spanning a
-switch (simulated, 80 % of the time against 40 %: +1.0 % at the fast state, tests/bench/test_hoststate.py).
+switch (simulated, 80 % of the time against 40 %: +0.9 % at the fast state, 2 of 200 nulls named;
+bench/results/2026-12-04-h200-schednull/share_bias.txt).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from .store import PROBE_METRIC, Unit
 
 # a repetition is fast below this x the arm's fast level: the fast cluster's own spread is ~5 % (schednull), the
 # two states ~1.8x apart; a looser line admits more repetitions that span a switch, and an arm that is slow more
-# often has more of those (simulated, slow 80 % of the time against 40 %: +1.7 % in the fast state at 1.2x, +1.0 %
-# at 1.15x; tests/bench/test_hoststate.py)
+# often has more of those (simulated, slow 80 % of the time against 40 %: +1.6 % in the fast state at 1.2x, +0.9 %
+# at 1.15x; bench/results/2026-12-04-h200-schednull/share_bias.txt)
 FAST_RATIO = 1.15
 LEVEL_QUANTILE = 0.10  # the arm's fast level: the median of its probe values below FAST_RATIO x this quantile
 MIN_FAST_REPS = 3  # a start with fewer fast repetitions has no fast value

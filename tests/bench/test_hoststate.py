@@ -140,8 +140,9 @@ def _markov(rng, n, p_slow, switch=0.5, reps=10):
 
 def test_an_arm_that_is_only_slow_more_often_is_not_a_fast_state_regression():
     # the step at the fast state is the same; the arm's vCPU is slow 80 % of the time, the reference's 40 %: its
-    # fast level must not climb with its slow share (the 10th percentile alone named a regression in 15 of 200
-    # and read +3.1 %), and its repetitions spanning a switch must not pull its values up much
+    # fast level must not climb with its slow share (the 10th percentile alone named a change in 11 of 200 and
+    # read +3.0 %: bench/results/2026-12-04-h200-schednull/share_bias.txt), and its repetitions spanning a switch
+    # must not pull its values up much
     rng = random.Random(4)
     named, ratios, levels = 0, [], []
     for _ in range(200):
@@ -154,7 +155,7 @@ def test_an_arm_that_is_only_slow_more_often_is_not_a_fast_state_regression():
         levels.append(b.level / a.level)
     assert named <= 5  # 2.5 % of 200: one side of the 95 % interval
     assert statistics.fmean(ratios) == pytest.approx(1.0, abs=0.015)
-    assert statistics.fmean(levels) == pytest.approx(1.0, abs=0.03)  # the quantile alone: 1.086
+    assert statistics.fmean(levels) == pytest.approx(1.0, abs=0.03)  # the quantile alone: 1.082
 
 
 def test_an_arm_that_never_reaches_the_fast_state_is_refused():

@@ -13,7 +13,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench import store
+from bench import hoststate, store
 from bench.stats import start_value
 
 
@@ -107,3 +107,12 @@ for ratio in (1.1, 1.15, 1.2, 1.3, 1.4):
 print()
 print("Unfiltered, for comparison (Welch on the raw start values, 95 %):")
 print(f"  null vs a {welch(raw['a'], raw['null'])}; full vs a {welch(raw['a'], raw['full'])}")
+print()
+print("bench.hoststate's own reading (--adjust state), start-to-start CV as its report computes it:")
+for label, groups in (
+    ("the default set's starts as one group", [[u for u in units if u.arm in ("a", "null")]]),
+    ("around the three arms' means", [[u for u in units if u.arm == a] for a in arms]),
+):
+    fs = hoststate.spread(groups, METRIC)
+    assert fs is not None
+    print(f"  {label}: raw {fs[0]:.1%} over {fs[1]} starts, fast state {fs[2]:.1%} over {fs[3]}")

@@ -1,0 +1,78 @@
+"""An arm that is only slow more often (80 % of the time against the reference's 40 %), the same step at the fast
+state: what the fast-state reading (bench.hoststate) makes of it, for the level rule and line it had before the
+review and after (the review's simulation; tests/bench/test_hoststate.py asserts the last row's bounds).
+    .venv-ci/bin/python bench/results/2026-12-04-h200-schednull/share_bias.py > bench/results/2026-12-04-h200-schednull/share_bias.txt
+"""
+
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench import hoststate, store
+from bench.stats import IMPROVEMENT, REGRESSION
+
+SLOW = 1.75
+
+
+def starts(rng: random.Random, n: int, p_slow: float, switch: float = 0.5, reps: int = 10) -> list:
+    """As tests/bench/test_hoststate.py's _markov: half the repetitions may span a switch."""
+    out = []
+    for _ in range(n):
+        slow, rs = rng.random() < p_slow, []
+        for _ in range(reps):
+            share = float(slow)
+            if rng.random() < switch:
+                new = rng.random() < p_slow
+                if new != slow:
+                    share, slow = rng.random(), new
+            f = 1 + (SLOW - 1) * share
+            rs.append((4.0 * f * math.exp(rng.gauss(0, 0.025)), 110.0 * f * math.exp(rng.gauss(0, 0.04))))
+        out.append(rs)
+    return out
+
+
+def units(name: str, ss: list) -> list[store.Unit]:
+    return [
+        store.Unit(
+            arm_key=name,
+            round=i,
+            start_id=f"{name}{i}",
+            arm=name,
+            reps=[{"step_ms_b1": y, store.PROBE_METRIC: p} for y, p in r],
+            host_probe={"at": "scheduler", "cpu": 3},
+        )
+        for i, r in enumerate(ss)
+    ]
+
+
+def quantile_only(st: list) -> float:
+    """The level before the review: the 10th percentile itself."""
+    ps = sorted(p for s in st for _, p in s)
+    return statistics.quantiles(ps, n=100, method="inclusive")[9]
+
+
+refined = hoststate.fast_level
+for label, level, ratio in (
+    ("before: the 10th percentile, line 1.2x", quantile_only, 1.2),
+    ("the median below 1.2x it, line 1.2x", refined, 1.2),
+    ("after: the median below 1.15x it, line 1.15x", refined, 1.15),
+):
+    hoststate.fast_level, hoststate.FAST_RATIO = level, ratio
+    rng = random.Random(4)
+    named = refused = 0
+    ratios, levels = [], []
+    for _ in range(200):
+        r, a = units("ref", starts(rng, 30, 0.4)), units("arm", starts(rng, 30, 0.8))
+        c = hoststate.compare_state(r, a)
+        named += c.verdict in (REGRESSION, IMPROVEMENT)
+        refused += bool(c.note)
+        sa, sb = hoststate.arm_state(r, "step_ms_b1"), hoststate.arm_state(a, "step_ms_b1")
+        ratios.append(statistics.fmean(sb.values) / statistics.fmean(sa.values))
+        levels.append(sb.level / sa.level)
+    print(
+        f"{label}: 200 nulls, 30 starts an arm: named {named}, refused {refused}; fast values arm/ref "
+        f"{statistics.fmean(ratios) - 1:+.1%}, levels arm/ref {statistics.fmean(levels):.3f}"
+    )

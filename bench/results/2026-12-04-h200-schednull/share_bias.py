@@ -8,6 +8,7 @@ import math
 import random
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
@@ -17,9 +18,12 @@ from bench.stats import IMPROVEMENT, REGRESSION
 SLOW = 1.75
 
 
-def starts(rng: random.Random, n: int, p_slow: float, switch: float = 0.5, reps: int = 10) -> list:
+Starts = list[list[tuple[float, float]]]
+
+
+def starts(rng: random.Random, n: int, p_slow: float, switch: float = 0.5, reps: int = 10) -> Starts:
     """As tests/bench/test_hoststate.py's _markov: half the repetitions may span a switch."""
-    out = []
+    out: Starts = []
     for _ in range(n):
         slow, rs = rng.random() < p_slow, []
         for _ in range(reps):
@@ -34,7 +38,7 @@ def starts(rng: random.Random, n: int, p_slow: float, switch: float = 0.5, reps:
     return out
 
 
-def units(name: str, ss: list) -> list[store.Unit]:
+def units(name: str, ss: Starts) -> list[store.Unit]:
     return [
         store.Unit(
             arm_key=name,
@@ -48,10 +52,11 @@ def units(name: str, ss: list) -> list[store.Unit]:
     ]
 
 
-def quantile_only(st: list) -> float:
+def quantile_only(st: Sequence[Sequence[tuple[float, float]]]) -> float | None:
     """The level before the review: the 10th percentile itself."""
     ps = sorted(p for s in st for _, p in s)
-    return statistics.quantiles(ps, n=100, method="inclusive")[9]
+    q: float = statistics.quantiles(ps, n=100, method="inclusive")[9]
+    return q
 
 
 refined = hoststate.fast_level
@@ -60,16 +65,18 @@ for label, level, ratio in (
     ("the median below 1.2x it, line 1.2x", refined, 1.2),
     ("after: the median below 1.15x it, line 1.15x", refined, 1.15),
 ):
-    hoststate.fast_level, hoststate.FAST_RATIO = level, ratio
+    hoststate.fast_level = level  # type: ignore[assignment]  # the rule under test, for the module's
+    hoststate.FAST_RATIO = ratio
     rng = random.Random(4)
     named = refused = 0
     ratios, levels = [], []
     for _ in range(200):
         r, a = units("ref", starts(rng, 30, 0.4)), units("arm", starts(rng, 30, 0.8))
         c = hoststate.compare_state(r, a)
+        sa, sb = hoststate.arm_state(r, "step_ms_b1"), hoststate.arm_state(a, "step_ms_b1")
+        assert c is not None and sa is not None and sb is not None
         named += c.verdict in (REGRESSION, IMPROVEMENT)
         refused += bool(c.note)
-        sa, sb = hoststate.arm_state(r, "step_ms_b1"), hoststate.arm_state(a, "step_ms_b1")
         ratios.append(statistics.fmean(sb.values) / statistics.fmean(sa.values))
         levels.append(sb.level / sa.level)
     print(

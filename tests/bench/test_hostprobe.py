@@ -415,15 +415,16 @@ PARENT = """
 import sys, time
 from pathlib import Path
 from bench import hostprobe
-p = hostprobe.start(Path(sys.argv[1]), None)
+p = hostprobe.start(Path(sys.argv[1]), None, at=sys.argv[2])
 print(p.proc.pid, flush=True)
 time.sleep(60)
 """
 
 
-def test_a_killed_bench_leaves_no_probe(tmp_path):
+@pytest.mark.parametrize("at", ["spare", "scheduler"])  # scheduler: the small unit's own command line
+def test_a_killed_bench_leaves_no_probe(tmp_path, at):
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, str(tmp_path / "s.txt")],
+        [sys.executable, "-c", PARENT, str(tmp_path / "s.txt"), at],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,

@@ -62,12 +62,18 @@
 #                over accepted runs, against trained's plain outputs
 #   kimi_trained Kimi-width, full and OEA K0=3 with the trained draft, two starts each
 #   kimi_plain   Kimi-width plain decoding, two starts, then kimi_trained/summary.md
+#   kimi_null    Kimi-width, the full set with the trained draft twice (a null pair), MAXS (5) starts each,
+#                interleaved, the probe on the scheduler's CPU: issue 12's Kimi-width start-to-start CV over >= 9
+#                starts of one set, and a null comparison, read raw and in the host's fast state
+#   kimi_statebisect  issue 12's planted-regression target on the Kimi-width proxy with its trained draft: bisect
+#                default -> full_moe_gpu (a GPU-side delay in every routing call), both with dummy_init_normal (the
+#                weights the draft was trained against), read in the host's fast state; after kimi_train
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
 # before, fp8, fp8plain.
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -306,6 +312,32 @@ case "$step" in
       --max-starts 2 --out "$OUT/kimi_plain" -- "${ARGS[@]}"
     [ -s "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
     compare "$OUT/kimi_plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_trained/summary.md" "$OUT/kimi_trained" ;;
+  kimi_null)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
+    with_trained "$KIMI" draft
+    resume=()
+    [ -s "$OUT/kimi_null/results.jsonl" ] && resume=(--resume "$OUT/kimi_null")
+    run $PY -m bench ab --manifest $PLANTED --arms a=full+dummy_init_normal null=full+dummy_init_normal \
+      --arm-env null:BENCH_NULL=1 "${DI[@]}" --host-probe --host-probe-at scheduler "${TR[@]}" \
+      --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" "${resume[@]}" --out "$OUT/kimi_null" -- "${ARGS[@]}"
+    for adj in state; do
+      if [ -n "${DRY:-}" ]; then echo "kimi_null: report: $PY -m bench report $OUT/kimi_null --adjust $adj"
+      elif [ -s "$OUT/kimi_null/results.jsonl" ]; then run $PY -m bench report "$OUT/kimi_null" --adjust $adj; fi
+    done ;;
+  kimi_statebisect)
+    # kimi_null's fast-state reading resolved +-5.9 % at 3-4 starts a side (raw: +-12.2 % at 5): the proxy's
+    # verify is GPU work, so a GPU-side plant moves the step by more than the host's states do
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
+    with_trained "$KIMI" draft
+    resume=()
+    [ -s "$OUT/kimi_statebisect/results.jsonl" ] && resume=(--resume "$OUT/kimi_statebisect")
+    run $PY -m bench bisect --manifest $PLANTED --good default+dummy_init_normal --bad full_moe_gpu+dummy_init_normal \
+      "${DI[@]}" --host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 \
+      --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
+      --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
+      --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;

@@ -246,3 +246,26 @@ def test_a_hash_server_seqs_did_not_record_is_said_so(tmp_path, capsys, wl_b1, b
     text = capsys.readouterr().out
     assert expect in text, text
     assert ("differs" in text) is ("differs" in expect)
+
+
+KIMI = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-04-h200-kimi"
+
+
+def test_the_kimi_width_trained_run(tmp_path, capsys):
+    """The recorded Kimi-width run (issue 17): the draft trained on the server's own sequences is accepted 4.00 at
+    batch 1 and its output is plain decoding's; 1.38x plain decoding's tok/s at batch 1, under the 1.5x target;
+    OEA at K0=3 routes the verify batch otherwise, so the draft that memorized K0-unset continuations fails it."""
+    out = tmp_path / "summary.md"
+    args = ["--plain", str(KIMI / "kimi_plain"), "--eagle", str(KIMI / "kimi_trained")]
+    assert main([*args, "--train-json", str(KIMI / "train" / "kimi-draft.json"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| kimi_trained | full | full | 2 | 4.00 | 1.03 | 532.1 | 1.38 | 707.2 | 0.55 | yes |" in text
+    assert "| kimi_trained | oea3 | oea3 | 2 | 1.01 | 1.01 | 176.0 | 0.39 | 810.7 | 0.46 | not expected" in text
+    assert "38ec0c61a1e3822f; plain full's: 38ec0c61a1e3822f -> equal" in text
+    # the record's summary is what the recorded stores give: its table and verdict (the other lines name paths)
+    recorded = (KIMI / "kimi_trained" / "summary.md").read_text()
+
+    def kept(s: str) -> list[str]:
+        return [x for x in s.splitlines() if x.startswith(("|", "EAGLE-3 batch-1", "Accept length"))]
+
+    assert len(kept(recorded)) == 7 and kept(out.read_text()) == kept(recorded)

@@ -29,6 +29,7 @@ from bench.stats import IMPROVEMENT, REGRESSION, TOO_FEW, UNDECIDED, compare_sta
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench" / "results" / "2026-12-04-h200-schednull" / "schednull"
+KIMI_NULL = ROOT / "bench" / "results" / "2026-12-04-h200-kimi" / "kimi_null"
 SLOW = 1.75
 DECIDED = (REGRESSION, IMPROVEMENT)
 
@@ -214,6 +215,21 @@ def test_the_recorded_run_read_in_the_fast_state(tmp_path):
     assert "15.2 % over 15 starts raw, 4.9 % over the 12 with a fast value" in line
     assert "- full vs a: fast state (probe < 1.15 x the arm's level): reference level 115 us" in md
     assert "; arm level 107 us, 30 of 50 repetitions fast, 4 of 5 starts" in md  # the plant's probe 7 % faster
+
+
+def test_the_recorded_kimi_width_null_read_in_the_fast_state(tmp_path):
+    """The Kimi-width proxy with its trained draft, a null pair of 5 starts each (bench/results/2026-12-04-h200-kimi):
+    nothing named either way; in the fast state the interval narrows from +-9 % to +-4 % and the CV is 2.0 %."""
+    d = tmp_path / "kimi_null"
+    d.mkdir()
+    for f in ("results.jsonl", "command.txt"):
+        shutil.copy(KIMI_NULL / f, d / f)
+    assert main(["report", str(d)]) == 0
+    assert "- null vs a on `step_ms_b1`: **cannot tell** (-3.75% [-12.5, +5.9]; 5 vs 5 starts)" in (d / "report.md").read_text()
+    assert main(["report", str(d), "--adjust", "state"]) == 0
+    md = (d / "report-adjust-state.md").read_text()
+    assert "- null vs a on `step_ms_b1`: **cannot tell** (-1.77% [-5.4, +2.0]; 3 vs 4 starts)" in md
+    assert "6.4 % over 10 starts raw, 2.0 % over the 7 with a fast value" in md
 
 
 # -- bisect and ablate: placements read the fast-state values too ------------------------------------------------

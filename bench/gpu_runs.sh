@@ -68,12 +68,14 @@
 #   kimi_statebisect  issue 12's planted-regression target on the Kimi-width proxy with its trained draft: bisect
 #                default -> full_moe_gpu (a GPU-side delay in every routing call), both with dummy_init_normal (the
 #                weights the draft was trained against), read in the host's fast state; after kimi_train
+#   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
+#                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
 # before, fp8, fp8plain.
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -338,6 +340,18 @@ case "$step" in
       --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
       --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
       --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
+  kimi_stateprof)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
+    with_trained "$KIMI" draft
+    resume=()
+    [ -s "$OUT/kimi_stateprof/results.jsonl" ] && resume=(--resume "$OUT/kimi_stateprof")
+    run $PY -m bench ab --manifest $PLANTED --arms notapplied=default-eagle_profiling+dummy_init_normal \
+      on=default+dummy_init_normal off=default+dummy_init_normal --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
+      "${DI[@]}" --host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 \
+      --max-starts "${MAXS:-8}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
+      --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
+      --out "$OUT/kimi_stateprof" -- "${ARGS[@]}" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;

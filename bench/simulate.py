@@ -274,7 +274,9 @@ def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, lis
     The store's own view of it (bench.store): completed units only, throwaway starts and warm-up repetitions
     left out; only the metrics the simulator models (BASE); the starts of one patch set (`patches`,
     comma-separated; default: the set with most starts), pooled over its arms, since a null world must not
-    carry a difference between arms.
+    carry a difference between arms. A start whose probe ran on its scheduler's CPU (--host-probe-at scheduler)
+    keeps it per repetition (PROBE_METRIC), so `--adjust state` reads the record's own host states; a probe on
+    another CPU is left out: it does not see the step's vCPU, and the simulated lab would present it as if it did.
     """
     from pathlib import Path
 
@@ -292,6 +294,12 @@ def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, lis
     for u in v.units.values():
         reps = {m: [float(r[m]) for r in u.reps if isinstance(r.get(m), (int, float))] for m in BASE}
         reps = {m: xs for m, xs in reps.items() if xs}
+        probe = [x for x in (r.get(store.PROBE_METRIC) for r in u.reps) if isinstance(x, (int, float)) and x > 0]
+        pinned = u.host_probe.get("at") == "scheduler" and u.host_probe.get("cpu") is not None
+        # only where every repetition has both: SimLab.units pairs the lists by position
+        aligned = len(probe) == len(u.reps) == len(reps.get("step_ms_b1", ()))
+        if pinned and aligned:
+            reps[store.PROBE_METRIC] = [float(x) for x in probe]
         if reps:
             by_set.setdefault(set_of.get(u.arm_key, u.arm_key), []).append(reps)
     if not by_set:

@@ -119,6 +119,9 @@ def _cli(a) -> int:
     plants = [host_slowdown(culprit, a.effect)] if culprit else []
 
     pool = recorded_starts(a.from_record, a.record_set) if a.from_record else ()
+    if (why := _unread_covariate(pool, a)) is not None:
+        print(why, file=sys.stderr)
+        return 2
 
     def world(_t: int) -> World:
         return World(plants, a.start_cv, a.rep_cv, a.bimodal_p, a.bimodal_shift, pool=pool)
@@ -156,6 +159,9 @@ def _scenarios(a, settings) -> int:
         print(f"bench simulate: unknown scenario {', '.join(unknown)}; `--scenario list` names them", file=sys.stderr)
         return 2
     pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
+    if (why := _unread_covariate(pool, a)) is not None:
+        print(why, file=sys.stderr)
+        return 2
     pol = settings.policy
     method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
     if a.plan == "ablate":
@@ -224,3 +230,22 @@ def _duet(a, settings) -> int:
             f"{x['median_width'] * 100:.1f} points, median {spread} {x['median_cv'] * 100:.1f}%"
         )
     return 0
+
+
+def _unread_covariate(pool, a) -> str | None:
+    """Why --adjust cannot be simulated on these recorded starts (None: it can). A pool only carries the probe
+    measured on the scheduler's own CPU (bench.simulate.recorded_starts); without it the adjusted reading would
+    silently read the raw values, and the rates printed would be the unadjusted ones under the adjusted name."""
+    from .store import PROBE_METRIC
+
+    if not pool or a.adjust == "none":
+        return None
+    if a.adjust == "steal":
+        return f"bench simulate: --adjust steal on recorded starts: {a.from_record}'s steal counters are not drawn; simulate it unadjusted, or with --scenario"
+    if all(PROBE_METRIC in st for st in pool):
+        return None
+    return (
+        f"bench simulate: --adjust {a.adjust} needs the host probe on the scheduler's CPU in every recorded start, and "
+        f"{a.from_record} has none there (recorded without --host-probe --host-probe-at scheduler); simulate it "
+        "with --adjust none, or give a record made with the probe there"
+    )

@@ -225,7 +225,10 @@ def test_the_recorded_kimi_width_null_read_in_the_fast_state(tmp_path):
     for f in ("results.jsonl", "command.txt"):
         shutil.copy(KIMI_NULL / f, d / f)
     assert main(["report", str(d)]) == 0
-    assert "- null vs a on `step_ms_b1`: **cannot tell** (-3.75% [-12.5, +5.9]; 5 vs 5 starts)" in (d / "report.md").read_text()
+    assert (
+        "- null vs a on `step_ms_b1`: **cannot tell** (-3.75% [-12.5, +5.9]; 5 vs 5 starts)"
+        in (d / "report.md").read_text()
+    )
     assert main(["report", str(d), "--adjust", "state"]) == 0
     md = (d / "report-adjust-state.md").read_text()
     assert "- null vs a on `step_ms_b1`: **cannot tell** (-1.77% [-5.4, +2.0]; 3 vs 4 starts)" in md

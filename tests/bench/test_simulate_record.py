@@ -8,6 +8,7 @@ worlds only approximate. Whatever that noise does, the bench must not name a wro
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from bench import simulate as s
 from bench.errors import RecordError
 from bench.plans import Settings, run_bisect
 from bench.replication import Policy
+from bench.store import PROBE_METRIC
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "bench/results/2026-12-01-h200-run3/variance/results.jsonl"
@@ -107,3 +109,78 @@ def test_a_start_that_never_completed_is_not_drawn(tmp_path):
     cut = tmp_path / "results.jsonl"
     cut.write_text("\n".join(x for x in lines if json.loads(x) != last) + "\n")
     assert len(s.recorded_starts(str(cut))) == 9
+
+
+# A record made with the probe on the scheduler's CPU (the Kimi-width null pair) and one made with it on a spare CPU
+KIMI_NULL = ROOT / "bench/results/2026-12-04-h200-kimi/kimi_null/results.jsonl"
+SPARE_CPU = ROOT / "bench/results/2026-12-01-h200-run5/profhost/results.jsonl"
+
+
+def test_a_record_keeps_its_probe_only_where_it_ran_on_the_schedulers_cpu():
+    pool = s.recorded_starts(str(KIMI_NULL))
+    assert len(pool) == 10
+    assert all(len(st[PROBE_METRIC]) == len(st["step_ms_b1"]) == 5 for st in pool)
+    slow = max(pool, key=lambda st: sorted(st["step_ms_b1"])[2])  # the record's slowest start (a, start 3)
+    assert statistics.median(slow[PROBE_METRIC]) > 150  # its probe ran in the slow state (README: 199.8 us)
+    # the probe on CPU 15 saw another vCPU than the step's: the state reading must not be fed with it
+    assert all(PROBE_METRIC not in st for st in s.recorded_starts(str(SPARE_CPU)))
+
+
+def test_the_state_reading_reads_a_records_own_host_states():
+    """Before, --from-record dropped the probe and --adjust state read nothing: the same rates as unadjusted."""
+    pool = s.recorded_starts(str(KIMI_NULL))
+
+    def named(adjust: str, effect: float, trials: int = 30) -> list:
+        settings = Settings(Policy(3, 12, 0.95, 0.02, adjust=adjust))
+        out = []
+        for seed in range(trials):
+            lab = s.SimLab(s.World([s.host_slowdown("p3", effect)] if effect else [], pool=pool), seed=seed)
+            res = run_bisect(
+                lab,
+                s.sim_arm("good", ("g",)),
+                s.sim_arm("bad", ("g", "p0", "p1", "p2", "p3")),
+                lambda patches, role: s.sim_arm(role, patches),
+                lambda name: set(),
+                Settings(settings.policy),
+            )
+            out.append(res["culprit"])
+        return out
+
+    assert named("state", 0.0) == [None] * 30
+    fast, raw = named("state", 0.09), named("none", 0.09)
+    assert set(fast) | set(raw) <= {None, "p3"}
+    # recorded figures (bench/results/simulate/kimi-record.md, 200 seeds): 96 % against 26.5 % at 12 starts a side
+    assert fast.count("p3") >= 24 and raw.count("p3") <= 15, (fast.count("p3"), raw.count("p3"))
+
+
+@pytest.mark.parametrize(
+    "record, adjust, says",
+    [
+        (SPARE_CPU, "state", "needs the host probe on the scheduler's CPU in every recorded start"),
+        (RECORD, "host", "recorded without --host-probe --host-probe-at scheduler"),
+        (KIMI_NULL, "steal", "steal counters are not drawn"),
+    ],
+)
+def test_an_adjusted_simulation_of_a_record_without_its_covariate_is_refused(record, adjust, says):
+    """Else the adjusted reading silently reads the raw values and prints the unadjusted rates under its name."""
+    for plan in ([], ["--scenario", "null-cv1"]):
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "simulate",
+                "--from-record",
+                str(record),
+                "--adjust",
+                adjust,
+                "--trials",
+                "1",
+                *plan,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert p.returncode == 2 and says in p.stderr and str(record) in p.stderr, p.stdout + p.stderr
+        assert "Traceback" not in p.stderr

@@ -68,6 +68,9 @@
 #   kimi_statebisect  issue 12's planted-regression target on the Kimi-width proxy with its trained draft: bisect
 #                default -> full_moe_gpu (a GPU-side delay in every routing call), both with dummy_init_normal (the
 #                weights the draft was trained against), read in the host's fast state; after kimi_train
+#   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft and plain decoding, pristine
+#                (dummy_init_normal only) and the full set, 3 starts each, no phase timing in either (the EAGLE
+#                arms of kimi_trained ran with it, the plain ones without), then kimi_speed/summary.md
 #   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
 #                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
@@ -75,7 +78,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -340,6 +343,21 @@ case "$step" in
       --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
       --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
       --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
+  kimi_speed)
+    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
+    with_trained "$KIMI" draft
+    # a second call goes on where the time budget stopped either run (--resume)
+    for kind in eagle plain; do
+      [ "$kind" = plain ] && replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
+      resume=()
+      [ -s "$OUT/kimi_speed/$kind/results.jsonl" ] && resume=(--resume "$OUT/kimi_speed/$kind")
+      run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
+        --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts "${MAXS:-3}" --max-starts "${MAXS:-3}" \
+        "${resume[@]}" --out "$OUT/kimi_speed/$kind" -- "${ARGS[@]}"
+    done
+    compare "$OUT/kimi_speed/plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_speed/summary.md" \
+      "$OUT/kimi_speed/eagle" ;;
   kimi_stateprof)
     [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
     spec_args "$KIMI" "${KIMI_MEMF:-0.45}"

@@ -67,7 +67,8 @@
 #                starts of one set, and a null comparison, read raw and in the host's fast state
 #   kimi_statebisect  issue 12's planted-regression target on the Kimi-width proxy with its trained draft: bisect
 #                default -> full_moe_gpu (a GPU-side delay in every routing call), both with dummy_init_normal (the
-#                weights the draft was trained against), read in the host's fast state; after kimi_train
+#                weights the draft was trained against), read in the host's fast state, up to MAXS (12) starts a
+#                side (simulated on kimi_null's starts: 96 % named at 12, bench/results/simulate/kimi-record.md)
 #   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft and plain decoding, pristine
 #                (dummy_init_normal only) and the full set, 3 starts each, no phase timing in either (the EAGLE
 #                arms of kimi_trained ran with it, the plain ones without), then kimi_speed/summary.md
@@ -195,6 +196,16 @@ one_start() {  # NAME EXTRA_BENCH_ARGS... -- SERVER_ARGS...
     --warmup-reps 0 --max-new-tokens 64 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" \
     ${DRY:+--dry-run} --out "$OUT/startup/$name" "$@"
 }
+# the Kimi-width proxy's model dir (written once per machine)
+kimi_dir() { [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null; }
+# SA for the proxy with its trained draft (kimi_train first), into ARGS
+kimi_trained_args() { kimi_dir; spec_args "$KIMI" "${KIMI_MEMF:-0.45}"; with_trained "$KIMI" draft; }
+# RESUME = --resume DIR when DIR holds a store: a second call goes on where the time budget stopped the run
+resume_from() { RESUME=(); [ -s "$1/results.jsonl" ] && RESUME=(--resume "$1"); return 0; }
+# the runs read in the host's fast state on the proxy (bench.hoststate; after kimi_train)
+KS=(--host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 --reps-per-start "${REPS:-5}"
+    --warmup-reps "${WREPS:-2}" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET"
+    ${DRY:+--dry-run})
 case "$step" in
   importtime)
     [ -n "${DRY:-}" ] && { echo "importtime: no server"; exit 0; }
@@ -238,7 +249,7 @@ case "$step" in
       $( [ -f "$V" ] && [ ! -d "$OUT/moe" ] && echo "--reuse $V" ) "${M[@]}" --out "$OUT/moe" -- "${SA[@]}" ;;
   kimi_moe)
     # The same on the Kimi-width proxy (bench tinymodel --profile kimi-width): GPU-bound, verify >> decode.
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    kimi_dir
     spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
     run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
       "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
@@ -249,13 +260,13 @@ case "$step" in
     train_draft "$TINY" "$( [ "$step" = train ] && echo draft || echo draft_edge )" --prompts "${TRAIN_PROMPTS:-1024}" \
       --gen-batch 128 --train-seconds "${TRAIN_S:-150}" ;;
   kimi_train)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    kimi_dir
     replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
     train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
   draft_check)
     # the CUDA generator's values: the CPU tests prove the same code on the CPU's (tests/bench/test_train_draft.py)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    kimi_dir
     SGL_PY=$SGL_TREE; [ -d "$SGL_TREE/python/sglang" ] && SGL_PY=$SGL_TREE/python
     if [ -n "${DRY:-}" ]; then
       echo "draft_check: apply --set full + dummy_init_normal to $SGL_TREE; compare the targets of $TINY and $KIMI on cuda"
@@ -303,14 +314,12 @@ case "$step" in
     compare "$OUT/trained/plain" "$TINY/draft_edge_trained/train.json" "$OUT/trained_edge/summary.md" \
       "$OUT/trained_edge/edge" ;;
   kimi_trained)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    with_trained "$KIMI" draft
+    kimi_trained_args
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
       --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1 "${DI[@]}" "${TR[@]}" --restarts 2 --max-starts 2 \
       --out "$OUT/kimi_trained" -- "${ARGS[@]}" ;;
   kimi_plain)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    kimi_dir
     replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
       --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 2 \
@@ -318,14 +327,11 @@ case "$step" in
     [ -s "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
     compare "$OUT/kimi_plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_trained/summary.md" "$OUT/kimi_trained" ;;
   kimi_null)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    with_trained "$KIMI" draft
-    resume=()
-    [ -s "$OUT/kimi_null/results.jsonl" ] && resume=(--resume "$OUT/kimi_null")
+    kimi_trained_args
+    resume_from "$OUT/kimi_null"
     run $PY -m bench ab --manifest $PLANTED --arms a=full+dummy_init_normal null=full+dummy_init_normal \
       --arm-env null:BENCH_NULL=1 "${DI[@]}" --host-probe --host-probe-at scheduler "${TR[@]}" \
-      --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" "${resume[@]}" --out "$OUT/kimi_null" -- "${ARGS[@]}"
+      --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" "${RESUME[@]}" --out "$OUT/kimi_null" -- "${ARGS[@]}"
     for adj in state; do
       if [ -n "${DRY:-}" ]; then echo "kimi_null: report: $PY -m bench report $OUT/kimi_null --adjust $adj"
       elif [ -s "$OUT/kimi_null/results.jsonl" ]; then run $PY -m bench report "$OUT/kimi_null" --adjust $adj; fi
@@ -333,43 +339,27 @@ case "$step" in
   kimi_statebisect)
     # kimi_null's fast-state reading resolved +-5.9 % at 3-4 starts a side (raw: +-12.2 % at 5): the proxy's
     # verify is GPU work, so a GPU-side plant moves the step by more than the host's states do
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    with_trained "$KIMI" draft
-    resume=()
-    [ -s "$OUT/kimi_statebisect/results.jsonl" ] && resume=(--resume "$OUT/kimi_statebisect")
+    kimi_trained_args
+    resume_from "$OUT/kimi_statebisect"
     run $PY -m bench bisect --manifest $PLANTED --good default+dummy_init_normal --bad full_moe_gpu+dummy_init_normal \
-      "${DI[@]}" --host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 \
-      --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
-      --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
-      --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
+      "${DI[@]}" "${KS[@]}" --max-starts "${MAXS:-12}" "${RESUME[@]}" --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
   kimi_speed)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    with_trained "$KIMI" draft
-    # a second call goes on where the time budget stopped either run (--resume)
+    kimi_trained_args
     for kind in eagle plain; do
       [ "$kind" = plain ] && replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
-      resume=()
-      [ -s "$OUT/kimi_speed/$kind/results.jsonl" ] && resume=(--resume "$OUT/kimi_speed/$kind")
+      resume_from "$OUT/kimi_speed/$kind"
       run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
         --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts "${MAXS:-3}" --max-starts "${MAXS:-3}" \
-        "${resume[@]}" --out "$OUT/kimi_speed/$kind" -- "${ARGS[@]}"
+        "${RESUME[@]}" --out "$OUT/kimi_speed/$kind" -- "${ARGS[@]}"
     done
     compare "$OUT/kimi_speed/plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_speed/summary.md" \
       "$OUT/kimi_speed/eagle" ;;
   kimi_stateprof)
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    with_trained "$KIMI" draft
-    resume=()
-    [ -s "$OUT/kimi_stateprof/results.jsonl" ] && resume=(--resume "$OUT/kimi_stateprof")
+    kimi_trained_args
+    resume_from "$OUT/kimi_stateprof"
     run $PY -m bench ab --manifest $PLANTED --arms notapplied=default-eagle_profiling+dummy_init_normal \
       on=default+dummy_init_normal off=default+dummy_init_normal --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
-      "${DI[@]}" --host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 \
-      --max-starts "${MAXS:-8}" --reps-per-start "${REPS:-5}" --warmup-reps "${WREPS:-2}" --max-new-tokens 128 \
-      --b1-requests 2 --concurrency 8 --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" \
-      --out "$OUT/kimi_stateprof" -- "${ARGS[@]}" ;;
+      "${DI[@]}" "${KS[@]}" --max-starts "${MAXS:-8}" "${RESUME[@]}" --out "$OUT/kimi_stateprof" -- "${ARGS[@]}" ;;
   ablate)
     run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
       --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;
@@ -518,7 +508,7 @@ case "$step" in
   kimi_profiling)
     # The same on the Kimi-width proxy. Issue 12 measured its plain decode step at a CV of 0.04 %, but with EAGLE-3
     # at batch 1 it is host-bound on the H200 VM too: start-to-start CV 11-20 %, as much within starts (run7).
-    [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI" --profile kimi-width >/dev/null
+    kimi_dir
     spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
     run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
       --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 "${M[@]}" --out "$OUT/kimi_profiling" -- "${SA[@]}" ;;

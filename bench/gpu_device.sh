@@ -50,7 +50,7 @@ if ls .jit/jitcache.tgz.* >/dev/null 2>&1 && [ ! -e "$HOME/.jit-unpacked" ]; the
 fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHON=python3 TINY=/tmp/tiny KIMI=/tmp/kimi
-RES=/tmp/results
+RES=${RES:-/tmp/results}  # the run dirs a warm machine keeps between calls
 mkdir -p "$RES"
 # the pin comes from the manifest, never from this script
 read -r PIN_VERSION PIN_WHEEL < <(python3 -c "import yaml; p = yaml.safe_load(open('manifest.yaml'))['pin']; print(p['version'], p['wheel'])")
@@ -74,10 +74,13 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     deadline=$(( $(date +%s) + ${CALL_S:-540} ))
     # RESUME_FROM=bench/results/<record>: its run dirs (results.jsonl) go on where an earlier session left them
     # (a bare machine has none); a run dir already here is kept
+    # (a step's run dir or one level below it: kimi_speed/eagle, kimi_speed/plain)
     if [ -n "${RESUME_FROM:-}" ]; then
-      for d in "$RESUME_FROM"/*/; do
-        [ -s "$d/results.jsonl" ] && [ ! -e "$RES/$(basename "$d")" ] && cp -r "$d" "$RES/" && echo "resuming $(basename "$d") from $d"
-      done
+      while read -r f; do
+        d=$(dirname "${f#./}")
+        [ -e "$RES/$d" ] && continue
+        mkdir -p "$RES/$(dirname "$d")" && cp -r "$RESUME_FROM/$d" "$RES/$d" && echo "resuming $d from $RESUME_FROM/$d"
+      done < <(cd "$RESUME_FROM" && find . -mindepth 2 -maxdepth 3 -name results.jsonl -size +0c | sort)
     fi
     pids=()
     for spec in "$@"; do

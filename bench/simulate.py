@@ -296,8 +296,9 @@ def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, lis
         reps = {m: xs for m, xs in reps.items() if xs}
         probe = [x for x in (r.get(store.PROBE_METRIC) for r in u.reps) if isinstance(x, (int, float)) and x > 0]
         pinned = u.host_probe.get("at") == "scheduler" and u.host_probe.get("cpu") is not None
-        # only where every repetition has both: SimLab.units pairs the lists by position
-        aligned = len(probe) == len(u.reps) == len(reps.get("step_ms_b1", ()))
+        # only where every repetition has every metric kept: SimLab.units pairs the lists by position (a rep
+        # missing one metric would shift that metric's values against the probe's)
+        aligned = len(probe) == len(u.reps) and all(len(xs) == len(u.reps) for xs in reps.values())
         if pinned and aligned:
             reps[store.PROBE_METRIC] = [float(x) for x in probe]
         if reps:

@@ -159,9 +159,12 @@ def _scenarios(a, settings) -> int:
         print(f"bench simulate: unknown scenario {', '.join(unknown)}; `--scenario list` names them", file=sys.stderr)
         return 2
     pool = tuple(recorded_starts(a.from_record, a.record_set)) if a.from_record else ()
-    if (why := _unread_covariate(pool, a)) is not None:
-        print(why, file=sys.stderr)
-        return 2
+    # only the scenarios that draw recorded starts read the record's covariates
+    why = _unread_covariate(pool, a)
+    if why is not None and any(sc.by_name(n).needs_record for n in names):
+        print(why if "all" not in a.scenario else f"{why} (its scenarios are left out of 'all')", file=sys.stderr)
+        if "all" not in a.scenario:
+            return 2
     pol = settings.policy
     method = f"{pol.spending}, {settings.confirm} confirmations, {pol.initial}-{pol.max_starts} starts/arm, adjust {pol.adjust}"
     if a.plan == "ablate":
@@ -173,7 +176,7 @@ def _scenarios(a, settings) -> int:
     print(sc.HEADER)
     for n in names:
         x = sc.by_name(n)
-        if x.needs_record and not pool:
+        if x.needs_record and (not pool or why is not None):
             if "all" not in a.scenario:
                 print(f"bench simulate: scenario {n} draws recorded starts: give --from-record", file=sys.stderr)
                 return 2
@@ -241,11 +244,23 @@ def _unread_covariate(pool, a) -> str | None:
     if not pool or a.adjust == "none":
         return None
     if a.adjust == "steal":
-        return f"bench simulate: --adjust steal on recorded starts: {a.from_record}'s steal counters are not drawn; simulate it unadjusted, or with --scenario"
-    if all(PROBE_METRIC in st for st in pool):
+        return (
+            f"bench simulate: --adjust steal on recorded starts: the steal counters of {a.from_record} are not "
+            "drawn; simulate the record with --adjust none, or --adjust steal on a parametric world (without "
+            "--from-record)"
+        )
+    have = sum(PROBE_METRIC in st for st in pool)
+    if have == len(pool):
         return None
+    host = (
+        " (the simulator presents a drawn probe as run on the scheduler's CPU, so a probe that ran on a spare "
+        "CPU is not drawn, though `bench report --adjust host` reads it)"
+        if a.adjust == "host"
+        else ""
+    )
     return (
-        f"bench simulate: --adjust {a.adjust} needs the host probe on the scheduler's CPU in every recorded start, and "
-        f"{a.from_record} has none there (recorded without --host-probe --host-probe-at scheduler); simulate it "
-        "with --adjust none, or give a record made with the probe there"
+        f"bench simulate: --adjust {a.adjust} needs the host probe on the scheduler's CPU in every recorded start: "
+        f"{have} of the {len(pool)} starts drawn from {a.from_record} carry it (a start without it was recorded "
+        "without --host-probe --host-probe-at scheduler, or has a repetition without its probe or a metric)"
+        f"{host}; simulate it with --adjust none, or give a record made with the probe there"
     )

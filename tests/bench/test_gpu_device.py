@@ -58,3 +58,38 @@ def test_a_run_on_a_bare_machine_stops_before_any_step(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert "sglang does not import here: a fresh machine? install the bundles again" in p.stderr
     assert "=== " not in p.stdout + p.stderr  # no step started
+
+
+def test_resume_from_brings_back_nested_run_dirs_and_keeps_what_the_machine_has(tmp_path):
+    """RESUME_FROM=record: every run dir with a store, a step's own (kimi_null) or one level below it
+    (kimi_speed/eagle, kimi_speed/plain: the review found those left behind); one the warm machine already has
+    is kept, and a dir without a store is not a run."""
+    tree = _device_copy(tmp_path / "t", install_sh=True)
+    (tree / "out").mkdir()
+    rec, res = tmp_path / "record", tmp_path / "res"
+    for d, text in [
+        ("kimi_null", "old\n"),
+        ("kimi_speed/eagle", "e\n"),
+        ("kimi_speed/plain", "p\n"),
+        ("train", ""),
+    ]:
+        (rec / d).mkdir(parents=True)
+        (rec / d / "results.jsonl").write_text(text)
+    (res / "kimi_null").mkdir(parents=True)
+    (res / "kimi_null" / "results.jsonl").write_text("the machine's own\n")
+    env_extra = {"DRY": "1", "RES": str(res), "RESUME_FROM": str(rec)}
+    env = {"PATH": f"{_python3_without_sglang(tmp_path)}:/usr/bin:/bin", "OUT": str(tree / "out"), "HOME": str(tree)}
+    p = subprocess.run(
+        ["bash", str(tree / "bench/gpu_device.sh"), "run"],
+        cwd=tree,
+        env={**env, **env_extra},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (res / "kimi_speed/eagle/results.jsonl").read_text() == "e\n"
+    assert (res / "kimi_speed/plain/results.jsonl").read_text() == "p\n"
+    assert (res / "kimi_null/results.jsonl").read_text() == "the machine's own\n"
+    assert not (res / "train").exists()
+    assert "resuming kimi_speed/eagle from" in p.stdout and "resuming kimi_null" not in p.stdout

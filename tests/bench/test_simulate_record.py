@@ -156,31 +156,61 @@ def test_the_state_reading_reads_a_records_own_host_states():
 @pytest.mark.parametrize(
     "record, adjust, says",
     [
-        (SPARE_CPU, "state", "needs the host probe on the scheduler's CPU in every recorded start"),
+        (SPARE_CPU, "state", "0 of the 3 starts drawn from"),
+        (SPARE_CPU, "host", "a probe that ran on a spare CPU is not drawn"),
         (RECORD, "host", "recorded without --host-probe --host-probe-at scheduler"),
-        (KIMI_NULL, "steal", "steal counters are not drawn"),
+        (KIMI_NULL, "steal", "--adjust steal on a parametric world (without --from-record)"),
     ],
 )
 def test_an_adjusted_simulation_of_a_record_without_its_covariate_is_refused(record, adjust, says):
-    """Else the adjusted reading silently reads the raw values and prints the unadjusted rates under its name."""
-    for plan in ([], ["--scenario", "null-cv1"]):
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bench",
-                "simulate",
-                "--from-record",
-                str(record),
-                "--adjust",
-                adjust,
-                "--trials",
-                "1",
-                *plan,
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+    """Else the adjusted reading silently reads the raw values and prints the unadjusted rates under its name. Only
+    where the record is read: a parametric scenario beside it runs, and 'all' leaves the record's rows out."""
+
+    def sim(*extra: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "bench", "simulate", "--from-record", str(record), "--adjust", adjust]
+        return subprocess.run([*argv, "--trials", "1", *extra], cwd=ROOT, capture_output=True, text=True)
+
+    for plan in ([], ["--scenario", "record-null"]):
+        p = sim(*plan)
         assert p.returncode == 2 and says in p.stderr and str(record) in p.stderr, p.stdout + p.stderr
         assert "Traceback" not in p.stderr
+    p = sim("--scenario", "null-cv1")
+    assert p.returncode == 0 and "null-cv1" in p.stdout, p.stdout + p.stderr
+
+
+def _rewrite(src: Path, dst: Path, edit) -> Path:
+    """src's records with edit(record) applied to each measured repetition of the first start."""
+    lines, first = [], None
+    for line in src.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("type") == "rep" and not r.get("warmup"):
+            first = first or r["start_id"]
+            if r["start_id"] == first:
+                edit(r)
+        lines.append(json.dumps(r))
+    dst.write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def test_a_start_missing_a_metric_in_one_repetition_keeps_no_probe(tmp_path):
+    """SimLab.units pairs each metric's list with the probe's by position: a list one short would pair its values
+    with the wrong repetitions' probe values (the review's case: the first repetition without its verify span)."""
+    seen = []
+
+    def drop_verify_once(r):
+        if not seen:
+            seen.append(r["metrics"].pop("eagle_verify_ms_b1"))
+
+    pool = s.recorded_starts(str(_rewrite(KIMI_NULL, tmp_path / "results.jsonl", drop_verify_once)))
+    assert seen and len(pool) == 10
+    assert sum(PROBE_METRIC in st for st in pool) == 9
+    lacking = next(st for st in pool if PROBE_METRIC not in st)
+    assert len(lacking["eagle_verify_ms_b1"]) == 4 and len(lacking["step_ms_b1"]) == 5
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "simulate", "--from-record", str(tmp_path / "results.jsonl")]
+        + ["--adjust", "state", "--trials", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and "9 of the 10 starts drawn from" in p.stderr, p.stderr

@@ -268,6 +268,45 @@ class SimLab:
         out["host_steal_pct"] = [max(0.0, (20.0 if f > 1 else 0.5) + rng.gauss(0, 1.0)) for f in factors]
 
 
+def switching_starts(
+    rng: random.Random, n: int, p_slow: float, *, switch: float = 0.5, reps: int = 10, slow: float = 1.75
+) -> list[list[tuple[float, float]]]:
+    """(step ms, probe us) per repetition of n starts whose vCPU is slow (x `slow`, step and probe alike) a share
+    p_slow of the time; with probability `switch` a repetition may change state, and one that does spans the switch
+    (a random share of it slow). The adversary's host for bench.hoststate (the 2026-12-04 review; share_bias.py)."""
+    out = []
+    for _ in range(n):
+        is_slow, rs = rng.random() < p_slow, []
+        for _ in range(reps):
+            share = float(is_slow)
+            if rng.random() < switch:
+                new = rng.random() < p_slow
+                if new != is_slow:
+                    share, is_slow = rng.random(), new
+            f = 1 + (slow - 1) * share
+            rs.append((4.0 * f * math.exp(rng.gauss(0, 0.025)), 110.0 * f * math.exp(rng.gauss(0, 0.04))))
+        out.append(rs)
+    return out
+
+
+def probed_units(name: str, starts: Sequence[Sequence[tuple[float, float]]], at: str = "scheduler") -> list:
+    """bench.store units of (step, probe) repetitions, the probe recorded at `at` on CPU 3 (what bench.hoststate
+    and bench.covariate read)."""
+    from .store import PROBE_METRIC, Unit
+
+    return [
+        Unit(
+            arm_key=name,
+            round=i,
+            start_id=f"{name}{i}",
+            arm=name,
+            reps=[{"step_ms_b1": y, PROBE_METRIC: p} for y, p in reps],
+            host_probe={"at": at, "cpu": 3, "start": {"py_us": sorted(p for _, p in reps)[len(reps) // 2]}},
+        )
+        for i, reps in enumerate(starts)
+    ]
+
+
 def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, list[float]]]:
     """The measured starts of a bench run (its results.jsonl), each as {metric: its measured repetitions}.
 

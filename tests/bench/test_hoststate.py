@@ -24,7 +24,7 @@ from bench.cli import main
 from bench.plans import Settings
 from bench.replication import Policy, placement_values
 from bench.report import build_markdown
-from bench.simulate import SimLab, sim_arm
+from bench.simulate import SimLab, probed_units, sim_arm, switching_starts
 from bench.stats import IMPROVEMENT, REGRESSION, TOO_FEW, UNDECIDED, compare_starts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,22 +54,8 @@ def _starts(rng, n, effect=0.0, probe_factor=1.0, reps=10, switch=0.25, always_s
     return out
 
 
-def _units(name, starts, at="scheduler"):
-    return [
-        store.Unit(
-            arm_key=name,
-            round=i,
-            start_id=f"{name}{i}",
-            arm=name,
-            reps=[{"step_ms_b1": y, store.PROBE_METRIC: p} for y, p in reps],
-            host_probe={"at": at, "cpu": 3, "start": {"py_us": sorted(p for _, p in reps)[len(reps) // 2]}},
-        )
-        for i, reps in enumerate(starts)
-    ]
-
-
 def _pair(rng, n, **arm):
-    return _units("ref", _starts(rng, n)), _units("arm", _starts(rng, n, **arm))
+    return probed_units("ref", _starts(rng, n)), probed_units("arm", _starts(rng, n, **arm))
 
 
 def test_the_fast_state_takes_the_host_out_of_the_start_to_start_spread():
@@ -121,24 +107,6 @@ def test_an_arm_that_scales_the_probe_is_classed_by_its_own_level():
     assert hoststate.compare_state(ref, arm).verdict == REGRESSION
 
 
-def _markov(rng, n, p_slow, switch=0.5, reps=10):
-    """n starts whose vCPU is slow a share p_slow of the time; half the repetitions span a switch (the adversary's
-    review, 2026-12-04)."""
-    out = []
-    for _ in range(n):
-        slow, rs = rng.random() < p_slow, []
-        for _ in range(reps):
-            share = float(slow)
-            if rng.random() < switch:
-                new = rng.random() < p_slow
-                if new != slow:
-                    share, slow = rng.random(), new
-            f = 1 + (SLOW - 1) * share
-            rs.append((4.0 * f * math.exp(rng.gauss(0, 0.025)), 110.0 * f * math.exp(rng.gauss(0, 0.04))))
-        out.append(rs)
-    return out
-
-
 def test_an_arm_that_is_only_slow_more_often_is_not_a_fast_state_regression():
     # the step at the fast state is the same; the arm's vCPU is slow 80 % of the time, the reference's 40 %: its
     # fast level must not climb with its slow share (the 10th percentile alone named a change in 11 of 200 and
@@ -147,7 +115,10 @@ def test_an_arm_that_is_only_slow_more_often_is_not_a_fast_state_regression():
     rng = random.Random(4)
     named, ratios, levels = 0, [], []
     for _ in range(200):
-        ref, arm = _units("ref", _markov(rng, 30, 0.4)), _units("arm", _markov(rng, 30, 0.8))
+        ref, arm = (
+            probed_units("ref", switching_starts(rng, 30, 0.4)),
+            probed_units("arm", switching_starts(rng, 30, 0.8)),
+        )
         c = hoststate.compare_state(ref, arm)
         assert c is not None
         named += c.verdict in DECIDED
@@ -169,8 +140,8 @@ def test_an_arm_that_never_reaches_the_fast_state_is_refused():
 
 def test_starts_with_too_few_fast_repetitions_have_no_value():
     rng = random.Random(6)
-    ref = _units("ref", _starts(rng, 4))
-    arm = _units("arm", _starts(rng, 2) + _starts(rng, 3, always_slow=True))
+    ref = probed_units("ref", _starts(rng, 4))
+    arm = probed_units("arm", _starts(rng, 2) + _starts(rng, 3, always_slow=True))
     s = hoststate.arm_state(arm, "step_ms_b1")
     assert s is not None and s.starts == 5 and len(s.values) <= 2
     c = hoststate.compare_state(ref, arm)
@@ -179,7 +150,7 @@ def test_starts_with_too_few_fast_repetitions_have_no_value():
 
 def test_a_probe_off_the_scheduler_or_missing_is_not_read_as_the_state():
     rng = random.Random(7)
-    ref, arm = _units("ref", _starts(rng, 4), at="spare"), _units("arm", _starts(rng, 4), at="spare")
+    ref, arm = probed_units("ref", _starts(rng, 4), at="spare"), probed_units("arm", _starts(rng, 4), at="spare")
     assert hoststate.compare_state(ref, arm) is None
     assert covariate.compare_host(ref, arm, "state") is None  # the caller reads the start values unadjusted
     assert "**not adjusted**" in covariate.model_of(ref, arm, "state", "step_ms_b1")
@@ -255,9 +226,9 @@ def test_placements_read_the_fast_state_values_and_cannot_place_an_arm_that_neve
     rng = random.Random(8)
     lab = _Lab(
         {
-            "good": _units("good", _starts(rng, 5)),
-            "bad": _units("bad", _starts(rng, 5, effect=0.1)),
-            "slow": _units("slow", _starts(rng, 5, always_slow=True)),
+            "good": probed_units("good", _starts(rng, 5)),
+            "bad": probed_units("bad", _starts(rng, 5, effect=0.1)),
+            "slow": probed_units("slow", _starts(rng, 5, always_slow=True)),
         }
     )
     arms = [sim_arm(n, (n,)) for n in ("good", "bad", "slow")]
@@ -273,9 +244,9 @@ def test_placements_read_the_fast_state_values_and_cannot_place_an_arm_that_neve
     # third was placed against bad though compare_state refuses that pair)
     pair = _Lab(
         {
-            "good": _units("good", _starts(random.Random(9), 6)),
-            "bad": _units("bad", _starts(random.Random(10), 6, probe_factor=1.22)),
-            "third": _units("third", _starts(random.Random(11), 6, probe_factor=0.82)),
+            "good": probed_units("good", _starts(random.Random(9), 6)),
+            "bad": probed_units("bad", _starts(random.Random(10), 6, probe_factor=1.22)),
+            "third": probed_units("third", _starts(random.Random(11), 6, probe_factor=0.82)),
         }
     )
     g3, b3, t3 = (sim_arm(n, (n,)) for n in ("good", "bad", "third"))

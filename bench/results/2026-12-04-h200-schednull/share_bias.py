@@ -4,7 +4,6 @@ review and after (the review's simulation; tests/bench/test_hoststate.py asserts
     .venv-ci/bin/python bench/results/2026-12-04-h200-schednull/share_bias.py > bench/results/2026-12-04-h200-schednull/share_bias.txt
 """
 
-import math
 import random
 import statistics
 import sys
@@ -12,44 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench import hoststate, store
+from bench import hoststate
+from bench.simulate import probed_units, switching_starts
 from bench.stats import IMPROVEMENT, REGRESSION
-
-SLOW = 1.75
-
-
-Starts = list[list[tuple[float, float]]]
-
-
-def starts(rng: random.Random, n: int, p_slow: float, switch: float = 0.5, reps: int = 10) -> Starts:
-    """As tests/bench/test_hoststate.py's _markov: half the repetitions may span a switch."""
-    out: Starts = []
-    for _ in range(n):
-        slow, rs = rng.random() < p_slow, []
-        for _ in range(reps):
-            share = float(slow)
-            if rng.random() < switch:
-                new = rng.random() < p_slow
-                if new != slow:
-                    share, slow = rng.random(), new
-            f = 1 + (SLOW - 1) * share
-            rs.append((4.0 * f * math.exp(rng.gauss(0, 0.025)), 110.0 * f * math.exp(rng.gauss(0, 0.04))))
-        out.append(rs)
-    return out
-
-
-def units(name: str, ss: Starts) -> list[store.Unit]:
-    return [
-        store.Unit(
-            arm_key=name,
-            round=i,
-            start_id=f"{name}{i}",
-            arm=name,
-            reps=[{"step_ms_b1": y, store.PROBE_METRIC: p} for y, p in r],
-            host_probe={"at": "scheduler", "cpu": 3},
-        )
-        for i, r in enumerate(ss)
-    ]
 
 
 def quantile_only(st: Sequence[Sequence[tuple[float, float]]]) -> float | None:
@@ -71,7 +35,7 @@ for label, level, ratio in (
     named = refused = 0
     ratios, levels = [], []
     for _ in range(200):
-        r, a = units("ref", starts(rng, 30, 0.4)), units("arm", starts(rng, 30, 0.8))
+        r, a = probed_units("ref", switching_starts(rng, 30, 0.4)), probed_units("arm", switching_starts(rng, 30, 0.8))
         c = hoststate.compare_state(r, a)
         sa, sb = hoststate.arm_state(r, "step_ms_b1"), hoststate.arm_state(a, "step_ms_b1")
         assert c is not None and sa is not None and sb is not None

@@ -428,8 +428,9 @@ def spread_mixed(groups: Sequence[Sequence[Sequence[tuple[float, float]]]], cova
     return Spread(len(starts), sd(0), sd(1), slope, fit.se[-1])
 
 
-# --adjust X: the covariate it reads; the probe's (host) falls back to the per-start fit where repetitions lack it
-COVARIATES = {"host": PROBE, "steal": "host_steal_pct", "wait": "sched_wait_pct", "state": PROBE}
+# --adjust X: the covariate it reads; the probe's (host) falls back to the per-start fit where repetitions lack it.
+# (--adjust state fits no covariate: bench.hoststate reads the probe's states)
+COVARIATES = {"host": PROBE, "steal": "host_steal_pct", "wait": "sched_wait_pct"}
 
 
 def compare_host(

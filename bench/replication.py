@@ -79,7 +79,8 @@ class Policy:
     # "obf" / "pocock" Lan-DeMets spending, "bonferroni" the earlier alpha / looks at every look.
     spending: str = "pocock"
     step: int = 1  # starts per arm between planned looks
-    # "host" / "steal" / "wait": verdicts at a fixed probe speed, steal or run-queue wait (bench.covariate.COVARIATES)
+    # "host" / "steal" / "wait": verdicts at a fixed probe speed, steal or run-queue wait (bench.covariate.COVARIATES);
+    # "state": on the repetitions in the host's fast state (bench.hoststate)
     adjust: str = "none"
 
     @property

@@ -697,7 +697,6 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
     lines.append("")
     if pol.adjust != "none":
         # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
-        cov = covariate.COVARIATES[pol.adjust]
         lines += [
             (
                 f"Read with `--adjust state` (each start's value over its repetitions in the host's fast state, "
@@ -705,7 +704,7 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
                 f"with fewer than {hoststate.MIN_FAST_REPS} has none; cannot tell where the arms' levels are more "
                 f"than {hoststate.SAME_STATE}x apart):"
                 if pol.adjust == "state"
-                else f"Read with `--adjust {pol.adjust}` (covariate `{cov}`; adjusted only where the arms' covariate "
+                else f"Read with `--adjust {pol.adjust}` (covariate `{covariate.COVARIATES[pol.adjust]}`; adjusted only where the arms' covariate "
                 f"difference, bounded at {covariate.BALANCE_CONFIDENCE:.0%}, times the slope stays below half the "
                 f"minimum effect, else cannot tell):"
             ),

@@ -79,7 +79,9 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
       while read -r f; do
         d=$(dirname "${f#./}")
         [ -e "$RES/$d" ] && continue
-        mkdir -p "$RES/$(dirname "$d")" && cp -r "$RESUME_FROM/$d" "$RES/$d" && echo "resuming $d from $RESUME_FROM/$d"
+        # beside, then renamed: a call killed mid-copy leaves no cut store that the next call would keep
+        mkdir -p "$RES/$(dirname "$d")" && rm -rf "$RES/$d.part" && cp -r "$RESUME_FROM/$d" "$RES/$d.part" \
+          && mv "$RES/$d.part" "$RES/$d" && echo "resuming $d from $RESUME_FROM/$d"
       done < <(cd "$RESUME_FROM" && find . -mindepth 2 -maxdepth 3 -name results.jsonl -size +0c | sort)
     fi
     pids=()

@@ -77,6 +77,9 @@ def test_resume_from_brings_back_nested_run_dirs_and_keeps_what_the_machine_has(
         (rec / d / "results.jsonl").write_text(text)
     (res / "kimi_null").mkdir(parents=True)
     (res / "kimi_null" / "results.jsonl").write_text("the machine's own\n")
+    # what a call killed mid-copy left: the copy goes beside and is renamed, so a cut one is never kept
+    (res / "kimi_speed/eagle.part").mkdir(parents=True)
+    (res / "kimi_speed/eagle.part/results.jsonl").write_text('{"cut')
     env_extra = {"DRY": "1", "RES": str(res), "RESUME_FROM": str(rec)}
     env = {"PATH": f"{_python3_without_sglang(tmp_path)}:/usr/bin:/bin", "OUT": str(tree / "out"), "HOME": str(tree)}
     p = subprocess.run(
@@ -92,4 +95,5 @@ def test_resume_from_brings_back_nested_run_dirs_and_keeps_what_the_machine_has(
     assert (res / "kimi_speed/plain/results.jsonl").read_text() == "p\n"
     assert (res / "kimi_null/results.jsonl").read_text() == "the machine's own\n"
     assert not (res / "train").exists()
+    assert not (res / "kimi_speed/eagle.part").exists()
     assert "resuming kimi_speed/eagle from" in p.stdout and "resuming kimi_null" not in p.stdout

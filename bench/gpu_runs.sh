@@ -72,6 +72,9 @@
 #   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft and plain decoding, pristine
 #                (dummy_init_normal only) and the full set, 3 starts each, no phase timing in either (the EAGLE
 #                arms of kimi_trained ran with it, the plain ones without), then kimi_speed/summary.md
+#   kimi_train5  the proxy's draft trained over 5 steps of training-time test (kimi_train's sequences)
+#   kimi_speed5  kimi_speed with that draft at steps 5 / 6 draft tokens (a perfect draft then yields 6 tokens a
+#                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding
 #   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
 #                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
@@ -79,7 +82,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_train5|kimi_speed5|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -157,11 +160,12 @@ server_seqs() {  # MODEL_DIR PROMPTS SERVER_ARGS...
 }
 # train-draft for one draft config of a model dir on the server's sequences (bench/train_draft.py; its
 # defaults are the GPU's), after server_seqs
-train_draft() {  # MODEL_DIR DRAFT EXTRA...
-  local dir=$1 draft=$2; shift 2
-  run $PY -m bench train-draft "$dir" --draft "$draft" --eval-prompts 32 --sequences "$dir/server_seqs.json" \
+train_draft() {  # MODEL_DIR DRAFT [--out DIR] EXTRA...
+  local dir=$1 draft=$2 out=$1/${2}_trained; shift 2
+  [ "${1:-}" = --out ] && { out=$2; shift 2; }
+  run $PY -m bench train-draft "$dir" --draft "$draft" --out "$out" --eval-prompts 32 --sequences "$dir/server_seqs.json" \
     ${DRY:+--dry-run} "$@"
-  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$dir/${draft}_trained/train.json" "$OUT/train/$(basename "$dir")-$draft.json"; }
+  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$out/train.json" "$OUT/train/$(basename "$dir")-$(basename "$out").json"; }
 }
 # ARGS = the array named ARRAY with the value after each FLAG replaced
 replace_args() {  # ARRAY FLAG=VALUE...
@@ -201,6 +205,12 @@ kimi_dir() { [ -f "$KIMI/target/config.json" ] || $PY -m bench tinymodel "$KIMI"
 # SA for the proxy with its trained draft (kimi_train first), into ARGS
 kimi_trained_args() { kimi_dir; spec_args "$KIMI" "${KIMI_MEMF:-0.45}"; with_trained "$KIMI" draft; }
 # RESUME = --resume DIR when DIR holds a store: a second call goes on where the time budget stopped the run
+# the proxy with the draft trained over 5 steps (kimi_train5), served at steps 5 and 6 draft tokens, into ARGS
+kimi_long_args() {
+  kimi_dir; spec_args "$KIMI" "${KIMI_MEMF:-0.45}"; with_trained "$KIMI" draft5
+  local long=("${ARGS[@]}")
+  replace_args long --speculative-num-steps=5 --speculative-num-draft-tokens=6
+}
 resume_from() { RESUME=(); [ -s "$1/results.jsonl" ] && RESUME=(--resume "$1"); return 0; }
 # the runs read in the host's fast state on the proxy (bench.hoststate; after kimi_train)
 KS=(--host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 --reps-per-start "${REPS:-5}"
@@ -264,6 +274,14 @@ case "$step" in
     replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
     train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
+  kimi_train5)
+    # the same draft config trained over 5 steps of training-time test (kimi_speed5 serves it at steps 5), on the
+    # same sequences (kimi_train's, or SEQS_FROM's)
+    kimi_dir
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
+    server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
+    train_draft "$KIMI" draft --out "$KIMI/draft5_trained" --steps 5 --prompts "${TRAIN_PROMPTS:-512}" \
+      --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
   draft_check)
     # the CUDA generator's values: the CPU tests prove the same code on the CPU's (tests/bench/test_train_draft.py)
     kimi_dir
@@ -358,6 +376,24 @@ case "$step" in
     done
     compare "$OUT/kimi_speed/plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_speed/summary.md" \
       "$OUT/kimi_speed/eagle" ;;
+  kimi_speed5)
+    # issue 17's 1.5x with a longer chain: the draft trained over 5 steps (kimi_train5) served at steps 5, topk 1,
+    # 6 draft tokens, pristine and the full set, 3 starts each, no phase timing; plain decoding is kimi_speed's
+    # (its run is resumed, so a call finds it done or finishes it); then kimi_speed5/summary.md
+    kimi_long_args
+    t0=$(date +%s)
+    for kind in eagle plain; do
+      run_dir=$OUT/kimi_speed5/eagle
+      [ "$kind" = plain ] && { replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"; run_dir=$OUT/kimi_speed/plain; }
+      resume_from "$run_dir"
+      left=$(( BUDGET - ($(date +%s) - t0) ))
+      [ "$left" -lt 120 ] && { echo "kimi_speed5: ${left}s left, $kind not started: call the step again" >&2; exit 0; }
+      run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
+        --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --time-budget "$left" --restarts "${MAXS:-3}" \
+        --max-starts "${MAXS:-3}" "${RESUME[@]}" --out "$run_dir" -- "${ARGS[@]}"
+    done
+    compare "$OUT/kimi_speed/plain" "$KIMI/draft5_trained/train.json" "$OUT/kimi_speed5/summary.md" \
+      "$OUT/kimi_speed5/eagle" ;;
   kimi_stateprof)
     kimi_trained_args
     resume_from "$OUT/kimi_stateprof"

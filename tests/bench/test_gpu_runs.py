@@ -18,7 +18,7 @@ SCRIPT = ROOT / "bench" / "gpu_runs.sh"
 # oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
 NO_DRY_RUN = {"oea", "importtime"}
 # no server either: they train drafts (bench train-draft --dry-run plans them), tested below
-TRAINING = {"train", "train_edge", "kimi_train", "draft_check"}
+TRAINING = {"train", "train_edge", "kimi_train", "kimi_train5", "draft_check"}
 
 
 def _steps() -> list[str]:
@@ -296,6 +296,28 @@ def test_kimi_train_takes_carried_sequences_instead_of_a_server_start(tiny, sgla
     assert f"server_seqs: using {carried}/kimi-server_seqs.json (carried), no server start" in p.stderr
     assert "server-seqs plan" not in p.stdout and not _launches(p.stdout)
     assert f"--sequences {kimi}/server_seqs.json" in p.stderr
+
+
+def test_the_long_chain_steps_train_over_5_steps_and_serve_at_5_steps_6_tokens(tiny, sglang_tree, tmp_path):
+    """kimi_train5 trains the proxy's draft config over 5 steps of training-time test into draft5_trained, on
+    kimi_train's sequences; kimi_speed5 serves that draft at steps 5 / 6 draft tokens (pristine and full) and
+    compares it with kimi_speed's plain decoding run, not a second one."""
+    kimi, out = tmp_path / "kimi", tmp_path / "o"
+    p = _dry_kimi("kimi_train5", tiny, kimi, sglang_tree, out)
+    assert p.returncode == 0, p.stderr
+    assert "5 steps of training-time test" in p.stdout and f"out: {kimi}/draft5_trained" in p.stdout
+    assert f"--draft draft --out {kimi}/draft5_trained " in p.stderr and "--steps 5 --prompts 512" in p.stderr
+    p = _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out)
+    assert p.returncode == 0, p.stderr
+    spec = [x for x in _launches(p.stdout) if "--speculative-algorithm EAGLE3" in x]
+    plain = [x for x in _launches(p.stdout) if "--speculative-algorithm" not in x]
+    assert len(spec) == 2 and len(plain) == 2
+    for x in spec:
+        assert f"--speculative-draft-model-path {kimi}/draft5_trained --speculative-draft-load-format safetensors" in x
+        assert "--speculative-num-steps 5 --speculative-eagle-topk 1 --speculative-num-draft-tokens 6 " in x
+    assert all(f"--model-path {kimi}/target " in x and "--mem-fraction-static 0.45 " in x for x in spec + plain)
+    assert f"--out {out}/kimi_speed5/eagle " in p.stderr and f"--out {out}/kimi_speed/plain " in p.stderr
+    assert p.stderr.count("--no-phase-timing --metric tok_s_b1") == 2
 
 
 def test_draft_check_compares_both_targets_on_the_gpu(tiny, sglang_tree, tmp_path):

@@ -141,7 +141,7 @@ def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[
     files = []
     for i, (_, diff) in enumerate(diffs):
         files.append(scratch.parent / f"change-{i}.patch")
-        write_plain(files[-1], diff.body)
+        write_plain(files[-1], diff.applicable)
     res = git_outside_repo(
         "apply", "--verbose", "--whitespace=nowarn", *(["--reverse"] if reverse else []), *map(str, files), cwd=scratch
     )
@@ -165,7 +165,7 @@ def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[
 
 def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool) -> str:
     pfile = scratch.parent / "change.patch"
-    write_plain(pfile, diff.body)
+    write_plain(pfile, diff.applicable)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
     res = git_outside_repo(*args, cwd=scratch)
     out = res.stdout + res.stderr

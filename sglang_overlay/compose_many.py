@@ -74,10 +74,10 @@ def _prepare(k: int, base: Mapping[str, bytes | None], patches: list[Change]) ->
     names = {f: f"{k}.{i}" for i, f in enumerate(dict.fromkeys([*base, *(f for p in patches for f in p.files)]))}
     moved = []
     for _, diff in diffs_of(patches):
-        body = move_paths(diff.body, {f.encode(): n.encode() for f, n in names.items()})
+        body = move_paths(diff.applicable, {f.encode(): n.encode() for f, n in names.items()})
         if body is None:
             return None
-        moved.append(body if body.endswith(b"\n") else body + b"\n")
+        moved.append(body)
     return _Ready(k, base, patches, names, [(n, d.files) for n, d in diffs_of(patches)], b"".join(moved))
 
 

@@ -48,13 +48,14 @@ def git(
             ["git", *args],
             cwd=cwd,
             capture_output=True,
-            text=True,
             env=_clean_env(env),
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
     except FileNotFoundError:
         raise OverlayError("git is not installed", hint="install git (apt-get install git)") from None
-    res = GitResult(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+    # decoded by hand: text=True would translate newlines, and a diff of a line ending in CR would lose the CR
+    # (refresh wrote a patch that no longer matched the file it was taken from)
+    res = GitResult(tuple(args), proc.returncode, _text(proc.stdout), _text(proc.stderr))
     if proc.returncode < 0:  # git itself was stopped: a Ctrl-C reaches the whole process group
         if -proc.returncode in SIGNALS:
             raise Interrupted(-proc.returncode)
@@ -63,8 +64,12 @@ def git(
             hint="run the command again",
         )
     if check and proc.returncode != 0:
-        raise OverlayError(res.describe(), hint=os_fix_in(proc.stderr, str(cwd)))
+        raise OverlayError(res.describe(), hint=os_fix_in(res.stderr, str(cwd)))
     return res
+
+
+def _text(out: bytes) -> str:
+    return out.decode("utf-8", errors="replace")
 
 
 # A user's or the system's git configuration and attributes must not change what a patch program writes:

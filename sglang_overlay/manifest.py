@@ -934,6 +934,15 @@ def _parse_profile(ctx: _Ctx, name: str, raw: Any) -> EnvProfile:
     for var, spec in ctx.optional_mapping(f"{where}.vars", raw.get("vars")).items():
         if not ENV_NAME_RE.fullmatch(str(var)):
             raise ctx.fail(f"{where}.vars", f"{var!r} is not an environment variable name")
+        if str(var) == "PYTHONPATH" or str(var).startswith("SGLANG_OVERLAY_"):
+            # launch sets these itself (the patched tree first on the path; the set's fingerprint and profile
+            # name): a profile's value would never reach the server, yet it would change the fingerprint
+            raise ctx.fail(
+                f"{where}.vars.{var}",
+                f"{var} is set by launch itself, so a profile cannot set it",
+                "remove it from the profile (for PYTHONPATH: export it before launch; launch keeps it after the "
+                "tree's own entry)",
+            )
         spec = ctx.mapping(f"{where}.vars.{var}", spec)
         ctx.check_keys(f"{where}.vars.{var}", spec, PROFILE_VAR_KEYS)
         if "value" not in spec:

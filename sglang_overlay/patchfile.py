@@ -71,6 +71,12 @@ class PatchFile:
     def digest(self) -> str:
         return hashlib.sha256(self.body).hexdigest()
 
+    @property
+    def applicable(self) -> bytes:
+        """The body as `git apply` is given it: a file saved without its last newline is a corrupt patch to git,
+        while check and apply must take or refuse the same files."""
+        return self.body if self.body.endswith(b"\n") else self.body + b"\n"
+
 
 def split_header(text: str) -> tuple[str, str]:
     """(header, diff). The header ends at a line `---` alone or where the first diff starts."""

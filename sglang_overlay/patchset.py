@@ -117,8 +117,10 @@ def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) 
             removed.update(members)
         else:
             chosen.extend(x for x in members if x not in chosen)
-    if not close:
+            removed.difference_update(members)  # taken out, then named again: it is in
+    if not close and not removed:
         return PatchSet(text, tuple(chosen))
+    # checked with close=False too: `apply --set E` closes the set later, and would put back what E takes out
     patches = _closure(m, flag, text, chosen)
     back = [p for p in patches if p in removed]
     if back:
@@ -127,7 +129,7 @@ def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) 
             f"{flag} {text}: {', '.join(back)} cannot be left out: it is required by {', '.join(needs)}",
             hint=f"take out {', '.join(needs)} too",
         )
-    return PatchSet(text, patches)
+    return PatchSet(text, patches if close else tuple(chosen))
 
 
 def from_options(

@@ -306,6 +306,84 @@ def test_refresh_captures_edits_of_an_overlay_file(sglang_tree, tmp_path):
     assert "no hand edits" in (run("apply", "fx_overlay") and run("refresh", "fx_overlay")).stdout
 
 
+def _project_cli(proj: Path, tree: Path):
+    def run(*a, rc=0):
+        return run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(tree), *a, check_rc=rc)
+
+    return run
+
+
+DSV2 = "python/sglang/srt/models/deepseek_v2.py"
+
+
+def test_refresh_under_a_later_patch_that_writes_other_files_too(sglang_tree, tmp_path):
+    """The `oea` preset: oea_topk shares deepseek_v2.py with deepseek_v2 and writes five other files. Taking it
+    off the edited file to isolate deepseek_v2's edits needs those files as the set made them: refresh had
+    refused every edit of deepseek_v2 under that preset ("the file is not in the tree")."""
+    from conftest import copy_project
+
+    proj = copy_project(tmp_path / "proj")
+    run = _project_cli(proj, sglang_tree)
+    run("apply", "--set", "oea")
+    oea_before = (proj / "patches/oea_topk.patch").read_bytes()
+    f = sglang_tree / DSV2
+    lines = f.read_text().splitlines(keepends=True)
+    f.write_text("".join(lines[:5] + ["# my edit\n"] + lines[5:]))
+    assert "refreshed deepseek_v2: 1 file(s) updated" in run("refresh", "deepseek_v2").stdout
+    assert "\n+# my edit\n" in (proj / "patches/deepseek_v2.patch").read_text()
+    assert (proj / "patches/oea_topk.patch").read_bytes() == oea_before
+    st = json.loads(run("status", "--json").stdout)
+    assert st["drifted_files"] == [] and "oea_topk" in st["applied"]
+    run("revert", "--all")
+    assert git_status(sglang_tree) == ""
+    run("apply", "--set", "oea")
+    assert "# my edit\n" in f.read_text()
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_refresh_refuses_a_file_that_is_not_regular_before_writing_any_patch(sglang_tree, tmp_path, kind):
+    """A directory (or a link) where the patch's file was read as no file: refresh rewrote the patch as that file's
+    deletion, then exited 2; put back, the "stale" patch deleted the file on the next apply."""
+    from conftest import copy_project
+
+    proj = copy_project(tmp_path / "proj")
+    run = _project_cli(proj, sglang_tree)
+    run("apply", "llama_eagle3")
+    before = (proj / "patches/llama_eagle3.patch").read_bytes()
+    f = sglang_tree / "python/sglang/srt/models/llama_eagle3.py"
+    keep = tmp_path / "kept.py"
+    f.rename(keep)
+    if kind == "directory":
+        f.mkdir()
+    else:
+        f.symlink_to(keep)
+    res = run("refresh", "llama_eagle3", rc=2)
+    assert "llama_eagle3.py" in res.stderr and "Traceback" not in res.stderr
+    assert (proj / "patches/llama_eagle3.patch").read_bytes() == before
+    f.rmdir() if kind == "directory" else f.unlink()
+    keep.rename(f)
+    st = json.loads(run("status", "--json").stdout)
+    assert st["drifted_files"] == [] and {p["name"]: p["state"] for p in st["patches"]}["llama_eagle3"] == "applied"
+
+
+def test_refresh_and_diff_keep_a_carriage_return(sglang_tree, tmp_path):
+    """A line ending in CR LF: git's output was read with newline translation, so refresh wrote the line
+    without its CR, then refused (drift) with a hint to run refresh again."""
+    from conftest import copy_project
+
+    proj = copy_project(tmp_path / "proj")
+    run = _project_cli(proj, sglang_tree)
+    run("apply", "llama_eagle3")
+    f = sglang_tree / "python/sglang/srt/models/llama_eagle3.py"
+    f.write_bytes(f.read_bytes() + b"X = 1\r\n")
+    run("refresh", "llama_eagle3")
+    assert b"\n+X = 1\r\n" in (proj / "patches/llama_eagle3.patch").read_bytes()
+    assert json.loads(run("status", "--json").stdout)["drifted_files"] == []
+    run("revert", "--all")
+    run("apply", "llama_eagle3")
+    assert f.read_bytes().endswith(b"X = 1\r\n")
+
+
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed by .ci/run)")
 def test_the_next_command_undoes_a_killed_one_then_decides_on_what_is_left(sglang_tree, tmp_path):
     """Killed as the journal of `revert --all` is removed (all files and the state already written): the next

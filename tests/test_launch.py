@@ -347,3 +347,66 @@ def test_bad_option_values_are_exit_2(project, sglang_tree, option, value, messa
         env=base_env(),
     )
     assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_port_that_already_answers_is_refused_before_the_tree_changes(project, sglang_tree):
+    """Another server on the port (yesterday's, another set's) answered /health for the new one, whose URL and
+    fingerprint were then announced, before it failed to bind."""
+    port = free_port()
+    other = subprocess.Popen(
+        [sys.executable, "-m", "fake_server", "--port", str(port)],
+        env=base_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        before = tree_snapshot(sglang_tree)
+        man = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree))
+        res = run_cli(*man, "launch", "--set", "default", "--", "--port", str(port), env=base_env())
+        assert res.returncode == 2 and f"already listens on 127.0.0.1:{port}" in res.stderr, res.stderr
+        assert res.stdout == "" and tree_snapshot(sglang_tree) == before
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999"])
+def test_a_port_out_of_range_is_exit_2(project, sglang_tree, port):
+    man = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree))
+    res = run_cli(*man, "launch", "--dry-run", "--", "--port", port, env=base_env())
+    assert res.returncode == 2 and f"--port '{port}' is not a port number" in res.stderr, res.stderr
+
+
+def test_hand_edits_stop_launch_unless_forced(project, sglang_tree, tmp_path):
+    """docs/launch.md: hand-edited files stop it. The switch keeps an edit the set does not rewrite (as apply
+    does), and the server had started on it under the clean set's fingerprint."""
+    man = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree))
+    run_cli(*man, "apply", "--set", "default", check_rc=0)
+    f = sglang_tree / "python/sglang/srt/entrypoints/http_server.py"  # overlay_identity's file
+    f.write_text(f.read_text() + "# by hand\n")
+    for dry in (["--dry-run"], []):
+        res = run_cli(*man, "launch", *dry, "--set", "default", "--", "--port", str(free_port()), env=base_env())
+        assert res.returncode == 1 and "refusing to launch: 1 file(s) drifted" in res.stderr, res.stderr
+        assert "--force" in res.stderr and res.stdout == ""
+    assert f.read_text().endswith("# by hand\n")
+    log = tmp_path / "s.log"
+    res = run_cli(
+        *man,
+        "launch",
+        "--force",
+        "--log",
+        str(log),
+        "--",
+        "--port",
+        str(free_port()),
+        env=base_env(FAKE_SERVER_MODE="die"),
+    )
+    assert "warning: launching with hand edits in" in res.stderr and "does not cover them" in res.stderr
+    assert f.read_text().endswith("# by hand\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -242,6 +243,17 @@ CASES = {
             "drop it from one of the two lists",
         ],
     ),
+    # launch sets both itself: the profile's value never reached the server, yet it changed the fingerprint
+    "env profile sets PYTHONPATH": (
+        lambda d: d["env_profiles"]["fx_profile"]["vars"].update(PYTHONPATH={"value": "/opt/x", "why": "t"}),
+        ["env_profiles.fx_profile.vars.PYTHONPATH", "set by launch itself", "export it before launch"],
+    ),
+    "env profile sets the tool's own variable": (
+        lambda d: d["env_profiles"]["fx_profile"]["vars"].update(
+            SGLANG_OVERLAY_FINGERPRINT={"value": "pinned", "why": "t"}
+        ),
+        ["env_profiles.fx_profile.vars.SGLANG_OVERLAY_FINGERPRINT", "set by launch itself"],
+    ),
     "preset names a patch twice": (
         lambda d: d["presets"].update(args=["fx_args_a", "fx_args_b", "fx_args_a"]),
         ["presets.args: names 'fx_args_a' twice", "list 'fx_args_a' once"],
@@ -305,6 +317,17 @@ def test_corrupt_patch_file_is_a_clear_error(project):
     p.write_text(text.replace("@@ -", "@@ -x", 1))
     err = status_fails(project)
     assert "fx_topk.patch" in err and ("corrupt" in err or "no file diffs" in err)
+
+
+def test_a_patch_without_its_last_newline_is_taken_by_check_and_apply_alike(project, sglang_tree):
+    """check appended the missing newline and passed; apply gave git the file as it is ("corrupt patch") and
+    failed: CI green for a set users could not apply."""
+    p = project / "patches" / "fx_topk.patch"
+    p.write_bytes(p.read_bytes().rstrip(b"\n"))
+    man = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree))
+    run_cli(*man, "check", check_rc=0, env={"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"})
+    run_cli(*man, "apply", "fx_topk", check_rc=0)
+    assert json.loads(run_cli(*man, "status", "--json", check_rc=0).stdout)["drifted_files"] == []
 
 
 def test_patch_without_description_header(project):

@@ -72,6 +72,21 @@ def test_bad_expressions_name_the_token_and_the_fix(m, expr, token, fix):
     assert e.value.exit_code == EXIT_BAD_INPUT
 
 
+def test_a_name_taken_out_then_named_again_is_in(m):
+    """`-x` then `+x`: x is in, and nothing is refused for it (the refusal named no requirer and no fix)."""
+    assert resolve(m, "fx_common,fx_args_a-fx_args_a+fx_args_a").patches == ("fx_args_a", "fx_common")
+
+
+def test_apply_set_refuses_what_it_would_put_back(sglang_tree):
+    """`apply --set E` closes the set after resolving it: a required patch E takes out would come back
+    quietly, while launch and fingerprint refuse E. Refused the same way, and the tree unchanged."""
+    tree = ("--tree", str(sglang_tree))
+    for cmd in (("fingerprint",), ("launch", "--dry-run"), ("apply",)):
+        res = _cli(*tree, *cmd, "--set", "fx_common,fx_args_a-fx_args_a", rc=2)
+        assert "fx_args_a cannot be left out: it is required by fx_common" in res.stderr, (cmd, res.stderr)
+    assert json.loads(_cli(*tree, "status", "--json", rc=0).stdout)["applied"] == []
+
+
 def test_command_line_forms(m):
     assert from_options(m, verb="x") is None
     assert from_options(m, names=["fx_topk,fx_args_b"], verb="apply", close=False).patches == ("fx_topk", "fx_args_b")

@@ -25,18 +25,20 @@ import math
 import os
 import re
 import shlex
+import socket
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 from ..env_overrides import warn_profile
-from ..errors import BadInput, os_failure
+from ..errors import BadInput, Drift, os_failure
 from ..fingerprint import fingerprint
 from ..pathlen import path_arg
 from ..progname import prog
 from ..switch import check_gates, switch, target_patches
 from ..tree import Tree
-from ..treeread import reading
+from ..treeread import drifted_files, reading
 from ._common import add_selection, open_tree, selection
 
 NAME = "launch"
@@ -134,13 +136,43 @@ def with_host(args: list[str]) -> list[str]:
 def server_url(args: list[str]) -> str:
     host = _option(args, "--host") or DEFAULT_HOST
     port = _option(args, "--port") or str(DEFAULT_PORT)
-    if not re.fullmatch(r"\d+", port):
-        raise BadInput(f"launch: --port {port!r} is not a port number")
+    if not re.fullmatch(r"\d+", port) or not 0 < int(port) < 65536:
+        raise BadInput(f"launch: --port {port!r} is not a port number", hint="give one from 1 to 65535")
     if host in ("0.0.0.0", "", "::"):
         host = DEFAULT_HOST  # listening everywhere: reach it (and report it) on this host's loopback
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{port}"
+
+
+def refuse_a_taken_port(url: str) -> None:
+    """Before the tree changes: a server already answering there would pass the health check as this one (which
+    then fails to bind), and its URL and fingerprint would be announced for a server that is not the set's."""
+    u = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=2):
+            pass
+    except OSError:
+        return
+    raise BadInput(
+        f"launch: something already listens on {u.hostname}:{u.port} (another server?): its /health would answer "
+        "for this one; the tree is unchanged",
+        hint="stop it, or give this server another --port",
+    )
+
+
+def refuse_hand_edits(tree: Tree, state, force: bool) -> None:
+    """A hand-edited file the set does not rewrite is kept by the switch (as apply keeps it), but a server started
+    on it is not the set its fingerprint names: launch refuses it, as it refuses the files the switch rewrites."""
+    edited = drifted_files(tree, state)
+    if edited and not force:
+        lines = [f"  {f}: changed by hand since sglang-overlay wrote it" for f in sorted(edited)]
+        raise Drift(
+            f"refusing to launch: {len(edited)} file(s) drifted in {tree.root}: the server would run the edits, "
+            "while the fingerprint it announces is the set's without them\n" + "\n".join(lines),
+            hint=f"keep the edits in their patch (`{prog()} refresh NAME`), undo them, or pass --force to launch "
+            "with them",
+        )
 
 
 def interpreter(tree: Tree, explicit: str | None) -> str:
@@ -214,6 +246,7 @@ def run(ctx, args) -> int:
     if args.dry_run:
         with reading(tree) as view:
             previous = view.state.applied
+            refuse_hand_edits(tree, view.state, args.force)
         if wanted is None:
             m.check_carried(previous)
         names = wanted if wanted is not None else m.closure(previous)
@@ -229,12 +262,21 @@ def run(ctx, args) -> int:
         print(shlex.join(argv))
         return 0
 
+    refuse_a_taken_port(url)
     with open_tree(ctx) as txn:  # the set is decided on the state as it is under the lock
         previous = txn.state.applied
         if wanted is None:
             m.check_carried(previous)
         names = wanted if wanted is not None else m.closure(previous)
+        refuse_hand_edits(tree, txn.state, args.force)
         outcome = switch(txn, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
+        kept = sorted(drifted_files(tree, txn.state))  # --force: the edits the switch did not overwrite
+    if kept:
+        print(
+            f"sglang-overlay: warning: launching with hand edits in {', '.join(kept)} (--force): the fingerprint "
+            "announced below does not cover them",
+            file=sys.stderr,
+        )
     warn_profile(m, names, profile, server_args)
     fp = fingerprint(m, names, profile)
     env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)

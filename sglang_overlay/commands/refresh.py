@@ -50,6 +50,10 @@ def run(ctx, args) -> int:
                 f"{patch.name} is not applied, so there are no edits of it to capture",
                 hint=f"`{prog()} apply {patch.name}`, edit its files, then refresh",
             )
+        # refused before any patch file is written: a directory or link there reads as "no file", and the
+        # patch would be rewritten as that file's deletion
+        for f in (*(patch.diff.files if patch.diff else ()), *patch.overlay):
+            tree.managed_file(f)
         updates = _captured(m, tree, txn, patch)
         for path, data in updates.items():
             try:
@@ -87,6 +91,13 @@ def _captured(m, tree, txn, patch) -> dict[Path, bytes]:
     old = compose(base, before).contents
     now = {f: read_file(tree, f) for f in diff_files}
     later = [p for p in after if set(p.files) & set(diff_files)]
+    # A later patch sharing a file may write others too: they must be present, as the applied set made them (not
+    # as the tree has them, whose hand edits there are no business of this refresh), for it to come off whole.
+    others = {f for p in later for f in p.files} - set(diff_files)
+    if others:
+        applied = m.changes(order)
+        made = compose({f: read(f) for p in applied for f in p.files}, applied).contents
+        now.update({f: made.get(f) for f in others})
     try:
         mine = compose(now, list(reversed(later)), reverse=True).contents if later else now
     except Conflict as e:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import BadInput
-from .manifest import Manifest
+from .errors import BadInput, ManifestError
+from .manifest import Manifest, load_manifest
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 
@@ -26,12 +26,25 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
         raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
     if not path.is_file():
-        known = ", ".join(v for v, _ in all_pins(top))
+        known = ", ".join([top.pin.version, *(d.name for d in _pin_dirs(top))])
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
             hint=f"pins here: {known}; `{prog()} rebase {version}` makes one",
         )
-    return _inside(top, path, f"--pin {version}")
+    return _pins_its_version(_inside(top, path, f"--pin {version}"), version)
+
+
+def _pins_its_version(path: Path, version: str) -> Path:
+    """The directory's name is the one thing `--pin` and `check --all-pins` go by: a copy of another pin's
+    directory (its manifest pinning that release) would be used, and reported green, as the wrong release."""
+    pinned = load_manifest(path).pin.version
+    if pinned != version:
+        raise ManifestError(
+            f"{path}: pin.version is {pinned}, but its directory names the pin for {version}",
+            hint=f"a pin's directory is named after its release: rename it to {PINS_DIR}/{pinned} (if there is "
+            f"none), or remove it and `{prog()} rebase {version}` to make the pin for {version}",
+        )
+    return path
 
 
 def _inside(top: Manifest, path: Path, label: str) -> Path:
@@ -51,9 +64,17 @@ def _inside(top: Manifest, path: Path, label: str) -> Path:
 def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     """(version, manifest path) of every pin of the project, the top level's first."""
     out = [(top.pin.version, top.path)]
-    folder = top.project_root / PINS_DIR
-    if folder.is_dir():
-        for d in sorted(folder.iterdir()):
-            if not d.name.startswith(".") and (d / "manifest.yaml").is_file() and d.name != top.pin.version:
-                out.append((d.name, _inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}")))
+    for d in _pin_dirs(top):
+        out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
     return out
+
+
+def _pin_dirs(top: Manifest) -> list[Path]:
+    folder = top.project_root / PINS_DIR
+    if not folder.is_dir():
+        return []
+    return [
+        d
+        for d in sorted(folder.iterdir())
+        if not d.name.startswith(".") and (d / "manifest.yaml").is_file() and d.name != top.pin.version
+    ]

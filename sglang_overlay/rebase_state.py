@@ -13,10 +13,12 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInput, StateError
-from .manifest import Proof
+from .manifest import PROOF_KEYS, Proof
 from .progname import prog
+from .repopath import check_repo_path
 from .state import Shape, read_own_file
 
 PROGRESS_VERSION = 1
@@ -38,6 +40,44 @@ def check_version_arg(version: str) -> str:
             f"rebase: {version!r} is not a release version", hint=f"name a release, e.g. `{prog()} rebase 0.5.23`"
         )
     return version
+
+
+def parse_proof(raw: Any, label: str, key: str, *, hint: str, error: type[BadInput] = BadInput) -> Proof:
+    """A proof the rebase keeps (in its progress file, or the one a user rewrites at a stop), checked as the
+    manifest's `proof:` is: the new pin's manifest is written from it at the end, where a proof that proves
+    nothing would fail to load long after the step that took it was recorded. `label` names the file, `key`
+    where the proof is in it ('' for a whole file)."""
+
+    def fail(sub: str, problem: str) -> BadInput:
+        full = " -> ".join(k for k in (key, sub) if k)
+        return error(f"{label}: key {full}: {problem}" if full else f"{label}: {problem}", hint=hint)
+
+    if not isinstance(raw, dict):
+        raise fail("", f"expected a mapping of {', '.join(PROOF_KEYS)}, got {raw!r:.80}")
+    extra = sorted(str(k) for k in raw if k not in PROOF_KEYS)
+    if extra:
+        raise fail("", f"unknown key(s) {', '.join(map(repr, extra))}")
+    file = _repo_path(raw.get("file"), f"{label}: key {' -> '.join(k for k in (key, repr('file')) if k)}", hint, error)
+    lists: dict[str, tuple[str, ...]] = {}
+    for name in ("symbols", "contains"):
+        value = raw.get(name)
+        if value is None:
+            value = []
+        # a string is a sequence too: taken as a list it became one `contains` line per character
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise fail(repr(name), f"expected a list of non-empty strings, got {value!r:.80}")
+        lists[name] = tuple(value)
+    if not lists["symbols"] and not lists["contains"]:
+        raise fail("", "names no symbols and no contains: it would prove nothing")
+    return Proof(file, lists["symbols"], lists["contains"])
+
+
+def _repo_path(value: Any, where: str, hint: str, error: type[BadInput]) -> str:
+    """check_repo_path, its error carrying this file's fix (its own says how to name a path in a manifest)."""
+    try:
+        return check_repo_path(value, where)
+    except BadInput as e:
+        raise error(str(e), hint=hint) from None
 
 
 def progress_path(project_root: Path, version: str) -> Path:
@@ -126,6 +166,10 @@ class Progress:
 
 
 def parse_progress(raw: bytes, path: Path) -> Progress:
+    """Every key type-checked: what is read here is indexed, iterated and written back into the new pin, so a
+    damaged file must fail here, naming its key (exit 2), not as a crash in a later step."""
+    from .carry import STOPS  # here: `--pin V status` imports this module (pins.py), and carry imports compose
+
     sh = Shape(path, "rebase progress", progress_fix())
     try:
         data = sh.load(raw.decode("utf-8"))
@@ -133,52 +177,78 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
     sh.keys(data, keys + ("started", "aborting", "source_files"))
-    if data.get("version") != PROGRESS_VERSION:
+    if data.get("version") != PROGRESS_VERSION or isinstance(data.get("version"), bool):
         raise sh.fail("'version'", f"{data.get('version')!r}, this tool reads {PROGRESS_VERSION}")
+    target = sh.get(data, "target", str)
+    if not VERSION_RE.fullmatch(target) or path.name != f".rebase-{target}.json":
+        raise sh.fail("'target'", f"{target!r:.80} is not the release this file is named for")
     order = tuple(sh.name(n, "'order'") for n in sh.get(data, "order", list))
+    if len(set(order)) != len(order):
+        raise sh.fail("'order'", "names a patch twice")
     nxt = sh.get(data, "next", int)
     if not 0 <= nxt <= len(order):
         raise sh.fail("'next'", f"{nxt} is outside the {len(order)} patches")
     results = {}
     for name, r in sh.get(data, "results", dict).items():
         key = f"'results'[{name!r}]"
+        where = f"{path}: rebase progress: key {key}"
         if name not in order or not isinstance(r, dict):
             raise sh.fail(key, "not a patch of the rebase, or not an object")
         sh.keys(r, ("status", "detail", "files", "proof", "stop"), key)
-        files = tuple((sh.repo_path(f[0], key), str(f[1])) for f in sh.get(r, "files", list))
+        files = []
+        for f in sh.get(r, "files", list):
+            if not (isinstance(f, list) and len(f) == 2 and isinstance(f[1], str)):
+                raise sh.fail(f"{key} -> 'files'", f"expected [repo path, status] pairs, got {f!r:.80}")
+            files.append((_repo_path(f[0], f"{where} -> 'files'", progress_fix(), StateError), f[1]))
         proof = None
         if r.get("proof") is not None:
-            pr = r["proof"]
-            proof = Proof(
-                sh.repo_path(pr.get("file"), key), tuple(pr.get("symbols") or ()), tuple(pr.get("contains") or ())
+            proof = parse_proof(
+                r["proof"], f"{path}: rebase progress", f"{key} -> 'proof'", hint=progress_fix(), error=StateError
             )
-        stop_why = str(r.get("stop") or "")
-        results[name] = Result(sh.get(r, "status", str), sh.get(r, "detail", str), files, proof, stop_why)
+        status = sh.get(r, "status", str)
+        if not status:
+            raise sh.fail(f"{key} -> 'status'", "empty")
+        stop_why = sh.get(r, "stop", str, optional=True) or ""
+        results[name] = Result(status, sh.get(r, "detail", str), tuple(files), proof, stop_why)
     stop = None
     if data.get("stop") is not None:
         s = sh.get(data, "stop", dict)
         sh.keys(s, ("kind", "patch", "files", "message"), "'stop'")
         if s.get("patch") not in order:
-            raise sh.fail("'stop' -> 'patch'", f"{s.get('patch')!r} is not a patch of the rebase")
+            raise sh.fail("'stop' -> 'patch'", f"{s.get('patch')!r:.80} is not a patch of the rebase")
+        kind = sh.get(s, "kind", str)
+        if kind not in STOPS:
+            raise sh.fail("'stop' -> 'kind'", f"{kind!r:.80} is not one of {', '.join(STOPS)}")
         stop = Stop(
-            sh.get(s, "kind", str),
+            kind,
             s["patch"],
-            tuple(sh.repo_path(f, "'stop' -> 'files'") for f in sh.get(s, "files", list)),
+            tuple(
+                _repo_path(f, f"{path}: rebase progress: key 'stop' -> 'files'", progress_fix(), StateError)
+                for f in sh.get(s, "files", list)
+            ),
             sh.get(s, "message", str),
         )
+    source_files = {}
+    for rel, digest in (sh.get(data, "source_files", dict, optional=True) or {}).items():
+        if not rel or rel.startswith("/"):
+            raise sh.fail("'source_files'", f"{rel!r:.80} is not a path relative to the project")
+        source_files[rel] = sh.digest(digest, f"'source_files' -> {rel!r:.80}", optional=False)
+    source = sh.get(data, "source", str)
+    if not source or source.startswith("/"):
+        raise sh.fail("'source'", f"{source!r:.80} is not a path relative to the project")
     return Progress(
-        check_version_arg(sh.get(data, "target", str)),
-        sh.get(data, "source", str),
+        target,
+        source,
         sh.get(data, "source_pin", str),
         sh.get(data, "wheel", str),
-        sh.get(data, "sha256", str),
+        sh.digest(data.get("sha256"), "'sha256'", optional=False),
         order,
         nxt,
         results,
         stop,
-        str(data.get("started") or ""),
-        data.get("aborting") is True,
-        {str(k): str(v) for k, v in sh.get(data, "source_files", dict).items()} if "source_files" in data else {},
+        sh.get(data, "started", str, optional=True) or "",
+        sh.get(data, "aborting", bool, optional=True) is True,
+        source_files,
     )
 
 

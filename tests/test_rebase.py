@@ -492,3 +492,147 @@ def test_a_source_pin_changed_during_the_rebase_is_refused_not_lost(tmp_path, ca
     assert "stopped  conflict         fx_args_b" in cli(proj, cache, "rebase", "--status", rc=0).stdout
     patch.write_bytes(old)
     cli(proj, cache, "rebase", "--skip", rc=0)
+
+
+# -- what a user leaves at a stop ---------------------------------------------------------------------------------
+def _resolve(proj: Path, version: str) -> None:
+    f = proj / ".sglang" / f"sglang-{version}" / SARGS
+    text = f.read_text()
+    start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>> patched")) + 1
+    f.write_text(text[:start] + "    # upstream wrote something else here\n    # fixture b: resolved\n" + text[end:])
+
+
+def test_an_editor_swap_or_backup_file_at_a_stop_is_refused_not_captured(tmp_path, cache, pin_source):
+    """Files the release does not have and the patch does not add are no part of a resolution: taken, a binary
+    swap file made a patch whose new manifest never loads (and was deleted from the tree); a .bak a new file."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    _resolve(proj, "9.0.2")
+    srt = proj / ".sglang" / "sglang-9.0.2" / "python/sglang/srt"
+    swap, bak = srt / ".server_args.py.swp", srt / "server_args.py.bak"
+    swap.write_bytes(b"b0VIM 9.0\x00\x00\x01\x02" * 64)
+    bak.write_bytes(pin_source.read(SARGS))
+    res = cli(proj, cache, "rebase", "--continue", rc=2)
+    assert f"{swap}" in res.stderr and f"{bak}" in res.stderr and "swap or backup" in res.stderr
+    assert "Traceback" not in res.stderr
+    # nothing recorded, nothing of the user's removed: the rebase still stands at the stop
+    assert "stopped  conflict         fx_args_b" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+    assert swap.is_file() and bak.is_file() and "fixture b: resolved" in (srt / "server_args.py").read_text()
+    swap.unlink()
+    bak.unlink()
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    patch = (proj / "pins" / "9.0.2" / "patches" / "fx_args_b.patch").read_text()
+    assert "swp" not in patch and ".bak" not in patch and "+    # fixture b: resolved" in patch
+
+
+def test_a_proof_rewritten_at_a_stop_is_checked_before_it_is_taken(tmp_path, cache, pin_source):
+    """A proof that proves nothing (no symbols, no contains; a string where a list goes: one line per character)
+    is refused at the stop, naming the file and the key, and the rebase stays there; not taken, to fail the new
+    manifest's load at the end forever."""
+    make_release(cache, pin_source, "9.0.4", **{KIMI: pin_text(pin_source, KIMI).replace("set_eagle3", "aux").encode()})
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.4", rc=1)
+    ask = proj / "pins" / ".rebase-9.0.4" / ".proofs" / "fx_kimi.yaml"
+    line = "self.language_model.aux_layers_to_capture(layer_ids)"
+    assert line in pin_text(pin_source, KIMI).replace("set_eagle3", "aux")
+    for text, words in [
+        (f"file: {KIMI}\n", "names no symbols and no contains"),
+        (f"file: {KIMI}\nsymbols: []\ncontains: []\n", "names no symbols and no contains"),
+        (f'file: {KIMI}\ncontains: "{line}"\n', "key 'contains': expected a list of non-empty strings"),
+        (f"file: {KIMI}\nsymbols: [1]\n", "key 'symbols': expected a list of non-empty strings"),
+        (f"file: {KIMI}\ncontains: ['  ']\n", "key 'contains': expected a list of non-empty strings"),
+        (f"file: /etc/passwd\ncontains: ['{line}']\n", "key 'file': path '/etc/passwd' is absolute"),
+        (f"file: {KIMI}\ncontains: ['{line}']\nline: 3\n", "unknown key(s) 'line'"),
+        (f"- {KIMI}\n", "expected a mapping of file, symbols, contains"),
+    ]:
+        ask.write_text(text)
+        res = cli(proj, cache, "rebase", "--continue", rc=2)
+        assert f"{ask}" in res.stderr and words in res.stderr and "Traceback" not in res.stderr, (text, res.stderr)
+        assert "stopped  proof-failed     fx_kimi" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+    ask.write_text(f"file: {KIMI}\ncontains: ['{line}']\n")
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    assert load_manifest(proj / "pins" / "9.0.4" / "manifest.yaml").patch("fx_kimi").proof.contains == (line,)
+
+
+# -- a damaged progress file --------------------------------------------------------------------------------------
+DAMAGES = [  # what is done to the progress file -> the key the error names
+    (lambda d: d["results"]["fx_topk"].update(proof="x"), "'results'['fx_topk'] -> 'proof'"),
+    (lambda d: d["results"]["fx_topk"].update(proof={"file": SARGS}), "'results'['fx_topk'] -> 'proof'"),
+    (lambda d: d["results"]["fx_topk"].update(files=[5]), "'results'['fx_topk'] -> 'files'"),
+    (lambda d: d["results"]["fx_topk"].update(files=[[5, "x"]]), "'results'['fx_topk'] -> 'files'"),
+    (lambda d: d["results"]["fx_topk"].update(stop=["x"]), "'stop'"),
+    (lambda d: d["stop"].update(kind="weird"), "'stop' -> 'kind'"),
+    (lambda d: d["stop"].update(files=[5]), "'stop' -> 'files'"),
+    (lambda d: d.update(aborting="yes"), "'aborting'"),
+    (lambda d: d.update(started=5), "'started'"),
+    (lambda d: d.update(source_files={"manifest.yaml": 5}), "'source_files'"),
+    (lambda d: d.update(sha256=None), "'sha256'"),
+    (lambda d: d.update(target="9.0.3"), "'target'"),
+    (lambda d: d.update(version=True), "'version'"),
+]
+
+
+def test_every_damaged_progress_shape_exits_2_and_abort_drops_it(tmp_path, cache, pin_source):
+    """Each malformed shape is bad input naming its key (never a crash), and `rebase --abort`, the way out the
+    hint names, works without reading the file: the release tree back as its git commit holds it."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    good = progress.read_text()
+    for damage, key in DAMAGES:
+        data = json.loads(good)
+        damage(data)
+        progress.write_text(json.dumps(data))
+        for args in (("rebase", "--continue"), ("rebase", "--status"), ("rebase", "--skip")):
+            res = cli(proj, cache, *args, rc=2)
+            assert f"{progress}" in res.stderr and key in res.stderr, (key, args, res.stderr)
+            assert "Traceback" not in res.stderr and "rebase --abort" in res.stderr
+    progress.write_text(good[: len(good) // 2])  # truncated
+    assert "not valid JSON" in cli(proj, cache, "rebase", "--continue", rc=2).stderr
+    (proj / ".sglang" / "sglang-9.0.2" / "python/sglang/srt/stray.py").write_text("x = 1\n")
+    res = cli(proj, cache, "rebase", "--abort", rc=0)
+    assert "not valid JSON" in res.stderr and "aborted" in res.stdout and "put back" in res.stdout
+    assert project_files(proj) == before and not (proj / "pins").exists() and tree_is_pristine(proj, "9.0.2")
+    # and a rebase starts again from there; a damaged stop is dropped the same way
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    data = json.loads(progress.read_text())
+    data["stop"]["kind"] = "weird"
+    progress.write_text(json.dumps(data))
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    assert project_files(proj) == before and tree_is_pristine(proj, "9.0.2")
+
+
+# -- pins that cannot be told apart -------------------------------------------------------------------------------
+def _fake_pin(proj: Path, version: str) -> Path:
+    """pins/VERSION: the fixture project with its pin set to VERSION (enough for what is refused before a tree)."""
+    d = proj / "pins" / version
+    d.mkdir(parents=True)
+    for item in ("manifest.yaml", "patches", "overlay"):
+        subprocess.run(["cp", "-r", str(proj / item), str(d / item)], check=True)
+    man = d / "manifest.yaml"
+    man.write_text(man.read_text().replace("0.5.17", version))
+    return d
+
+
+def test_a_pin_directory_pinning_another_release_is_refused(tmp_path, cache):
+    """`cp -r pins/9.0.1 pins/9.0.3`: `--pin 9.0.3` had worked on 9.0.1, and `check --all-pins` reported 9.0.3
+    green while checking 9.0.1."""
+    proj = project(tmp_path)
+    shutil.copytree(_fake_pin(proj, "9.0.1"), proj / "pins" / "9.0.3")
+    for args in (("--pin", "9.0.3", "status"), ("check", "--all-pins")):
+        res = cli(proj, cache, *args, rc=2)
+        assert f"{proj / 'pins' / '9.0.3' / 'manifest.yaml'}: pin.version is 9.0.1" in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+
+
+def test_a_rebase_to_the_top_levels_release_is_refused(tmp_path, cache):
+    """`--pin 9.0.1 rebase 0.5.17` had made pins/0.5.17, which nothing can select: `--pin 0.5.17` is the top
+    level."""
+    proj = project(tmp_path)
+    _fake_pin(proj, "9.0.1")
+    res = cli(proj, cache, "--pin", "9.0.1", "rebase", "0.5.17", rc=2)
+    assert "is the pin of the top-level manifest" in res.stderr and "Traceback" not in res.stderr
+    assert sorted(os.listdir(proj / "pins")) == ["9.0.1"]

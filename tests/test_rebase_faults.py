@@ -356,9 +356,15 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
         copy = b.base / "abort-copy"
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(b.work, copy, symlinks=True)
+        # the new pin in place: the rebase is finished, and an abort refuses to delete a pin, changing nothing
+        finished = (b.proj / "pins" / VERSION).is_dir() and not (b.proj / "pins" / f".rebase-{VERSION}").exists()
+        was = b.state(reaped=True)
         ab = b.cli("rebase", "--abort")
         got = b.state(reaped=True)
-        if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
+        if finished:
+            if ab.returncode != 2 or "does not delete a finished pin" not in ab.stderr or got != was:
+                problems.append(f"`rebase --abort` of a finished rebase: rc {ab.returncode}\n{ab.stderr[-400:]}")
+        elif ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
             diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
             problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
         shutil.rmtree(b.work)
@@ -489,3 +495,45 @@ def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, ph
     done = b.cli("rebase", "--continue")
     assert done.returncode == 0, done.stderr
     assert b.state() == b.phases["continue"][2]
+
+
+def test_a_rebase_killed_once_its_new_pin_is_in_place_leaves_the_pin_and_its_tree_to_the_user(tmp_path, pin_source):
+    """Killed between the rename of the new pin into place and the removal of the progress file. Meanwhile the
+    user works on the new pin (`--pin V apply`, hand edits, a new module, `--pin V refresh`): `rebase --abort`
+    refuses to delete the finished pin, and `rebase --continue` removes the progress file only, the tree and
+    the pin left as the user left them."""
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    os.symlink(pin_source.wheel, cache / "wheels" / pin_source.wheel.name)
+    make_release(cache, pin_source, "9.0.1")
+    proj = project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+    env.update(SGLANG_OVERLAY_CACHE=str(cache), PYTHONDONTWRITEBYTECODE="1")
+
+    def cli(*args: str, argv: list[str] | None = None) -> subprocess.CompletedProcess:
+        cmd = (argv or []) + python_argv(*args)
+        return subprocess.run(cmd, check=False, cwd=proj, env=env, capture_output=True, text=True)
+
+    progress, new = proj / "pins" / ".rebase-9.0.1.json", proj / "pins" / "9.0.1"
+    kill = [STRACE, "-f", "-qq", "-o", os.devnull, "-e", "trace=unlink", "-P", str(progress)]
+    killed = cli("rebase", "9.0.1", argv=[*kill, "-e", "inject=unlink:signal=SIGKILL:when=1"])
+    assert killed.returncode != 0 and progress.is_file() and new.is_dir(), killed.stderr
+    assert "is in place" in cli("rebase", "--status").stdout
+    tree = proj / ".sglang" / "sglang-9.0.1"
+    assert cli("--pin", "9.0.1", "apply", "fx_topk").returncode == 0
+    topk = tree / "python/sglang/srt/layers/moe/topk.py"
+    topk.write_text(topk.read_text() + "# refreshed into the new pin\n")
+    assert cli("--pin", "9.0.1", "refresh", "fx_topk").returncode == 0
+    (tree / SARGS).write_text((tree / SARGS).read_text() + "# a hand edit\n")
+    (tree / "python/sglang/srt/my_module.py").write_text("X = 1\n")
+    mine = {p: p.read_bytes() for p in (topk, tree / SARGS, tree / "python/sglang/srt/my_module.py")}
+    pin = {str(p): p.read_bytes() for p in new.rglob("*") if p.is_file()}
+    assert "# refreshed into the new pin" in (new / "patches" / "fx_topk.patch").read_text()
+    ab = cli("rebase", "--abort")
+    assert ab.returncode == 2 and "does not delete a finished pin" in ab.stderr and f"{new}" in ab.stderr, ab.stderr
+    assert progress.is_file() and {str(p): p.read_bytes() for p in new.rglob("*") if p.is_file()} == pin
+    done = cli("rebase", "--continue")
+    assert done.returncode == 0 and "rebased 0.5.17 -> 9.0.1" in done.stdout, done.stderr
+    assert not progress.exists() and {str(p): p.read_bytes() for p in new.rglob("*") if p.is_file()} == pin
+    assert {p: p.read_bytes() for p in mine} == mine
+    assert "[x] fx_topk" in cli("--pin", "9.0.1", "status").stdout

@@ -4,9 +4,10 @@ Each patch in manifest order: clean or offset -> rewritten against VERSION; need
 with the pin's file as the base, and rewritten; conflict -> the rebase stops, the release's tree
 (.sglang/sglang-VERSION) carries the patch's files with diff3 markers (the pin's text as the base), and the
 message names file, hunk, Python symbol and the patch's Description: edit them, then `rebase --continue`
-(any file of the release tree you change becomes part of the patch), or `rebase --abort`. An upstreamed
-entry's proof is checked again and rewritten where its code moved; a patch whose change VERSION already has
-is offered to become `upstreamed` (`--continue` accepts); an overlay file that now ships upstream stops it.
+(any file of the release you change becomes part of the patch; a file the release does not have only if the
+patch adds it, any other is refused by name), or `rebase --abort`. An upstreamed entry's proof is checked
+again and rewritten where its code moved; a patch whose change VERSION already has is offered to become
+`upstreamed` (`--continue` accepts); an overlay file that now ships upstream stops it.
 
 `rebase --skip` leaves the stopped patch out of the new pin instead (and the entries that require it), each
 recorded under the new manifest's `skipped:` with the reason and the stop, so it is found again later.
@@ -14,18 +15,22 @@ recorded under the new manifest's `skipped:` with the reason and the stop, so it
 Nothing of the project changes before the end: pins/VERSION/ is built in pins/.rebase-VERSION/ (its
 manifest, with the new pin, written last) and renamed into place. Killed, interrupted or refused a write
 anywhere, the project is as before, and `rebase --continue` goes on from the last finished step (`--abort`
-drops it all; an abort cut short says so and is finished by `--abort` again). Every step that writes runs
-under the release tree's lock: a second `--continue`/`--skip`/`--abort` waits and then finds what the first
-left; the source pin's files are checked against what the rebase read, so a change to them meanwhile is
-refused rather than left out of the new pin."""
+drops it all; an abort cut short says so and is finished by `--abort` again). From the rename on, the new
+pin and the release tree are the user's: killed after it, `--continue` only removes the progress file, and
+`--abort` refuses. A progress file that does not load is dropped by `--abort` without being read. Every step
+that writes runs under the release tree's lock: a second `--continue`/`--skip`/`--abort` waits and then finds
+what the first left; the source pin's files are checked against what the rebase read, so a change to them
+meanwhile is refused rather than left out of the new pin."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +42,7 @@ from ..errors import BadInput, Conflict, ManifestError, StateError
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
 from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes, unlink_if_present
 from ..gitcmd import git
-from ..manifest import Manifest, Patch, Pin, Proof, UpstreamedPatch, load_manifest, patch_file
+from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
 from ..progname import prog
@@ -47,6 +52,7 @@ from ..rebase_state import (
     Stop,
     check_version_arg,
     in_progress,
+    parse_proof,
     pin_dir,
     progress_path,
     read_progress,
@@ -89,10 +95,15 @@ def run(ctx, args) -> int:
     version = _which(root, args.version)
     if args.status:
         return _status(root, version)
-    progress = read_progress(progress_path(root, version))
-    if progress is None:  # killed after the new pin was renamed into place: nothing is left to do
+    try:
+        progress = read_progress(progress_path(root, version))
+        source = None if progress is None else load_manifest(root / progress.source)
+    except BadInput as e:
+        if not args.abort:
+            raise
+        return _abort_unread(root, version, e)  # the way out the error's hint names must not read it again
+    if progress is None or source is None:  # killed after the new pin was renamed into place: nothing is left
         return _none_in_progress(root, version, args.resume)
-    source = load_manifest(root / progress.source)
     tree = _release_tree(root, source.pin, progress)
     with Transaction.open(tree) as txn:
         progress = read_progress(progress_path(root, version))  # decided under the lock
@@ -132,6 +143,13 @@ def _start(ctx, version: str) -> int:
     m, root = ctx.manifest, ctx.project_root
     if version == m.pin.version:
         raise BadInput(f"rebase: {m.path} is already pinned to {version}", hint="name a newer release")
+    top = ctx.top_manifest
+    if version == top.pin.version:  # `--pin V` names the top level itself: pins/V could never be selected
+        raise BadInput(
+            f"rebase: {version} is the pin of the top-level manifest {top.path}: a pins/{version}/ beside it "
+            "could not be reached (`--pin " + version + "` is the top level)",
+            hint=f"the top level is the set for {version}; name another release",
+        )
     if m.pin_source is not None and m.pin_source != m.path:
         raise BadInput(
             f"rebase: {m.path} extends another manifest: rebase the one that holds the pin",
@@ -309,8 +327,9 @@ def _stop(root, p: Patch, step: Step, tree: Tree, txn: Transaction, progress: Pr
 
 def _what_now(kind: str, name: str, staging: Path) -> str:
     return {
-        "conflict": "resolve the conflict markers in the files above (any file of the release tree you change "
-        f"becomes part of {name}), then `{prog()} rebase --continue`; or `rebase --abort`",
+        "conflict": "resolve the conflict markers in the files above (any file of the release you change "
+        f"becomes part of {name}; leave no other new file in the tree), then `{prog()} rebase --continue`; or "
+        "`rebase --abort`",
         "upstream": f"`{prog()} rebase --continue` makes {name} an `upstreamed` entry of the new pin "
         "(its diff kept as the proof); or `rebase --abort`",
         "proof-failed": f"point the proof at the release's code in {staging / PROOFS / (name + '.yaml')} "
@@ -361,6 +380,10 @@ def _changed(tree: Tree) -> list[str]:
 
 # -- continue / abort / status ------------------------------------------------------------------------------------
 def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progress) -> int:
+    if _finished(root, progress.target):
+        # killed after the new pin was renamed into place: the release tree was put back before the rename and
+        # is the new pin's since (a `--pin V apply` or hand edits may be in it), so only the progress file goes
+        return _cleanup_finished(root, progress)
     if progress.aborting:
         raise BadInput(
             f"the rebase to {progress.target} is being aborted (an abort was cut short)",
@@ -368,14 +391,11 @@ def _continue(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: P
         )
     rel_src = WheelSource(release_wheel(m.pin, progress.target))
     if not staging_dir(root, progress.target).is_dir():
-        if not pin_dir(root, progress.target).is_dir():
-            raise StateError(
-                f"{staging_dir(root, progress.target)}: the rebase's staging directory is missing "
-                f"(and {pin_dir(root, progress.target)} does not exist): something else removed it",
-                hint=f"`{prog()} rebase --abort`, then start again",
-            )
-        _restore(tree, txn, rel_src.read)  # killed after the new pin was renamed into place
-        return _cleanup_finished(root, progress)
+        raise StateError(
+            f"{staging_dir(root, progress.target)}: the rebase's staging directory is missing "
+            f"(and {pin_dir(root, progress.target)} does not exist): something else removed it",
+            hint=f"`{prog()} rebase --abort`, then start again",
+        )
     _refuse_changed_source(root, progress)
     _drop_tmp(staging_dir(root, progress.target))
     stop = progress.stop
@@ -461,8 +481,23 @@ def _requiring(m: Manifest, name: str) -> list[str]:
 
 
 def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, progress: Progress, release) -> Result:
-    """The user's resolution, read from the release tree like `refresh` reads hand edits."""
-    paths = sorted(set(stop.files) | set(_changed(tree)))
+    """The user's resolution, read from the release tree like `refresh` reads hand edits: the stop's files, the
+    patch's own, and any file of the release the user changed. A file the release does not have and the patch
+    does not add is refused, not taken: an editor's swap or backup file there had become a hunk of the patch
+    (a binary one: a new manifest that never loads), and putting the tree back would delete it unsaid."""
+    own = set(stop.files) | set(p.files)
+    changed = _changed(tree)
+    stray = sorted(f for f in changed if f not in own and release(f) is None)
+    if stray:
+        raise BadInput(
+            f"{p.name}: the release tree holds file(s) that neither sglang {progress.target} nor the patch has: "
+            + ", ".join(str(tree.path_of(f)) for f in stray[:8])
+            + (f" (and {len(stray) - 8} more)" if len(stray) > 8 else ""),
+            hint="remove them (an editor's swap or backup file?), then `rebase --continue`; a new module the "
+            f"patch needs goes into the new pin afterwards, as an overlay file of {p.name} "
+            f"(pins/{progress.target}/overlay/ and its `overlay:` list)",
+        )
+    paths = sorted(set(stop.files) | set(changed))
     now = {f: read_bytes(tree.managed_file(f)) for f in paths}
     for f, data in now.items():
         left = marker_lines(data) if data is not None else []
@@ -501,14 +536,15 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
 
 def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result | None:
     ask = staging / PROOFS / f"{p.name}.yaml"
+    hint = (
+        "keys: file (a repo path), symbols (a list of qualified names), contains (a list of exact lines): at "
+        f"least one symbol or line; then `{prog()} rebase --continue`"
+    )
     try:
         raw = yaml.safe_load(ask.read_text())
-        proof = Proof(str(raw["file"]), tuple(raw.get("symbols") or ()), tuple(raw.get("contains") or ()))
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
-        raise BadInput(
-            f"{ask}: not a proof ({e})",
-            hint="keys: file (a repo path), symbols (a list), contains (a list of exact lines)",
-        ) from e
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise BadInput(f"{ask}: not a proof ({e})", hint=hint) from e
+    proof = parse_proof(raw, str(ask), "", hint=hint)  # checked before the step is recorded: later is too late
     if not isinstance(p, UpstreamedPatch):
         raise BadInput(f"{p.name}: only an upstreamed entry stops for its proof")
     res = prove(replace(p, proof=proof, original=None), release)  # the proof alone: the code moved
@@ -518,15 +554,26 @@ def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result
     return Result("upstreamed-moved", f"proof rewritten by hand: {proof.file}", (), proof)
 
 
+def _finished(root: Path, version: str) -> bool:
+    """The new pin was renamed into place (the progress file not yet removed): the rebase is done."""
+    return pin_dir(root, version).is_dir() and not staging_dir(root, version).exists()
+
+
 def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
     version = progress.target
     staging, done = staging_dir(root, version), pin_dir(root, version)
+    if _finished(root, version):
+        # from the rename on, pins/VERSION is a pin like any other: `--pin VERSION refresh` may have changed it
+        # and its tree may carry applied patches and edits, none of which an abort can tell from the rebase's
+        raise BadInput(
+            f"the rebase to {version} is finished: its new pin {done} is in place, and --abort does not delete "
+            "a finished pin",
+            hint=f"`{prog()} rebase --continue` tidies up (removes {progress_path(root, version)}); then delete "
+            f"{done} by hand if you do not want the new pin",
+        )
     if not progress.aborting:
         progress = replace(progress, aborting=True)
         _save(root, progress)
-    if done.is_dir() and not staging.exists():  # the new pin was renamed into place, the progress not yet removed
-        os.rename(done, staging)  # this rebase made it (a start refuses a pin that exists): it goes too
-        fsync_dir(staging.parent)
     rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, version))
     _restore(tree, txn, rel_src.read)
     if staging.exists():
@@ -536,6 +583,59 @@ def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
     _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
     print(f"rebase to {version} aborted: the project and {tree.root} are as before it")
     return 0
+
+
+def _abort_unread(root: Path, version: str, why: BadInput) -> int:
+    """`--abort` of a rebase whose progress file (or source manifest) does not load: nothing it records can be
+    trusted, so the release tree is put back as its own git commit holds it (not from the wheel the file
+    names), then the staging directory and the progress file go (that last: an abort cut short is done again)."""
+    print(f"rebase --abort: {why}\n  dropping the rebase to {version} without it", file=sys.stderr)
+    dest = embedded_path(root, version)
+    if not (dest / "python" / "sglang").is_dir():
+        return _drop_unread(root, version, None, None)
+    tree = Tree(dest.resolve(), "embedded")
+    with Transaction.open(tree) as txn:
+        return _drop_unread(root, version, tree, txn)
+
+
+def _drop_unread(root: Path, version: str, tree: Tree | None, txn: Transaction | None) -> int:
+    staging, path, done = staging_dir(root, version), progress_path(root, version), pin_dir(root, version)
+    said = []
+    if _finished(root, version):  # a new pin in place is a pin like any other, and the tree is its tree
+        said.append(f"{done} is in place: kept, and its release tree as it is")
+    elif tree is not None and txn is not None:
+        put_back = sorted(set(txn.state.files) | set(_changed(tree)))
+        _restore(tree, txn, _head_reader(tree))
+        said.append(f"{tree.root}: {len(put_back)} file(s) put back as its git commit holds them")
+    if staging.exists():
+        _rmtree_named(staging)
+        said.append(f"removed {staging}")
+    unlink_if_present(path)
+    fsync_dir(path.parent)
+    _rmdir_quietly(path.parent)  # pins/ goes too if the rebase made it (if it is empty)
+    print(f"rebase to {version} aborted: " + "; ".join([*said, f"removed {path}"]))
+    return 0
+
+
+def _head_reader(tree: Tree) -> Callable[[str], bytes | None]:
+    """A repository path as the release tree's git commit holds it (None: not in it), byte for byte (gitcmd's
+    git decodes what git prints)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # a hook's GIT_DIR points elsewhere
+
+    def read(repo_path: str) -> bytes | None:
+        if git("cat-file", "-e", f"HEAD:{repo_path}", cwd=tree.root, check=False).returncode != 0:
+            return None
+        proc = subprocess.run(
+            ["git", "cat-file", "blob", f"HEAD:{repo_path}"], cwd=tree.root, capture_output=True, env=env, check=False
+        )
+        if proc.returncode != 0:
+            raise StateError(
+                f"{tree.root}: git cannot read {repo_path} from its commit: {proc.stderr.decode(errors='replace')}",
+                hint=f"`git -C {tree.root} status`; or remove {tree.root} (the next command unpacks it again)",
+            )
+        return proc.stdout
+
+    return read
 
 
 def _status(root: Path, version: str) -> int:
@@ -585,7 +685,6 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
             text = set_entry_key(text, name, "kind", "upstreamed", str(m.path))
             text = set_entry_key(text, name, "upstream", {"status": "upstreamed", "release": version}, str(m.path))
             text = set_entry_key(text, name, "overlay", None, str(m.path))
-    shutil.rmtree(staging / PROOFS, ignore_errors=True)
     _drop_tmp(staging)
     target = staging / "manifest.yaml"
     _write(target, text.encode())
@@ -596,12 +695,15 @@ def _finish(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Pro
             f"the new pin's manifest does not load: {e}",
             hint=f"a bug in rebase: the rebase stays resumable; report it with {target}",
         ) from e
+    shutil.rmtree(staging / PROOFS, ignore_errors=True)  # only now: a resumed rebase may still need them
     for line in env_notes(load_manifest(target), rel_src.read, rel_src.paths):
         print(f"  note     {line}")
+    # before the rename: from it on the release tree is the new pin's, and a rebase resumed after a kill
+    # must not put back what a `--pin VERSION apply` or the user's edits made of it
+    _restore(tree, txn, rel_src.read)
     fsync_dir(staging)
     os.rename(staging, pin_dir(root, version))  # the new pin appears whole
     fsync_dir(staging.parent)
-    _restore(tree, txn, rel_src.read)
     return _cleanup_finished(root, progress)
 
 

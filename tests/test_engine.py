@@ -611,3 +611,17 @@ def test_refresh_and_diff_keep_a_new_files_executable_mode(sglang_tree, tmp_path
     assert mode_of(tool) == 0o777 & ~umask_of_this_process() and tool.read_text().endswith("echo edited\n")
     run("revert", "--all")
     assert git_status(sglang_tree) == ""
+
+
+def test_a_hand_edit_of_the_identity_module_is_shown_with_the_way_out_that_works(sglang_tree):
+    """A formatter run over the tree edits the identity module too: status showed nothing wrong, while revert
+    refused with a hint to refresh, which answered "no hand edits to capture"."""
+    cli(sglang_tree, "apply", "fx_topk")
+    f = sglang_tree / "python/sglang/_overlay_build.py"
+    f.write_text(f.read_text() + "# reformatted\n")
+    out = cli(sglang_tree, "status").stdout
+    assert "[!] python/sglang/_overlay_build.py: changed by hand" in out and "--force" in out
+    res = cli(sglang_tree, "revert", "--all", rc=1)
+    assert "the one sglang-overlay writes for every set" in res.stderr and "refresh" not in res.stderr
+    cli(sglang_tree, "revert", "--all", "--force")
+    assert git_status(sglang_tree) == ""

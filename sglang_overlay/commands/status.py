@@ -59,6 +59,14 @@ def run(ctx, args) -> int:
         line = f"  {MARK[r['state']]} {r['name']:<{width}}  {r['category']:<12} {r['state']:<12} "
         line += r["detail"] or r["description"]
         print(line.rstrip())
+    owned = {f for r in info["patches"] for f in r.get("drifted_files", ())}
+    for f in (x for x in info["drifted_files"] if x not in owned):
+        # no row above owns it (the identity module the tool writes for every set): apply and revert refuse it
+        # all the same, so it is shown, with the way out that works (refresh has no patch to put it in)
+        print(
+            f"  [!] {f}: changed by hand; sglang-overlay writes it for every set, so no patch carries the edit: "
+            f"`{prog()} apply --force ...` writes it again (the edited file is saved to a backup first)"
+        )
     for sk in info["skipped"]:  # entries a rebase left out of this pin: not patches of it, not to be forgotten
         line = f"skipped carrying {sk['from']} -> {sk['release']}: {sk['reason']}"
         print(

@@ -9,6 +9,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from sglang_overlay.errors import OverlayError
+
 from .errors import EXIT_ABORTED, EXIT_BUDGET, UsageError
 from .placement import MODES
 from .replication import METRICS, WARM_START_ESTIMATE_S
@@ -301,6 +303,36 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
+    """The options of a --resume call that differ from the recorded command's (its --out and --time-budget
+    aside: the one is the run dir, the other this call's own)."""
+
+    def strip(xs: list[str]) -> list[str]:
+        out, skip = [], False
+        for x in xs:
+            if skip:
+                skip = False
+            elif x in ("--out", "--time-budget"):
+                skip = True
+            elif not x.startswith(("--out=", "--time-budget=")):
+                out.append(x)
+        return out
+
+    g, r = strip(given), strip(recorded)
+    return [] if not g or g == r else g
+
+
+def _reuse_store(given: str) -> Path:
+    """A --reuse path as a store file: a run directory stands for its results.jsonl; a path that names no store
+    is refused (a typo had quietly reused nothing, and the run measured everything again)."""
+    p = Path(given)
+    if p.is_dir():
+        p = p / "results.jsonl"
+    if not p.is_file():
+        raise UsageError(f"--reuse {given}: no such store (give a run directory or its results.jsonl)")
+    return p
+
+
 def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
     from .hostinfo import gpu_names, gpu_slug
     from .launcher import LaunchConfig
@@ -329,6 +361,22 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
             raise UsageError(f"{n} must be >= 1")
     if not 0 < a.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
+    # each of these had been taken: a negative minimum effect called a null pair a regression, -1 crashed after
+    # measuring, a budget of 0 let each --resume spend its one start on the throwaway
+    if not 0 <= a.min_effect < 1:
+        raise UsageError(f"--min-effect {a.min_effect:g}: give a relative change from 0 to below 1 (0.02 = 2%)")
+    if a.time_budget is not None and not a.time_budget > 0:
+        raise UsageError(f"--time-budget {a.time_budget:g}: give seconds above 0, or leave it out (no budget)")
+    for n, v, low in (
+        ("--warmup-reps", a.warmup_reps, 0),
+        ("--max-new-tokens", a.max_new_tokens, 1),
+        ("--b1-requests", a.b1_requests, 1),
+        ("--concurrency", a.concurrency, 1),
+    ):
+        if v < low:
+            raise UsageError(f"{n} {v}: must be >= {low}")
+    if not a.health_timeout > 0:
+        raise UsageError(f"--health-timeout {a.health_timeout:g}: give seconds above 0")
     if a.ttft_requests < 0:
         raise UsageError("--ttft-requests must be >= 0 (0: no time-to-first-token phase)")
     if a.host_probe_at != "spare" and not a.host_probe:
@@ -360,7 +408,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         spending=a.spending,
         look_step=a.look_step,
         confirm=a.confirm,
-        reuse=list(a.reuse),
+        reuse=[Path(x) for x in a.reuse] if a.resume else [_reuse_store(x) for x in a.reuse],  # a resume imports none
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
         host_probe=a.host_probe,
@@ -491,7 +539,10 @@ def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
         if not sep:
             raise UsageError(f"--arm-env expects ARM:K=V, got {spec!r}")
         if arm == name:
-            out.append(_kv(kv))
+            try:
+                out.append(_kv(kv))
+            except argparse.ArgumentTypeError as e:
+                raise UsageError(f"--arm-env {spec}: {e}") from None
     return tuple(out)
 
 
@@ -501,6 +552,11 @@ def _arms_and_comparisons(kind: str, a, catalog):
     from .sets import SetError, resolve
 
     def arm(name: str, expr: str, profile=None) -> ArmSpec:
+        if profile is not None:
+            try:  # an unknown profile had been found by apply.py launch, after the other arms' starts
+                catalog.manifest.env_profile(profile)
+            except OverlayError as e:
+                raise UsageError(f"arm {name}: {e}" + (f" ({e.hint})" if e.hint else "")) from None
         return ArmSpec(name, resolve(catalog, expr), profile, _arm_env(a, name))
 
     if kind == "ab":
@@ -513,12 +569,18 @@ def _arms_and_comparisons(kind: str, a, catalog):
             arms.append(arm(name, expr, profile or None))
         if len({x.name for x in arms}) != len(arms):
             raise UsageError("arm names must be unique")
-        same = [x.name for x in arms[1:] if x.key == arms[0].key]
-        if same:
-            raise UsageError(
-                f"arms {arms[0].name} and {', '.join(same)} are the same measurement (same set, profile "
-                f"and env); for a null comparison give one of them a harmless --arm-env"
-            )
+        unknown = sorted({spec.partition(":")[0] for spec in a.arm_env} - {x.name for x in arms})
+        if unknown:
+            raise UsageError(f"--arm-env names no arm: {', '.join(unknown)} (arms: {', '.join(x.name for x in arms)})")
+        # any two, not only against the first: arms with one key share their starts, so `c` would be read from
+        # `b`'s starts and agree with it by construction
+        for i, first in enumerate(arms):
+            same = [y.name for y in arms[i + 1 :] if y.key == first.key]
+            if same:
+                raise UsageError(
+                    f"arms {first.name} and {', '.join(same)} are the same measurement (same set, profile "
+                    f"and env); for a null comparison give one of them a harmless --arm-env"
+                )
         return arms, [("ab", arms[0].name, x.name) for x in arms[1:]], {}
     if kind == "ablate":
         base, full = arm("base", a.base, a.env_profile), arm("full", a.full, a.env_profile)
@@ -549,6 +611,15 @@ def _arms_and_comparisons(kind: str, a, catalog):
         comps += [("leave-out", "full", x.name) for p in cands if (x := leave[p]) is not None]
         return arms, comps, {"ablated": cands, "skipped": skipped, "mode": a.mode, "alone": alone, "leave": leave}
     good, bad = arm("good", a.good, a.env_profile), arm("bad", a.bad, a.env_profile)
+    # refused here, before any start: found by the search, after the endpoints' starts, it had ended in a traceback
+    if good.key == bad.key:
+        raise UsageError(f"--good {a.good} and --bad {a.bad} are the same set: there is nothing between them")
+    extra = [p for p in good.pset.patches if p not in bad.pset.patches]
+    if extra:
+        raise UsageError(
+            f"--good {a.good} holds {', '.join(extra)}, which --bad {a.bad} does not: bisect searches the "
+            "patches bad adds to good (swapped endpoints?)"
+        )
     return [good, bad], [("bisect endpoints", "good", "bad")], {}
 
 
@@ -607,18 +678,38 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     ap = build_parser()
     own, server_args = _split_server_args(argv_full)
     if "--resume" in own:
-        # Everything comes from the recorded command; only the run dir is taken from this one.
+        # Everything comes from the recorded command but the run dir and this call's --time-budget (a budget is
+        # per call: a device call's seconds). Other options given are not used: said so, not silently.
         i = own.index("--resume")
         if i + 1 >= len(own):
             raise UsageError("--resume needs the run dir")
-        resume_dir = Path(own[i + 1])
+        resume_dir = Path(own[i + 1]).resolve()
+        given = own[:i] + own[i + 2 :]
+        only_budget = argparse.ArgumentParser(prog=f"python -m bench {kind}", add_help=False)
+        only_budget.add_argument("--time-budget", type=float, default=None)
+        budget = only_budget.parse_known_args(given)[0].time_budget
         recs = [r for r in store.read(resume_dir / "results.jsonl") if r.get("type") == "run"]
         if not recs:
             raise UsageError(f"--resume {resume_dir}: no results.jsonl with a run record there")
+        if recs[0].get("kind") not in (None, kind):
+            raise UsageError(f"--resume {resume_dir}: that directory holds a `{recs[0]['kind']}` run, not `{kind}`")
         argv_full = recs[0]["argv"][4:]  # [python, -m, bench, kind, ...]
         own, server_args = _split_server_args(argv_full)
+        ignored = _options_not_taken(given, own)
+        if ignored:
+            print(
+                f"bench: --resume continues the recorded command ({resume_dir / 'command.txt'}); not used from this "
+                f"one: {' '.join(ignored)} (to change them, start a new --out)",
+                file=sys.stderr,
+            )
+        # the recorded command's relative paths (--manifest, --tree) are its own directory's
+        cwd = recs[0].get("cwd")
+        if cwd and Path(cwd).is_dir() and Path(cwd).resolve() != Path.cwd().resolve():
+            os.chdir(cwd)
         a = ap.parse_args([kind, *own])
         a.resume = resume_dir
+        if budget is not None:
+            a.time_budget = budget
     else:
         a = ap.parse_args([kind, *own])
     try:
@@ -815,7 +906,6 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(own)
     if server_args:
         a.server_args = server_args
-    from sglang_overlay.errors import OverlayError
 
     try:
         if a.cmd == "report":

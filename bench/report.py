@@ -70,7 +70,7 @@ def load_rows(run_dir: Path) -> tuple[dict, list[ArmRow], store.StoreView]:
     recs = list(store.read(run_dir / "results.jsonl"))
     runs = [r for r in recs if r.get("type") == "run"]
     if not runs:
-        raise FileNotFoundError(f"{run_dir}/results.jsonl has no run record")
+        raise RecordError(f"{run_dir}/results.jsonl: no run record (not a bench run directory, or nothing written yet)")
     run = runs[0]
     v = store.view(recs, signature=run.get("signature"))
     names: dict[str, tuple[str, str]] = {}  # arm name -> (key, label)
@@ -244,7 +244,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
             else []
         ),
         f"- Per start: {cfg.get('warmup_reps')} discarded and {cfg.get('reps_per_start')} measured repetitions; the "
-        f"start's value is their median. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
+        f"start's value is their {'geometric mean' if cfg.get('start_value') == 'geomean' else 'median'}. Repetition: {wl.get('b1_requests')} sequential requests (batch 1), then "
         f"{wl.get('concurrency')} concurrent, {wl.get('max_new_tokens')} tokens each, greedy, ignore_eos.",
         *verdicts,
         f"- CPU placement: {cfg.get('cpu_placement', 'none')}. Phase spans (eagle_profiling) are CUDA-event spans: "

@@ -363,6 +363,7 @@ class Runner:
             "resumed": resumed,
             "time": datetime.now(UTC).isoformat(timespec="seconds"),
             "argv": cfg.argv,
+            "cwd": os.getcwd(),
             "signature": self.sig,
             "host": self.host,
             "config": {
@@ -944,15 +945,26 @@ class StoreLab:
 
     Each arm has a cursor: the plan sees the arm's first `cursor` completed starts, in round order. Asking
     for one more start moves the cursor onto a stored unit when there is one, and measures it otherwise, so
-    a replay over a store takes the plan's earlier decisions again without a server.
+    a replay over a store takes the plan's earlier decisions again without a server. Starts reused from other
+    stores (--reuse: the first rounds) are all seen from the first look: they were there before the plan began,
+    and a plan that read only the first few had stopped on whichever store was named first, while the report
+    read them all.
     """
 
     def __init__(self, runner: Runner):
         self.runner = runner
         self.cursor: dict[str, int] = {}
 
+    def _at(self, key: str) -> int:
+        if key not in self.cursor:
+            units = self.runner.view().units_of(key)
+            self.cursor[key] = next(
+                (i for i, u in enumerate(units) if not u.invocation.startswith("reused from")), len(units)
+            )
+        return self.cursor[key]
+
     def _units(self, arm: ArmSpec) -> list[store.Unit]:
-        return self.runner.view().units_of(arm.key)[: self.cursor.get(arm.key, 0)]
+        return self.runner.view().units_of(arm.key)[: self._at(arm.key)]
 
     def n_starts(self, arm: ArmSpec) -> int:
         return len(self._units(arm))
@@ -968,7 +980,7 @@ class StoreLab:
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         for arm in arms:
-            rnd = self.cursor.get(arm.key, 0)
+            rnd = self._at(arm.key)
             stored = {u.round for u in self.runner.view().units_of(arm.key)}
             if rnd not in stored:
                 if arm.key not in {a.key for a in self.runner.arms}:

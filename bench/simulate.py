@@ -323,9 +323,12 @@ def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, lis
     from .errors import RecordError
 
     try:
-        if not Path(path).is_file():
+        given = Path(path)
+        if given.is_dir():  # a run directory stands for its store, as --reuse takes it
+            given = given / "results.jsonl"
+        if not given.is_file():
             raise OSError("no such file")
-        v = store.view(store.read(Path(path)))
+        v = store.view(store.read(given))
     except (OSError, ValueError, KeyError, TypeError) as e:  # KeyError/TypeError: a record missing its fields
         raise RecordError(f"{path}: cannot read a bench record ({e}); give a results.jsonl a bench run wrote") from None
     set_of = {a["key"]: ",".join(a.get("patches", [])) for a in v.arms}

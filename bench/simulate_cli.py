@@ -101,11 +101,11 @@ def _cli(a) -> int:
     from .plans import Settings
     from .replication import Policy
 
+    _check_bounds(a)
     settings = Settings(
         Policy(a.initial, a.max_starts, a.confidence, a.min_effect, a.spending, a.look_step, adjust=a.adjust),
         confirm=a.confirm,
     )
-    _check_bounds(a)
     if a.scenario:
         return _scenarios(a, settings)
     if a.duet:
@@ -190,6 +190,16 @@ def _check_bounds(a) -> None:
     bad = [
         ("--trials", a.trials, a.trials >= 1, ">= 1"),
         ("--effect", a.effect, a.effect > -1, "> -1 (a relative change of the step time)"),
+        # the bench's own bounds: rates printed for a design the bench never runs would be taken as its rates
+        ("--initial", a.initial, a.initial >= 1, ">= 1"),
+        ("--max-starts", a.max_starts, a.max_starts >= a.initial, f">= --initial ({a.initial})"),
+        ("--confidence", a.confidence, 0 < a.confidence < 1, "in (0, 1)"),
+        ("--min-effect", a.min_effect, 0 <= a.min_effect < 1, "from 0 to below 1"),
+        ("--look-step", a.look_step, a.look_step >= 1, ">= 1"),
+        ("--bimodal-p", a.bimodal_p, 0 <= a.bimodal_p <= 1, "in [0, 1] (a probability)"),
+        ("--candidates", a.candidates, a.candidates >= 1, ">= 1"),
+        ("--start-cv", a.start_cv, a.start_cv >= 0, ">= 0"),
+        ("--rep-cv", a.rep_cv, a.rep_cv >= 0, ">= 0"),
     ]
     if a.duet or a.concurrent:
         bad += [

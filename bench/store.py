@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import WriteFailed
+from .errors import RecordError, WriteFailed
 from .stats import start_value
 
 TAIL = 1 << 20  # how far back a cut last line is looked for (a record is a few KB)
@@ -85,21 +85,50 @@ def _whole_lines(fd: int) -> int:
     return start + nl + 1
 
 
+# the keys view() reads without a default, per record type: a record lacking one is refused with its line, not
+# met later as a KeyError deep in a report
+_NEEDS: dict[str, tuple[tuple[str, type | tuple[type, ...]], ...]] = {
+    "run": (("run_id", str),),
+    "start": (("start_id", str), ("arm_key", str), ("arm", str), ("round", int)),
+    "rep": (("start_id", str), ("metrics", dict)),
+    "unit_done": (("start_id", str),),
+    "arm": (("key", str), ("name", str), ("patches", list)),
+}
+
+
+def _checked(path: Path, n: int, rec: object) -> dict:
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}:{n}: not a record (a JSON object), but {type(rec).__name__}: {json.dumps(rec)[:80]}")
+    for key, kind in _NEEDS.get(str(rec.get("type")), ()):
+        if not isinstance(rec.get(key), kind) or isinstance(rec.get(key), bool):
+            raise RecordError(
+                f"{path}:{n}: a {rec['type']!r} record without a valid {key!r} (got {rec.get(key)!r}): the line "
+                "was edited or comes from another tool; remove it, or restore the store from its copy"
+            )
+    return rec
+
+
 def read(path: Path) -> Iterator[dict]:
     if not path.exists():
         return
+    if not path.is_file():
+        raise RecordError(f"{path}: not a file (the store is a run directory's results.jsonl)")
     with path.open() as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                yield json.loads(line)
+                rec = json.loads(line)
             except json.JSONDecodeError:
                 # A line cut by a kill -9 mid-write: everything before it is intact.
                 if f.read().strip():
-                    raise ValueError(f"{path}:{n}: corrupt JSONL line in the middle of the store") from None
+                    raise RecordError(
+                        f"{path}:{n}: corrupt JSONL line in the middle of the store (not one a kill cuts, which is "
+                        "always the last): remove that line to read the rest"
+                    ) from None
                 return
+            yield _checked(path, n, rec)
 
 
 @dataclass

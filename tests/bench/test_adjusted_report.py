@@ -329,8 +329,9 @@ def test_a_fake_bisect_that_found_no_regression_read_adjusted_keeps_its_words_on
     assert stored["culprit"] is None
     md = build_markdown(out, "host")
     body = md[md.index("## Conclusion") : md.index("## Arms")]
-    ep = re.search(r"Endpoints on `step_ms_b1`: bad vs good .* -> (.+)", body)
-    assert ep is not None
+    # on a loaded machine the fake's phases can move and bisect follow one of them: any metric's endpoint line
+    ep = re.search(r"Endpoints on `\w+`: bad vs good .* -> (.+)", body)
+    assert ep is not None, body
     if "No culprit named: no regression" in body:
         assert stored["outcome"] == "no regression" and ep.group(1) == stored["endpoint"]["verdict"]
     else:

@@ -86,7 +86,7 @@ def test_a_bad_record_is_exit_2_naming_the_file(tmp_path):
         s.recorded_starts(str(empty))
     fieldless = tmp_path / "fieldless.jsonl"
     fieldless.write_text(json.dumps({"type": "run"}) + "\n")
-    with pytest.raises(RecordError, match=r"fieldless\.jsonl: cannot read a bench record"):
+    with pytest.raises(RecordError, match=r"fieldless\.jsonl:1: a 'run' record without a valid 'run_id'"):
         s.recorded_starts(str(fieldless))
     with pytest.raises(RecordError, match=r"nowhere\.jsonl: cannot read"):
         s.recorded_starts(str(tmp_path / "nowhere.jsonl"))

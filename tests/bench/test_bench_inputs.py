@@ -1,0 +1,152 @@
+"""The bench's own input, from an independent review: each case had been taken (a verdict from a negative
+minimum effect, a third arm read from another arm's starts, a bisect of swapped endpoints that measured 16
+starts and crashed, a malformed store as a traceback) or had read a subset of the evidence (--reuse order)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+
+from bench import store
+from bench.cli import main
+
+QUIET = {"noise": 0.002}
+
+
+def _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, fake, name=None, rc=0):
+    log = tmp_path / f"fake-starts-{name or kind}.jsonl"
+    monkeypatch.setenv("FAKE_BENCH", json.dumps(fake))
+    monkeypatch.setenv("FAKE_BENCH_LOG", str(log))
+    monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200")
+    out = tmp_path / f"run-{name or kind}"
+    assert main(fake_argv(kind, args, manifest, launcher_arg, out)) == rc
+    starts = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    recs = list(store.read(out / "results.jsonl")) if (out / "results.jsonl").exists() else []
+    return out, recs, starts
+
+
+AB = ["--arms", "a=base", "b=base+beta"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([*AB, "--min-effect", "-0.05"], "--min-effect -0.05: give a relative change from 0 to below 1"),
+        ([*AB, "--min-effect", "-1"], "--min-effect -1"),
+        ([*AB, "--time-budget", "0"], "--time-budget 0: give seconds above 0"),
+        ([*AB, "--health-timeout", "-1"], "--health-timeout -1: give seconds above 0"),
+        (["--arms", "a=base", "b=base+beta", "c=base+beta"], "arms b and c are the same measurement"),
+        ([*AB, "--arm-env", "typo:K=V"], "--arm-env names no arm: typo"),
+        ([*AB, "--arm-env", "b:NOEQ"], "--arm-env b:NOEQ: expected KEY=VALUE"),
+        (["--arms", "a=base", "b=base@nope"], "arm b:"),
+        ([*AB, "--reuse", "/nonexistent/results.jsonl"], "--reuse /nonexistent/results.jsonl: no such store"),
+    ],
+)
+def test_bad_input_is_exit_2_before_any_start(tmp_path, manifest, launcher_arg, monkeypatch, capsys, args, says):
+    _, _, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", args, {}, rc=2)
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+    assert starts == []
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "says"),
+    [
+        ("full", "full", "are the same set"),
+        ("full", "full-planted", "holds planted, which --bad full-planted does not"),
+    ],
+)
+def test_bisect_endpoints_that_bound_nothing_are_refused_before_any_start(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys, good, bad, says
+):
+    for dry in ([], ["--dry-run"]):
+        _, _, starts = _run(
+            tmp_path, manifest, launcher_arg, monkeypatch, "bisect", ["--good", good, "--bad", bad, *dry], {}, rc=2
+        )
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and starts == [], err
+
+
+def test_reused_stores_are_read_whole_whatever_their_order(tmp_path, manifest, launcher_arg, monkeypatch):
+    """Two stores of one measurement, one with a 10 % plant and one without: the plan had stopped on the first
+    three starts of whichever store was named first (regression one way, same the other), while the report's
+    table read all eight. Now the first look reads every reused start, in either order, and measures none."""
+    arms = ["--arms", "ref=full-planted", "slow=full"]
+    run = lambda *a, **k: _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", *a, **k)  # noqa: E731
+    a, _, _ = run([*arms, "--max-starts", "3"], {"noise": 0.002, "costs": {"planted": 0.10}}, name="A")
+    b, _, _ = run([*arms, "--restarts", "5", "--max-starts", "5"], QUIET, name="B")
+    verdicts = []
+    for name, order in (("AB", (a, b)), ("BA", (b, a))):
+        reuse = [x for d in order for x in ("--reuse", str(d / "results.jsonl"))]
+        _, recs, starts = run([*arms, *reuse, "--max-starts", "8"], QUIET, name=name)
+        assert len(starts) <= 1, starts  # the throwaway start at most: every measured one is reused
+        (c,) = next(r for r in recs if r["type"] == "conclusion")["comparisons"]
+        c = c["comparison"]
+        assert (c["n_ref"], c["n_arm"]) == (8, 8), c
+        verdicts.append((c["verdict"], round(c["change"], 6)))
+    assert verdicts[0] == verdicts[1], verdicts
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ('{"type": "rep", "sta', "corrupt JSONL line in the middle of the store"),
+        ("null", "not a record (a JSON object), but NoneType"),
+        ("[]", "not a record (a JSON object), but list"),
+        ('{"type": "start"}', "a 'start' record without a valid 'start_id'"),
+        ('{"type": "run"}', "a 'run' record without a valid 'run_id'"),
+    ],
+)
+def test_a_malformed_store_is_exit_2_naming_its_line(tmp_path, manifest, launcher_arg, monkeypatch, capsys, line, says):
+    out, _, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*AB, "--max-starts", "3"], QUIET)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    lines.insert(5, line)
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"results.jsonl:6: {says}" in err and "Traceback" not in err, err
+
+
+def test_report_of_a_directory_without_a_run_is_exit_2(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "no run record" in capsys.readouterr().err
+
+
+def test_resume_says_which_options_it_does_not_take_and_takes_this_calls_budget(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys
+):
+    """--resume continues the recorded command: other options had been dropped without a word, and the call's
+    own --time-budget (a device call's seconds) too."""
+    out, _, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*AB, "--max-starts", "3"], QUIET)
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)  # another directory: the recorded command's relative paths are its own
+    assert main(["ab", "--resume", str(out), "--max-starts", "8", "--time-budget", "1e-3"]) in (0, 4)
+    err = capsys.readouterr().err
+    assert "not used from this one: --max-starts 8" in err and "--time-budget" not in err.split("not used")[1]
+    run_recs = [r for r in store.read(out / "results.jsonl") if r["type"] == "run"]
+    assert run_recs[-1]["resumed"] and run_recs[-1]["config"]["time_budget_s"] == 1e-3
+    assert run_recs[-1]["config"]["max_starts"] == 3
+    assert main(["ablate", "--resume", str(out)]) == 2
+    assert "holds a `ab` run, not `ablate`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--initial", "0"], "--initial 0: must be >= 1"),
+        (["--confidence", "0"], "--confidence 0.0: must be in (0, 1)"),
+        (["--confidence", "1.5"], "--confidence 1.5: must be in (0, 1)"),
+        (["--initial", "5", "--max-starts", "3"], "--max-starts 3: must be >= --initial (5)"),
+        (["--look-step", "0"], "--look-step 0: must be >= 1"),
+        (["--bimodal-p", "2"], "--bimodal-p 2.0: must be in [0, 1]"),
+        (["--min-effect", "-0.1"], "--min-effect -0.1: must be from 0 to below 1"),
+    ],
+)
+def test_simulate_refuses_a_design_the_bench_never_runs(capsys, args, says):
+    assert main(["simulate", "--trials", "2", *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err

@@ -410,3 +410,13 @@ def test_hand_edits_stop_launch_unless_forced(project, sglang_tree, tmp_path):
     )
     assert "warning: launching with hand edits in" in res.stderr and "does not cover them" in res.stderr
     assert f.read_text().endswith("# by hand\n")
+
+
+@pytest.mark.parametrize("bad", ["python", "log"])
+def test_an_interpreter_or_log_that_cannot_work_is_refused_before_the_tree_changes(project, sglang_tree, tmp_path, bad):
+    man = ("--manifest", str(project / "manifest.yaml"), "--tree", str(sglang_tree))
+    before = tree_snapshot(sglang_tree)
+    extra = ["--python", str(tmp_path / "no-python")] if bad == "python" else ["--log", str(tmp_path)]
+    res = run_cli(*man, "launch", "--set", "default", *extra, "--", "--port", str(free_port()), env=base_env())
+    assert res.returncode == 2 and "the tree is unchanged" in res.stderr, res.stderr
+    assert tree_snapshot(sglang_tree) == before

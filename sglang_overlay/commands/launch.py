@@ -25,6 +25,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import socket
 import sys
 import time
@@ -161,6 +162,15 @@ def refuse_a_taken_port(url: str) -> None:
     )
 
 
+def refuse_what_cannot_start(python: str, log: Path | None) -> None:
+    """Before the tree changes: an interpreter that is not there, or a log path that is a directory, had been
+    found only when the server was started, with the tree already switched to the new set."""
+    if shutil.which(python) is None:
+        raise BadInput(f"launch: cannot run {python}: no such executable; the tree is unchanged", hint="check --python")
+    if log is not None and log.is_dir():
+        raise BadInput(f"launch: --log {log} is a directory; the tree is unchanged", hint="name a file to write")
+
+
 def refuse_hand_edits(tree: Tree, state, force: bool) -> None:
     """A hand-edited file the set does not rewrite is kept by the switch (as apply keeps it), but a server started
     on it is not the set its fingerprint names: launch refuses it, as it refuses the files the switch rewrites."""
@@ -263,6 +273,7 @@ def run(ctx, args) -> int:
         return 0
 
     refuse_a_taken_port(url)
+    refuse_what_cannot_start(argv[0], args.log)
     with open_tree(ctx) as txn:  # the set is decided on the state as it is under the lock
         previous = txn.state.applied
         if wanted is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sglang_overlay.errors import OverlayError
 
-from .errors import EXIT_ABORTED, EXIT_BUDGET, UsageError
+from .errors import EXIT_ABORTED, EXIT_BUDGET, RecordError, UsageError
 from .placement import MODES
 from .replication import METRICS, WARM_START_ESTIMATE_S
 
@@ -304,22 +304,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
-    """The options of a --resume call that differ from the recorded command's (its --out and --time-budget
-    aside: the one is the run dir, the other this call's own)."""
+    """The options of a --resume call whose values differ from the recorded command's, as `--opt value` (its
+    --out and --time-budget aside: the one is the run dir, the other this call's own)."""
 
-    def strip(xs: list[str]) -> list[str]:
-        out, skip = [], False
+    def options(xs: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        key = None
         for x in xs:
-            if skip:
-                skip = False
-            elif x in ("--out", "--time-budget"):
-                skip = True
-            elif not x.startswith(("--out=", "--time-budget=")):
-                out.append(x)
+            if x.startswith("--"):
+                k, eq, v = x.partition("=")
+                key = k
+                out[key] = [v] if eq else []
+            elif key is not None:
+                out[key].append(x)
         return out
 
-    g, r = strip(given), strip(recorded)
-    return [] if not g or g == r else g
+    g, r = options(given), options(recorded)
+    return [
+        " ".join([k, *v]) for k, v in g.items() if k not in ("--out", "--time-budget", "--resume") and r.get(k) != v
+    ]
 
 
 def _reuse_store(given: str) -> Path:
@@ -546,6 +549,12 @@ def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _refuse_unknown_arm_env(a, arms) -> None:
+    unknown = sorted({spec.partition(":")[0] for spec in a.arm_env} - {x.name for x in arms})
+    if unknown:
+        raise UsageError(f"--arm-env names no arm: {', '.join(unknown)} (arms: {', '.join(x.name for x in arms)})")
+
+
 def _arms_and_comparisons(kind: str, a, catalog):
     """(arms, comparisons as (section, ref name, arm name), plan extras) for the kind."""
     from .launcher import ArmSpec
@@ -569,9 +578,7 @@ def _arms_and_comparisons(kind: str, a, catalog):
             arms.append(arm(name, expr, profile or None))
         if len({x.name for x in arms}) != len(arms):
             raise UsageError("arm names must be unique")
-        unknown = sorted({spec.partition(":")[0] for spec in a.arm_env} - {x.name for x in arms})
-        if unknown:
-            raise UsageError(f"--arm-env names no arm: {', '.join(unknown)} (arms: {', '.join(x.name for x in arms)})")
+        _refuse_unknown_arm_env(a, arms)
         # any two, not only against the first: arms with one key share their starts, so `c` would be read from
         # `b`'s starts and agree with it by construction
         for i, first in enumerate(arms):
@@ -606,13 +613,15 @@ def _arms_and_comparisons(kind: str, a, catalog):
                     skipped.append(f"{name}: {e}")
         arms = [base, full]
         arms += [x for p in cands for x in (alone[p], leave[p]) if x is not None]
+        _refuse_unknown_arm_env(a, arms)
         comps = [("full vs base", "base", "full")]
         comps += [("alone", "base", x.name) for p in cands if (x := alone[p]) is not None]
         comps += [("leave-out", "full", x.name) for p in cands if (x := leave[p]) is not None]
         return arms, comps, {"ablated": cands, "skipped": skipped, "mode": a.mode, "alone": alone, "leave": leave}
     good, bad = arm("good", a.good, a.env_profile), arm("bad", a.bad, a.env_profile)
     # refused here, before any start: found by the search, after the endpoints' starts, it had ended in a traceback
-    if good.key == bad.key:
+    _refuse_unknown_arm_env(a, [good, bad])
+    if good.pset.patches == bad.pset.patches:  # an --arm-env apart or not: no patch lies between them
         raise UsageError(f"--good {a.good} and --bad {a.bad} are the same set: there is nothing between them")
     extra = [p for p in good.pset.patches if p not in bad.pset.patches]
     if extra:
@@ -694,8 +703,11 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         if recs[0].get("kind") not in (None, kind):
             raise UsageError(f"--resume {resume_dir}: that directory holds a `{recs[0]['kind']}` run, not `{kind}`")
         argv_full = recs[0]["argv"][4:]  # [python, -m, bench, kind, ...]
+        given_server = server_args
         own, server_args = _split_server_args(argv_full)
         ignored = _options_not_taken(given, own)
+        if given_server and given_server != server_args:
+            ignored.append("-- " + " ".join(given_server))
         if ignored:
             print(
                 f"bench: --resume continues the recorded command ({resume_dir / 'command.txt'}); not used from this "
@@ -898,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("ab", "ablate", "bisect"):
         try:
             return run_measurement(argv[0], argv[1:])
-        except UsageError as e:  # bad arguments: the message and exit 2, never a traceback
+        except (UsageError, RecordError) as e:  # bad arguments or store: the message and exit 2, never a traceback
             print(f"bench: {e}", file=sys.stderr)
             return e.exit_code
     # server-seqs starts a server too: its args after `--` are the server's, as for ab

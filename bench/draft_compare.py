@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from . import store
+from .errors import RecordError
 
 _METRICS = ("accept_len_b1", "accept_len_bc", "tok_s_b1", "tok_s_bc")
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         text, lossless = compare(a.plain, a.eagle, a.train_json)
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, RecordError) as e:  # exit 1 is the answer "not lossless"
         print(f"draft_compare: {e}", file=sys.stderr)
         return 2
     if a.out:

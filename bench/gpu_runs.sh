@@ -160,12 +160,12 @@ server_seqs() {  # MODEL_DIR PROMPTS SERVER_ARGS...
 }
 # train-draft for one draft config of a model dir on the server's sequences (bench/train_draft.py; its
 # defaults are the GPU's), after server_seqs
-train_draft() {  # MODEL_DIR DRAFT [--out DIR] EXTRA...
-  local dir=$1 draft=$2 out=$1/${2}_trained; shift 2
-  [ "${1:-}" = --out ] && { out=$2; shift 2; }
+train_draft() {  # MODEL_DIR DRAFT [--out DIR] EXTRA...: the copy that comes back is train/<model>-DRAFT.json
+  local dir=$1 draft=$2 out=$1/${2}_trained name=$2; shift 2
+  [ "${1:-}" = --out ] && { out=$2; name=$(basename "$2"); name=${name%_trained}; shift 2; }
   run $PY -m bench train-draft "$dir" --draft "$draft" --out "$out" --eval-prompts 32 --sequences "$dir/server_seqs.json" \
     ${DRY:+--dry-run} "$@"
-  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$out/train.json" "$OUT/train/$(basename "$dir")-$(basename "$out").json"; }
+  [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$out/train.json" "$OUT/train/$(basename "$dir")-$name.json"; }
 }
 # ARGS = the array named ARRAY with the value after each FLAG replaced
 replace_args() {  # ARRAY FLAG=VALUE...

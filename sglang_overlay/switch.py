@@ -165,14 +165,21 @@ def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift
         f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
         for f, r in sorted(edited.items())
     ]
+    return Drift(
+        f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
+        hint=drift_hint(edited, "pass --force (the edited files are saved to a backup first)"),
+    )
+
+
+def drift_hint(edited: Mapping[str, FileRecord], force: str) -> str:
     if all(r.patches == (IDENTITY_OWNER,) for r in edited.values()):
-        # refresh has no patch to put an edit of the identity module in: it would answer "no hand edits"
-        hint = "that file is the one sglang-overlay writes for every set: undo the edit, or pass --force (it is "
-        hint += "saved to a backup first, then written again)"
-    else:
-        hint = f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or "
-        hint += "pass --force (the edited files are saved to a backup first)"
-    return Drift(f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines), hint=hint)
+        # refresh has no patch to put an edit of the identity module in (it answers "no hand edits"), and a
+        # forced command writes it again only when the set changes
+        return (
+            "that file is the one sglang-overlay writes for every set: undo the edit, or "
+            f"`{prog()} revert --all --force` (it is saved to a backup first) and apply the set again"
+        )
+    return f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or {force}"
 
 
 def new_bases(store: ObjectStore, base: Contents, records: Mapping[str, FileRecord]) -> tuple[bytes, ...]:

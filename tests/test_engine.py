@@ -620,8 +620,10 @@ def test_a_hand_edit_of_the_identity_module_is_shown_with_the_way_out_that_works
     f = sglang_tree / "python/sglang/_overlay_build.py"
     f.write_text(f.read_text() + "# reformatted\n")
     out = cli(sglang_tree, "status").stdout
-    assert "[!] python/sglang/_overlay_build.py: changed by hand" in out and "--force" in out
+    assert "[!] python/sglang/_overlay_build.py: changed by hand" in out and "revert --all --force" in out
     res = cli(sglang_tree, "revert", "--all", rc=1)
+    assert "the one sglang-overlay writes for every set" in res.stderr and "refresh" not in res.stderr
+    res = cli(sglang_tree, "launch", "--dry-run", "--", "--port", "30999", rc=1)
     assert "the one sglang-overlay writes for every set" in res.stderr and "refresh" not in res.stderr
     cli(sglang_tree, "revert", "--all", "--force")
     assert git_status(sglang_tree) == ""

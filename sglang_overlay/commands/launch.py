@@ -37,7 +37,7 @@ from ..errors import BadInput, Drift, os_failure
 from ..fingerprint import fingerprint
 from ..pathlen import path_arg
 from ..progname import prog
-from ..switch import check_gates, switch, target_patches
+from ..switch import check_gates, drift_hint, switch, target_patches
 from ..tree import Tree
 from ..treeread import drifted_files, reading
 from ._common import add_selection, open_tree, selection
@@ -180,8 +180,7 @@ def refuse_hand_edits(tree: Tree, state, force: bool) -> None:
         raise Drift(
             f"refusing to launch: {len(edited)} file(s) drifted in {tree.root}: the server would run the edits, "
             "while the fingerprint it announces is the set's without them\n" + "\n".join(lines),
-            hint=f"keep the edits in their patch (`{prog()} refresh NAME`), undo them, or pass --force to launch "
-            "with them",
+            hint=drift_hint(edited, "pass --force to launch with them"),
         )
 
 

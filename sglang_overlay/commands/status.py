@@ -65,7 +65,7 @@ def run(ctx, args) -> int:
         # all the same, so it is shown, with the way out that works (refresh has no patch to put it in)
         print(
             f"  [!] {f}: changed by hand; sglang-overlay writes it for every set, so no patch carries the edit: "
-            f"`{prog()} apply --force ...` writes it again (the edited file is saved to a backup first)"
+            f"undo it, or `{prog()} revert --all --force` (it is saved to a backup first) and apply the set again"
         )
     for sk in info["skipped"]:  # entries a rebase left out of this pin: not patches of it, not to be forgotten
         line = f"skipped carrying {sk['from']} -> {sk['release']}: {sk['reason']}"

@@ -150,3 +150,52 @@ def test_simulate_refuses_a_design_the_bench_never_runs(capsys, args, says):
     assert main(["simulate", "--trials", "2", *args]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err, err
+
+
+def test_a_malformed_store_is_exit_2_for_every_command_that_reads_it(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys
+):
+    """report was exit 2; --resume, a fresh run into the directory, --reuse and draft_compare (whose exit 1 means
+    "not lossless") met it as a traceback."""
+    from bench import draft_compare
+
+    out, _, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*AB, "--max-starts", "3"], QUIET)
+    lines = (out / "results.jsonl").read_text().splitlines()
+    lines.insert(3, '{"type": "start"}')
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    for argv in (
+        ["ab", "--resume", str(out)],
+        fake_argv("ab", [*AB, "--reuse", str(out)], manifest, launcher_arg, tmp_path / "other"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "results.jsonl:4: a 'start' record without a valid 'start_id'" in err and "Traceback" not in err
+    assert draft_compare.main(["--plain", str(out), "--eagle", str(out)]) == 2
+    assert "results.jsonl:4:" in capsys.readouterr().err
+
+
+def test_resume_names_only_the_options_that_differ_and_the_server_args(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys
+):
+    out, _, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*AB, "--max-starts", "3"], QUIET)
+    capsys.readouterr()
+    assert main(["ab", "--resume", str(out), "--max-starts", "3", "--", "--tp", "1"]) == 0
+    assert "not used" not in capsys.readouterr().err  # the same values: nothing to say
+    assert main(["ab", "--resume", str(out), "--max-starts", "3", "--", "--tp", "2", "--port", "31000"]) == 0
+    err = capsys.readouterr().err
+    assert "not used from this one: -- --tp 2 --port 31000" in err and "--max-starts" not in err
+
+
+def test_bisect_and_ablate_check_their_arm_env_and_bisect_its_sets(
+    tmp_path, manifest, launcher_arg, monkeypatch, capsys
+):
+    cases = [
+        ("bisect", ["--good", "full", "--bad", "full", "--arm-env", "bad:X=1"], "are the same set"),
+        ("bisect", ["--good", "base", "--bad", "full", "--arm-env", "typo:X=1"], "--arm-env names no arm: typo"),
+        ("ablate", ["--base", "base", "--full", "full", "--arm-env", "typo:X=1"], "--arm-env names no arm: typo"),
+    ]
+    for kind, args, says in cases:
+        _, _, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, {}, name=kind, rc=2)
+        err = capsys.readouterr().err
+        assert says in err and starts == [], (kind, args, err)

@@ -211,6 +211,24 @@ kimi_long_args() {
   local long=("${ARGS[@]}")
   replace_args long --speculative-num-steps=5 --speculative-num-draft-tokens=6
 }
+# issue 17's speed runs: EAGLE-3 (ARGS) then plain decoding (kimi_speed/plain, shared by both steps), pristine
+# (dummy_init_normal only) and the full set, 3 starts each, neither timing phases; the plain run gets what the
+# EAGLE run left of the call (a later --time-budget wins); then STEP/summary.md
+speed_pair() {  # STEP EAGLE_DIR TRAIN_JSON
+  local step=$1 eagle=$2 tj=$3 kind run_dir left t0 spec=("${ARGS[@]}")
+  t0=$(date +%s)
+  for kind in eagle plain; do
+    run_dir=$eagle; ARGS=("${spec[@]}")
+    [ "$kind" = plain ] && { replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"; run_dir=$OUT/kimi_speed/plain; }
+    resume_from "$run_dir"
+    left=$(( BUDGET - ($(date +%s) - t0) ))
+    [ "$left" -lt 120 ] && { echo "$step: ${left}s left, $kind not started: call the step again" >&2; exit 0; }
+    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
+      --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --time-budget "$left" --restarts "${MAXS:-3}" \
+      --max-starts "${MAXS:-3}" "${RESUME[@]}" --out "$run_dir" -- "${ARGS[@]}"
+  done
+  compare "$OUT/kimi_speed/plain" "$tj" "$OUT/$step/summary.md" "$eagle"
+}
 resume_from() { RESUME=(); [ -s "$1/results.jsonl" ] && RESUME=(--resume "$1"); return 0; }
 # the runs read in the host's fast state on the proxy (bench.hoststate; after kimi_train)
 KS=(--host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 --reps-per-start "${REPS:-5}"
@@ -363,37 +381,12 @@ case "$step" in
       "${DI[@]}" "${KS[@]}" --max-starts "${MAXS:-12}" "${RESUME[@]}" --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
   kimi_speed)
     kimi_trained_args
-    t0=$(date +%s)
-    for kind in eagle plain; do
-      [ "$kind" = plain ] && replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
-      resume_from "$OUT/kimi_speed/$kind"
-      # the plain run gets what the eagle run left of the call (a later --time-budget wins)
-      left=$(( BUDGET - ($(date +%s) - t0) ))
-      [ "$left" -lt 120 ] && { echo "kimi_speed: ${left}s left, $kind not started: call the step again" >&2; exit 0; }
-      run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
-        --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --time-budget "$left" --restarts "${MAXS:-3}" \
-        --max-starts "${MAXS:-3}" "${RESUME[@]}" --out "$OUT/kimi_speed/$kind" -- "${ARGS[@]}"
-    done
-    compare "$OUT/kimi_speed/plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_speed/summary.md" \
-      "$OUT/kimi_speed/eagle" ;;
+    speed_pair kimi_speed "$OUT/kimi_speed/eagle" "$KIMI/draft_trained/train.json" ;;
   kimi_speed5)
     # issue 17's 1.5x with a longer chain: the draft trained over 5 steps (kimi_train5) served at steps 5, topk 1,
-    # 6 draft tokens, pristine and the full set, 3 starts each, no phase timing; plain decoding is kimi_speed's
-    # (its run is resumed, so a call finds it done or finishes it); then kimi_speed5/summary.md
+    # 6 draft tokens; plain decoding is kimi_speed's run (resumed, so a call finds it done or finishes it)
     kimi_long_args
-    t0=$(date +%s)
-    for kind in eagle plain; do
-      run_dir=$OUT/kimi_speed5/eagle
-      [ "$kind" = plain ] && { replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"; run_dir=$OUT/kimi_speed/plain; }
-      resume_from "$run_dir"
-      left=$(( BUDGET - ($(date +%s) - t0) ))
-      [ "$left" -lt 120 ] && { echo "kimi_speed5: ${left}s left, $kind not started: call the step again" >&2; exit 0; }
-      run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal full=full+dummy_init_normal \
-        --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --time-budget "$left" --restarts "${MAXS:-3}" \
-        --max-starts "${MAXS:-3}" "${RESUME[@]}" --out "$run_dir" -- "${ARGS[@]}"
-    done
-    compare "$OUT/kimi_speed/plain" "$KIMI/draft5_trained/train.json" "$OUT/kimi_speed5/summary.md" \
-      "$OUT/kimi_speed5/eagle" ;;
+    speed_pair kimi_speed5 "$OUT/kimi_speed5/eagle" "$KIMI/draft5_trained/train.json" ;;
   kimi_stateprof)
     kimi_trained_args
     resume_from "$OUT/kimi_stateprof"

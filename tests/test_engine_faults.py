@@ -109,7 +109,10 @@ COMMANDS = {
     "refresh": Command((("apply", "--set", "args"),), ("refresh", "fx_args_a"), edit=_edit_args_a),
     "launch": Command(
         (("apply", "--set", "default"),),
-        ("launch", "--patches", "fx_topk,fx_newdir", "--python", "/nonexistent/python", "--", "--port", "1"),
+        # an interpreter `which` finds but exec cannot start: refused at the start, after the switch under test
+        # (one that is not there at all is refused before the tree changes)
+        ("launch", "--patches", "fx_topk,fx_newdir", "--python", str(ROOT / "tests/fixtures/unstartable_python"))
+        + ("--", "--port", "1"),
     ),
     "recover": Command((("apply", "--set", "default"),), ("recover",), pending=True),
     # the mode-only write path: the same bytes written again (temp, fchmod, rename) for the exec bit alone
@@ -192,7 +195,7 @@ class Worker:
         layout = Layout(self.tree, self.tmpdir, MANAGED, (self.project / "patches" / "fx_args_a.patch",))
         saved, before = Saved.take(layout), layout.snapshot()
         done = self.cli(*c.args, check=False, manifest=c.manifest)
-        assert done.returncode == (2 if name == "launch" else 0), f"{name}: {done.stderr}"  # 2: /nonexistent/python
+        assert done.returncode == (2 if name == "launch" else 0), f"{name}: {done.stderr}"  # 2: cannot start it
         after = layout.snapshot()
         assert not leftovers(layout, after, after), leftovers(layout, after, after)
         assert not after.same_tree(before), f"{name} changed nothing: not a useful case"

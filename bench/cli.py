@@ -73,10 +73,10 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     m.add_argument(
         "--max-starts",
         type=int,
-        default=8,
+        default=None,
         metavar="N",
         help="starts per arm at most: undecided comparisons get one more start per round until "
-        "decided or N (default %(default)s); then 'cannot tell'",
+        "decided or N (default 8, or --restarts when that is more); then 'cannot tell'",
     )
     m.add_argument(
         "--reps-per-start",
@@ -357,11 +357,18 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
     for n, v in (
         ("--restarts", a.restarts),
         ("--reps-per-start", a.reps_per_start),
-        ("--max-starts", a.max_starts),
+        ("--max-starts", 1 if a.max_starts is None else a.max_starts),
         ("--look-step", a.look_step),
     ):
         if v < 1:
             raise UsageError(f"{n} must be >= 1")
+    # given both, a ceiling below the first look had been raised quietly to it: the run spent more starts than asked
+    if a.max_starts is not None and a.max_starts < a.restarts:
+        raise UsageError(
+            f"--max-starts {a.max_starts} is below --restarts {a.restarts}: the first look alone takes "
+            f"{a.restarts} starts per arm (raise --max-starts or lower --restarts)"
+        )
+    max_starts = max(8, a.restarts) if a.max_starts is None else a.max_starts
     if not 0 < a.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
     # each of these had been taken: a negative minimum effect called a null pair a regression, -1 crashed after
@@ -397,7 +404,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         launch=launch,
         workload=Workload(a.max_new_tokens, a.b1_requests, a.concurrency, ttft_requests=a.ttft_requests),
         initial_starts=a.restarts,
-        max_starts=max(a.max_starts, a.restarts),
+        max_starts=max_starts,
         reps_per_start=a.reps_per_start,
         warmup_reps=a.warmup_reps,
         warmup_start=not a.no_warmup_start,

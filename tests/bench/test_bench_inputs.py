@@ -42,6 +42,7 @@ AB = ["--arms", "a=base", "b=base+beta"]
         ([*AB, "--arm-env", "b:NOEQ"], "--arm-env b:NOEQ: expected KEY=VALUE"),
         (["--arms", "a=base", "b=base@nope"], "arm b:"),
         ([*AB, "--reuse", "/nonexistent/results.jsonl"], "--reuse /nonexistent/results.jsonl: no such store"),
+        ([*AB, "--restarts", "4", "--max-starts", "3"], "--max-starts 3 is below --restarts 4"),
     ],
 )
 def test_bad_input_is_exit_2_before_any_start(tmp_path, manifest, launcher_arg, monkeypatch, capsys, args, says):
@@ -199,3 +200,18 @@ def test_bisect_and_ablate_check_their_arm_env_and_bisect_its_sets(
         _, _, starts = _run(tmp_path, manifest, launcher_arg, monkeypatch, kind, args, {}, name=kind, rc=2)
         err = capsys.readouterr().err
         assert says in err and starts == [], (kind, args, err)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--restarts", "10"], "x 10 to 10 starts"),
+        ([], "x 3 to 8 starts"),
+        (["--restarts", "4", "--max-starts", "4"], "x 4 to 4 starts"),
+    ],
+)
+def test_max_starts_left_out_rises_to_the_first_look(tmp_path, manifest, launcher_arg, capsys, args, says):
+    """Left out, the ceiling is 8 or the first look's starts; given below them it is refused (above)."""
+    argv = fake_argv("ab", [*AB, *args, "--dry-run"], manifest, launcher_arg, tmp_path / "run")
+    assert main(argv) == 0
+    assert says in capsys.readouterr().out

@@ -57,6 +57,7 @@ def _arms(run_dir: Path) -> tuple[dict, list[dict]]:
             # a start's value is its median repetition, the arm's the median start (bench/README.md)
             vals = [statistics.median(x) for x in ([m[k] for m in u.reps if m.get(k) is not None] for u in units) if x]
             row[k] = statistics.median(vals) if vals else None
+            row[f"starts_{k}"] = vals
         out.append(row)
     return runs[0], out
 
@@ -98,7 +99,53 @@ def _fmt(x, nd=2) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = None) -> tuple[str, bool]:
+def ratio_interval(eagle: list[float], plain: list[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """The ratio of the two arms' geometric means of start values, with Welch's interval on the logs: the start
+    is the unit (bench/README.md), so two starts a side are the least that has a spread; None below that."""
+    if len(eagle) < 2 or len(plain) < 2 or min(eagle + plain) <= 0:
+        return None
+    import numpy as np
+    from scipy import stats
+
+    le, lp = np.log(eagle), np.log(plain)
+    ci = stats.ttest_ind(le, lp, equal_var=False).confidence_interval(confidence)
+    return float(np.exp(le.mean() - lp.mean())), float(np.exp(ci.low)), float(np.exp(ci.high))
+
+
+def _speed_lines(pairs: list[tuple[dict, dict]], target: float | None) -> list[str]:
+    lines = [
+        "",
+        "Batch-1 tok/s against plain decoding with the start as the unit: the ratio of geometric means of start "
+        "values, 95 % Welch interval on their logs"
+        + (f"; the target {target:g}x is shown only when the interval's low end reaches it" if target else "")
+        + ":",
+    ]
+    for r, p in pairs:
+        e, q = r["starts_tok_s_b1"], p["starts_tok_s_b1"]
+        got = ratio_interval(e, q)
+        if got is None:
+            lines.append(f"- {r['run']} {r['arm']} vs {p['arm']}: {len(e)} vs {len(q)} starts, no interval (2 a side at least)")
+            continue
+        ratio, lo, hi = got
+        says = ""
+        if target:
+            says = (
+                f": **{target:g}x shown**"
+                if lo >= target
+                else f": **below {target:g}x**"
+                if hi < target
+                else f": {target:g}x **cannot tell** at {len(e)} vs {len(q)} starts"
+            )
+        lines.append(
+            f"- {r['run']} {r['arm']} vs {p['arm']} (plain): {ratio:.2f}x [{lo:.2f}, {hi:.2f}], "
+            f"{len(e)} vs {len(q)} starts{says}"
+        )
+    return lines
+
+
+def compare(
+    plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = None, target: float | None = None
+) -> tuple[str, bool]:
     """Each EAGLE arm against the plain arm of the same name (plain decoding under the same patches and
     variables, e.g. OEA's K0), else against the plain run's first arm."""
     plain_run, plain = _arms(plain_dir)
@@ -122,6 +169,7 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
         for p in plain
     ]
     lossless, eagle_rows, oea_arms, nondet = True, [], [], sorted(p["arm"] for p in plain if len(p["hash_b1"]) > 1)
+    pairs: list[tuple[dict, dict]] = []
     for d in eagle_dirs:
         run, rows = _arms(d)
         if run.get("config", {}).get("workload") != wl:
@@ -134,6 +182,7 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
             cell, failed = _verdict(r, p)
             lossless &= not failed
             eagle_rows.append(r)
+            pairs.append((r, p))
             if r["oea_k0"] > 0:
                 oea_arms.append(f"{r['arm']} (K0={r['oea_k0']})")
             ratio = [(r[k] / p[k]) if r[k] and p[k] else None for k in ("tok_s_b1", "tok_s_bc")]
@@ -142,6 +191,7 @@ def compare(plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = N
                 f"{_fmt(r['accept_len_bc'])} | {_fmt(r['tok_s_b1'], 1)} | {_fmt(ratio[0])} | "
                 f"{_fmt(r['tok_s_bc'], 1)} | {_fmt(ratio[1])} | {cell} | {_bc(r, p)} |"
             )
+    lines += _speed_lines(pairs, target)
     if train_json is not None:
         rec = json.loads(train_json.read_text())
         n = str(wl.get("max_new_tokens"))
@@ -212,9 +262,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eagle", type=Path, action="append", required=True)
     ap.add_argument("--train-json", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--target-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="say whether each arm's batch-1 tok/s is shown to be at least R x plain decoding's (issue 17: 1.5)",
+    )
     a = ap.parse_args(argv)
+    if a.target_ratio is not None and not a.target_ratio > 0:
+        print(f"draft_compare: --target-ratio {a.target_ratio:g}: give a ratio above 0 (e.g. 1.5)", file=sys.stderr)
+        return 2
     try:
-        text, lossless = compare(a.plain, a.eagle, a.train_json)
+        text, lossless = compare(a.plain, a.eagle, a.train_json, a.target_ratio)
     except (OSError, ValueError, KeyError, RecordError) as e:  # exit 1 is the answer "not lossless"
         print(f"draft_compare: {e}", file=sys.stderr)
         return 2

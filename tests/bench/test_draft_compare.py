@@ -269,3 +269,30 @@ def test_the_kimi_width_trained_run(tmp_path, capsys):
         return [x for x in s.splitlines() if x.startswith(("|", "EAGLE-3 batch-1", "Accept length"))]
 
     assert len(kept(recorded)) == 7 and kept(out.read_text()) == kept(recorded)
+
+
+@pytest.mark.parametrize(
+    ("eagle", "plain", "says"),
+    [
+        # by hand: Welch on the logs, df from Welch-Satterthwaite, t(0.975, df): 3.05x [2.92, 3.18] for the first
+        ([300, 310, 305], [100, 102, 98], "3.05x [2.92, 3.18], 3 vs 3 starts: **1.5x shown**"),
+        ([120, 125, 118], [100, 102, 98], "1.21x [1.14, 1.29], 3 vs 3 starts: **below 1.5x**"),
+        ([150, 180, 130], [100, 102, 98], "1.52x [1.02, 2.26], 3 vs 3 starts: 1.5x **cannot tell** at 3 vs 3"),
+        ([300], [100, 102], "1 vs 2 starts, no interval (2 a side at least)"),
+    ],
+)
+def test_the_speed_ratio_reads_starts_and_calls_the_target_only_from_its_interval(tmp_path, eagle, plain, says):
+    """A ratio of medians from two starts a side (kimi_trained's 1.38x) said nothing of its uncertainty: the
+    interval over starts does, and the target is called only when the interval clears it."""
+    p = _run_dir(tmp_path / "plain", {"full": [[_m(x, 400)] for x in plain]})
+    e = _run_dir(tmp_path / "eagle", {"full": [[_m(x, 800, 4.0)] for x in eagle]})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(p), "--eagle", str(e), "--out", str(out), "--target-ratio", "1.5"]) == 0
+    text = out.read_text()
+    assert f"- eagle full vs full (plain): {says}" in text or f"- eagle full vs full: {says}" in text, text
+
+
+def test_a_target_ratio_below_zero_is_exit_2(tmp_path, capsys):
+    p = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    assert main(["--plain", str(p), "--eagle", str(p), "--target-ratio", "-1"]) == 2
+    assert "--target-ratio -1: give a ratio above 0" in capsys.readouterr().err

@@ -421,3 +421,17 @@ def test_a_duet_step_resumes_only_a_store_with_records(tiny, sglang_tree, tmp_pa
     assert p.returncode == 0, p.stdout + p.stderr
     call = (tmp_path / "calls").read_text()
     assert "bench ab" in call and ("--resume" in call) == resumed, call
+
+
+def test_kimi_speed5_takes_its_arms_and_each_side_s_starts(tiny, sglang_tree, tmp_path):
+    """EAGLE's batch-1 tok/s varied 8-10 % from start to start, plain decoding's 0.7 %: the ratio's interval needs
+    more EAGLE starts than plain ones, and a short device budget may keep the full set only."""
+    kimi, out = tmp_path / "kimi", tmp_path / "o"
+    env = {"SPEED_ARMS": "full=full+dummy_init_normal", "EMAXS": "7", "PMAXS": "3"}
+    p = _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, **env)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("--arms full=full+dummy_init_normal --no-phase-timing") == 2
+    eagle, plain = [x for x in p.stderr.splitlines() if "-m bench ab " in x]
+    assert "--restarts 7 --max-starts 7 " in eagle and f"--out {out}/kimi_speed5/eagle " in eagle
+    assert "--restarts 3 --max-starts 3 " in plain and f"--out {out}/kimi_speed/plain " in plain
+    assert "1 arm(s) x 7 to 7 starts" in p.stdout and "1 arm(s) x 3 to 3 starts" in p.stdout

@@ -99,7 +99,9 @@ def _fmt(x, nd=2) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def ratio_interval(eagle: list[float], plain: list[float], confidence: float = 0.95) -> tuple[float, float, float] | None:
+def ratio_interval(
+    eagle: list[float], plain: list[float], confidence: float = 0.95
+) -> tuple[float, float, float] | None:
     """The ratio of the two arms' geometric means of start values, with Welch's interval on the logs: the start
     is the unit (bench/README.md), so two starts a side are the least that has a spread; None below that."""
     if len(eagle) < 2 or len(plain) < 2 or min(eagle + plain) <= 0:
@@ -124,7 +126,9 @@ def _speed_lines(pairs: list[tuple[dict, dict]], target: float | None) -> list[s
         e, q = r["starts_tok_s_b1"], p["starts_tok_s_b1"]
         got = ratio_interval(e, q)
         if got is None:
-            lines.append(f"- {r['run']} {r['arm']} vs {p['arm']}: {len(e)} vs {len(q)} starts, no interval (2 a side at least)")
+            lines.append(
+                f"- {r['run']} {r['arm']} vs {p['arm']}: {len(e)} vs {len(q)} starts, no interval (2 a side at least)"
+            )
             continue
         ratio, lo, hi = got
         says = ""

@@ -209,8 +209,9 @@ def change_tree(
 ) -> Outcome:
     """Lock the tree, roll back what a killed command left, then decide on the state as it is now, and switch."""
     from .switch import switch
+    from .treepin import check_tree_version
 
-    ctx.tree.check_version(ctx.manifest.pin.version)
+    check_tree_version(ctx)
     with open_tree(ctx) as txn:
         return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
 
@@ -414,9 +415,18 @@ def revert(
     context: Context | None = None,
 ) -> SwitchResult:
     """Revert the named patches (or `all=True`): their files go back byte for byte; refuses hand edits unless
-    `force=True` (which saves them to a backup first)."""
+    `force=True` (which saves them to a backup first). `all=True` on a tree of another release than the manifest
+    pins works from the tree's recorded state (recorded.py): the way out when no pin of its release is left."""
+    from .treepin import other_release
+
     ctx = _ctx(context, project, manifest, tree)
     chosen = _need(from_options(ctx.manifest, names=names, all=all, verb="revert", close=False), "revert")
+    if all and other_release(ctx):
+        from .recorded import revert_recorded
+
+        with open_tree(ctx) as txn:
+            recorded, said = revert_recorded(txn, force=force)
+        return _result(recorded, said)
     notes: list[str] = []
     outcome = change_tree(
         ctx,

@@ -10,12 +10,14 @@ checked in one CI run, and a fix must be cherry-picked between branches by hand,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import BadInput, ManifestError
 from .manifest import Manifest, load_manifest
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
+from .tree import Tree, carried, embedded_path
 
 
 def pin_manifest_path(top: Manifest, version: str) -> Path:
@@ -26,10 +28,10 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
         raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
     if not path.is_file():
-        known = ", ".join([top.pin.version, *(d.name for d in _pin_dirs(top))])
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
-            hint=f"pins here: {known}; `{prog()} rebase {version}` makes one",
+            hint=f"pins here: {', '.join(pin_versions(top))}; `{prog()} rebase {version}` makes one"
+            + _carrying_tree(top.project_root, version),
         )
     return _pins_its_version(_inside(top, path, f"--pin {version}"), version)
 
@@ -67,6 +69,61 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     for d in _pin_dirs(top):
         out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
     return out
+
+
+def pin_versions(top: Manifest) -> list[str]:
+    """The releases the project has a pin for, the top level's first (their manifests not loaded)."""
+    return [top.pin.version, *(d.name for d in _pin_dirs(top))]
+
+
+def _carrying_tree(project_root: Path, version: str) -> str:
+    """The pin gone (removed by hand, or never renamed into place) while its embedded tree still carries its
+    patches: `rebase` refuses that tree until it is pristine, so the way to make it so is said here."""
+    tree = embedded_path(project_root, version)
+    what = carried(Tree(tree, "embedded").state_dir) if (tree / "python" / "sglang").is_dir() else None
+    if not what:
+        return ""
+    return (
+        f"; its tree {tree} still carries {', '.join(what)}: `{prog()} --tree {tree} revert --all` takes that "
+        "out from what the tree recorded, no pin needed"
+    )
+
+
+def refuse_linked_out(project_root: Path, version: str) -> None:
+    """Before a rebase does any work: it builds the new pin under pins/ and renames it to pins/VERSION, so a
+    pins/ linked out of the project put the new pin where `--pin` refuses it, and a link at pins/VERSION made
+    the final rename fail (ENOTDIR) once every step was done."""
+    root = os.path.realpath(project_root)
+    folder, target = project_root / PINS_DIR, project_root / PINS_DIR / version
+    if os.path.islink(folder) and not _within(os.path.realpath(folder), root):
+        raise BadInput(
+            f"rebase {version}: {folder} is a symbolic link to {os.path.realpath(folder)}, outside the project "
+            f"{project_root}: the new pin would be made there, and `--pin {version}` refuses a pin linked out "
+            "of the project",
+            hint=f"make {folder} a directory of the project (`rm {folder} && mkdir {folder}`, then copy in the "
+            "pins it led to), then rebase again",
+        )
+    if os.path.islink(target):
+        real, there = os.path.realpath(target), os.path.exists(target)
+        if _within(real, root) and there:
+            return  # a pin linked within the project is a pin (`--pin` takes it): _refuse_taken names it
+        gone = "" if there else ", which does not exist"
+        keep = (
+            f"; to make what it leads to the pin for {version} instead, copy it in its place "
+            f"(`rm {target} && cp -r {real} {target}`)"
+            if there
+            else ""
+        )
+        raise BadInput(
+            f"rebase {version}: {target} is a symbolic link to {real}{gone}"
+            + ("" if _within(real, root) else f", outside the project {project_root}")
+            + f": the rebase renames the new pin to {target}, and a pin's directory is part of the project",
+            hint=f"remove the link (`rm {target}`) and rebase again{keep}",
+        )
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _pin_dirs(top: Manifest) -> list[Path]:

@@ -172,11 +172,11 @@ def _not_inside_a_checkout(tree: Tree) -> Tree:
         return tree
     problem = f"{tree.root}: is the python/ directory of the checkout {repo}, not a tree of its own"
     here, root = tree.state_dir, Tree(repo, "checkout").state_dir
-    carried = _carried(here)
-    if carried is None:
+    here_carries = carried(here)
+    if here_carries is None:
         leftover = f"; {here} carries no patch (a leftover): remove it (rm -r {here})" if os.path.lexists(here) else ""
         raise TreeNotFound(problem, hint=f"pass --tree {repo}{leftover}")
-    at_root = _carried(root)
+    at_root = carried(root)
     move = f"mv {here} {root}" if not os.path.lexists(root) else f"rm -r {root} && mv {here} {root}"
     first = (
         f"the checkout's own state {root} carries {', '.join(at_root)} too: take those out first "
@@ -186,13 +186,13 @@ def _not_inside_a_checkout(tree: Tree) -> Tree:
     )
     raise TreeNotFound(
         f"{problem}; {here} holds what was applied through this address (by an earlier sglang-overlay, which "
-        f"accepted it): {', '.join(carried)}",
+        f"accepted it): {', '.join(here_carries)}",
         hint=f"{first}hand that state to the checkout: `{move}`, then use --tree {repo} "
         f"(`{prog()} --tree {repo} status` shows those patches; `revert --all` there takes them out)",
     )
 
 
-def _carried(state_dir: Path) -> list[str] | None:
+def carried(state_dir: Path) -> list[str] | None:
     """What a state directory carries: its applied patches, an interrupted command; None if nothing."""
     if os.path.lexists(state_dir / JOURNAL_NAME):
         return ["an interrupted command's journal"]

@@ -39,6 +39,7 @@ from ..pathlen import path_arg
 from ..progname import prog
 from ..switch import check_gates, drift_hint, switch, target_patches
 from ..tree import Tree
+from ..treepin import check_tree_version
 from ..treeread import drifted_files, reading
 from ._common import add_selection, open_tree, selection
 
@@ -247,7 +248,7 @@ def run(ctx, args) -> int:
     server_args = with_host(passthrough(args.server_args))
     url = server_url(server_args)
     tree = ctx.tree
-    tree.check_version(m.pin.version)
+    check_tree_version(ctx)
     profile = m.env_profile(args.env_profile) if args.env_profile is not None else None
     module = os.environ.get(SERVER_MODULE_ENV) or DEFAULT_MODULE
     argv = [interpreter(tree, args.python), "-m", module, *server_args]

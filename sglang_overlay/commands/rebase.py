@@ -17,7 +17,9 @@ manifest, with the new pin, written last) and renamed into place. Killed, interr
 anywhere, the project is as before, and `rebase --continue` goes on from the last finished step (`--abort`
 drops it all; an abort cut short says so and is finished by `--abort` again). From the rename on, the new
 pin and the release tree are the user's: killed after it, `--continue` only removes the progress file, and
-`--abort` refuses. A progress file that does not load is dropped by `--abort` without being read. Every step
+`--abort` refuses. `--abort` needs no wheel and no network (the release tree goes back to its git commit), and
+a progress file that does not load is dropped by it without being read. A pins/ or pins/VERSION linked out of
+the project is refused before anything is fetched or written. Every step
 that writes runs under the release tree's lock: a second `--continue`/`--skip`/`--abort` waits and then finds
 what the first left; the source pin's files are checked against what the rebase read, so a change to them
 meanwhile is refused rather than left out of the new pin."""
@@ -45,6 +47,7 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
+from ..pins import refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
     Progress,
@@ -95,13 +98,11 @@ def run(ctx, args) -> int:
     version = _which(root, args.version)
     if args.status:
         return _status(root, version)
-    try:
-        progress = read_progress(progress_path(root, version))
-        source = None if progress is None else load_manifest(root / progress.source)
-    except BadInput as e:
-        if not args.abort:
-            raise
-        return _abort_unread(root, version, e)  # the way out the error's hint names must not read it again
+    if args.abort:
+        return _abort_locally(root, version)
+    refuse_linked_out(root, version)
+    progress = read_progress(progress_path(root, version))
+    source = None if progress is None else load_manifest(root / progress.source)
     if progress is None or source is None:  # killed after the new pin was renamed into place: nothing is left
         return _none_in_progress(root, version, args.resume)
     tree = _release_tree(root, source.pin, progress)
@@ -109,8 +110,6 @@ def run(ctx, args) -> int:
         progress = read_progress(progress_path(root, version))  # decided under the lock
         if progress is None:  # another process finished or aborted it while this one waited for the lock
             return _none_in_progress(root, version, args.resume)
-        if args.abort:
-            return _abort(root, tree, txn, progress)
         if args.skip:
             return _skip(root, source, tree, txn, progress, args.reason)
         return _continue(root, source, tree, txn, progress)
@@ -155,6 +154,7 @@ def _start(ctx, version: str) -> int:
             f"rebase: {m.path} extends another manifest: rebase the one that holds the pin",
             hint=f"`{prog()} --manifest {m.pin_source} rebase {version}`",
         )
+    refuse_linked_out(root, version)  # before the release is fetched and any step runs
     _refuse_taken(root, version)
     t0 = time.monotonic()
     wheel = release_wheel(m.pin, version)
@@ -559,7 +559,28 @@ def _finished(root: Path, version: str) -> bool:
     return pin_dir(root, version).is_dir() and not staging_dir(root, version).exists()
 
 
-def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
+def _abort_locally(root: Path, version: str) -> int:
+    """`--abort` from what is on this machine only: the release tree goes back to what its git commit holds (it
+    was pristine when the rebase started: _refuse_dirty), never to the release's wheel, which may be gone from
+    the cache with no network to fetch it again (an abort stuck half done had to be finished by hand)."""
+    try:
+        progress = read_progress(progress_path(root, version))
+    except BadInput as e:
+        return _abort_unread(root, version, e)  # the way out the error's hint names must not read it again
+    if progress is None:  # killed after the new pin was renamed into place: nothing is left
+        return _none_in_progress(root, version, False)
+    dest = embedded_path(root, version)
+    if not (dest / "python" / "sglang").is_dir():  # removed by hand: nothing to put back, nothing to fetch for it
+        return _abort(root, None, None, progress)
+    tree = Tree(dest.resolve(), "embedded")
+    with Transaction.open(tree) as txn:
+        progress = read_progress(progress_path(root, version))  # decided under the lock
+        if progress is None:  # another process finished or aborted it while this one waited for the lock
+            return _none_in_progress(root, version, False)
+        return _abort(root, tree, txn, progress)
+
+
+def _abort(root: Path, tree: Tree | None, txn: Transaction | None, progress: Progress) -> int:
     version = progress.target
     staging, done = staging_dir(root, version), pin_dir(root, version)
     if _finished(root, version):
@@ -574,14 +595,15 @@ def _abort(root: Path, tree: Tree, txn: Transaction, progress: Progress) -> int:
     if not progress.aborting:
         progress = replace(progress, aborting=True)
         _save(root, progress)
-    rel_src = WheelSource(release_wheel(load_manifest(root / progress.source).pin, version))
-    _restore(tree, txn, rel_src.read)
+    if tree is not None and txn is not None:
+        _restore(tree, txn, _head_reader(tree))
     if staging.exists():
         _rmtree_named(staging)
     os.unlink(progress_path(root, version))
     fsync_dir(progress_path(root, version).parent)
     _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
-    print(f"rebase to {version} aborted: the project and {tree.root} are as before it")
+    said = f"the project and {tree.root} are" if tree is not None else "the project is"
+    print(f"rebase to {version} aborted: {said} as before it")
     return 0
 
 

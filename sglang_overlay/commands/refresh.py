@@ -21,6 +21,7 @@ from ..manifest import UpstreamedPatch, load_manifest
 from ..patchfile import parse_patch_file
 from ..progname import prog
 from ..switch import switch
+from ..treepin import check_tree_version
 from ..treeread import base_reader, read_file
 from ._common import open_tree
 
@@ -41,7 +42,7 @@ def run(ctx, args) -> int:
             "to refresh",
             hint="edit the entry's proof in manifest.yaml instead",
         )
-    tree.check_version(m.pin.version)
+    check_tree_version(ctx)
     with open_tree(ctx) as txn:
         state = txn.state
         m.check_carried(state.applied)

@@ -43,6 +43,10 @@ def run(ctx, args) -> int:
         f"fingerprint {short(info['fingerprint'])}   applied {len(info['applied'])} of "
         f"{sum(1 for r in info['patches'] if r['kind'] != 'upstreamed')} patches"
     )
+    if t["version"] != info["pin"]["version"]:  # the rows below read this tree against another release's set
+        from ..treepin import note
+
+        print(note(ctx))
     if info["interrupted_transaction"]:
         print(
             f"note: an interrupted command left a journal; `{prog()} recover` (or the next command that "

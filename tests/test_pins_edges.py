@@ -1,0 +1,187 @@
+"""The edges of a project's pins: a tree of a release that no pin is for (the pin removed, or the tree upgraded
+under its patches), a `rebase --abort` with neither the release's wheel nor a network, and a pins/ directory (or
+pins/VERSION) linked out of the project. Fixture releases of the real 0.5.17 files, the real CLI in processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from test_rebase import (
+    SARGS,
+    TOPK,
+    _conflicting_release,
+    cache,
+    cli,
+    make_release,
+    pin_source,
+    project,
+    project_files,
+    tree_is_pristine,
+)
+
+__all__ = ["cache", "pin_source"]  # module fixtures of test_rebase, used here by name
+
+OVERLAY = "python/sglang/srt/fx_overlay_module.py"
+IDENTITY = "python/sglang/_overlay_build.py"
+
+
+def _no_traceback(res: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+
+
+def _carrying_release_tree(tmp_path: Path, cache: Path, pin_source, version: str) -> tuple[Path, Path]:
+    """A project whose pin for `version` was made by a rebase and applied on its release tree."""
+    make_release(cache, pin_source, version)
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", version, rc=0)
+    cli(proj, cache, "--pin", version, "apply", "fx_topk", "fx_args_b", "fx_overlay", rc=0)
+    return proj, proj / ".sglang" / f"sglang-{version}"
+
+
+# -- 1. a tree of a release no pin is for ---------------------------------------------------------------------------
+def test_a_tree_whose_pin_is_gone_names_the_pins_and_reverts_from_its_record(tmp_path, cache, pin_source):
+    """pins/9.0.1 removed while its release tree carries patches: every command had refused that tree (the
+    manifest pins 0.5.17, no pin for 9.0.1, and `rebase 9.0.1` wants it pristine first), so only `rm -rf` was
+    left. Each refusal now names the tree, its release, the pins and a way out, and `revert --all` takes the
+    patches out from what the tree recorded."""
+    proj, tree = _carrying_release_tree(tmp_path, cache, pin_source, "9.0.1")
+    res = cli(proj, cache, "--tree", str(tree), "apply", "fx_topk", rc=2)  # the pin is there: it says which
+    assert "this project's pins: 0.5.17, 9.0.1" in res.stderr and "has a pin for 9.0.1: `" in res.stderr
+    assert " --pin 9.0.1 status`" in res.stderr  # its own release tree: no --tree to name
+    shutil.rmtree(proj / "pins")
+    res = cli(proj, cache, "--pin", "9.0.1", "status", rc=2)
+    assert "no pin for 9.0.1" in res.stderr and "pins here: 0.5.17" in res.stderr
+    assert f"its tree {tree} still carries fx_topk, fx_args_b, fx_overlay" in res.stderr
+    assert f"--tree {tree} revert --all" in res.stderr
+    st = cli(proj, cache, "--tree", str(tree), "status", rc=0).stdout
+    assert f"note: {tree}: this tree is SGLang 9.0.1, the manifest pins 0.5.17" in st
+    assert "this project's pins: 0.5.17" in st and "revert --all" in st
+    for args in (("apply", "fx_topk"), ("revert", "fx_topk"), ("toggle", "fx_topk"), ("refresh", "fx_topk")):
+        res = cli(proj, cache, "--tree", str(tree), *args, rc=2)
+        _no_traceback(res)
+        assert f"{tree}: this tree is SGLang 9.0.1, the manifest pins 0.5.17" in res.stderr, args
+        assert "this project's pins: 0.5.17" in res.stderr and "carries fx_topk, fx_args_b, fx_overlay" in res.stderr
+        assert f"--tree {tree} revert --all" in res.stderr and "rebase 9.0.1` makes one" in res.stderr
+    res = cli(proj, cache, "rebase", "9.0.1", rc=2)  # the way it names must work
+    assert f"--tree {tree} revert --all" in res.stderr
+    assert "no rebase in progress" in cli(proj, cache, "rebase", "--abort", rc=2).stderr
+    # a hand edit on the release the state was recorded on is drift, as in any revert
+    topk = tree / TOPK
+    topk.write_text(topk.read_text() + "# mine\n")
+    res = cli(proj, cache, "--tree", str(tree), "revert", "--all", rc=1)
+    assert "drifted" in res.stderr and TOPK in res.stderr
+    assert topk.read_text().endswith("# mine\n")
+    res = cli(proj, cache, "--tree", str(tree), "revert", "--all", "--force", rc=0)
+    assert "reverted from the state it recorded" in res.stdout and "saved 1 hand-edited file(s)" in res.stdout
+    assert "reverted fx_topk, fx_args_b, fx_overlay" in res.stdout
+    assert tree_is_pristine(proj, "9.0.1")
+    cli(proj, cache, "rebase", "9.0.1", rc=0)  # and the pin can be made again
+
+
+def test_revert_all_of_a_tree_upgraded_under_its_patches_keeps_the_new_releases_files(tmp_path, cache, pin_source):
+    """The tree went from 9.0.1 to another release with the patches applied (server_args.py and _version.py
+    replaced by the upgrade): the recorded bases are 9.0.1's, so a file the upgrade replaced stays as it is,
+    and what still holds the tool's bytes (topk.py, the overlay module, the identity module) goes back."""
+    proj, tree = _carrying_release_tree(tmp_path, cache, pin_source, "9.0.1")
+    upgraded = b"# the upgrade's own server_args.py\n"
+    (tree / SARGS).write_bytes(upgraded)
+    (tree / "python/sglang/_version.py").write_text('__version__ = version = "9.0.9"\n')
+    res = cli(proj, cache, "--pin", "9.0.1", "apply", "fx_args_a", rc=2)
+    assert f"{tree}: this tree is SGLang 9.0.9, the manifest pins 9.0.1" in res.stderr
+    assert "this project's pins: 0.5.17, 9.0.1" in res.stderr and "--pin 9.0.1 rebase 9.0.9" in res.stderr
+    _no_traceback(res)
+    res = cli(proj, cache, "--pin", "9.0.1", "revert", "--all", rc=0)
+    assert f"left as it is: {SARGS}" in res.stdout and "recorded on 9.0.1" in res.stdout
+    assert (tree / SARGS).read_bytes() == upgraded
+    assert (tree / TOPK).read_bytes() == pin_source.read(TOPK)
+    assert not (tree / OVERLAY).exists() and not (tree / IDENTITY).exists()
+    assert "applied 0 of" in cli(proj, cache, "--tree", str(tree), "status", rc=0).stdout
+
+
+# -- 2. --abort from what is on this machine ------------------------------------------------------------------------
+def _offline(proj: Path, cache: Path, *args: str, rc: int) -> subprocess.CompletedProcess:
+    """The CLI with no package index to reach: a download would fail, and it must not be tried."""
+    env = {"SGLANG_OVERLAY_CACHE": str(cache), "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    return run_cli(*args, cwd=proj, env=env, check_rc=rc)
+
+
+@pytest.mark.parametrize("tree_gone", [False, True], ids=["tree-kept", "tree-removed"])
+def test_abort_needs_neither_the_releases_wheel_nor_a_network(tmp_path, pin_source, tree_gone):
+    """The wheel gone from the cache (cleaned, another machine's cache) and no index: `--abort` had tried to
+    download it, failed, and left the rebase marked `aborting` for good. The release tree goes back to what its
+    own git commit holds, and a release tree removed by hand is not made again to be put back."""
+    own = tmp_path / "cache"
+    (own / "wheels").mkdir(parents=True)
+    os.symlink(pin_source.wheel, own / "wheels" / pin_source.wheel.name)
+    _conflicting_release(own, pin_source, "9.0.2")
+    proj = project(tmp_path)
+    before = project_files(proj)
+    cli(proj, own, "rebase", "9.0.2", rc=1)
+    tree = proj / ".sglang" / "sglang-9.0.2"
+    assert "<<<<<<<" in (tree / SARGS).read_text()
+    shutil.rmtree(own / "releases" / "9.0.2")
+    if tree_gone:
+        shutil.rmtree(tree)
+    res = _offline(proj, own, "rebase", "--abort", rc=0)
+    assert "downloading" not in res.stderr and "aborted" in res.stdout, res.stderr
+    assert project_files(proj) == before and not (proj / "pins").exists()
+    if tree_gone:
+        assert not tree.exists()
+    else:
+        assert tree_is_pristine(proj, "9.0.2")
+    assert "no rebase in progress" in _offline(proj, own, "rebase", "--status", rc=2).stderr
+
+
+# -- 3. pins/ linked out of the project ------------------------------------------------------------------------------
+def _link_pins_out(proj: Path, outside: Path) -> Path:
+    os.symlink(outside, proj / "pins")
+    return proj / "pins"
+
+
+def _link_pin_out(proj: Path, outside: Path) -> Path:
+    (proj / "pins").mkdir()
+    (outside / "9.0.1").mkdir()
+    os.symlink(outside / "9.0.1", proj / "pins" / "9.0.1")
+    return proj / "pins" / "9.0.1"
+
+
+def _link_pin_nowhere(proj: Path, outside: Path) -> Path:
+    (proj / "pins").mkdir()
+    os.symlink(outside / "not-made-yet", proj / "pins" / "9.0.1")
+    return proj / "pins" / "9.0.1"
+
+
+@pytest.mark.parametrize("link", [_link_pins_out, _link_pin_out, _link_pin_nowhere], ids=["pins", "pin", "dangling"])
+def test_pins_linked_out_of_the_project_is_refused_before_any_work(tmp_path, cache, pin_source, link):
+    """pins/ linked out: the whole rebase ran and put the new pin where `--pin` then refused it; pins/9.0.1 a
+    link to nowhere: every step ran, then the rename into place failed (ENOTDIR, exit 1). Refused first now:
+    nothing fetched, unpacked, staged or written, on either side of the link."""
+    make_release(cache, pin_source, "9.0.1")
+    proj = project(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    path = link(proj, outside)
+    before = sorted(p.name for p in outside.rglob("*"))
+    res = cli(proj, cache, "rebase", "9.0.1", rc=2)
+    _no_traceback(res)
+    assert f"{path} is a symbolic link to {os.path.realpath(path)}" in res.stderr
+    assert f"outside the project {proj}" in res.stderr and f"rm {path}" in res.stderr
+    assert not (proj / ".sglang").exists() and "unpacking" not in res.stderr
+    assert sorted(p.name for p in outside.rglob("*")) == before
+    assert not list((proj / "pins").glob(".rebase-*"))
+
+
+def test_pins_linked_within_the_project_still_rebases(tmp_path, cache, pin_source):
+    """A link that stays in the project is the project's own directory: `--pin` takes it, so does rebase."""
+    make_release(cache, pin_source, "9.0.1")
+    proj = project(tmp_path)
+    (proj / "pin-sets").mkdir()
+    os.symlink("pin-sets", proj / "pins")
+    cli(proj, cache, "rebase", "9.0.1", rc=0)
+    assert (proj / "pin-sets" / "9.0.1" / "manifest.yaml").is_file()
+    assert "sglang 9.0.1 (pinned)" in cli(proj, cache, "--pin", "9.0.1", "status", rc=0).stdout

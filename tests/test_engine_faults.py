@@ -58,6 +58,9 @@ EXEC_ENTRY = """  - name: fx_exec
     kind: diff
     category: experimental
 presets:"""
+# the sweep's manifest pinning a release the tree is not (its pin moved on, or removed): `revert --all` then works
+# from what the tree recorded (recorded.py), the one write path that reads no pin
+OTHER_PIN_MANIFEST = "manifest_other_pin.yaml"
 EXEC_PATCH = (
     "Description: Fixture fx_exec: a new file mode 100755\nOrigin: vendor\nForwarded: not-needed\n"
     f"Last-Update: 2026-12-02\n---\ndiff --git a/{TOOL} b/{TOOL}\nnew file mode 100755\nindex 0000000..1111111\n"
@@ -72,6 +75,7 @@ MANAGED = (
     "python/sglang/_overlay_build.py",
     NEWDIR_FILE,
     TOOL,
+    "python/sglang/_version.py",  # no command writes it, but a case's upgrade does: each case restores its own
 )
 SERVER_ARGS = "python/sglang/srt/server_args.py"
 
@@ -90,6 +94,14 @@ def _edit_topk(tree: Path) -> None:
     f.write_text(f.read_text() + "# a hand edit\n")
 
 
+def _upgrade_to_0_5_99(tree: Path) -> None:
+    """An upgrade under the applied patches: _version.py and server_args.py are the new release's; the other
+    files still hold what the tool wrote (go back), server_args.py is left as it is."""
+    v = tree / "python/sglang/_version.py"
+    v.write_text(v.read_text().replace("0.5.17", "0.5.99").replace("(0, 5, 17)", "(0, 5, 99)"))
+    (tree / SERVER_ARGS).write_text("# the upgrade's own server_args.py\n")
+
+
 @dataclass(frozen=True)
 class Command:
     setup: tuple[tuple[str, ...], ...]  # run normally first: the starting tree
@@ -97,6 +109,7 @@ class Command:
     edit: object = None  # a hand edit made after the setup
     pending: bool = False  # start from a journal a kill left (the command under test is the recovery)
     manifest: str = "manifest.yaml"
+    setup_manifest: str | None = None  # the setup's, when not `manifest` (a pin the tree is not: it cannot apply)
     rerun: bool = False  # after each fault (and recover), running the command again must reach `after`
 
 
@@ -120,6 +133,16 @@ COMMANDS = {
         (("apply", "fx_exec"),), ("apply", "fx_exec"), edit=_chmod_tool_off, manifest=EXEC_MANIFEST, rerun=True
     ),
     "apply new 100755": Command((), ("apply", "fx_exec"), manifest=EXEC_MANIFEST, rerun=True),
+    # a tree of another release: the pin it was applied with is gone (a hand edit, so --force and its backup too),
+    # or the tree was upgraded under its patches (a file left as the new release has it)
+    "revert --all recorded": Command(
+        (("apply", "--all"),),
+        ("revert", "--all", "--force"),
+        edit=_edit_topk,
+        manifest=OTHER_PIN_MANIFEST,
+        setup_manifest="manifest.yaml",
+    ),
+    "revert --all upgraded": Command((("apply", "--all"),), ("revert", "--all"), edit=_upgrade_to_0_5_99),
 }
 
 
@@ -148,6 +171,8 @@ class Worker:
             man.read_text().replace("presets:", NEWDIR_ENTRY, 1).replace("    conflicts: [fx_topk_gated]\n", "")
         )
         (self.project / EXEC_MANIFEST).write_text(man.read_text().replace("presets:", EXEC_ENTRY, 1))
+        other = man.read_text().replace("0.5.17", "0.5.99")  # the version, the wheel's name, the tag
+        (self.project / OTHER_PIN_MANIFEST).write_text(other)
         (self.project / "patches" / "fx_exec.patch").write_text(EXEC_PATCH)
         new = self.project / "overlay" / NEWDIR_FILE
         new.parent.mkdir(parents=True)
@@ -185,7 +210,7 @@ class Worker:
         for p, data in self.pristine_project.items():
             p.write_bytes(data)
         for step in c.setup:
-            self.cli(*step, manifest=c.manifest)
+            self.cli(*step, manifest=c.setup_manifest or c.manifest)
         if c.edit:
             c.edit(self.tree)
         if c.pending:  # a kill just before the journal of `apply --all` is removed: all of it to roll back
@@ -377,7 +402,7 @@ def test_os_error_at_every_point(workers, name, action):
     sweep(workers, name, action)
 
 
-@pytest.mark.parametrize("name", ["apply --all", "revert --all", "recover"])
+@pytest.mark.parametrize("name", ["apply --all", "revert --all", "revert --all recorded", "recover"])
 @pytest.mark.parametrize("action", ["error=ENOSPC", "error=EROFS"])
 def test_lasting_os_error_from_every_point(workers, name, action):
     """The error goes on from that call (a disk that stays full): rollback fails too, the journal is kept, and

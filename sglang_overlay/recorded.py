@@ -61,6 +61,8 @@ def revert_recorded(txn: Transaction, *, force: bool) -> tuple[Outcome, list[str
     ]
     if saved:
         notes.append(f"--force: saved {len(saved)} hand-edited file(s) under {backup_dir}")
+    # the switch's revert says the same: a file put back with no backup must not pass in silence
+    notes += [f"--force: {f} was deleted by hand; nothing to save" for f in sorted(edited) if current[f] is None]
     outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir)
     return outcome, notes
 

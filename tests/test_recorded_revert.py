@@ -129,3 +129,21 @@ def test_site_packages_upgraded_by_pip_to_a_release_that_ships_the_patched_files
         assert (site / f[len("python/") :]).read_bytes() == applied[f], f
         assert f"left as it is: {f}: SGLang 0.5.18 ships it as it is now" in res.stdout
     assert not (site / GONE[len("python/") :]).exists() and not (site / IDENTITY[len("python/") :]).exists()
+
+
+def test_a_file_deleted_by_hand_is_said_when_forced_back_with_no_pin_of_its_release(tmp_path, pinned_tree):
+    """The pin of the tree's release is gone (the manifest now pins 0.5.99): `revert --all --force` works from the
+    record and puts back a managed file deleted by hand. The switch's own revert says so; this path had put it
+    back in silence."""
+    tree = tmp_path / "sglang"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
+    proj = _project(tmp_path, pinned_tree)
+    _cli(proj, tree, "apply", "fx_topk", "fx_args_a")
+    man = proj / "manifest.yaml"
+    man.write_text(man.read_text().replace("0.5.17", "0.5.99"))
+    (tree / TOPK).unlink()
+    res = _cli(proj, tree, "revert", "--all", rc=1)
+    assert "Traceback" not in res.stderr and TOPK in res.stderr, res.stderr
+    res = _cli(proj, tree, "revert", "--all", "--force")
+    assert f"--force: {TOPK} was deleted by hand; nothing to save" in res.stdout + res.stderr
+    assert _git(tree, "status", "--porcelain", "--untracked-files=all") == ""  # every file back at its base

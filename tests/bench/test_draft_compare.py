@@ -296,3 +296,25 @@ def test_a_target_ratio_below_zero_is_exit_2(tmp_path, capsys):
     p = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
     assert main(["--plain", str(p), "--eagle", str(p), "--target-ratio", "-1"]) == 2
     assert "--target-ratio -1: give a ratio above 0" in capsys.readouterr().err
+
+
+def test_the_kimi_width_ratio_over_starts_is_recorded_as_cannot_tell(tmp_path, capsys):
+    """The record's 1.38-1.48x were ratios of medians: with the start as the unit the intervals span 1.5 (kimi_null's
+    ten starts against plain's two), so the target is neither shown nor refuted; OEA at K0=3 is below it."""
+    args = [
+        "--plain",
+        str(KIMI / "kimi_plain"),
+        "--eagle",
+        str(KIMI / "kimi_trained"),
+        "--eagle",
+        str(KIMI / "kimi_null"),
+    ]
+    assert main([*args, "--train-json", str(KIMI / "train" / "kimi-draft.json"), "--target-ratio", "1.5"]) == 0
+    text = capsys.readouterr().out
+    assert "- kimi_null a vs full (plain): 1.39x [1.23, 1.57], 5 vs 2 starts: 1.5x **cannot tell**" in text
+    assert "- kimi_null null vs full (plain): 1.44x [1.31, 1.60], 5 vs 2 starts: 1.5x **cannot tell**" in text
+    assert "- kimi_trained oea3 vs oea3 (plain): 0.39x [0.12, 1.25], 2 vs 2 starts: **below 1.5x**" in text
+    recorded = (KIMI / "ratio-interval.md").read_text()
+    assert [x for x in text.splitlines() if x.startswith("- ")] == [
+        x for x in recorded.splitlines() if x.startswith("- ")
+    ]

@@ -12,7 +12,7 @@ from . import __version__, commands, interrupts
 from .context import Context
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 from .pathlen import path_text
-from .progname import set_from_argv
+from .progname import set_from_argv, set_where
 from .project import MANIFEST_ENV, manifest_path
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
     except KeyboardInterrupt:  # a second signal while the first error was being reported
         return EXIT_INTERRUPTED
     finally:
+        set_where(project=None, manifest=None, pin=None)  # the Python API's hints, later in this process
         _drop_unwritable_output()
 
 
@@ -154,6 +155,7 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
     try:
         _check_cwd()
         args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
+        set_where(project=args.project, manifest=args.manifest, pin=args.pin)
         code = int(args._run(_context(args, home), args) or 0)
         sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
         return code

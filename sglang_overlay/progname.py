@@ -11,6 +11,9 @@ import shlex
 
 DEFAULT = "sglang-overlay"
 _current = DEFAULT
+# the options that chose the project and its patch set: a hint pasted without them would act on another
+# project (the nearest manifest.yaml) or the top-level pin
+_where = ""
 
 
 def detect(argv0: str, cwd: str | None = None) -> str:
@@ -30,5 +33,17 @@ def set_from_argv(argv0: str) -> str:
     return _current
 
 
+def set_where(*, project: str | None, manifest: str | None, pin: str | None) -> None:
+    """The user's --project/--manifest and --pin, as typed, for every hint's command. --tree is not among them:
+    hints that act on a tree name it themselves (`--tree ROOT`), the one the error is about."""
+    global _where
+    parts = [
+        f"{flag} {shlex.quote(value)}"
+        for flag, value in (("--project", project), ("--manifest", manifest), ("--pin", pin))
+        if value is not None
+    ]
+    _where = "".join(f" {part}" for part in parts)
+
+
 def prog() -> str:
-    return _current
+    return _current + _where

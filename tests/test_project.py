@@ -55,6 +55,21 @@ def test_embedded_tree_is_placed_in_the_discovered_project(fx_project):
     assert "`python -m sglang_overlay fetch`" in res.stderr
 
 
+@pytest.mark.parametrize("flag", ["--project", "--manifest"])
+def test_a_hint_carries_the_project_the_user_named(fx_project, tmp_path, flag):
+    """Pasted from elsewhere without the user's --project/--manifest, a hint's command would act on the nearest
+    manifest.yaml (or none): the hint repeats it, quoted as the shell needs."""
+    spaced = tmp_path / "my proj"
+    shutil.copytree(fx_project, spaced)
+    named = str(spaced) if flag == "--project" else str(spaced / "manifest.yaml")
+    res = _run(flag, named, "status", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert f"`python -m sglang_overlay {flag} '{named}' fetch`" in res.stderr, res.stderr
+    res = _run(flag, named, "--pin", "0.5.17", "status", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert f"`python -m sglang_overlay {flag} '{named}' --pin 0.5.17 fetch`" in res.stderr, res.stderr
+
+
 def test_no_manifest_anywhere_is_exit_2_naming_the_search_and_the_fix(tmp_path):
     res = _run("status", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr

@@ -9,7 +9,11 @@ longer does is the new release's (or someone's edit) and is left as it is, never
 The bytes cannot tell the tool's write from a new release that ships the file exactly so (a patch upstreamed
 verbatim, an overlay module adopted, a file deleted upstream too), so the tree's own release is asked where it
 can answer (its git commit, its dist-info RECORD): what it ships as the file is now is left as it is too.
-On the release it was recorded on, a file changed by hand is drift, refused unless --force, as in any revert."""
+On the release it was recorded on, a file changed by hand is drift, refused unless --force, as in any revert.
+A left file's recorded base is not thrown away with the state that held it: it is saved beside the backups
+(FILE.sglang-OLD), the one copy of the old release's file the tool had.
+The state records bytes, not modes: a file's exec bit comes from the tree's own git commit where that holds
+the base (a file a patch deleted comes back executable if it was); elsewhere it is git's default."""
 
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ import hashlib
 import io
 import os
 import re
+import stat
 from pathlib import Path
 
+from .fsio import new_file_mode, with_exec_bits
 from .gitcmd import git
 from .state import State, digest_of
 from .switch import Contents, Outcome, read_current, rebuild_bases, refuse_drift
@@ -40,31 +46,62 @@ def revert_recorded(txn: Transaction, *, force: bool) -> tuple[Outcome, list[str
     ours -= shipped
     left = [f for f in paths if f not in ours] if moved else []
     keep = [f for f in paths if f not in left]
-    base = rebuild_bases(txn.store, state, {f: current[f] for f in keep})
+    base = rebuild_bases(txn.store, state, current)
     edited = {f: state.files[f] for f in keep if f not in ours and current[f] != base[f]}
     if edited and not force:
         raise refuse_drift(tree, "revert", edited)
-    # a file a patch deleted comes back with git's default mode: the state records bytes, not modes
-    writes = {f: base[f] for f in keep if base[f] != current[f]}
+    modes = _base_modes(tree, {f: base[f] for f in keep}, current)
+    writes = {f: base[f] for f in keep if base[f] != current[f] or f in modes}
     new_state = State(pin_version=found or state.pin_version)
     saved = {f: data for f in edited if (data := current[f]) is not None}
+    # the old release's file is in no other place the tool knows of once the state that named it is gone
+    kept = {
+        f"{f}.sglang-{state.pin_version}": data for f in left if (data := base[f]) is not None and data != current[f]
+    }
     backup_dir = None
-    if writes or new_state.to_json() != state.to_json():
-        backup_dir = txn.commit(Change("revert", writes, {f: current[f] for f in writes}, new_state, (), saved))
+    if writes or kept or new_state.to_json() != state.to_json():
+        change = Change("revert", writes, {f: current[f] for f in writes}, new_state, (), saved | kept, modes)
+        backup_dir = txn.commit(change)
     notes = [f"{tree.root} is SGLang {found or '(unknown)'}: reverted from the state it recorded"]
-    notes += [
-        f"left as it is: {f}: SGLang {found} ships it as it is now (the state was recorded on {state.pin_version})"
-        if f in shipped
-        else f"left as it is: {f}: it no longer holds what sglang-overlay wrote (the tree is SGLang {found} now, "
-        f"its state was recorded on {state.pin_version})"
-        for f in left
-    ]
+    for f in left:
+        why = (
+            f"SGLang {found} ships it as it is now (the state was recorded on {state.pin_version})"
+            if f in shipped
+            else f"it no longer holds what sglang-overlay wrote (the tree is SGLang {found} now, its state was "
+            f"recorded on {state.pin_version})"
+        )
+        copy = f"{f}.sglang-{state.pin_version}"
+        notes.append(
+            f"left as it is: {f}: {why}"
+            + (f"; its SGLang {state.pin_version} file is saved as {backup_dir}/{copy}" if copy in kept else "")
+        )
     if saved:
         notes.append(f"--force: saved {len(saved)} hand-edited file(s) under {backup_dir}")
     # the switch's revert says the same: a file put back with no backup must not pass in silence
     notes += [f"--force: {f} was deleted by hand; nothing to save" for f in sorted(edited) if current[f] is None]
     outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir)
     return outcome, notes
+
+
+def _base_modes(tree: Tree, base: Contents, current: Contents) -> dict[str, int]:
+    """The mode of each file going back to its base whose exec bit the tree's git commit decides otherwise than
+    the file has now (or would get, created: git's default), where that commit holds exactly the base."""
+    head = _head_blobs(tree, sorted(f for f, data in base.items() if data is not None)) if tree.is_git else None
+    if head is None:
+        return {}
+    algorithm, blobs = head
+    modes = {}
+    for f, (blob, exe) in blobs.items():
+        if blob is None or blob != _blob_id(base[f], algorithm):
+            continue
+        if current[f] is None:
+            if exe:
+                modes[f] = new_file_mode(True)
+            continue
+        mode = stat.S_IMODE(os.lstat(tree.managed_file(f)).st_mode)
+        if bool(mode & 0o100) != exe:
+            modes[f] = with_exec_bits(mode, exe)
+    return modes
 
 
 def _shipped(tree: Tree, found: str | None, paths: list[str], current: Contents) -> set[str]:
@@ -80,7 +117,7 @@ def _shipped(tree: Tree, found: str | None, paths: list[str], current: Contents)
         if head is None:
             return set()
         algorithm, blobs = head
-        return {f for f in paths if blobs[f] == _blob_id(current[f], algorithm)}
+        return {f for f in paths if blobs[f][0] == _blob_id(current[f], algorithm)}
     return set()
 
 
@@ -118,9 +155,12 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _head_blobs(tree: Tree, paths: list[str]) -> tuple[str, dict[str, str | None]] | None:
-    """The hash the tree's own git repository names objects with, and the blob id of each path in the commit it
-    has checked out (None: not in it); None if the tree is not the top of a git repository with a commit."""
+def _head_blobs(tree: Tree, paths: list[str]) -> tuple[str, dict[str, tuple[str | None, bool]]] | None:
+    """The hash the tree's own git repository names objects with, and each path's blob id in the commit it has
+    checked out (None: not in it) with its exec bit; None if the tree is not the top of a git repository with a
+    commit."""
+    if not paths:  # `ls-tree HEAD --` with no path lists the whole tree
+        return None
     top = git("rev-parse", "--show-toplevel", cwd=tree.root, check=False)
     if top.returncode != 0 or os.path.realpath(top.stdout.strip()) != os.path.realpath(tree.root):
         return None  # an unpacked tree inside another repository: that one's commit is not this tree's release
@@ -128,12 +168,12 @@ def _head_blobs(tree: Tree, paths: list[str]) -> tuple[str, dict[str, str | None
     listed = git("ls-tree", "-z", "--full-tree", "HEAD", "--", *paths, cwd=tree.root, check=False)
     if listed.returncode != 0:
         return None
-    out: dict[str, str | None] = dict.fromkeys(paths)
+    out: dict[str, tuple[str | None, bool]] = dict.fromkeys(paths, (None, False))
     for entry in listed.stdout.split("\0"):
         meta, _, path = entry.partition("\t")
         parts = meta.split()
         if len(parts) == 3 and parts[1] == "blob" and parts[0] in ("100644", "100755") and path in out:
-            out[path] = parts[2]
+            out[path] = (parts[2], parts[0] == "100755")
     return (fmt.stdout.strip() if fmt.returncode == 0 and fmt.stdout.strip() else "sha1"), out
 
 

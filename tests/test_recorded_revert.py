@@ -28,7 +28,7 @@ DEL_ENTRY = """  - name: fx_del
 presets:"""
 
 
-def _project(tmp_path: Path, pinned: Path) -> Path:
+def _project(tmp_path: Path, pinned: Path, gone_mode: str = "100644") -> Path:
     proj = tmp_path / "proj"
     shutil.copytree(FIX, proj)
     man = proj / "manifest.yaml"
@@ -36,7 +36,7 @@ def _project(tmp_path: Path, pinned: Path) -> Path:
     lines = (pinned / GONE).read_text().splitlines()
     (proj / "patches" / "fx_del.patch").write_text(
         "Description: Fixture fx_del: deletes a file\nOrigin: vendor\nForwarded: not-needed\n"
-        f"Last-Update: 2026-12-05\n---\ndiff --git a/{GONE} b/{GONE}\ndeleted file mode 100644\n"
+        f"Last-Update: 2026-12-05\n---\ndiff --git a/{GONE} b/{GONE}\ndeleted file mode {gone_mode}\n"
         f"index 1111111..0000000\n--- a/{GONE}\n+++ /dev/null\n@@ -1,{len(lines)} +0,0 @@\n"
         + "".join(f"-{line}\n" for line in lines)
     )
@@ -147,3 +147,44 @@ def test_a_file_deleted_by_hand_is_said_when_forced_back_with_no_pin_of_its_rele
     res = _cli(proj, tree, "revert", "--all", "--force")
     assert f"--force: {TOPK} was deleted by hand; nothing to save" in res.stdout + res.stderr
     assert _git(tree, "status", "--porcelain", "--untracked-files=all") == ""  # every file back at its base
+
+
+def test_a_deleted_executable_comes_back_executable_with_no_pin_of_its_release(tmp_path, pinned_tree):
+    """The state records bytes, not modes: a file a patch deleted came back 0644 from the record, which git
+    shows as a change (and a script that no longer runs). The tree's commit holds its base, with its mode."""
+    tree = tmp_path / "sglang"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
+    (tree / GONE).chmod(0o755)
+    _git(tree, "add", GONE)
+    _git(tree, "commit", "-q", "-m", "an executable module")
+    proj = _project(tmp_path, pinned_tree, gone_mode="100755")
+    _cli(proj, tree, "apply", "fx_topk", "fx_del")
+    assert not (tree / GONE).exists()
+    man = proj / "manifest.yaml"
+    man.write_text(man.read_text().replace("0.5.17", "0.5.99"))  # no pin of the tree's release is left
+    res = _cli(proj, tree, "revert", "--all")
+    assert "reverted from the state it recorded" in res.stdout, res.stdout + res.stderr
+    assert (tree / GONE).stat().st_mode & 0o100
+    assert _git(tree, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_a_file_left_on_an_upgraded_tree_keeps_its_old_release_copy(tmp_path, pinned_tree):
+    """0.5.18 changed topk.py its own way under the applied fx_topk: the file is left as 0.5.18 has it, and the
+    state that held 0.5.17's topk.py goes. That copy was pruned with it; it is saved beside the backups now,
+    named for its release, and the note says where."""
+    tree = tmp_path / "sglang"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
+    proj = _project(tmp_path, pinned_tree)
+    _cli(proj, tree, "apply", "fx_topk", "fx_args_a")
+    new = (pinned_tree / TOPK).read_text() + "\n# 0.5.18's own change\n"
+    (tree / TOPK).write_text(new)
+    (tree / VERSION).write_text((tree / VERSION).read_text().replace("0.5.17", "0.5.18"))
+    _git(tree, "add", TOPK, VERSION)
+    _git(tree, "commit", "-q", "-m", "sglang 0.5.18")
+    res = _cli(proj, tree, "revert", "--all")
+    assert (tree / TOPK).read_text() == new
+    note = next(line for line in res.stdout.splitlines() if line.strip().startswith(f"left as it is: {TOPK}"))
+    assert "its SGLang 0.5.17 file is saved as " in note, res.stdout
+    saved = Path(note.split("is saved as ", 1)[1].strip())
+    assert saved.name == "topk.py.sglang-0.5.17" and saved.read_bytes() == (pinned_tree / TOPK).read_bytes()
+    assert (tree / SARGS).read_bytes() == (pinned_tree / SARGS).read_bytes()  # back to its base

@@ -253,6 +253,44 @@ def test_conflict_then_abort_leaves_project_and_trees_as_before(tmp_path, cache,
     assert "fx_args_b: conflict" in cli(proj, cache, "rebase", "9.0.2", rc=1).stdout
 
 
+def test_abort_keeps_what_the_user_resolved_in_the_tree_and_carried_by_hand(tmp_path, cache, pin_source):
+    """Two stops: fx_topk resolved and carried by `--continue`, fx_args_b half resolved in the tree, then
+    `--abort`. The project is as before it and the tree pristine, but neither piece of hand work is gone: the
+    carried patch stays in the staging directory, renamed aside, and the tree's edit is in its backups."""
+    topk = with_insert_after(pin_text(pin_source, TOPK), 2055)
+    src = pin_text(pin_source, SARGS).replace(
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n",
+        "def prepare_server_args(argv: List[str]) -> ServerArgs:\n    # upstream wrote something else here\n",
+    )
+    make_release(cache, pin_source, "9.0.12", **{TOPK: topk.encode(), SARGS: src.encode()})
+    proj = project(tmp_path)
+    before = project_files(proj)
+    res = cli(proj, cache, "rebase", "9.0.12", rc=1)
+    assert "fx_topk: conflict" in res.stdout, res.stdout
+    tree = proj / ".sglang" / "sglang-9.0.12"
+    text = (tree / TOPK).read_text()
+    start, end = text.index("<<<<<<<"), text.index("\n", text.index(">>>>>>> patched")) + 1
+    (tree / TOPK).write_text(
+        text[:start] + "# upstream inserted this\n# fixture: marks select_experts, by hand\n" + text[end:]
+    )
+    res = cli(proj, cache, "rebase", "--continue", rc=1)
+    assert "fx_args_b: conflict" in res.stdout, res.stdout + res.stderr
+    half = (tree / SARGS).read_text().replace("<<<<<<< sglang 9.0.12", "<<<<<<< sglang 9.0.12 (half done)")
+    (tree / SARGS).write_text(half)
+    res = cli(proj, cache, "rebase", "--abort", rc=0)
+    assert tree_is_pristine(proj, "9.0.12")
+    kept = [d for d in (proj / "pins").iterdir() if d.name.startswith(".rebase-9.0.12.aborted-")]
+    assert len(kept) == 1 and f"(fx_topk) is kept in {kept[0]}" in res.stdout, res.stdout
+    assert "marks select_experts, by hand" in (kept[0] / "patches" / "fx_topk.patch").read_text()
+    assert {k: v for k, v in project_files(proj).items() if not k.startswith("pins/")} == before
+    assert not (proj / "pins" / "9.0.12").exists() and not (proj / "pins" / ".rebase-9.0.12.json").exists()
+    line = next(x for x in res.stdout.splitlines() if "your edits of 1 file(s)" in x)
+    backup = Path(line.rsplit(" saved under ", 1)[1].strip())
+    assert (backup / SARGS).read_text() == half
+    # and it can start again, stopping at the same place
+    assert "fx_topk: conflict" in cli(proj, cache, "rebase", "9.0.12", rc=1).stdout
+
+
 # -- upstreamed entries, newly upstreamed patches, overlay collisions ---------------------------------------------
 def test_a_moved_proof_is_located_and_rewritten(tmp_path, cache, pin_source):
     """The Kimi wrapper moved to another file, its hook now a method of another class, re-indented."""

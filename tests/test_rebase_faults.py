@@ -110,10 +110,13 @@ class Bench:
         changes a tree does (an error can stop their own removal: $TMPDIR is not the user's project)."""
         if reaped:
             scratch.reap(self.tmp)
-        out: dict = {}
+        out: dict = {"kept": []}
         for p in sorted(self.proj.rglob("*")):
             rel = str(p.relative_to(self.proj))
             if not p.is_file() or rel.startswith(".sglang/"):
+                continue
+            if rel.startswith(f"pins/.rebase-{VERSION}.aborted-"):  # an abort's copy of work done by hand
+                out["kept"].append(rel.split("/", 2)[2])
                 continue
             data = p.read_bytes()
             if rel.startswith("pins/.rebase-") and rel.endswith(".json"):
@@ -364,9 +367,15 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
         if finished:
             if ab.returncode != 2 or "does not delete a finished pin" not in ab.stderr or got != was:
                 problems.append(f"`rebase --abort` of a finished rebase: rc {ab.returncode}\n{ab.stderr[-400:]}")
-        elif ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
-            diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
-            problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
+        else:
+            # fx_args_b resolved and carried before the cut: the abort keeps that work aside, the rest as before
+            kept = got["kept"]
+            if kept and "patches/fx_args_b.patch" not in kept:
+                problems.append(f"`rebase --abort` kept {kept[:6]} but not the resolved fx_args_b.patch")
+            got = got | {"kept": []}
+            if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
+                diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))
+                problems.append(f"`rebase --abort`: rc {ab.returncode}, differs in {diff[:6]}\n{ab.stderr[-400:]}")
         shutil.rmtree(b.work)
         os.rename(copy, b.work)
     again = _way_on(b, phase, args)  # and the way on ends where an uninterrupted run ends

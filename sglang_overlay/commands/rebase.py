@@ -15,7 +15,8 @@ recorded under the new manifest's `skipped:` with the reason and the stop, so it
 Nothing of the project changes before the end: pins/VERSION/ is built in pins/.rebase-VERSION/ (its
 manifest, with the new pin, written last) and renamed into place. Killed, interrupted or refused a write
 anywhere, the project is as before, and `rebase --continue` goes on from the last finished step (`--abort`
-drops it all; an abort cut short says so and is finished by `--abort` again). From the rename on, the new
+drops it all but the user's own work: patches carried by hand are renamed aside, the tree's unsaved edits
+go to its backups; an abort cut short says so and is finished by `--abort` again). From the rename on, the new
 pin and the release tree are the user's: killed after it, `--continue` only removes the progress file, and
 `--abort` refuses. `--abort` needs no wheel and no network (the release tree goes back to its git commit), and
 a progress file that does not load is dropped by it without being read. A pins/ or pins/VERSION linked out of
@@ -354,14 +355,25 @@ def tree_version(tree: Tree) -> str | None:
     return tree.version()
 
 
-def _restore(tree: Tree, txn: Transaction, release) -> None:
-    """Put the release tree back as the release ships it: the files a stop wrote, and any the user changed."""
+def _restore(tree: Tree, txn: Transaction, release, *, keep_edits: bool = False) -> tuple[Path | None, list[str]]:
+    """Put the release tree back as the release ships it: the files a stop wrote, and any the user changed.
+    `keep_edits` (an abort): what the user wrote into the tree since the stop (a resolution not carried by
+    `--continue` yet) is saved in the tree's backups first; returns that directory and the files saved."""
     paths = set(txn.state.files) | set(_changed(tree))
     writes = {f: release(f) for f in sorted(paths)}
     before = {f: read_bytes(tree.managed_file(f)) for f in writes}
     writes = {f: d for f, d in writes.items() if before[f] != d}
+    edits = {}
+    if keep_edits:
+        for f in writes:
+            now, rec = before[f], txn.state.files.get(f)
+            if now is not None and (rec is None or sha256(now) != rec.applied):
+                edits[f] = now
+    backup = None
     if writes or txn.state.files:
-        txn.commit(Change("rebase", writes, {f: before[f] for f in writes}, State(pin_version=txn.state.pin_version)))
+        state = State(pin_version=txn.state.pin_version)
+        backup = txn.commit(Change("rebase", writes, {f: before[f] for f in writes}, state, (), edits))
+    return backup, sorted(edits)
 
 
 def _changed(tree: Tree) -> list[str]:
@@ -551,7 +563,7 @@ def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result
     if not res.holds:
         print(f"{p.name}: the proof in {ask} does not hold on {progress.target}: {res.detail}")
         return None
-    return Result("upstreamed-moved", f"proof rewritten by hand: {proof.file}", (), proof)
+    return Result("upstreamed-moved", f"{_PROOF_BY_HAND}: {proof.file}", (), proof)
 
 
 def _finished(root: Path, version: str) -> bool:
@@ -595,16 +607,42 @@ def _abort(root: Path, tree: Tree | None, txn: Transaction | None, progress: Pro
     if not progress.aborting:
         progress = replace(progress, aborting=True)
         _save(root, progress)
+    notes = []
     if tree is not None and txn is not None:
-        _restore(tree, txn, _head_reader(tree))
-    if staging.exists():
+        backup, edited = _restore(tree, txn, _head_reader(tree), keep_edits=True)
+        if edited:
+            notes.append(f"your edits of {len(edited)} file(s) in {tree.root} are saved under {backup}")
+    # the patches carried by hand (`--continue` after editing a stop) are the user's work: kept, not removed
+    by_hand = [n for n in progress.order if (r := progress.results.get(n)) is not None and _by_hand(r)]
+    if staging.exists() and by_hand:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+        kept = staging.with_name(f"{staging.name}.aborted-{stamp}")
+        n = 1
+        while kept.exists():  # another abort of this version within the second
+            n += 1
+            kept = staging.with_name(f"{staging.name}.aborted-{stamp}-{n}")
+        os.rename(staging, kept)
+        fsync_dir(staging.parent)
+        notes.append(
+            f"what you carried by hand ({', '.join(by_hand)}) is kept in {kept} (patches/, manifest.yaml): "
+            "delete it when you no longer need it"
+        )
+    elif staging.exists():
         _rmtree_named(staging)
     os.unlink(progress_path(root, version))
     fsync_dir(progress_path(root, version).parent)
     _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
     said = f"the project and {tree.root} are" if tree is not None else "the project is"
-    print(f"rebase to {version} aborted: {said} as before it")
+    print(f"rebase to {version} aborted: {said} as before it" + "".join(f"\n  {n}" for n in notes))
     return 0
+
+
+def _by_hand(result: Result) -> bool:
+    """A result that holds the user's own work: a conflict resolved, a proof rewritten (_proof_by_hand)."""
+    return result.status == "resolved" or result.detail.startswith(_PROOF_BY_HAND)
+
+
+_PROOF_BY_HAND = "proof rewritten by hand"
 
 
 def _abort_unread(root: Path, version: str, why: BadInput) -> int:
@@ -627,8 +665,10 @@ def _drop_unread(root: Path, version: str, tree: Tree | None, txn: Transaction |
         said.append(f"{done} is in place: kept, and its release tree as it is")
     elif tree is not None and txn is not None:
         put_back = sorted(set(txn.state.files) | set(_changed(tree)))
-        _restore(tree, txn, _head_reader(tree))
+        backup, edited = _restore(tree, txn, _head_reader(tree), keep_edits=True)
         said.append(f"{tree.root}: {len(put_back)} file(s) put back as its git commit holds them")
+        if edited:
+            said.append(f"your edits of {len(edited)} file(s) saved under {backup}")
     if staging.exists():
         _rmtree_named(staging)
         said.append(f"removed {staging}")

@@ -1,0 +1,80 @@
+"""bench.eagle_timer_gpu: the plumbing on the CPU (host events, no GPU work) and the verdict's arithmetic on
+numbers with known answers. The GPU figures are recorded runs, not tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from bench import eagle_timer_gpu as etg
+
+
+def _runs(per_process: list[tuple[float, float, float]]) -> list[dict]:
+    """Each process's median rounds for off / on / every4 (two identical rounds)."""
+    return [{"us_per_step": {a: [v, v] for a, v in zip(etg.ARMS, row, strict=True)}} for row in per_process]
+
+
+def test_the_real_timer_runs_in_the_step_loop_and_folds_every_timed_step():
+    run = etg.one_process("tiny", rounds=2, steps=10, seed=1, device="cpu")
+    assert {a: len(v) for a, v in run["us_per_step"].items()} == {"off": 2, "on": 2, "every4": 2}
+    # every step of `on` is timed (50 warm-up + 2 x 10), one in four of `every4`; each read the accept length
+    assert run["timer_steps"] == {"on": 70, "every4": 70 // 4}
+    assert run["accept_length_mean"] == {"on": 4.0, "every4": 4.0}
+    # the host's 3.5 ms a step is the step: nothing here is faster than the work it was given
+    assert min(min(v) for v in run["us_per_step"].values()) >= 3500
+
+
+def test_a_cost_above_the_goal_is_not_called_under_it_and_a_null_is_within_noise():
+    v = etg.verdicts(_runs([(100.0, 105.0, 100.2), (101.0, 106.2, 100.9), (99.0, 103.9, 99.1)]))
+    on, every4 = v["arms"]["on"], v["arms"]["every4"]
+    assert on["reading"].startswith("costs 5.") and "< 3 % not shown" in on["reading"]
+    assert on["ci_us"][0] > 4.0 and on["ci_us"][1] < 6.0
+    assert every4["reading"].startswith("within noise") and "< 3 % shown" in every4["reading"]
+
+
+def test_a_small_cost_is_shown_under_the_goal_only_when_the_interval_is():
+    tight = etg.verdicts(_runs([(1000.0, 1010.0, 1000.0), (1000.0, 1011.0, 1001.0), (1000.0, 1009.0, 999.0)]))
+    assert "< 3 % shown" in tight["arms"]["on"]["reading"]
+    # the same 1 % on average, but the processes disagree: the interval reaches past 3 %
+    wide = etg.verdicts(_runs([(1000.0, 970.0, 1000.0), (1000.0, 1050.0, 1001.0), (1000.0, 1010.0, 999.0)]))
+    assert "< 3 % not shown" in wide["arms"]["on"]["reading"]
+
+
+def test_one_process_calls_nothing():
+    v = etg.verdicts(_runs([(100.0, 200.0, 100.0)]))
+    assert v["arms"]["on"]["reading"] == "cannot tell (one process)"
+
+
+def test_the_command_measures_in_processes_and_reads_its_json_again(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["--device", "cpu", "--regime", "tiny", "--processes", "2", "--rounds", "2", "--steps", "3"]
+    res = subprocess.run(
+        [sys.executable, "-m", "bench.eagle_timer_gpu", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    saved = json.loads(out.read_text())
+    assert len(saved["regimes"]["tiny"]["runs"]) == 2 and "--processes 2" in saved["command"]
+    again = subprocess.run(
+        [sys.executable, "-m", "bench.eagle_timer_gpu", "--from", str(out)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and again.stdout == res.stdout, again.stderr
+    out.write_text("{}")
+    bad = subprocess.run(
+        [sys.executable, "-m", "bench.eagle_timer_gpu", "--from", str(out)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and str(out) in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("flag", ["--processes", "--rounds", "--steps"])
+def test_zero_repetitions_are_refused(flag):
+    res = subprocess.run(
+        [sys.executable, "-m", "bench.eagle_timer_gpu", flag, "0"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert res.returncode == 2 and "must be at least 1" in res.stderr

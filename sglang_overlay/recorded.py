@@ -23,13 +23,11 @@ import hashlib
 import io
 import os
 import re
-import stat
 from pathlib import Path
 
-from .fsio import new_file_mode, with_exec_bits
 from .gitcmd import git
 from .state import State, digest_of
-from .switch import Contents, Outcome, read_current, rebuild_bases, refuse_drift
+from .switch import Contents, Outcome, exec_mode, read_current, rebuild_bases, refuse_drift
 from .transaction import Change, Transaction
 from .tree import Tree
 
@@ -94,13 +92,8 @@ def _base_modes(tree: Tree, base: Contents, current: Contents) -> dict[str, int]
     for f, (blob, exe) in blobs.items():
         if blob is None or blob != _blob_id(base[f], algorithm):
             continue
-        if current[f] is None:
-            if exe:
-                modes[f] = new_file_mode(True)
-            continue
-        mode = stat.S_IMODE(os.lstat(tree.managed_file(f)).st_mode)
-        if bool(mode & 0o100) != exe:
-            modes[f] = with_exec_bits(mode, exe)
+        if (mode := exec_mode(tree, f, current[f] is not None, exe)) is not None:
+            modes[f] = mode
     return modes
 
 

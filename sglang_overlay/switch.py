@@ -149,15 +149,18 @@ def target_modes(
     wanted.update(created_exec_bits(p.diff for p in target if p.diff is not None))
     modes = {}
     for f, exe in wanted.items():
-        if contents.get(f) is None:
-            continue
-        if current.get(f) is None:
-            modes[f] = new_file_mode(exe)
-            continue
-        mode = stat.S_IMODE(os.lstat(tree.managed_file(f)).st_mode)
-        if bool(mode & 0o100) != exe:
-            modes[f] = with_exec_bits(mode, exe)
+        if contents.get(f) is not None and (mode := exec_mode(tree, f, current.get(f) is not None, exe)) is not None:
+            modes[f] = mode
     return modes
+
+
+def exec_mode(tree: Tree, f: str, exists: bool, executable: bool) -> int | None:
+    """The mode `f` is written with so that its exec bit is `executable`: git's for a file it creates, else the
+    file's own with the bit set or cleared (None: it has it already)."""
+    if not exists:
+        return new_file_mode(executable)
+    mode = stat.S_IMODE(os.lstat(tree.managed_file(f)).st_mode)
+    return with_exec_bits(mode, executable) if bool(mode & 0o100) != executable else None
 
 
 def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:

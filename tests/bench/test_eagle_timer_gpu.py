@@ -13,23 +13,26 @@ from conftest import ROOT
 from bench import eagle_timer_gpu as etg
 
 
-def _runs(per_process: list[tuple[float, float, float]]) -> list[dict]:
-    """Each process's median rounds for off / on / every4 (two identical rounds)."""
-    return [{"us_per_step": {a: [v, v] for a, v in zip(etg.ARMS, row, strict=True)}} for row in per_process]
+def _runs(per_process: list[tuple[float, ...]], arms=etg.ARMS) -> list[dict]:
+    """Each process's median rounds for notapplied / off / on / every4 (two identical rounds)."""
+    return [{"us_per_step": {a: [v, v] for a, v in zip(arms, row, strict=True)}} for row in per_process]
 
 
 def test_the_real_timer_runs_in_the_step_loop_and_folds_every_timed_step():
     run = etg.one_process("tiny", rounds=2, steps=10, seed=1, device="cpu")
-    assert {a: len(v) for a, v in run["us_per_step"].items()} == {"off": 2, "on": 2, "every4": 2}
-    # every step of `on` is timed (50 warm-up + 2 x 10), one in four of `every4`; each read the accept length
-    assert run["timer_steps"] == {"on": 70, "every4": 70 // 4}
+    assert {a: len(v) for a, v in run["us_per_step"].items()} == {"notapplied": 2, "off": 2, "on": 2, "every4": 2}
+    # every step of `on` is timed (50 warm-up + 2 x 10 + the 10 of the per-call pass), one in four of `every4`
+    # (50 + 2 x 10); each read the accept length
+    assert run["timer_steps"] == {"on": 80, "every4": 70 // 4}
     assert run["accept_length_mean"] == {"on": 4.0, "every4": 4.0}
     # the host's 3.5 ms a step is the step: nothing here is faster than the work it was given
     assert min(min(v) for v in run["us_per_step"].values()) >= 3500
+    assert set(run["call_us_p50"]) == {"begin_step", "mark", "end_step"} and all(run["call_us_p50"].values())
 
 
 def test_a_cost_above_the_goal_is_not_called_under_it_and_a_null_is_within_noise():
-    v = etg.verdicts(_runs([(100.0, 105.0, 100.2), (101.0, 106.2, 100.9), (99.0, 103.9, 99.1)]))
+    v = etg.verdicts(_runs([(100.0, 100.1, 105.0, 100.2), (101.0, 100.9, 106.2, 100.9), (99.0, 99.0, 103.9, 99.1)]))
+    assert v["reference"] == "notapplied" and v["arms"]["off"]["reading"].startswith("within noise")
     on, every4 = v["arms"]["on"], v["arms"]["every4"]
     assert on["reading"].startswith("costs 5.") and "< 3 % not shown" in on["reading"]
     assert on["ci_us"][0] > 4.0 and on["ci_us"][1] < 6.0
@@ -37,16 +40,26 @@ def test_a_cost_above_the_goal_is_not_called_under_it_and_a_null_is_within_noise
 
 
 def test_a_small_cost_is_shown_under_the_goal_only_when_the_interval_is():
-    tight = etg.verdicts(_runs([(1000.0, 1010.0, 1000.0), (1000.0, 1011.0, 1001.0), (1000.0, 1009.0, 999.0)]))
+    tight = etg.verdicts(
+        _runs([(1000.0, 1000.0, 1010.0, 1000.0), (1000.0, 1000.0, 1011.0, 1001.0), (1000.0, 1000.0, 1009.0, 999.0)])
+    )
     assert "< 3 % shown" in tight["arms"]["on"]["reading"]
     # the same 1 % on average, but the processes disagree: the interval reaches past 3 %
-    wide = etg.verdicts(_runs([(1000.0, 970.0, 1000.0), (1000.0, 1050.0, 1001.0), (1000.0, 1010.0, 999.0)]))
+    wide = etg.verdicts(
+        _runs([(1000.0, 1000.0, 970.0, 1000.0), (1000.0, 1000.0, 1050.0, 1001.0), (1000.0, 1000.0, 1010.0, 999.0)])
+    )
     assert "< 3 % not shown" in wide["arms"]["on"]["reading"]
 
 
 def test_one_process_calls_nothing():
-    v = etg.verdicts(_runs([(100.0, 200.0, 100.0)]))
+    v = etg.verdicts(_runs([(100.0, 100.0, 200.0, 100.0)]))
     assert v["arms"]["on"]["reading"] == "cannot tell (one process)"
+
+
+def test_a_run_made_before_the_unpatched_arm_is_read_against_off():
+    v = etg.verdicts(_runs([(100.0, 110.0, 100.0), (101.0, 111.0, 101.0)], arms=("off", "on", "every4")))
+    assert v["reference"] == "off" and set(v["arms"]) == {"on", "every4"}
+    assert v["arms"]["on"]["reading"].startswith("costs 9.")
 
 
 def test_the_command_measures_in_processes_and_reads_its_json_again(tmp_path):

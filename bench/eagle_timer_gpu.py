@@ -11,17 +11,19 @@ worker. What this cannot see is any interaction with the rest of the server (its
 
 The step, in the overlap scheduler's pattern: the host launches step i's three phases (GPU time from
 torch.cuda._sleep, calibrated; small kernels launched in between), then waits for step i-1 to finish and does
-the host work of processing its result (a busy loop of --host-us), so the step is bound by whichever side is
-slower. Two regimes: `kimi` (GPU phases 1.37 / 4.60 / 0.50 ms, the Kimi-width proxy's draft / verify /
-draft-extend p50 in kimi_trained; GPU-bound) and `tiny` (0.25 / 0.45 / 0.15 ms of GPU and 3.5 ms of host work
-a step: host-bound, as the tiny model's 4-5 ms step is). Arms: `off` (what the patched worker does with the timer
-off: four `is not None` tests), `on` (the timer, every step), `every4` (SGLANG_EAGLE_PHASE_TIMING_EVERY=4).
+the host work of processing its result (a busy loop), so the step is bound by whichever side is slower. Two
+regimes: `kimi` (GPU phases 1.37 / 4.60 / 0.50 ms, the Kimi-width proxy's draft / verify / draft-extend p50 in
+kimi_trained, and 1 ms of host work: GPU-bound) and `tiny` (0.25 / 0.45 / 0.15 ms of GPU and 3.5 ms of host
+work a step: host-bound, as the tiny model's 4-5 ms step is). Arms: `notapplied` (the step as the unpatched
+worker runs it: the reference), `off` (the patched worker with the timer off: its `is not None` tests), `on`
+(the timer, every step), `every4` (SGLANG_EAGLE_PHASE_TIMING_EVERY=4).
 
 Design: the process is the replication unit (each a fresh Python: its own CUDA context, allocator, clocks);
-inside one, rounds of every arm in a rotated order, `--steps` steps each after a warm-up; a process's value
-per arm is its median round. The verdict per arm against `off` is the mean over processes of the per-process
-difference with a 95 % t interval (scipy): "< 3 %" is shown when the interval's high end is below 3 % of the
-off step, "within noise" when the interval holds 0, else the size is given.
+inside one, rounds of every arm in a shuffled order (seeded per process), `--steps` steps each after a
+warm-up; a process's value per arm is its median round. The verdict per arm against `notapplied` is the mean
+over processes of the per-process difference with a 95 % t interval (scipy): "< 3 %" is shown when the
+interval's high end is below 3 % of the reference step, "within noise" when the interval holds 0, else the
+size is given. A separate pass of `on` times each timer call on the host (where its cost goes).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -110,22 +113,11 @@ def one_process(regime: str, rounds: int, steps: int, seed: int, device: str = "
     accept = torch.ones(1, dtype=torch.int32, device=device)
     done = [event(), event()]
 
-    def run(timer, n: int, calls: dict[str, list[float]] | None = None) -> float:
-        """`calls`: each timer call's host time is added to it (a pass of its own: the clock reads cost too)."""
-        clock = time.perf_counter
-
-        def call(name: str, fn, *args) -> None:
-            if calls is None:
-                fn(*args)
-                return
-            t = clock()
-            fn(*args)
-            calls[name].append((clock() - t) * 1e6)
-
+    def run(timer, n: int) -> float:
         t0 = time.perf_counter()
         for i in range(n):
             if timer is not None:
-                call("begin_step", timer.begin_step)
+                timer.begin_step()
             for phase, c in enumerate(cycles):
                 sleep(c)
                 for _ in range(4):  # the phase's other launches
@@ -133,14 +125,42 @@ def one_process(regime: str, rounds: int, steps: int, seed: int, device: str = "
                 if phase == 1:
                     accept.fill_(4)
                 if timer is not None and phase < 2:
-                    call("mark", timer.mark, ("draft", "verify")[phase])
+                    timer.mark(("draft", "verify")[phase])
             if timer is not None:
-                call("end_step", timer.end_step, 1, accept)
+                timer.end_step(1, accept)
             done[i % 2].record()
             done[(i + 1) % 2].synchronize()  # step i-1's result, while step i runs
             _spin(host_us)
         sync()
         return (time.perf_counter() - t0) / n * 1e6
+
+    def run_calls(timer, n: int) -> dict[str, list[float]]:
+        """The `on` step again with each timer call's host time taken (a pass of its own: the clock reads and
+        the wrapper cost too, so the measured rounds go without them)."""
+        calls: dict[str, list[float]] = {"begin_step": [], "mark": [], "end_step": []}
+        clock = time.perf_counter
+
+        def call(name: str, fn, *args) -> None:
+            t = clock()
+            fn(*args)
+            calls[name].append((clock() - t) * 1e6)
+
+        for i in range(n):
+            call("begin_step", timer.begin_step)
+            for phase, c in enumerate(cycles):
+                sleep(c)
+                for _ in range(4):
+                    x.add_(1.0)
+                if phase == 1:
+                    accept.fill_(4)
+                if phase < 2:
+                    call("mark", timer.mark, ("draft", "verify")[phase])
+            call("end_step", timer.end_step, 1, accept)
+            done[i % 2].record()
+            done[(i + 1) % 2].synchronize()
+            _spin(host_us)
+        sync()
+        return calls
 
     def run_unpatched(n: int) -> float:
         """The same step as the worker without eagle_profiling has it: no timer and no `is not None` tests."""
@@ -173,12 +193,11 @@ def one_process(regime: str, rounds: int, steps: int, seed: int, device: str = "
     for arm in ARMS:
         measure(arm, 50)  # warm-up: the ring's slots, pinned buffers, clocks
     out: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    for r in range(rounds):
-        k = (r + seed) % len(ARMS)
-        for arm in ARMS[k:] + ARMS[:k]:
+    order = random.Random(seed)  # a fresh order each round: no arm always follows the same one
+    for _ in range(rounds):
+        for arm in order.sample(ARMS, len(ARMS)):
             out[arm].append(measure(arm, steps))
-    calls: dict[str, list[float]] = {"begin_step": [], "mark": [], "end_step": []}
-    run(timers["on"], steps, calls)
+    calls = run_calls(timers["on"], steps)
     timed = {arm: t.summary() for arm, t in timers.items() if t is not None}
     return {
         "regime": regime,

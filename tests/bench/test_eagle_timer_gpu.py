@@ -22,12 +22,11 @@ def test_the_real_timer_runs_in_the_step_loop_and_folds_every_timed_step():
     run = etg.one_process("tiny", rounds=2, steps=10, seed=1, device="cpu")
     assert {a: len(v) for a, v in run["us_per_step"].items()} == {"notapplied": 2, "off": 2, "on": 2, "every4": 2}
     # every step of `on` is timed (50 warm-up + 2 x 10 + the 10 of the per-call pass), one in four of `every4`
-    # (50 + 2 x 10); each read the accept length
+    # (50 + 2 x 10), none of `off` and `notapplied` (no timer); each timed step read the accept length
     assert run["timer_steps"] == {"on": 80, "every4": 70 // 4}
     assert run["accept_length_mean"] == {"on": 4.0, "every4": 4.0}
-    # the host's 3.5 ms a step is the step: nothing here is faster than the work it was given
-    assert min(min(v) for v in run["us_per_step"].values()) >= 3500
-    assert set(run["call_us_p50"]) == {"begin_step", "mark", "end_step"} and all(run["call_us_p50"].values())
+    assert set(run["call_us_p50"]) == {"begin_step", "mark", "end_step"}
+    assert all(0 < us < 1000 for us in run["call_us_p50"].values()), run["call_us_p50"]
 
 
 def test_a_cost_above_the_goal_is_not_called_under_it_and_a_null_is_within_noise():

@@ -305,21 +305,42 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=100, help="steps per arm and round")
     ap.add_argument("--json", type=Path, help="write the runs and verdicts here")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: host events, no GPU work (a test)")
-    ap.add_argument("--from", dest="source", type=Path, help="read a saved JSON's runs instead of measuring")
+    ap.add_argument(
+        "--from",
+        dest="sources",
+        type=Path,
+        action="append",
+        help="read a saved JSON's runs instead of measuring; given again, the runs of every file pooled per regime "
+        "(the arms all of them have)",
+    )
     a = ap.parse_args(argv)
     if a.processes < 1 or a.rounds < 1 or a.steps < 1:
         ap.error("--processes, --rounds and --steps must be at least 1")
-    if a.source is not None:
-        try:
-            report = json.loads(a.source.read_text())
-            regimes = {r: d["runs"] for r, d in report["regimes"].items()}
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"error: {a.source}: not a saved eagle_timer_gpu run ({e!r})", file=sys.stderr)
-            return 2
+    regimes: dict[str, list[dict]] = {}
+    report: dict = {}
+    if a.sources:
+        commands = []
+        for source in a.sources:
+            try:
+                saved = json.loads(source.read_text())
+                for r, d in saved["regimes"].items():
+                    if r not in REGIMES:
+                        raise KeyError(f"regime {r!r}")
+                    for run in d["runs"]:  # what the reading needs of each run, checked before any of it
+                        if not all(isinstance(run["us_per_step"][arm], list) for arm in ("off", "on", "every4")):
+                            raise TypeError("us_per_step: a list of rounds per arm")
+                        run["phase_p50_ms"].items()
+                    regimes.setdefault(r, []).extend(d["runs"])
+                commands.append(saved.get("command", str(source)))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+                print(f"error: {source}: not a saved eagle_timer_gpu run ({e!r})", file=sys.stderr)
+                return 2
+        report = {"command": " ; ".join(commands), "from": [str(s) for s in a.sources], "regimes": {}}
+        if a.regime:
+            regimes = {r: runs for r, runs in regimes.items() if r in a.regime}
     else:
         command = " ".join(["python -m bench.eagle_timer_gpu", *(sys.argv[1:] if argv is None else argv)])
         report = {"command": command, "regimes": {}}
-        regimes = {}
         for regime in a.regime or sorted(REGIMES):
             regimes[regime] = [_child(regime, a.rounds, a.steps, seed, a.device) for seed in range(a.processes)]
     for regime, runs in regimes.items():

@@ -90,3 +90,34 @@ def test_zero_repetitions_are_refused(flag):
         [sys.executable, "-m", "bench.eagle_timer_gpu", flag, "0"], cwd=ROOT, capture_output=True, text=True
     )
     assert res.returncode == 2 and "must be at least 1" in res.stderr
+
+
+RECORD = ROOT / "bench" / "results" / "2026-12-05-h200-timer"
+
+
+def _record(*runs: str) -> dict[str, list[dict]]:
+    pooled: dict[str, list[dict]] = {}
+    for run in runs:
+        for regime, d in json.loads((RECORD / run / "eagle_timer_gpu.json").read_text())["regimes"].items():
+            pooled.setdefault(regime, []).extend(d["runs"])
+    return pooled
+
+
+def test_the_h200_record_reads_as_its_readme_says():
+    """The figures of bench/results/2026-12-05-h200-timer/README.md, from the runs' JSON."""
+    pooled = _record("run1", "run2", "run3")
+    kimi, tiny = etg.verdicts(pooled["kimi"]), etg.verdicts(pooled["tiny"])
+    assert (kimi["processes"], tiny["processes"]) == (10, 15) and kimi["reference"] == "off"
+    assert [round(x, 2) for x in kimi["arms"]["on"]["pct"]] == [0.26, 0.26, 0.27]
+    assert [round(x, 2) for x in tiny["arms"]["on"]["pct"]] == [2.40, 1.91, 2.89]
+    assert [round(x, 2) for x in tiny["arms"]["every4"]["pct"]] == [1.02, 0.77, 1.27]
+    later = etg.verdicts(_record("run2", "run3")["tiny"])
+    assert later["reference"] == "notapplied" and later["arms"]["off"]["reading"].startswith("within noise")
+    assert "< 3 % not shown" in later["arms"]["on"]["reading"]  # run2 + run3 alone: 2.59 % [1.97, 3.21]
+    # each run's events are real: the timer's own phases are the calibrated GPU times
+    for runs in pooled.values():
+        for run in runs:
+            assert run["device"] == "NVIDIA H200" and run["accept_length_mean"]["on"] == 4.0
+            asked = etg.REGIMES[run["regime"]][0]
+            got = run["phase_p50_ms"]["on"]
+            assert all(abs(g - a) < 0.1 for g, a in zip((got["draft"], got["verify"], got["draft_extend"]), asked))

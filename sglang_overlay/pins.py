@@ -30,7 +30,7 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
     if not path.is_file():
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
-            hint=f"pins here: {', '.join(pin_versions(top))}; `{prog()} rebase {version}` makes one"
+            hint=f"pins here: {', '.join(pin_versions(top))}; `{prog(pin=False)} rebase {version}` makes one"
             + _carrying_tree(top.project_root, version),
         )
     return _pins_its_version(_inside(top, path, f"--pin {version}"), version)
@@ -44,7 +44,7 @@ def _pins_its_version(path: Path, version: str) -> Path:
         raise ManifestError(
             f"{path}: pin.version is {pinned}, but its directory names the pin for {version}",
             hint=f"a pin's directory is named after its release: rename it to {PINS_DIR}/{pinned} (if there is "
-            f"none), or remove it and `{prog()} rebase {version}` to make the pin for {version}",
+            f"none), or remove it and `{prog(pin=False)} rebase {version}` to make the pin for {version}",
         )
     return path
 
@@ -84,7 +84,7 @@ def _carrying_tree(project_root: Path, version: str) -> str:
     if not what:
         return ""
     return (
-        f"; its tree {tree} still carries {', '.join(what)}: `{prog()} --tree {tree} revert --all` takes that "
+        f"; its tree {tree} still carries {', '.join(what)}: `{prog(pin=False)} --tree {tree} revert --all` takes that "
         "out from what the tree recorded, no pin needed"
     )
 

@@ -13,7 +13,8 @@ DEFAULT = "sglang-overlay"
 _current = DEFAULT
 # the options that chose the project and its patch set: a hint pasted without them would act on another
 # project (the nearest manifest.yaml) or the top-level pin
-_where = ""
+_project = ""
+_pin = ""
 
 
 def detect(argv0: str, cwd: str | None = None) -> str:
@@ -36,14 +37,14 @@ def set_from_argv(argv0: str) -> str:
 def set_where(*, project: str | None, manifest: str | None, pin: str | None) -> None:
     """The user's --project/--manifest and --pin, as typed, for every hint's command. --tree is not among them:
     hints that act on a tree name it themselves (`--tree ROOT`), the one the error is about."""
-    global _where
-    parts = [
-        f"{flag} {shlex.quote(value)}"
-        for flag, value in (("--project", project), ("--manifest", manifest), ("--pin", pin))
-        if value is not None
-    ]
-    _where = "".join(f" {part}" for part in parts)
+    global _project, _pin
+    _project = "".join(
+        f" {flag} {shlex.quote(v)}" for flag, v in (("--project", project), ("--manifest", manifest)) if v
+    )
+    _pin = f" --pin {shlex.quote(pin)}" if pin is not None else ""
 
 
-def prog() -> str:
-    return _current + _where
+def prog(*, project: bool = True, pin: bool = True) -> str:
+    """`project=False`: a hint that names the manifest itself (`--manifest` and `--project` exclude each other);
+    `pin=False`: one that names its own pin, or is about the user's pin being missing or wrong, or needs none."""
+    return _current + (_project if project else "") + (_pin if pin else "")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -28,13 +29,17 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 PATCH_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
-def state_fix() -> str:
-    """The fix for a damaged state file (a function: it names the command the user ran)."""
+def state_fix(state_dir: Path | None = None) -> str:
+    """The fix for a damaged state file (a function: it names the command the user ran). `state_dir`: the
+    tree's state directory, so that the embedded tree's way out names that tree by its whole path (a hint
+    pasted in another directory must not act on another project's tree), moved aside, not deleted: its
+    backups/ may hold the user's edits."""
+    tree = shlex.quote(str(state_dir.parent)) if state_dir is not None else ".sglang/sglang-VERSION"
     return (
         "sglang-overlay writes this file whole and atomically, so something else changed it: move it aside, "
         "put the patched files back as upstream ships them (`git checkout -- python/sglang` in a checkout, a "
-        f"reinstall for site-packages, `rm -rf .sglang && {prog()} fetch` for the embedded tree), then "
-        "apply again"
+        f"reinstall for site-packages, `mv {tree} {tree}.damaged && {prog()} fetch` for the embedded tree: "
+        "its backups/ stay in the moved copy), then apply again"
     )
 
 
@@ -144,7 +149,7 @@ class Shape:
 
 
 def parse_state(text: str, path: Path) -> State:
-    sh = Shape(path, "state file", state_fix())
+    sh = Shape(path, "state file", state_fix(path.parent))
     data = sh.load(text)
     sh.keys(data, ("version", "pin_version", "applied", "fingerprint", "digests", "files"))
     version = data.get("version")
@@ -185,13 +190,13 @@ def read_own_file(path: Path, what: str, fix: str) -> bytes | None:
 
 
 def load_state(path: Path) -> State:
-    raw = read_own_file(path, "the state file", state_fix())
+    raw = read_own_file(path, "the state file", state_fix(path.parent))
     if raw is None:
         return State()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=state_fix()) from e
+        raise StateError(f"{path}: the state file is not UTF-8 text ({e})", hint=state_fix(path.parent)) from e
     return parse_state(text, path)
 
 
@@ -216,11 +221,15 @@ class ObjectStore:
         try:
             data = read_bytes(path)
         except OSError as e:
-            raise StateError(f"{path}: a saved copy cannot be read ({e.strerror})", hint=state_fix()) from e
+            raise StateError(
+                f"{path}: a saved copy cannot be read ({e.strerror})", hint=state_fix(self.root.parent)
+            ) from e
         if data is None:
-            raise StateError(f"{path}: a saved copy the state needs is missing", hint=state_fix())
+            raise StateError(f"{path}: a saved copy the state needs is missing", hint=state_fix(self.root.parent))
         if sha256(data) != digest:
-            raise StateError(f"{path}: a saved copy is corrupt (its hash does not match its name)", hint=state_fix())
+            raise StateError(
+                f"{path}: a saved copy is corrupt (its hash does not match its name)", hint=state_fix(self.root.parent)
+            )
         return data
 
     def prune(self, keep: set[str]) -> None:

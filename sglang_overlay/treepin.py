@@ -65,16 +65,18 @@ def _pins(ctx: Context) -> list[str]:
 def _fix_for(ctx: Context, tree: Tree, found: str, expected: str) -> str:
     at = "" if tree.root == embedded_path(ctx.project_root, found).resolve() else f" --tree {tree.root}"
     if found in _pins(ctx):
-        return f"this project has a pin for {found}: `{prog()} --pin {found}{at} status` (and apply, revert, ...)"
+        return (
+            f"this project has a pin for {found}: `{prog(pin=False)} --pin {found}{at} status` (and apply, revert, ...)"
+        )
     pin = "" if ctx.manifest.path == ctx.top_manifest.path else f" --pin {expected}"
     return (
-        f"no pin of this project is for {found}: `{prog()}{pin} rebase {found}` makes one from the {expected} "
-        f"set; or use a {expected} tree (`{prog()}{pin} fetch` makes one)"
+        f"no pin of this project is for {found}: `{prog(pin=False)}{pin} rebase {found}` makes one from the {expected} "
+        f"set; or use a {expected} tree (`{prog(pin=False)}{pin} fetch` makes one)"
     )
 
 
 def _revert_hint(tree: Tree) -> str:
     return (
-        f"`{prog()} --tree {tree.root} revert --all` takes out what the tree carries, from what it recorded "
+        f"`{prog(pin=False)} --tree {tree.root} revert --all` takes out what the tree carries, from what it recorded "
         "(no pin of its release needed)"
     )

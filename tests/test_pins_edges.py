@@ -5,8 +5,10 @@ pins/VERSION) linked out of the project. Fixture releases of the real 0.5.17 fil
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,39 @@ def test_a_tree_whose_pin_is_gone_names_the_pins_and_reverts_from_its_record(tmp
     assert "reverted fx_topk, fx_args_b, fx_overlay" in res.stdout
     assert tree_is_pristine(proj, "9.0.1")
     cli(proj, cache, "rebase", "9.0.1", rc=0)  # and the pin can be made again
+
+
+def _hints(stderr: str) -> list[str]:
+    """The commands a message tells the user to run: the backticked spans that start with the program."""
+    return [c for c in re.findall(r"`([^`]+)`", stderr) if c.startswith("python ")]
+
+
+def _paste(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
+    """A hint's command as the user pastes it into a shell, `python` being the interpreter the tests run on."""
+    bin_dir = cwd.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "python").exists():
+        os.symlink(sys.executable, bin_dir / "python")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SGLANG_OVERLAY_CACHE": str(cache)}
+    env.pop("SGLANG_OVERLAY_TREE", None)
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_the_hints_for_a_missing_pin_work_when_pasted(tmp_path, cache, pin_source):
+    """`--pin 9.0.1 status` after pins/9.0.1 was removed: its hints had repeated the user's `--pin 9.0.1`, so each
+    pasted command failed on the same missing pin. Each now runs: the revert from the tree's record, then the
+    rebase that makes the pin again."""
+    proj, tree = _carrying_release_tree(tmp_path, cache, pin_source, "9.0.1")
+    shutil.rmtree(proj / "pins")
+    res = cli(proj, cache, "--pin", "9.0.1", "status", rc=2)
+    hints = _hints(res.stderr)
+    assert len(hints) == 2 and not any("--pin" in h for h in hints), res.stderr
+    revert = next(h for h in hints if "revert --all" in h)
+    pasted = _paste(revert, proj, cache)
+    assert pasted.returncode == 0 and "reverted from the state it recorded" in pasted.stdout, pasted.stderr
+    rebase = next(h for h in hints if " rebase 9.0.1" in h)
+    pasted = _paste(rebase, proj, cache)
+    assert pasted.returncode == 0 and (proj / "pins" / "9.0.1" / "manifest.yaml").is_file(), pasted.stderr
 
 
 def test_revert_all_of_a_tree_upgraded_under_its_patches_keeps_the_new_releases_files(tmp_path, cache, pin_source):

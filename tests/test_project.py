@@ -70,6 +70,38 @@ def test_a_hint_carries_the_project_the_user_named(fx_project, tmp_path, flag):
     assert f"`python -m sglang_overlay {flag} '{named}' --pin 0.5.17 fetch`" in res.stderr, res.stderr
 
 
+def test_the_hint_that_names_a_manifest_does_not_also_carry_the_users_project(fx_project, tmp_path):
+    """`--project child rebase V` where child's manifest extends another: the hint names the manifest that holds
+    the pin; with the user's `--project` beside it the pasted command was refused (the two options exclude each
+    other), and a path with a space split in two."""
+    spaced = tmp_path / "my proj"
+    shutil.copytree(fx_project, spaced)
+    child = tmp_path / "child"
+    child.mkdir()
+    (child / "manifest.yaml").write_text(f"schema: 1\nextends: {spaced / 'manifest.yaml'}\n")
+    res = _run("--project", str(child), "rebase", "0.5.99", cwd=tmp_path)
+    assert res.returncode == 2 and "extends another manifest" in res.stderr, res.stderr
+    hint = f"`python -m sglang_overlay --manifest '{spaced / 'manifest.yaml'}' rebase 0.5.99`"
+    assert hint in res.stderr, res.stderr
+
+
+def test_the_damaged_state_hint_names_the_tree_and_moves_it_aside(fx_project, tmp_path):
+    """The hint for a damaged state file said `rm -rf .sglang`: relative to wherever it is pasted (another
+    project's trees), and deleting the tree's backups with it. It names the tree by its path, moved aside."""
+    tree = fx_project / ".sglang" / "sglang-0.5.17"
+    state = tree / ".sglang-overlay" / "state.json"
+    state.parent.mkdir(parents=True)
+    (tree / "python" / "sglang").mkdir(parents=True)
+    try:
+        state.write_text("{not json")
+        res = _run("--project", str(fx_project), "status", cwd=tmp_path)
+        assert res.returncode == 2 and str(state) in res.stderr, res.stderr
+        assert f"`mv {tree} {tree}.damaged && python -m sglang_overlay --project {fx_project} fetch`" in res.stderr
+        assert "rm -rf" not in res.stderr
+    finally:
+        shutil.rmtree(fx_project / ".sglang")
+
+
 def test_no_manifest_anywhere_is_exit_2_naming_the_search_and_the_fix(tmp_path):
     res = _run("status", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr

@@ -68,7 +68,7 @@ def _all_pins(ctx, args) -> int:
     if failed:
         raise CheckFailed(
             f"the patch set does not hold on pin(s) {', '.join(failed)} (failures above)",
-            hint=f"`{prog()} --pin VERSION check` shows one pin",
+            hint=f"`{prog(pin=False)} --pin VERSION check` shows one pin",
         )
     return 0
 

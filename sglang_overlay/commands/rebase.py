@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def _start(ctx, version: str) -> int:
     if m.pin_source is not None and m.pin_source != m.path:
         raise BadInput(
             f"rebase: {m.path} extends another manifest: rebase the one that holds the pin",
-            hint=f"`{prog()} --manifest {m.pin_source} rebase {version}`",
+            hint=f"`{prog(project=False, pin=False)} --manifest {shlex.quote(str(m.pin_source))} rebase {version}`",
         )
     refuse_linked_out(root, version)  # before the release is fetched and any step runs
     _refuse_taken(root, version)

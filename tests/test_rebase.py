@@ -633,14 +633,48 @@ def test_every_damaged_progress_shape_exits_2_and_abort_drops_it(tmp_path, cache
     (proj / ".sglang" / "sglang-9.0.2" / "python/sglang/srt/stray.py").write_text("x = 1\n")
     res = cli(proj, cache, "rebase", "--abort", rc=0)
     assert "not valid JSON" in res.stderr and "aborted" in res.stdout and "put back" in res.stdout
-    assert project_files(proj) == before and not (proj / "pins").exists() and tree_is_pristine(proj, "9.0.2")
+    # unread, the progress cannot say which carried patch was resolved by hand: staging is set aside, not removed
+    kept = [d.name for d in (proj / "pins").iterdir()]
+    assert len(kept) == 1 and kept[0].startswith(".rebase-9.0.2.aborted-") and "it may hold work" in res.stdout
+    assert (proj / "pins" / kept[0] / "patches" / "fx_topk.patch").is_file()
+    shutil.rmtree(proj / "pins")
+    assert project_files(proj) == before and tree_is_pristine(proj, "9.0.2")
     # and a rebase starts again from there; a damaged stop is dropped the same way
     cli(proj, cache, "rebase", "9.0.2", rc=1)
     data = json.loads(progress.read_text())
     data["stop"]["kind"] = "weird"
     progress.write_text(json.dumps(data))
     cli(proj, cache, "rebase", "--abort", rc=0)
+    shutil.rmtree(proj / "pins")
     assert project_files(proj) == before and tree_is_pristine(proj, "9.0.2")
+
+
+def test_abort_keeps_a_proof_rewritten_at_its_stop_and_says_so_again_after_a_cut(tmp_path, cache, pin_source):
+    """A proof-failed stop: the user rewrites the proof the stop wrote, then aborts before `--continue`. The
+    staging directory held the only copy and was removed; it is set aside now. An abort that stops before its
+    end is finished by another, which still says where the work is. An untouched ask is not kept."""
+    gone = pin_text(pin_source, KIMI).replace(
+        "self.language_model.set_eagle3_layers_to_capture(layer_ids)", "self.language_model.capture_aux(layer_ids)"
+    )
+    make_release(cache, pin_source, "9.0.13", **{KIMI: gone.encode()})
+    proj = project(tmp_path)
+    assert "fx_kimi: proof-failed" in cli(proj, cache, "rebase", "9.0.13", rc=1).stdout
+    res = cli(proj, cache, "rebase", "--abort", rc=0)  # the ask untouched: nothing to keep
+    assert "kept" not in res.stdout and not (proj / "pins").exists(), res.stdout
+    cli(proj, cache, "rebase", "9.0.13", rc=1)
+    ask = proj / "pins" / ".rebase-9.0.13" / ".proofs" / "fx_kimi.yaml"
+    mine = f'file: {KIMI}\ncontains: ["self.language_model.capture_aux(layer_ids)"]\n'
+    ask.write_text(mine)
+    progress = proj / "pins" / ".rebase-9.0.13.json"
+    saved = progress.read_bytes()
+    res = cli(proj, cache, "rebase", "--abort", rc=0)
+    kept = sorted((proj / "pins").glob(".rebase-9.0.13.aborted-*"))
+    assert len(kept) == 1 and (kept[0] / ".proofs" / "fx_kimi.yaml").read_text() == mine
+    assert "fx_kimi (its proof, not carried yet)" in res.stdout and str(kept[0]) in res.stdout
+    # an abort cut after its rename, before the progress file went: the next abort finishes it and says where
+    progress.write_bytes(saved)
+    res = cli(proj, cache, "rebase", "--abort", rc=0)
+    assert str(kept[0]) in res.stdout and not progress.exists(), res.stdout
 
 
 # -- pins that cannot be told apart -------------------------------------------------------------------------------

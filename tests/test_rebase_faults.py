@@ -369,9 +369,12 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
                 problems.append(f"`rebase --abort` of a finished rebase: rc {ab.returncode}\n{ab.stderr[-400:]}")
         else:
             # fx_args_b resolved and carried before the cut: the abort keeps that work aside, the rest as before
-            kept = got["kept"]
-            if kept and "patches/fx_args_b.patch" not in kept:
-                problems.append(f"`rebase --abort` kept {kept[:6]} but not the resolved fx_args_b.patch")
+            kept, progress = got["kept"], was.get(f"pins/.rebase-{VERSION}.json")
+            resolved = progress is not None and json.loads(progress)["results"].get("fx_args_b", {}).get("status")
+            if resolved == "resolved" and "patches/fx_args_b.patch" not in kept:
+                problems.append(f"`rebase --abort` kept {kept[:6]}, not the resolved and carried fx_args_b.patch")
+            elif resolved != "resolved" and kept:
+                problems.append(f"`rebase --abort` kept {kept[:6]} with no work done by hand to keep")
             got = got | {"kept": []}
             if ab.returncode != 0 or "Traceback" in ab.stderr or got != b.aborted:
                 diff = sorted(k for k in set(got) | set(b.aborted) if got.get(k) != b.aborted.get(k))

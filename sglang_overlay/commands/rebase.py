@@ -316,7 +316,9 @@ def _stop(root, p: Patch, step: Step, tree: Tree, txn: Transaction, progress: Pr
         ask = staging / PROOFS / f"{p.name}.yaml"
         if not ask.exists():
             proof = {"file": p.proof.file, "symbols": list(p.proof.symbols), "contains": list(p.proof.contains)}
-            _write(ask, yaml.safe_dump(proof, sort_keys=False, width=1000).encode())
+            asked = yaml.safe_dump(proof, sort_keys=False, width=1000).encode()
+            _write(_asked(ask), asked)  # first: an ask without it counts as edited, so an abort keeps it
+            _write(ask, asked)
     message = describe_stop(p, step, tree.root, version)
     progress = replace(progress, next=progress.order.index(p.name), stop=Stop(step.status, p.name, files, message))
     _save(root, progress)
@@ -325,6 +327,20 @@ def _stop(root, p: Patch, step: Step, tree: Tree, txn: Transaction, progress: Pr
     if t0 is not None:
         print(f"rebase: stopped at {p.name} after {time.monotonic() - t0:.2f}s", file=sys.stderr)
     return 1
+
+
+def _asked(ask: Path) -> Path:
+    """The proof as the stop wrote it, beside the one the user edits: what tells an edit from none."""
+    return ask.with_name(f".{ask.name}.asked")
+
+
+def _proofs_edited(staging: Path) -> list[str]:
+    """The patches whose proof the user rewrote at a stop and has not carried yet (`--continue`)."""
+    edited = []
+    for ask in sorted((staging / PROOFS).glob("*.yaml")):
+        if read_bytes(ask) != read_bytes(_asked(ask)):
+            edited.append(ask.name[: -len(".yaml")])
+    return edited
 
 
 def _what_now(kind: str, name: str, staging: Path) -> str:
@@ -613,29 +629,50 @@ def _abort(root: Path, tree: Tree | None, txn: Transaction | None, progress: Pro
         backup, edited = _restore(tree, txn, _head_reader(tree), keep_edits=True)
         if edited:
             notes.append(f"your edits of {len(edited)} file(s) in {tree.root} are saved under {backup}")
-    # the patches carried by hand (`--continue` after editing a stop) are the user's work: kept, not removed
+    # the patches carried by hand (`--continue` after editing a stop) and a proof rewritten at the stop are the
+    # user's work: kept, not removed
     by_hand = [n for n in progress.order if (r := progress.results.get(n)) is not None and _by_hand(r)]
+    if staging.exists():
+        by_hand += [f"{n} (its proof, not carried yet)" for n in _proofs_edited(staging)]
     if staging.exists() and by_hand:
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-        kept = staging.with_name(f"{staging.name}.aborted-{stamp}")
-        n = 1
-        while kept.exists():  # another abort of this version within the second
-            n += 1
-            kept = staging.with_name(f"{staging.name}.aborted-{stamp}-{n}")
-        os.rename(staging, kept)
-        fsync_dir(staging.parent)
-        notes.append(
-            f"what you carried by hand ({', '.join(by_hand)}) is kept in {kept} (patches/, manifest.yaml): "
-            "delete it when you no longer need it"
-        )
+        _set_aside(staging)
     elif staging.exists():
         _rmtree_named(staging)
     os.unlink(progress_path(root, version))
     fsync_dir(progress_path(root, version).parent)
+    notes += _kept_notes(root, version, by_hand)
     _rmdir_quietly(staging.parent)  # pins/ goes too if the rebase made it (if it is empty)
     said = f"the project and {tree.root} are" if tree is not None else "the project is"
     print(f"rebase to {version} aborted: {said} as before it" + "".join(f"\n  {n}" for n in notes))
     return 0
+
+
+def _set_aside(staging: Path) -> Path:
+    """The staging directory renamed beside itself (pins/.rebase-V.aborted-STAMP): one rename, so a kill leaves
+    it whole under one name or the other."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    kept = staging.with_name(f"{staging.name}.aborted-{stamp}")
+    n = 1
+    while kept.exists():  # another abort of this version within the second
+        n += 1
+        kept = staging.with_name(f"{staging.name}.aborted-{stamp}-{n}")
+    os.rename(staging, kept)
+    fsync_dir(staging.parent)
+    return kept
+
+
+def _kept_notes(root: Path, version: str, by_hand: list[str]) -> list[str]:
+    """Every copy an abort of this version set aside, this one's or an earlier one's (an abort cut short after
+    the rename, finished by another, still says where the work is)."""
+    staging = staging_dir(root, version)
+    kept = sorted(staging.parent.glob(f"{staging.name}.aborted-*")) if staging.parent.is_dir() else []
+    if not kept:
+        return []
+    what = f"what you did by hand ({', '.join(by_hand)})" if by_hand else "work done by hand in an earlier try"
+    return [
+        f"{what} is kept in {', '.join(map(str, kept))} (patches/, overlay/, .proofs/): delete it when you no "
+        "longer need it"
+    ]
 
 
 def _by_hand(result: Result) -> bool:
@@ -670,7 +707,11 @@ def _drop_unread(root: Path, version: str, tree: Tree | None, txn: Transaction |
         said.append(f"{tree.root}: {len(put_back)} file(s) put back as its git commit holds them")
         if edited:
             said.append(f"your edits of {len(edited)} file(s) saved under {backup}")
-    if staging.exists():
+    # the progress that says what is the user's work does not load: staging with any patch or proof in it is
+    # set aside, not removed (it may hold resolutions carried by hand)
+    if staging.exists() and any(p.is_file() for d in ("patches", PROOFS) for p in (staging / d).rglob("*")):
+        said.append(f"kept {_set_aside(staging)} (it may hold work done by hand: delete it when you no longer need it)")
+    elif staging.exists():
         _rmtree_named(staging)
         said.append(f"removed {staging}")
     unlink_if_present(path)

@@ -363,4 +363,5 @@ def test_no_tree_yet_says_how_to_make_one(tmp_path):
     proj = tmp_path / "p"
     shutil.copytree(FIX, proj)
     err = status_fails(proj)
-    assert "no SGLang tree" in err and "python apply.py fetch" in err
+    # the hint repeats the user's --manifest: pasted elsewhere it still makes this project's tree
+    assert "no SGLang tree" in err and f"python apply.py --manifest {proj / 'manifest.yaml'} fetch" in err

@@ -27,6 +27,8 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
     if not VERSION_RE.fullmatch(version or ""):
         raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
+    if not path.is_file() and os.path.lexists(path.parent):
+        raise no_manifest(path.parent)  # not "no pin: `rebase` makes one": the rebase refuses the directory
     if not path.is_file():
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
@@ -64,16 +66,38 @@ def _inside(top: Manifest, path: Path, label: str) -> Path:
 
 
 def all_pins(top: Manifest) -> list[tuple[str, Path]]:
-    """(version, manifest path) of every pin of the project, the top level's first."""
+    """(version, manifest path) of every pin of the project, the top level's first. A pin directory without its
+    manifest is refused, not left out: `check --all-pins` had passed without checking it."""
     out = [(top.pin.version, top.path)]
     for d in _pin_dirs(top):
+        if not (d / "manifest.yaml").is_file():
+            raise no_manifest(d)
         out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
     return out
 
 
 def pin_versions(top: Manifest) -> list[str]:
-    """The releases the project has a pin for, the top level's first (their manifests not loaded)."""
-    return [top.pin.version, *(d.name for d in _pin_dirs(top))]
+    """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
+    messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
+    return [top.pin.version, *(d.name for d in _pin_dirs(top) if (d / "manifest.yaml").is_file())]
+
+
+def no_manifest(d: Path) -> BadInput:
+    """pins/NAME holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
+    it out would let CI pass without the pin it was meant to check."""
+    gone = f" (a symbolic link to {os.path.realpath(d)}, which does not exist)" if not d.exists() else ""
+    fix = (
+        "restore what it leads to (a pin directory with its manifest.yaml)"
+        if gone
+        else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
+    )
+    again = f"; `{prog(pin=False)} rebase {d.name}` makes the pin again" if VERSION_RE.fullmatch(d.name) else ""
+    return BadInput(
+        f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
+        "pin of the release it names",
+        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {d}`{again}) or rename it to a name that "
+        "starts with '.'",
+    )
 
 
 def _carrying_tree(project_root: Path, version: str) -> str:
@@ -127,11 +151,14 @@ def _within(path: str, root: str) -> bool:
 
 
 def _pin_dirs(top: Manifest) -> list[Path]:
+    """The pin directories beside the top level, manifest or not. A dot-name is the tool's own (a rebase's
+    staging and progress, a copy set aside) or the user's way to keep one aside; a plain file is no pin (a
+    README); a link is one, even to nothing."""
     folder = top.project_root / PINS_DIR
     if not folder.is_dir():
         return []
     return [
         d
         for d in sorted(folder.iterdir())
-        if not d.name.startswith(".") and (d / "manifest.yaml").is_file() and d.name != top.pin.version
+        if not d.name.startswith(".") and (d.is_dir() or d.is_symlink()) and d.name != top.pin.version
     ]

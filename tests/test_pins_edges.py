@@ -220,3 +220,54 @@ def test_pins_linked_within_the_project_still_rebases(tmp_path, cache, pin_sourc
     cli(proj, cache, "rebase", "9.0.1", rc=0)
     assert (proj / "pin-sets" / "9.0.1" / "manifest.yaml").is_file()
     assert "sglang 9.0.1 (pinned)" in cli(proj, cache, "--pin", "9.0.1", "status", rc=0).stdout
+
+
+# -- 4. a pin directory without its manifest --------------------------------------------------------------------------
+def _manifest_deleted(pins: Path) -> Path:
+    (pins / "9.0.1" / "patches").mkdir(parents=True)  # the rest of a pin whose manifest.yaml was removed
+    return pins / "9.0.1"
+
+
+def _manifest_misnamed(pins: Path) -> Path:
+    (pins / "9.0.1").mkdir(parents=True)
+    (pins / "9.0.1" / "manifest.yml").write_text("schema: 1\n")
+    return pins / "9.0.1"
+
+
+def _link_dangling(pins: Path) -> Path:
+    pins.mkdir()
+    os.symlink("9.0.0", pins / "9.0.1")  # within the project, to a pin since removed
+    return pins / "9.0.1"
+
+
+@pytest.mark.parametrize(
+    "breaks", [_manifest_deleted, _manifest_misnamed, _link_dangling], ids=["deleted", "misnamed", "dangling"]
+)
+def test_a_pin_directory_without_its_manifest_is_refused(tmp_path, cache, breaks):
+    """pins/9.0.1 with no manifest.yaml: `check --all-pins` had left it out and passed, so CI went green with a
+    pin it never checked. Refused now (exit 2, the directory and the fix named), and `--pin 9.0.1` says the
+    same instead of "no pin for 9.0.1: `rebase 9.0.1` makes one", which the directory then refused."""
+    proj = project(tmp_path)
+    pin = breaks(proj / "pins")
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "status")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"{pin} has no manifest.yaml" in res.stderr, res.stderr
+        assert ("restore what it leads to" if os.path.islink(pin) else "add its manifest.yaml") in res.stderr
+        assert f"rm -r {pin}" in res.stderr and "a name that starts with '.'" in res.stderr, res.stderr
+    if not os.path.islink(pin):  # rebase says a link is one before it looks for a pin
+        res = cli(proj, cache, "rebase", "9.0.1", rc=2)
+        assert f"{pin} has no manifest.yaml" in res.stderr and "use it (`--pin" not in res.stderr, res.stderr
+
+
+def test_dot_entries_and_plain_files_in_pins_are_no_pins(tmp_path, cache):
+    """A rebase's staging and progress, a copy set aside under a dot name, a README beside the pins: none is a
+    pin, so `check --all-pins` checks the top level alone and passes."""
+    proj = project(tmp_path)
+    pins = proj / "pins"
+    for aside in (".rebase-9.0.1", ".rebase-9.0.2.aborted-20250101T000000", ".9.0.3-old"):
+        (pins / aside / "patches").mkdir(parents=True)
+    (pins / ".rebase-9.0.1.json").write_text("{}")
+    (pins / "README.md").write_text("one directory per release\n")
+    res = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout

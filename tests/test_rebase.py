@@ -169,6 +169,28 @@ def test_clean_offset_and_3way_become_a_pin_directory(tmp_path, cache, pin_sourc
     assert json.loads(cli(proj, cache, "--pin", "0.5.17", "check", "--json", rc=0).stdout)["version"] == "0.5.17"
 
 
+def test_check_all_pins_json_is_one_document(tmp_path, cache, pin_source):
+    """`check --all-pins --json` had printed one JSON object per pin, one after the other, which no JSON parser
+    reads. One object now, keyed by pin version (the top level first), each value what `--pin V check --json`
+    prints; a failing pin keeps it one document (exit 1, the failure said on stderr)."""
+    make_release(cache, pin_source, "9.0.1")
+    proj = project(tmp_path)
+    cli(proj, cache, "rebase", "9.0.1", rc=0)
+    cli(proj, cache, "check", "--all-pins", rc=0)  # the compile cache filled: each run below says the same of it
+    data = json.loads(cli(proj, cache, "check", "--all-pins", "--json", rc=0).stdout)
+    assert list(data) == ["0.5.17", "9.0.1"]
+    for version, got in data.items():
+        alone = json.loads(cli(proj, cache, "--pin", version, "check", "--json", rc=0).stdout)
+        assert {**got, "seconds": 0} == {**alone, "seconds": 0}
+    patch = proj / "pins" / "9.0.1" / "patches" / "fx_topk.patch"
+    assert "\n def select_experts(" in patch.read_text()
+    patch.write_text(patch.read_text().replace("\n def select_experts(", "\n def _broken_select_experts("))
+    res = cli(proj, cache, "check", "--all-pins", "--json", rc=1)
+    data = json.loads(res.stdout)
+    assert data["0.5.17"]["ok"] is True and data["9.0.1"]["ok"] is False and data["9.0.1"]["failures"] >= 1
+    assert "does not hold on pin(s) 9.0.1" in res.stderr
+
+
 # -- conflict -> continue / abort ---------------------------------------------------------------------------------
 def test_a_stop_puts_the_overlay_files_in_the_tree_and_takes_their_edits(tmp_path, cache, pin_source):
     """fx_overlay needs no stop, so a manifest where the conflicting patch also carries an overlay file."""

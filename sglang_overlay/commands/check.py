@@ -37,7 +37,9 @@ def add_arguments(p) -> None:
         help="check every pin of the project: the top level and each pins/VERSION/ (what CI runs)",
     )
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument(
+        "--json", action="store_true", help="print one JSON object (with --all-pins: one keyed by pin version)"
+    )
     out.add_argument("--markdown", action="store_true", help="print a markdown table (for a pull-request comment)")
 
 
@@ -59,12 +61,19 @@ def run(ctx, args) -> int:
 
 def _all_pins(ctx, args) -> int:
     failed = []
+    reports = {}  # --json: one document for all pins, keyed by version (a JSON object per pin parses as none)
     for version, path in all_pins(ctx.top_manifest):
         m = load_manifest(path)
-        if not args.json:
+        rep = api.check(manifest=path)
+        if args.json:
+            reports[version] = rep.to_json()
+        else:
             print(f"== pin {version} ({path})")
-        if not _check_one(m, api.check(manifest=path), args):
+            _check_one(m, rep, args)
+        if not rep.ok:
             failed.append(version)
+    if args.json:
+        print(json.dumps(reports, indent=2))
     if failed:
         raise CheckFailed(
             f"the patch set does not hold on pin(s) {', '.join(failed)} (failures above)",

@@ -7,10 +7,13 @@ import shutil
 
 import pytest
 from conftest import ROOT, run_cli
+from test_rebase import cache, make_release
 
 from sglang_overlay.compat import check_pin, classify, subsets_that_matter
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import load_manifest
+
+__all__ = ["cache"]  # a module fixture of test_rebase (its private release cache), used here by name
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 SARGS = "python/sglang/srt/server_args.py"
@@ -143,3 +146,22 @@ def test_radar_overlay_now_upstream(fx, pin_source):
     assert v.status == "upstreamed"
     v = classify(fx.patch("fx_overlay"), release(pin_source, **{path: b"other\n"}), "x", pin_source.read)
     assert v.status == "conflict" and "other content" in v.detail
+
+
+@pytest.mark.parametrize("out", [[], ["--json"], ["--markdown"]], ids=["table", "json", "markdown"])
+def test_radar_of_a_manifest_without_patches_says_so(tmp_path, cache, pin_source, out):
+    """`patches: []` (a new project, or every entry removed): the table's column width was the max() of no
+    names, an internal error (exit 3). Nothing to classify: it says so and exits 0, as the radar does."""
+    make_release(cache, pin_source, "9.0.1")
+    proj = tmp_path / "p"
+    proj.mkdir()
+    pin = (FIX / "manifest.yaml").read_text().split("patches:\n")[0]
+    (proj / "manifest.yaml").write_text(pin + "patches: []\n")
+    env = {"SGLANG_OVERLAY_CACHE": str(cache)}
+    res = run_cli("--manifest", str(proj / "manifest.yaml"), "check", "--against", "9.0.1", *out, env=env, check_rc=0)
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    if out == ["--json"]:
+        data = json.loads(res.stdout)
+        assert (data["pin"], data["versions"], data["verdicts"]) == ("0.5.17", ["9.0.1"], [])
+    else:
+        assert f"{proj / 'manifest.yaml'} has no patches: nothing to classify against 9.0.1" in res.stdout, res.stdout

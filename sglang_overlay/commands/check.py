@@ -50,7 +50,7 @@ def run(ctx, args) -> int:
         return _all_pins(ctx, args)
     m = ctx.manifest
     if args.against:
-        return _radar(ctx, args, WheelSource(pinned_wheel(m.pin)))
+        return _radar(ctx, args)
     if not _check_one(m, api.check(context=ctx), args):
         raise CheckFailed(
             f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
@@ -105,12 +105,15 @@ def _check_one(m, rep: api.CheckResult, args) -> bool:
     return rep.ok
 
 
-def _radar(ctx, args, pin_source) -> int:
+def _radar(ctx, args) -> int:
     m = ctx.manifest
     for v in args.against:  # before pip is asked: '' and '../x' went to it (and '../x' names a cache directory)
         if v != "latest" and not VERSION_RE.fullmatch(v):
             raise BadInput(f"check --against: {v!r} is not a release version", hint="e.g. `--against 0.5.23 latest`")
     versions = list(dict.fromkeys(latest_release(m.pin.package) if v == "latest" else v for v in args.against))
+    if not m.patches:
+        return _no_patches(m, versions, args)
+    pin_source = WheelSource(pinned_wheel(m.pin))
     sources = {}
     for i, v in enumerate(versions, 1):
         print(f"sglang-overlay: [{i}/{len(versions)}] release {v}", file=sys.stderr, flush=True)
@@ -154,6 +157,20 @@ def _radar(ctx, args, pin_source) -> int:
         if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved"):
             print(f"  {v.patch} on {v.version}: {v.status}: {v.detail}")
     print(f"radar: {len(m.patches)} patches x {len(versions)} releases classified in {elapsed:.2f}s", file=sys.stderr)
+    return 0
+
+
+def _no_patches(m, versions: list[str], args) -> int:
+    """`patches: []`: nothing of the set can break on a release, so none is downloaded to say so (the table had
+    crashed on the width of no names). The radar's own shapes, empty, so a nightly job reads it as before."""
+    said = f"{m.path} has no patches: nothing to classify against {', '.join(versions)}"
+    if args.json:
+        doc = {"pin": m.pin.version, "versions": versions, "seconds": 0.0, "wheels": {}, "verdicts": []}
+        print(json.dumps(doc, indent=2))
+    elif args.markdown:
+        print(f"### sglang-overlay release radar (pin {m.pin.version})\n\n{said}")
+    else:
+        print(said)
     return 0
 
 

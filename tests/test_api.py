@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, run_cli
+from conftest import copy_project, run_cli, tree_snapshot
 
 from sglang_overlay import api
-from sglang_overlay.errors import EXIT_BAD_INPUT, OverlayError
+from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -87,3 +87,46 @@ def test_the_api_takes_no_argparse_namespace():
     }
     imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert not {"print", "Namespace", "exit"} & names and "argparse" not in imported
+
+
+# A wrong type is a usage error naming the argument, caught where it comes in: before, a list of names was a
+# TypeError from str.join, patches=[...] an AttributeError from .strip(), manifest=5 the manifest "5", and
+# all="no" (truthy) applied every patch.
+WRONG_TYPES = [
+    ("locate", (5,), {}, "project=", "a path"),
+    ("locate", (b"tests/fixtures/engine",), {}, "project=", "os.fsdecode"),
+    ("locate", (), {"manifest": 5}, "manifest=", "a path"),
+    ("locate", (FIX,), {"tree": 5}, "tree=", "a path"),
+    ("status", (), {"tree": ["t"]}, "tree=", "a path"),
+    ("status", (), {"context": "ctx"}, "context=", "api.locate"),
+    ("check", (), {"project": None, "manifest": 5}, "manifest=", "a path"),
+    ("apply", (["fx_topk", "fx_args_a"],), {}, "names", "api.apply('fx_topk', 'fx_args_a')"),
+    ("apply", (None,), {}, "names", "api.apply('deepseek_v2')"),
+    ("apply", (), {"patches": ["fx_topk", "fx_args_a"]}, "patches=", "patches='fx_topk,fx_args_a'"),
+    ("apply", (), {"expr": 5}, "expr=", "expr='default'"),
+    ("apply", (), {"all": "no"}, "all=", "True or False"),
+    ("apply", ("fx_topk",), {"force": None}, "force=", "True or False"),
+    ("apply", ("fx_topk",), {"ignore_hardware": 1}, "ignore_hardware=", "True or False"),
+    ("revert", (("fx_topk",),), {}, "names", "api.revert('fx_topk')"),
+    ("revert", (), {"all": "yes"}, "all=", "True or False"),
+    ("toggle", (["fx_topk"],), {}, "name", "one patch name"),
+    ("toggle", (None,), {}, "name", "one patch name"),
+    ("fingerprint", (5,), {}, "expr=", "expr='default'"),
+    ("fingerprint", (), {"patches": ("fx_topk",)}, "patches=", "patches='fx_topk'"),
+    ("fingerprint", ("default",), {"env_profile": 5}, "env_profile=", "a str"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "kwargs", "arg", "fix"), WRONG_TYPES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(WRONG_TYPES)]
+)
+def test_a_wrong_argument_type_is_a_usage_error_naming_it(sglang_tree, fn, args, kwargs, arg, fix):
+    where = {} if fn == "locate" or "context" in kwargs else {"project": FIX}
+    if fn not in ("locate", "check") and "tree" not in kwargs and "context" not in kwargs:
+        where["tree"] = sglang_tree
+    before = tree_snapshot(sglang_tree)
+    with pytest.raises(BadInput) as e:
+        getattr(api, fn)(*args, **{**where, **kwargs})
+    text = f"{e.value}\n{e.value.hint}"
+    assert e.value.exit_code == EXIT_BAD_INPUT and f"api.{fn}" in text and arg in text and fix in text, text
+    assert tree_snapshot(sglang_tree) == before

@@ -47,7 +47,18 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
     for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)):
         apiargs.path(fn, arg, value)
     found = manifest_path(manifest=None if manifest is None else str(manifest), project=project)
-    return Context(manifest_path=found, tree_arg=None if tree is None else str(tree))
+    # Absolute now, so that a Context kept by the caller means the same after a chdir. Not resolved: a link stays
+    # the path asked for, resolved later where the CLI's paths are too (load_manifest, tree.classify).
+    return Context(manifest_path=found.absolute(), tree_arg=_absolute_tree(tree))
+
+
+def _absolute_tree(tree: PathLike | None) -> str | None:
+    if tree is None:
+        return None
+    text = os.fspath(tree)
+    if not text.strip():  # tree.locate refuses an empty --tree: made absolute, it would be the cwd
+        return text
+    return str(Path(text).expanduser().absolute())
 
 
 def _ctx(

@@ -130,3 +130,24 @@ def test_a_wrong_argument_type_is_a_usage_error_naming_it(sglang_tree, fn, args,
     text = f"{e.value}\n{e.value.hint}"
     assert e.value.exit_code == EXIT_BAD_INPUT and f"api.{fn}" in text and arg in text and fix in text, text
     assert tree_snapshot(sglang_tree) == before
+
+
+def test_locate_holds_absolute_paths_that_survive_a_chdir(tmp_path, sglang_tree, monkeypatch):
+    link = tmp_path / "linked-project"
+    link.symlink_to(FIX)
+    monkeypatch.chdir(tmp_path)
+    by_dir = api.locate("linked-project", tree=os.path.relpath(sglang_tree))
+    by_file = api.locate(manifest=Path("linked-project") / "manifest.yaml")
+    monkeypatch.setenv("SGLANG_OVERLAY_MANIFEST", "linked-project/manifest.yaml")
+    by_env = api.locate()
+    monkeypatch.setenv("HOME", str(sglang_tree.parent))
+    by_home = api.locate("linked-project", tree=f"~/{sglang_tree.name}")
+    # made absolute as typed, not resolved: the link stays the path asked for (load_manifest resolves it later)
+    for ctx in (by_dir, by_file, by_env):
+        assert ctx.manifest_path == link / "manifest.yaml", ctx
+    assert by_dir.tree_arg == os.path.join(tmp_path, os.path.relpath(sglang_tree)) and by_dir.tree_arg[0] == "/"
+    assert by_home.tree_arg == str(sglang_tree)
+    monkeypatch.chdir(sglang_tree / "python")  # a caller that moves on: nothing relative is left to break
+    assert api.status(context=by_dir).tree_path == str(sglang_tree.resolve())
+    assert api.status(context=by_home).tree_path == str(sglang_tree.resolve())
+    assert api.fingerprint("default", context=by_env).patches == ("fx_topk", "fx_args_a")

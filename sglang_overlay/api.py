@@ -105,7 +105,21 @@ class Status:
     mode_drifted_files: tuple[str, ...] = ()  # the part of drifted_files whose exec bit only was changed by hand
 
     def patch(self, name: str) -> PatchStatus:
-        return next(p for p in self.patches if p.name == name)
+        """The row of the manifest's patch `name`; an unknown name is a PatchSetError that lists the known ones."""
+        apiargs.name("Status.patch", name)
+        for p in self.patches:
+            if p.name == name:
+                return p
+        import difflib  # only for a message (as in manifest.py)
+
+        from .errors import PatchSetError
+
+        known = [p.name for p in self.patches]
+        close = difflib.get_close_matches(name, known, n=1)
+        raise PatchSetError(
+            f"api.Status.patch: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            hint=f"patches: {', '.join(known) or '(none)'}",
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The object `status --json` prints."""

@@ -15,7 +15,7 @@ import pytest
 from conftest import copy_project, run_cli, tree_snapshot
 
 from sglang_overlay import api
-from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError
+from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError, PatchSetError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -151,3 +151,16 @@ def test_locate_holds_absolute_paths_that_survive_a_chdir(tmp_path, sglang_tree,
     assert api.status(context=by_dir).tree_path == str(sglang_tree.resolve())
     assert api.status(context=by_home).tree_path == str(sglang_tree.resolve())
     assert api.fingerprint("default", context=by_env).patches == ("fx_topk", "fx_args_a")
+
+
+def test_status_patch_of_an_unknown_name_says_which_and_lists_the_known(sglang_tree):
+    st = api.status(project=FIX, tree=sglang_tree)
+    assert st.patch("fx_topk").name == "fx_topk"
+    with pytest.raises(PatchSetError) as e:  # was a bare StopIteration from next() over the rows
+        st.patch("fx_topc")
+    assert "no patch named 'fx_topc'" in str(e.value) and "did you mean 'fx_topk'" in str(e.value)
+    assert e.value.hint is not None and all(p.name in e.value.hint for p in st.patches)
+    assert e.value.exit_code == EXIT_BAD_INPUT
+    with pytest.raises(BadInput) as e:
+        st.patch(["fx_topk"])  # type: ignore[arg-type]
+    assert "api.Status.patch: name= takes a str" in str(e.value)

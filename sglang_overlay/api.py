@@ -65,7 +65,17 @@ def _ctx(
     fn: str, c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None
 ) -> Context:
     apiargs.context(fn, c)
-    return c if c is not None else _locate(fn, project, manifest, tree)
+    if c is None:
+        return _locate(fn, project, manifest, tree)
+    given = [arg for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)) if value is not None]
+    if given:  # the context already names its project and tree: the other would be ignored, and a change go astray
+        from .errors import BadInput
+
+        raise BadInput(
+            f"api.{fn}: context= and {', '.join(a + '=' for a in given)} both say where to work: give one",
+            hint=f"pass api.locate({', '.join(a + '=...' for a in given)}) as context=, or leave context= out",
+        )
+    return c
 
 
 # -- results -----------------------------------------------------------------------------------------------------

@@ -164,3 +164,13 @@ def test_status_patch_of_an_unknown_name_says_which_and_lists_the_known(sglang_t
     with pytest.raises(BadInput) as e:
         st.patch(["fx_topk"])  # type: ignore[arg-type]
     assert "api.Status.patch: name= takes a str" in str(e.value)
+
+
+def test_context_with_project_manifest_or_tree_is_refused_not_half_ignored(sglang_tree, tmp_path):
+    ctx = api.locate(FIX, tree=sglang_tree)
+    other = tmp_path / "other-tree"
+    for extra in ({"tree": other}, {"project": FIX}, {"manifest": FIX / "manifest.yaml"}):
+        with pytest.raises(BadInput) as e:  # was: context= won, and apply wrote to its tree, not to tree=
+            api.apply("fx_topk", context=ctx, **extra)
+        assert "api.apply: context= and " in str(e.value) and f"{next(iter(extra))}=" in str(e.value)
+    assert api.status(context=ctx).applied == ()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import apiargs
 from .context import Context
 from .patchset import from_options
 from .project import manifest_path
@@ -39,12 +40,42 @@ def locate(
     project: PathLike | None = None, *, manifest: PathLike | None = None, tree: PathLike | None = None
 ) -> Context:
     """The project and tree to work on, found as the command line finds them."""
+    return _locate("locate", project, manifest, tree)
+
+
+def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None) -> Context:
+    for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)):
+        apiargs.path(fn, arg, value)
     found = manifest_path(manifest=None if manifest is None else str(manifest), project=project)
-    return Context(manifest_path=found, tree_arg=None if tree is None else str(tree))
+    # Absolute now, so that a Context kept by the caller means the same after a chdir. Not resolved: a link stays
+    # the path asked for, resolved later where the CLI's paths are too (load_manifest, tree.classify).
+    return Context(manifest_path=found.absolute(), tree_arg=_absolute_tree(tree))
 
 
-def _ctx(c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None) -> Context:
-    return c if c is not None else locate(project, manifest=manifest, tree=tree)
+def _absolute_tree(tree: PathLike | None) -> str | None:
+    if tree is None:
+        return None
+    text = os.fspath(tree)
+    if not text.strip():  # tree.locate refuses an empty --tree: made absolute, it would be the cwd
+        return text
+    return str(Path(text).expanduser().absolute())
+
+
+def _ctx(
+    fn: str, c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None
+) -> Context:
+    apiargs.context(fn, c)
+    if c is None:
+        return _locate(fn, project, manifest, tree)
+    given = [arg for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)) if value is not None]
+    if given:  # the context already names its project and tree: the other would be ignored, and a change go astray
+        from .errors import BadInput
+
+        raise BadInput(
+            f"api.{fn}: context= and {', '.join(a + '=' for a in given)} both say where to work: give one",
+            hint=f"pass api.locate({', '.join(a + '=...' for a in given)}) as context=, or leave context= out",
+        )
+    return c
 
 
 # -- results -----------------------------------------------------------------------------------------------------
@@ -84,7 +115,21 @@ class Status:
     mode_drifted_files: tuple[str, ...] = ()  # the part of drifted_files whose exec bit only was changed by hand
 
     def patch(self, name: str) -> PatchStatus:
-        return next(p for p in self.patches if p.name == name)
+        """The row of the manifest's patch `name`; an unknown name is a PatchSetError that lists the known ones."""
+        apiargs.name("Status.patch", name)
+        for p in self.patches:
+            if p.name == name:
+                return p
+        import difflib  # only for a message (as in manifest.py)
+
+        from .errors import PatchSetError
+
+        known = [p.name for p in self.patches]
+        close = difflib.get_close_matches(name, known, n=1)
+        raise PatchSetError(
+            f"api.Status.patch: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+            hint=f"patches: {', '.join(known) or '(none)'}",
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The object `status --json` prints."""
@@ -247,7 +292,7 @@ def status(
     from .treeread import base_reader, drifted_files, exec_bit_drifted, reading
     from .upstream import prove
 
-    ctx = _ctx(context, project, manifest, tree)
+    ctx = _ctx("status", context, project, manifest, tree)
     m, t = ctx.manifest, ctx.tree
     with reading(t) as view:
         state = view.state
@@ -387,7 +432,12 @@ def apply(
 ) -> SwitchResult:
     """`apply NAME...` adds patches (and what they require); `all=True` adds every patch (leaving out those whose
     hardware gate fails here); `expr="full-oea_topk"` or `patches="a,b"` makes the tree carry exactly that set."""
-    ctx = _ctx(context, project, manifest, tree)
+    apiargs.names("apply", names)
+    for arg, text in (("expr", expr), ("patches", patches)):
+        apiargs.text("apply", arg, text)
+    for arg, on in (("all", all), ("force", force), ("ignore_hardware", ignore_hardware)):
+        apiargs.flag("apply", arg, on)
+    ctx = _ctx("apply", context, project, manifest, tree)
     chosen = _need(
         from_options(ctx.manifest, names=names, all=all, preset=expr, patches=patches, verb="apply", close=False),
         "apply",
@@ -419,7 +469,10 @@ def revert(
     pins works from the tree's recorded state (recorded.py): the way out when no pin of its release is left."""
     from .treepin import other_release
 
-    ctx = _ctx(context, project, manifest, tree)
+    apiargs.names("revert", names)
+    for arg, on in (("all", all), ("force", force)):
+        apiargs.flag("revert", arg, on)
+    ctx = _ctx("revert", context, project, manifest, tree)
     chosen = _need(from_options(ctx.manifest, names=names, all=all, verb="revert", close=False), "revert")
     if all and other_release(ctx):
         from .recorded import revert_recorded
@@ -449,7 +502,10 @@ def toggle(
     context: Context | None = None,
 ) -> SwitchResult:
     """Revert `name` if the tree carries it, apply it if not (decided under the tree's lock)."""
-    ctx = _ctx(context, project, manifest, tree)
+    apiargs.name("toggle", name)
+    for arg, on in (("force", force), ("ignore_hardware", ignore_hardware)):
+        apiargs.flag("toggle", arg, on)
+    ctx = _ctx("toggle", context, project, manifest, tree)
     ctx.manifest.patch(name)
     chosen = _need(from_options(ctx.manifest, names=[name], verb="toggle", close=False), "toggle")
     notes: list[str] = []
@@ -473,7 +529,7 @@ def check(
     from .compat import check_pin
     from .fetch import WheelSource, pinned_wheel
 
-    ctx = _ctx(context, project, manifest, None)
+    ctx = _ctx("check", context, project, manifest, None)
     m = ctx.manifest
     source = WheelSource(pinned_wheel(m.pin))
     t0 = time.monotonic()
@@ -505,7 +561,10 @@ def fingerprint(
     from .fingerprint import short
     from .treeread import reading
 
-    ctx = _ctx(context, project, manifest, tree)
+    for arg, text in (("expr", expr), ("patches", patches), ("env_profile", env_profile)):
+        apiargs.text("fingerprint", arg, text)
+    apiargs.flag("fingerprint", "all", all)
+    ctx = _ctx("fingerprint", context, project, manifest, tree)
     m = ctx.manifest
     chosen = from_options(m, all=all, preset=expr, patches=patches, verb="fingerprint")
     if chosen is not None:

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, run_cli
+from conftest import copy_project, run_cli, tree_snapshot
 
 from sglang_overlay import api
-from sglang_overlay.errors import EXIT_BAD_INPUT, OverlayError
+from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError, PatchSetError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -87,3 +87,90 @@ def test_the_api_takes_no_argparse_namespace():
     }
     imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert not {"print", "Namespace", "exit"} & names and "argparse" not in imported
+
+
+# A wrong type is a usage error naming the argument, caught where it comes in: before, a list of names was a
+# TypeError from str.join, patches=[...] an AttributeError from .strip(), manifest=5 the manifest "5", and
+# all="no" (truthy) applied every patch.
+WRONG_TYPES = [
+    ("locate", (5,), {}, "project=", "a path"),
+    ("locate", (b"tests/fixtures/engine",), {}, "project=", "os.fsdecode"),
+    ("locate", (), {"manifest": 5}, "manifest=", "a path"),
+    ("locate", (FIX,), {"tree": 5}, "tree=", "a path"),
+    ("status", (), {"tree": ["t"]}, "tree=", "a path"),
+    ("status", (), {"context": "ctx"}, "context=", "api.locate"),
+    ("check", (), {"project": None, "manifest": 5}, "manifest=", "a path"),
+    ("apply", (["fx_topk", "fx_args_a"],), {}, "names", "api.apply('fx_topk', 'fx_args_a')"),
+    ("apply", (None,), {}, "names", "api.apply('deepseek_v2')"),
+    ("apply", (), {"patches": ["fx_topk", "fx_args_a"]}, "patches=", "patches='fx_topk,fx_args_a'"),
+    ("apply", (), {"expr": 5}, "expr=", "expr='default'"),
+    ("apply", (), {"all": "no"}, "all=", "True or False"),
+    ("apply", ("fx_topk",), {"force": None}, "force=", "True or False"),
+    ("apply", ("fx_topk",), {"ignore_hardware": 1}, "ignore_hardware=", "True or False"),
+    ("revert", (("fx_topk",),), {}, "names", "api.revert('fx_topk')"),
+    ("revert", (), {"all": "yes"}, "all=", "True or False"),
+    ("toggle", (["fx_topk"],), {}, "name", "one patch name"),
+    ("toggle", (None,), {}, "name", "one patch name"),
+    ("fingerprint", (5,), {}, "expr=", "expr='default'"),
+    ("fingerprint", (), {"patches": ("fx_topk",)}, "patches=", "patches='fx_topk'"),
+    ("fingerprint", ("default",), {"env_profile": 5}, "env_profile=", "a str"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "kwargs", "arg", "fix"), WRONG_TYPES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(WRONG_TYPES)]
+)
+def test_a_wrong_argument_type_is_a_usage_error_naming_it(sglang_tree, fn, args, kwargs, arg, fix):
+    where = {} if fn == "locate" or "context" in kwargs else {"project": FIX}
+    if fn not in ("locate", "check") and "tree" not in kwargs and "context" not in kwargs:
+        where["tree"] = sglang_tree
+    before = tree_snapshot(sglang_tree)
+    with pytest.raises(BadInput) as e:
+        getattr(api, fn)(*args, **{**where, **kwargs})
+    text = f"{e.value}\n{e.value.hint}"
+    assert e.value.exit_code == EXIT_BAD_INPUT and f"api.{fn}" in text and arg in text and fix in text, text
+    assert tree_snapshot(sglang_tree) == before
+
+
+def test_locate_holds_absolute_paths_that_survive_a_chdir(tmp_path, sglang_tree, monkeypatch):
+    link = tmp_path / "linked-project"
+    link.symlink_to(FIX)
+    monkeypatch.chdir(tmp_path)
+    by_dir = api.locate("linked-project", tree=os.path.relpath(sglang_tree))
+    by_file = api.locate(manifest=Path("linked-project") / "manifest.yaml")
+    monkeypatch.setenv("SGLANG_OVERLAY_MANIFEST", "linked-project/manifest.yaml")
+    by_env = api.locate()
+    monkeypatch.setenv("HOME", str(sglang_tree.parent))
+    by_home = api.locate("linked-project", tree=f"~/{sglang_tree.name}")
+    # made absolute as typed, not resolved: the link stays the path asked for (load_manifest resolves it later)
+    for ctx in (by_dir, by_file, by_env):
+        assert ctx.manifest_path == link / "manifest.yaml", ctx
+    assert by_dir.tree_arg == os.path.join(tmp_path, os.path.relpath(sglang_tree)) and by_dir.tree_arg[0] == "/"
+    assert by_home.tree_arg == str(sglang_tree)
+    monkeypatch.chdir(sglang_tree / "python")  # a caller that moves on: nothing relative is left to break
+    assert api.status(context=by_dir).tree_path == str(sglang_tree.resolve())
+    assert api.status(context=by_home).tree_path == str(sglang_tree.resolve())
+    assert api.fingerprint("default", context=by_env).patches == ("fx_topk", "fx_args_a")
+
+
+def test_status_patch_of_an_unknown_name_says_which_and_lists_the_known(sglang_tree):
+    st = api.status(project=FIX, tree=sglang_tree)
+    assert st.patch("fx_topk").name == "fx_topk"
+    with pytest.raises(PatchSetError) as e:  # was a bare StopIteration from next() over the rows
+        st.patch("fx_topc")
+    assert "no patch named 'fx_topc'" in str(e.value) and "did you mean 'fx_topk'" in str(e.value)
+    assert e.value.hint is not None and all(p.name in e.value.hint for p in st.patches)
+    assert e.value.exit_code == EXIT_BAD_INPUT
+    with pytest.raises(BadInput) as e:
+        st.patch(["fx_topk"])  # type: ignore[arg-type]
+    assert "api.Status.patch: name= takes a str" in str(e.value)
+
+
+def test_context_with_project_manifest_or_tree_is_refused_not_half_ignored(sglang_tree, tmp_path):
+    ctx = api.locate(FIX, tree=sglang_tree)
+    other = tmp_path / "other-tree"
+    for extra in ({"tree": other}, {"project": FIX}, {"manifest": FIX / "manifest.yaml"}):
+        with pytest.raises(BadInput) as e:  # was: context= won, and apply wrote to its tree, not to tree=
+            api.apply("fx_topk", context=ctx, **extra)
+        assert "api.apply: context= and " in str(e.value) and f"{next(iter(extra))}=" in str(e.value)
+    assert api.status(context=ctx).applied == ()

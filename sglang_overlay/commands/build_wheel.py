@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from .. import scratch as scratch_dirs
-from ..errors import BadInput
+from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
@@ -91,7 +91,10 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     old_info, new_info = f"{dist_name}-{old_version}.dist-info", f"{dist_name}-{new_version}.dist-info"
     if out_dir.exists() and not out_dir.is_dir():  # mkdir's EEXIST named no option
         raise BadInput(f"--out {out_dir}: is a file, not a directory", hint="name a directory for the wheel")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _out_failure(e, "cannot make the output directory", e.filename or out_dir) from e
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
     scratch_dirs.reap()
@@ -154,15 +157,29 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         entries.sort(key=lambda e: e[0].filename.startswith(new_info + "/"))
         entries.append((rec_info, record.getvalue().encode()))
 
-        with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-            for info, data in entries:
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zout.writestr(info, data)
-        os.replace(tmp_out, target)
+        try:
+            with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+                for info, data in entries:
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zout.writestr(info, data)
+            os.replace(tmp_out, target)
+        except OSError as e:  # the OS names the partial file, or for a failed write() no file at all
+            raise _out_failure(e, "cannot write the wheel", target) from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         unlink_quietly(tmp_out)
     return target
+
+
+def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
+    # the engine's hint for a read-only file system offers a copy of the tree: the tree is not written here
+    return os_failure(
+        err,
+        what,
+        "no wheel was written, and no tree was changed",
+        path=path,
+        elsewhere="write the wheel to another directory (`--out DIR`)",
+    )
 
 
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:

@@ -1,6 +1,7 @@
 """build-wheel's output directory under faults, injected with strace at the real calls (faultlib): a full disk or
 a read-only file system is exit 1 naming the path being written and a fix that applies to it (--out, not
---tree), and leaves no partial file."""
+--tree), and leaves no partial file; a killed build's partial file is removed by a later build, whatever
+wheel that one writes."""
 
 from __future__ import annotations
 
@@ -91,6 +92,40 @@ def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, erro
     if error == "ENOSPC":
         assert f"df -h {out.parent if mkdir else out}`" in err, err  # an existing directory on that file system
     assert _parts(out) == [], _parts(out)
+
+
+def test_a_later_build_removes_a_killed_builds_partial_file(rig):
+    """A kill while the archive is written leaves its partial file; the next build removes it even when it
+    writes another wheel (another set), and leaves alone what is not its own."""
+    base, proj, env = rig
+    out = base / "out-kill"
+    point = _at(_points(rig, out), "write the partial file", out)
+    res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
+    assert res.hit and res.rc != 0, res.stderr
+    left = _parts(out)
+    assert len(left) == 1, os.listdir(out)
+    ended = _ended_pid()
+    ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    wheel = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
+    stale = [f"{wheel}.{ended}.part"]  # an earlier version's name (no pid namespace), its process ended
+    kept = [
+        ".notes.part",
+        ".other-1.0-py3-none-any.whl.1.part",  # another distribution's
+        "sglang-draft.whl.part",
+        f"{wheel}.{ns}.{os.getpid()}.part",  # a build that still runs
+        f"{wheel}.1{ns}.{ended}.part",  # another pid namespace's: whether it runs cannot be asked
+    ]
+    for name in stale + kept:
+        (out / name).write_text("a partial file")
+    done = subprocess.run(_argv(proj, out, "--set", "none"), env=env, capture_output=True, text=True)  # another name
+    assert done.returncode == 0, done.stderr
+    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept), os.listdir(out)
+
+
+def _ended_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 # -- the same on real file systems, where this machine lets the tests mount (test_engine_filesystems.py's way) ---

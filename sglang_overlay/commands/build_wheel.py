@@ -98,12 +98,9 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
     scratch_dirs.reap()
+    _reap_parts(out_dir, dist_name)
     scratch = scratch_dirs.make("wheel")
-    tmp_out = target.with_name(f".{target.name}.{os.getpid()}.part")
-    for old in out_dir.glob(f".{target.name}.*.part"):  # a killed build's half-written archive
-        pid = old.name[len(target.name) + 2 : -len(".part")]
-        if pid.isdigit() and not scratch_dirs.alive(int(pid)):
-            unlink_quietly(old)
+    tmp_out = target.with_name(f".{target.name}.{scratch_dirs.owner_tag()}.part")
     try:
         with zipfile.ZipFile(src) as zin:
             infos = [i for i in zin.infolist() if not i.is_dir()]
@@ -180,6 +177,20 @@ def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
         path=path,
         elsewhere="write the wheel to another directory (`--out DIR`)",
     )
+
+
+def _reap_parts(out_dir: Path, dist_name: str) -> None:
+    """Remove the partial archives of killed builds (their process has ended), whichever wheel they were writing:
+    a build of another set never has the same name, so looking for its own name alone left them forever."""
+    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.[0-9a-f]+-.+\.whl\.(?:(\d+)\.)?(\d+)\.part$")
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return  # cleanup only: the build itself says what is wrong with the directory
+    for name in names:
+        m = own.match(name)  # the pid namespace is missing from a name an earlier version wrote
+        if m and scratch_dirs.owner_gone(m.group(1), int(m.group(2))):
+            unlink_quietly(out_dir / name)
 
 
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:

@@ -6,7 +6,9 @@ path that changes a tree (so the bytes equal what `apply` gives); then the dist-
 the local version (and the set in its Summary), RECORD is regenerated and the archive rewritten. Unchanged
 files keep their original zip timestamps and modes, so the same set gives a byte-identical wheel. The tool's
 state (sglang/.sglang-overlay/state.json and the saved pristine files) goes in too, so an installed copy is a
-tree the tool manages: `status` names its set and `revert --all` restores the release byte for byte.
+tree the tool manages: `status` names its set and `revert --all` restores the release's package byte for byte.
+The dist-info keeps the built version (pip's answer) through such a switch; apply and revert say so, with the
+reinstall that makes pip agree (distinfo.py says why it is not rewritten).
 Without --set/--patches: the preset `default`. Hardware gates are not checked (the wheel runs elsewhere).
 """
 

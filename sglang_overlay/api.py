@@ -261,6 +261,14 @@ def change_tree(
         return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
 
 
+def _said_after(ctx: Context, outcome: Outcome, notes: list[str]) -> list[str]:
+    """`notes` and what is true of the tree only once it carries the outcome's set."""
+    from .distinfo import stale_version
+
+    stale = stale_version(ctx.tree, ctx.manifest, outcome.target)
+    return notes + [stale] if stale else notes
+
+
 def _result(outcome: Outcome, notes: list[str], left_out: Mapping[str, str] | None = None) -> SwitchResult:
     return SwitchResult(
         carried=tuple(outcome.target),
@@ -452,7 +460,7 @@ def apply(
         force=force,
         ignore_hardware=ignore_hardware,
     )
-    return _result(outcome, notes, left_out)
+    return _result(outcome, _said_after(ctx, outcome, notes), left_out)
 
 
 def revert(
@@ -488,7 +496,7 @@ def revert(
         force=force,
         ignore_hardware=True,
     )
-    return _result(outcome, notes)
+    return _result(outcome, _said_after(ctx, outcome, notes))
 
 
 def toggle(
@@ -518,7 +526,7 @@ def toggle(
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
     outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)
-    return _result(outcome, notes)
+    return _result(outcome, _said_after(ctx, outcome, notes))
 
 
 def check(

@@ -87,8 +87,7 @@ class OSFailure(OverlayError):
 _FIXES = {
     errno.ENOSPC: "free space on that file system (`df -h {where}`), then run the command again",
     errno.EDQUOT: "your disk quota is used up: free space (`quota -s`), then run the command again",
-    errno.EROFS: "the file system is mounted read-only: remount it read-write, or work on a writable copy "
-    "(`--tree DIR`)",
+    errno.EROFS: "the file system is mounted read-only: remount it read-write, or {elsewhere}",
     errno.EACCES: "you lack permission there: run as the owner of {where}, or fix its permissions (`ls -ld {where}`)",
     errno.EPERM: "the system does not permit it: the file or directory may be immutable (`lsattr -d {where}`, then "
     "`chattr -i`) or owned by another user",
@@ -98,12 +97,26 @@ _FIXES = {
 }
 
 
-def os_failure(err: OSError, what: str, outcome: str) -> OSFailure:
-    """`what` the tool was doing (e.g. "cannot write"), `outcome` what state the tree is in now."""
-    path = err.filename or "?"
+# where the work can go instead when a file system is full or read-only: for a tree, a copy of it
+WRITABLE_COPY = "work on a writable copy (`--tree DIR`)"
+# the errors that writing somewhere else gets around
+_ELSEWHERE = (errno.ENOSPC, errno.EDQUOT, errno.EACCES)
+
+
+def os_failure(
+    err: OSError, what: str, outcome: str, *, path: os.PathLike[str] | str | None = None, elsewhere: str | None = None
+) -> OSFailure:
+    """`what` the tool was doing (e.g. "cannot write"), `outcome` what state the tree is in now. `path`: the file
+    the user knows, named instead of the OS's (a temp file's, or none: a failed write() names no file);
+    `elsewhere`: where else the output can go, when that is not a copy of the tree."""
+    shown = path if path is not None else err.filename
+    path = str(shown) if shown else "?"
     name = errno.errorcode.get(err.errno or 0, "error")
-    where = os.path.dirname(str(path)) or str(path) if path != "?" else "."
-    fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again").format(where=where)
+    where = os.path.dirname(path) or path if path != "?" else "."
+    fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again")
+    fix = fix.format(where=where, elsewhere=elsewhere or WRITABLE_COPY)
+    if elsewhere and err.errno in _ELSEWHERE:
+        fix += f"; or {elsewhere}"
     return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix)
 
 
@@ -111,5 +124,5 @@ def os_fix_in(text: str, where: str) -> str | None:
     """The fix for an OS error another program (git) reports in its own words: the system's text for it."""
     for code, fix in _FIXES.items():
         if code != errno.ENOENT and os.strerror(code) in text:
-            return fix.format(where=where)
+            return fix.format(where=where, elsewhere=WRITABLE_COPY)
     return None

@@ -3,7 +3,7 @@
 On the command line:
   NAME...           these patches (each may be a comma list: `deepseek_v2,oea_topk`)
   --all             every patch of the manifest
-  --patches A,B     exactly these patches
+  --patches A,B     exactly these patches (never empty: that is `--set none`)
   --set EXPR        a set expression:
       full                    a preset of the manifest
       deepseek_v2,oea_topk    a list of patches (and presets: their members)
@@ -38,6 +38,8 @@ class PatchSet:
         """The `launch` options that carry exactly this set."""
         if self.preset is not None:
             return ["--set", self.preset]
+        if not self.patches:
+            return ["--set", "none"]  # an empty --patches is refused as a likely unset shell variable
         return ["--patches", ",".join(self.patches)]
 
     @property
@@ -164,7 +166,12 @@ def from_options(
         return resolve(m, preset, flag="--set", close=close)
     if patches is not None:
         if not patches.strip():
-            return PatchSet("none", ())  # `--patches ''`: the empty set, as launch has always taken it
+            # `--patches "$P"` with P unset: taken as the empty set, `apply` reverted every patch
+            out = "; to take every patch out of the tree: revert --all" if verb == "apply" else ""
+            raise PatchSetError(
+                "--patches: the list is empty (an unset shell variable?)",
+                hint=f"name the patches (--patches a,b); for the empty set write --set none{out}",
+            )
         return resolve(m, _only_names(m, "--patches", patches), flag="--patches", close=close)
     if names:
         return resolve(m, _only_names(m, verb, ",".join(names)), flag=verb, close=close)

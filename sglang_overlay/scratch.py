@@ -29,8 +29,19 @@ def root() -> Path:
     return Path(given) if given and os.path.isdir(given) else Path(tempfile.gettempdir())
 
 
+def owner_tag() -> str:
+    """This process in a file name, as the next command reads it back: `<pid namespace>.<pid>`."""
+    return f"{_pid_namespace()}.{os.getpid()}"
+
+
 def make(kind: str, parent: Path | None = None) -> Path:
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{_pid_namespace()}.{os.getpid()}-", dir=parent or root()))
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{owner_tag()}-", dir=parent or root()))
+
+
+def owner_gone(ns: str | None, pid: int) -> bool:
+    """Whether the process an owner_tag names has ended. A pid of another namespace cannot be asked about, so it
+    is never gone; `ns=None`: a name from before the namespace was in it, taken as this namespace's."""
+    return (ns is None or ns == _pid_namespace()) and pid != os.getpid() and not alive(pid)
 
 
 def alive(pid: int) -> bool:
@@ -46,12 +57,11 @@ def alive(pid: int) -> bool:
 def reap(parent: Path | None = None) -> None:
     """Remove the scratch directories of processes that no longer run (a kill -9 leaves them behind)."""
     parent = parent or root()
-    ns = _pid_namespace()
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for name in names:
         m = _NAME_RE.match(name)
-        if m and m.group(1) == ns and int(m.group(2)) != os.getpid() and not alive(int(m.group(2))):
+        if m and owner_gone(m.group(1), int(m.group(2))):
             shutil.rmtree(parent / name, ignore_errors=True)

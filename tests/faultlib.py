@@ -123,12 +123,20 @@ class Injected:
 
 
 def inject(
-    argv: list[str], env: dict, cwd: Path, log: Path, point: Point, action: str, persistent: bool = False
+    argv: list[str],
+    env: dict,
+    cwd: Path,
+    log: Path,
+    point: Point,
+    action: str,
+    persistent: bool = False,
+    times: int = 1,
 ) -> Injected:
-    """`action`: "signal=KILL", "signal=INT", "error=ENOSPC", ... at exactly that call (or from it on)."""
+    """`action`: "signal=KILL", "signal=INT", "error=ENOSPC", ... at exactly that call (or from it on; or at it and
+    the `times - 1` calls of that syscall after it: a caller that retries, as zipfile's open does)."""
     signal_ = action.startswith("signal=")
     follow = [] if signal_ or point.child_first else ["-f", "--seccomp-bpf"]
-    when = f"{point.n}+" if persistent else str(point.n)
+    when = f"{point.n}+" if persistent else f"{point.n}..{point.n + times - 1}" if times > 1 else str(point.n)
     cmd = [
         STRACE,
         *follow,

@@ -19,6 +19,9 @@ import pytest
 from conftest import run_cli
 from test_launch import make_project  # the same small project: the pin and overlay_identity
 
+from sglang_overlay.fetch import pinned_wheel
+from sglang_overlay.manifest import load_manifest
+
 HTTP_SERVER = "python/sglang/srt/entrypoints/http_server.py"
 
 
@@ -136,13 +139,40 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     cli = ("--manifest", str(project / "manifest.yaml"), "--tree", str(site))
     status = run_cli(*cli, "status", check_rc=0).stdout
     assert fp[:12] in status and re.search(r"\[x\] overlay_identity", status), status
-    run_cli(*cli, "revert", "--all", check_rc=0)
+    reverted = run_cli(*cli, "revert", "--all", check_rc=0).stdout
     # the release's own bytes (the embedded tree's working copy may carry a set: quickstart.sh applies one)
     pristine = subprocess.run(
         ["git", "show", f"v0.5.17:{HTTP_SERVER}"], cwd=pinned_tree, capture_output=True, check=True
     ).stdout
     assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == pristine
     assert not (site / "sglang/_overlay_build.py").exists()
+    # pip's version is still the wheel's (the dist-info is outside what a switch records: distinfo.py says why);
+    # revert says so, and the command it gives makes pip agree (run offline, from the cached release wheel)
+    show = subprocess.run([*pip, "show", "sglang"], capture_output=True, text=True, check=True).stdout
+    assert f"Version: 0.5.17+ovl.{fp[:12]}" in show
+    assert f"pip still reports sglang 0.5.17+ovl.{fp[:12]}" in reverted, reverted
+    fix = re.search(r"`pip (install [^`]+)`", reverted).group(1).split()
+    release = pinned_wheel(load_manifest(project / "manifest.yaml").pin)
+    subprocess.run([*pip, *fix, "--no-index", "--find-links", str(release.parent), "-q"], check=True)
+    show = subprocess.run([*pip, "show", "sglang"], capture_output=True, text=True, check=True).stdout
+    assert "Version: 0.5.17\n" in show and "sglang-overlay" not in show, show
+    assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == pristine
+    assert "applied 0 of 1" in run_cli(*cli, "status", check_rc=0).stdout
+
+
+def test_a_switch_says_when_pips_version_no_longer_names_the_set(project, built, tmp_path):
+    """The wheel unpacked as pip lays it out (no interpreter needed): a set other than the wheel's is said to
+    leave pip's version stale, with the fix for that set; the wheel's own set again is not."""
+    wheel, fp = built
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+    cli = ("--manifest", str(project / "manifest.yaml"), "--tree", str(site))
+    out = run_cli(*cli, "revert", "--all", check_rc=0).stdout
+    assert f"note: pip still reports sglang 0.5.17+ovl.{fp[:12]} (sglang-0.5.17+ovl.{fp[:12]}.dist-info" in out, out
+    assert "now carries no patches" in out and "pip install --no-deps --force-reinstall sglang==0.5.17" in out, out
+    out = run_cli(*cli, "apply", "overlay_identity", check_rc=0).stdout
+    assert "pip still reports" not in out, out  # the wheel's version names this set again
 
 
 def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):

@@ -44,7 +44,8 @@ def m():
 def test_every_form_resolves(m, expr, patches, preset):
     got = resolve(m, expr)
     assert got.patches == patches and got.preset == preset
-    assert got.launch_flags() == (["--set", preset] if preset else ["--patches", ",".join(patches)])
+    flags = ["--set", preset] if preset else ["--patches", ",".join(patches)] if patches else ["--set", "none"]
+    assert got.launch_flags() == flags
 
 
 @pytest.mark.parametrize(
@@ -93,7 +94,7 @@ def test_command_line_forms(m):
     assert from_options(m, names=["fx_common"], verb="apply", close=False).patches == ("fx_common",)
     assert from_options(m, all=True, verb="apply", close=False).patches == m.names
     assert from_options(m, patches="fx_args_b,fx_topk", verb="launch").patches == ("fx_topk", "fx_args_b")
-    assert from_options(m, patches="", verb="launch").patches == ()  # the bench's empty arm
+    assert from_options(m, preset="none", verb="launch").patches == ()  # the bench's empty arm (launch_flags)
     assert from_options(m, preset="default-fx_topk", verb="launch").patches == ("fx_args_a",)
     with pytest.raises(PatchSetError, match="--all and --set both name a set"):
         from_options(m, all=True, preset="default", verb="apply")
@@ -143,6 +144,36 @@ def test_fingerprint_takes_the_grammar(flag):
 def test_bad_selection_on_every_command_is_exit_2(args, token, fix):
     res = _cli(*args, rc=2)
     assert token in res.stderr and fix in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("cmd", [["apply"], ["launch", "--dry-run"], ["build-wheel"], ["fingerprint"]])
+@pytest.mark.parametrize("empty", ["", " "])
+def test_an_empty_patches_is_refused_like_an_empty_set(cmd, empty):
+    """`--patches "$P"` with P unset is a shell mistake, not a request for the pristine tree: refused as
+    `--set ""` is, naming what to write for the empty set instead."""
+    res = _cli(*cmd, "--patches", empty, rc=2)
+    assert "--patches: the list is empty (an unset shell variable?)" in res.stderr, res.stderr
+    assert "--set none" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    if cmd == ["apply"]:
+        assert "revert --all" in res.stderr, res.stderr
+
+
+def test_apply_empty_patches_leaves_the_tree_alone(sglang_tree):
+    """It used to revert every patch the tree carried."""
+    tree = ("--tree", str(sglang_tree))
+    _cli(*tree, "apply", "--set", "default", rc=0)
+    res = _cli(*tree, "apply", "--patches", "", rc=2)
+    assert "revert --all" in res.stderr, res.stderr
+    assert json.loads(_cli(*tree, "status", "--json", rc=0).stdout)["applied"] == ["fx_topk", "fx_args_a"]
+
+
+def test_the_empty_set_launches_without_an_empty_patches(sglang_tree):
+    """The bench passes launch_flags() of its arms; an empty arm must not need the refused `--patches ''`."""
+    m = load_manifest(FIX)
+    flags = resolve(m, "none").launch_flags()
+    assert "" not in flags
+    out = _cli("--tree", str(sglang_tree), "launch", "--dry-run", *flags, rc=0).stdout
+    assert "SGLANG_OVERLAY_FINGERPRINT=" in out, out
 
 
 def test_apply_and_launch_take_the_same_expression(sglang_tree):

@@ -6,7 +6,9 @@ path that changes a tree (so the bytes equal what `apply` gives); then the dist-
 the local version (and the set in its Summary), RECORD is regenerated and the archive rewritten. Unchanged
 files keep their original zip timestamps and modes, so the same set gives a byte-identical wheel. The tool's
 state (sglang/.sglang-overlay/state.json and the saved pristine files) goes in too, so an installed copy is a
-tree the tool manages: `status` names its set and `revert --all` restores the release byte for byte.
+tree the tool manages: `status` names its set and `revert --all` restores the release's package byte for byte.
+The dist-info keeps the built version (pip's answer) through such a switch; apply and revert say so, with the
+reinstall that makes pip agree (distinfo.py says why it is not rewritten).
 Without --set/--patches: the preset `default`. Hardware gates are not checked (the wheel runs elsewhere).
 """
 
@@ -24,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 from .. import scratch as scratch_dirs
-from ..errors import BadInput
+from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
 from ..fsio import unlink_quietly
@@ -91,16 +93,16 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     old_info, new_info = f"{dist_name}-{old_version}.dist-info", f"{dist_name}-{new_version}.dist-info"
     if out_dir.exists() and not out_dir.is_dir():  # mkdir's EEXIST named no option
         raise BadInput(f"--out {out_dir}: is a file, not a directory", hint="name a directory for the wheel")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _out_failure(e, "cannot make the output directory", e.filename or out_dir) from e
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
     scratch_dirs.reap()
+    _reap_parts(out_dir, dist_name)
     scratch = scratch_dirs.make("wheel")
-    tmp_out = target.with_name(f".{target.name}.{os.getpid()}.part")
-    for old in out_dir.glob(f".{target.name}.*.part"):  # a killed build's half-written archive
-        pid = old.name[len(target.name) + 2 : -len(".part")]
-        if pid.isdigit() and not scratch_dirs.alive(int(pid)):
-            unlink_quietly(old)
+    tmp_out = target.with_name(f".{target.name}.{scratch_dirs.owner_tag()}.part")
     try:
         with zipfile.ZipFile(src) as zin:
             infos = [i for i in zin.infolist() if not i.is_dir()]
@@ -154,15 +156,43 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         entries.sort(key=lambda e: e[0].filename.startswith(new_info + "/"))
         entries.append((rec_info, record.getvalue().encode()))
 
-        with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-            for info, data in entries:
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zout.writestr(info, data)
-        os.replace(tmp_out, target)
+        try:
+            with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+                for info, data in entries:
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    zout.writestr(info, data)
+            os.replace(tmp_out, target)
+        except OSError as e:  # the OS names the partial file, or for a failed write() no file at all
+            raise _out_failure(e, "cannot write the wheel", target) from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         unlink_quietly(tmp_out)
     return target
+
+
+def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
+    # the engine's hint for a read-only file system offers a copy of the tree: the tree is not written here
+    return os_failure(
+        err,
+        what,
+        "no wheel was written, and no tree was changed",
+        path=path,
+        elsewhere="write the wheel to another directory (`--out DIR`)",
+    )
+
+
+def _reap_parts(out_dir: Path, dist_name: str) -> None:
+    """Remove the partial archives of killed builds (their process has ended), whichever wheel they were writing:
+    a build of another set never has the same name, so looking for its own name alone left them forever."""
+    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.[0-9a-f]+-.+\.whl\.(?:(\d+)\.)?(\d+)\.part$")
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return  # cleanup only: the build itself says what is wrong with the directory
+    for name in names:
+        m = own.match(name)  # the pid namespace is missing from a name an earlier version wrote
+        if m and scratch_dirs.owner_gone(m.group(1), int(m.group(2))):
+            unlink_quietly(out_dir / name)
 
 
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:

@@ -66,8 +66,10 @@ def main() -> int:
     from sglang_overlay.manifest import load_manifest
 
     m = load_manifest(opts["manifest"])
-    if "set" in opts:
-        patches = list(m.closure(m.preset(opts["set"])))
+    if "set" in opts:  # the package's grammar, as apply.py launch: `--set none` is the bench's empty arm
+        from sglang_overlay.patchset import resolve
+
+        patches = list(resolve(m, opts["set"]).patches)
     else:
         patches = [p for p in opts.get("patches", "").split(",") if p]
         patches = list(m.closure(patches))

@@ -1,0 +1,47 @@
+"""The version pip reports for an installed wheel that build-wheel made, once the tree carries another set.
+
+build-wheel names the set in the wheel's version (`0.5.17+ovl.<short fingerprint>`): in the dist-info
+directory's name, its METADATA and its RECORD, all outside the package. A switch cannot carry them along: the
+state and the journal name only files under python/sglang/ (repopath.py, the one rule every tree kind shares),
+the directory's name is the version, and pip wrote files of its own into it at install (INSTALLER, its RECORD).
+So after `apply`/`revert` on such a tree the version is said to be stale, with what makes pip agree again.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .fingerprint import fingerprint, short
+from .manifest import Manifest
+from .progname import prog
+from .tree import Tree
+
+_VERSION_RE = re.compile(r"^Version:\s*(\S+)", re.M)
+
+
+def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> str | None:
+    """A note when the pinned package's dist-info in an installed tree names a build-wheel set other than
+    `patches` (what the tree carries now); None when it names that set, or is not build-wheel's."""
+    if tree.kind != "installed":
+        return None
+    dist = re.sub(r"[-_.]+", "_", manifest.pin.package)  # a wheel's spelling of the name (PEP 427)
+    fp = fingerprint(manifest, patches)  # build-wheel's, for the empty set too
+    for meta in sorted(tree.root.glob(f"{dist}-*.dist-info/METADATA")):
+        try:
+            found = _VERSION_RE.search(meta.read_bytes().decode("utf-8", errors="replace"))
+        except OSError:
+            continue  # a note only: an unreadable dist-info is pip's to report
+        version = found.group(1) if found else ""
+        release, _, local = version.partition("+")
+        if not local.startswith("ovl.") or local == f"ovl.{short(fp)}":
+            continue
+        if patches:
+            fix = f"build the wheel of this set (`{prog()} build-wheel --patches {','.join(patches)}`) and install it"
+        else:  # the package's files are the release's now, so reinstalling the release changes none of them
+            fix = f"reinstall the release (`pip install --no-deps --force-reinstall {dist}=={release}`)"
+        return (
+            f"note: pip still reports {dist} {version} ({meta.parent.name}: build-wheel's version names the set "
+            f"the wheel was built with; apply and revert do not rewrite it); the tree now carries "
+            f"{', '.join(patches) or 'no patches'}. For pip to say so: {fix}"
+        )
+    return None

@@ -1,0 +1,154 @@
+"""build-wheel's output directory under faults, injected with strace at the real calls (faultlib): a full disk or
+a read-only file system is exit 1 naming the path being written and a fix that applies to it (--out, not
+--tree), and leaves no partial file; a killed build's partial file is removed by a later build, whatever
+wheel that one writes."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from faultlib import ERRNO_TEXT, STRACE, Point, inject, python_argv, trace_points
+from test_engine_filesystems import mounted
+from test_launch import make_project  # the small real project: the pin and overlay_identity
+
+PART = re.compile(r"^\..+\.whl\..*part$")  # build-wheel's own partial files, whatever their naming
+
+
+@pytest.fixture(scope="module")
+def rig(pinned_tree, tmp_path_factory):
+    if STRACE is None:
+        pytest.fail("strace is not installed: `apt-get install -y strace` (.ci/run does it)")
+    base = tmp_path_factory.mktemp("wheelfaults")
+    (base / "proj").mkdir()
+    proj = make_project(base / "proj")
+    (base / "tmp").mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SGLANG_OVERLAY", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"))
+    }
+    # no bytecode written by the runs, and a $TMPDIR of its own: every run makes the same calls
+    env.update(TMPDIR=str(base / "tmp"), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LC_ALL="C")
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "sglang_overlay")], check=True, capture_output=True
+    )
+    return base, proj, env
+
+
+def _argv(proj: Path, out: Path, *chosen: str) -> list[str]:
+    chosen = chosen or ("--patches", "overlay_identity")
+    return python_argv("--manifest", str(proj / "manifest.yaml"), "build-wheel", *chosen, "--out", str(out))
+
+
+def _parts(d: Path) -> list[str]:
+    return sorted(n for n in os.listdir(d) if PART.match(n)) if d.is_dir() else []
+
+
+def _points(rig, out: Path) -> list[Point]:
+    base, proj, env = rig
+    pts, proc = trace_points(_argv(proj, out), env, base, base / "trace.log")
+    assert proc.returncode == 0, proc.stderr
+    return pts
+
+
+def _at(pts: list[Point], where: str, out: Path) -> Point:
+    part = next(i for i, p in enumerate(pts) if p.syscall == "openat" and ".part" in p.call)
+    if where == "mkdir --out":  # its last: the first is answered ENOENT (its parent is made first)
+        return [p for p in pts if p.syscall == "mkdir" and f'"{out}"' in p.call][-1]
+    if where == "open the partial file":
+        return pts[part]
+    if where == "write the partial file":
+        return next(p for p in pts[part:] if p.syscall == "write" and not p.call.startswith(("write(1,", "write(2,")))
+    return next(p for p in pts if p.syscall == "rename" and ".part" in p.call)  # "rename it into place"
+
+
+@pytest.mark.parametrize(
+    "where", ["mkdir --out", "open the partial file", "write the partial file", "rename it into place"]
+)
+@pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
+def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, error):
+    base, proj, env = rig
+    out = base / f"out-{error}-{where.replace(' ', '_')}" / "dist"
+    point = _at(_points(rig, out), where, out)
+    shutil.rmtree(out.parent)  # the same calls again: from no output directory
+    # zipfile opens again in another mode when its open fails: a full or read-only directory fails that too
+    times = 2 if where == "open the partial file" else 1
+    res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}", times=times)
+    assert res.hit, f"{point}: not injected"
+    err = res.stderr
+    assert res.rc == 1 and "Traceback" not in err, err
+    assert ERRNO_TEXT[error] in err and " ?:" not in err, err
+    mkdir = where == "mkdir --out"
+    wrote = f"cannot make the output directory {out}:" if mkdir else f"cannot write the wheel {out}/sglang-0.5.17+ovl."
+    assert wrote in err and "no wheel was written" in err, err  # what the user named, not the partial file
+    assert "--tree" not in err and "--out DIR" in err, err  # the tree is not what is read-only or full
+    if error == "ENOSPC":
+        assert f"df -h {out.parent if mkdir else out}`" in err, err  # an existing directory on that file system
+    assert _parts(out) == [], _parts(out)
+
+
+def test_a_later_build_removes_a_killed_builds_partial_file(rig):
+    """A kill while the archive is written leaves its partial file; the next build removes it even when it
+    writes another wheel (another set), and leaves alone what is not its own."""
+    base, proj, env = rig
+    out = base / "out-kill"
+    point = _at(_points(rig, out), "write the partial file", out)
+    res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
+    assert res.hit and res.rc != 0, res.stderr
+    left = _parts(out)
+    assert len(left) == 1, os.listdir(out)
+    ended = _ended_pid()
+    ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    wheel = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
+    stale = [f"{wheel}.{ended}.part"]  # an earlier version's name (no pid namespace), its process ended
+    kept = [
+        ".notes.part",
+        ".other-1.0-py3-none-any.whl.1.part",  # another distribution's
+        "sglang-draft.whl.part",
+        f"{wheel}.{ns}.{os.getpid()}.part",  # a build that still runs
+        f"{wheel}.1{ns}.{ended}.part",  # another pid namespace's: whether it runs cannot be asked
+    ]
+    for name in stale + kept:
+        (out / name).write_text("a partial file")
+    done = subprocess.run(_argv(proj, out, "--set", "none"), env=env, capture_output=True, text=True)  # another name
+    assert done.returncode == 0, done.stderr
+    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept), os.listdir(out)
+
+
+def _ended_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+# -- the same on real file systems, where this machine lets the tests mount (test_engine_filesystems.py's way) ---
+def test_full_out_dir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    mnt = base / "small"
+    mnt.mkdir()
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)):  # the wheel is larger
+        res = subprocess.run(_argv(proj, mnt / "dist"), env=env, capture_output=True, text=True)
+        assert res.returncode == 1, res.stderr
+        assert f"cannot write the wheel {mnt}/dist/sglang-0.5.17+ovl." in res.stderr, res.stderr
+        assert "(ENOSPC)" in res.stderr and f"df -h {mnt}/dist`" in res.stderr and "--out DIR" in res.stderr
+        assert os.listdir(mnt / "dist") == [], os.listdir(mnt / "dist")
+
+
+def test_read_only_out_dir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    out = base / "ro"
+    out.mkdir()
+    with mounted("--bind", str(out), str(out)):
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(out)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only")
+        res = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert res.returncode == 1, res.stderr
+        assert f"cannot write the wheel {out}/sglang-0.5.17+ovl." in res.stderr, res.stderr
+        assert "(EROFS)" in res.stderr and "--out DIR" in res.stderr and "--tree" not in res.stderr, res.stderr

@@ -318,3 +318,25 @@ def test_the_kimi_width_ratio_over_starts_is_recorded_as_cannot_tell(tmp_path, c
     assert [x for x in text.splitlines() if x.startswith("- ")] == [
         x for x in recorded.splitlines() if x.startswith("- ")
     ]
+
+
+H100 = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-05-h100-speed5"
+
+
+def test_the_steps5_run_on_the_h100(tmp_path, capsys):
+    """The recorded steps-5 run (issue 17, H100): accepted 4.00 at batch 1 but its greedy output departs from plain
+    decoding's (exit 1, "NO"), and 1.11x plain decoding with the start as the unit: below the 1.5x target."""
+    out = tmp_path / "summary.md"
+    args = ["--plain", str(H100 / "kimi_speed" / "plain"), "--eagle", str(H100 / "kimi_speed5" / "eagle")]
+    tj = str(H100 / "train" / "kimi-draft5.json")
+    assert main([*args, "--train-json", tj, "--out", str(out), "--target-ratio", "1.5"]) == 1
+    text = capsys.readouterr().out
+    assert "| eagle | full | full | 3 | 4.00 | 1.02 | 356.3 | 1.15 | 476.7 | 0.50 | **NO** |" in text
+    assert "- eagle full vs full (plain): 1.11x [0.94, 1.30], 3 vs 2 starts: **below 1.5x**" in text
+    assert "8b5282c89d5476c5; plain full's: 8b5282c89d5476c5 -> equal" in text
+    recorded = (H100 / "kimi_speed5" / "summary.md").read_text()
+
+    def kept(s: str) -> list[str]:
+        return [x for x in s.splitlines() if x.startswith(("|", "- ", "EAGLE-3 batch-1", "Accept length"))]
+
+    assert len(kept(recorded)) == 6 and kept(out.read_text()) == kept(recorded)

@@ -46,7 +46,8 @@ def locate(
 def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None) -> Context:
     for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)):
         apiargs.path(fn, arg, value)
-    found = manifest_path(manifest=None if manifest is None else str(manifest), project=project)
+    # os.fspath, not str: a PathLike that is not a Path (os.DirEntry) prints as its repr
+    found = manifest_path(manifest=None if manifest is None else os.fspath(manifest), project=project)
     # Absolute now, so that a Context kept by the caller means the same after a chdir. Not resolved: a link stays
     # the path asked for, resolved later where the CLI's paths are too (load_manifest, tree.classify).
     return Context(manifest_path=found.absolute(), tree_arg=_absolute_tree(tree))

@@ -11,6 +11,7 @@ checked in one CI run, and a fix must be cherry-picked between branches by hand,
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from .errors import BadInput, ManifestError
@@ -95,7 +96,7 @@ def no_manifest(d: Path) -> BadInput:
     return BadInput(
         f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
         "pin of the release it names",
-        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {d}`{again}) or rename it to a name that "
+        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {shlex.quote(str(d))}`{again}) or rename it to a name that "
         "starts with '.'",
     )
 

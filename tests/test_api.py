@@ -174,3 +174,9 @@ def test_context_with_project_manifest_or_tree_is_refused_not_half_ignored(sglan
             api.apply("fx_topk", context=ctx, **extra)
         assert "api.apply: context= and " in str(e.value) and f"{next(iter(extra))}=" in str(e.value)
     assert api.status(context=ctx).applied == ()
+
+
+def test_locate_takes_a_manifest_given_as_a_dir_entry():
+    """A PathLike that is not a Path: its str() is a repr, its os.fspath the path."""
+    (entry,) = [e for e in os.scandir(FIX) if e.name == "manifest.yaml"]
+    assert api.locate(manifest=entry).manifest_path == Path(entry.path).absolute()

@@ -6,7 +6,8 @@
 
 Every function finds the project as the command line does (`project=` a directory, `manifest=` a file, else the
 nearest manifest.yaml from the current directory upward) and the tree likewise (`tree=`, else
-$SGLANG_OVERLAY_TREE, else the project's embedded tree). Sets are named in the one grammar of patchset.py.
+$SGLANG_OVERLAY_TREE, else the project's embedded tree), made absolute when the Context is made (locate, or the
+call's start). Sets are named in the one grammar of patchset.py.
 Failures raise the package's OverlayError hierarchy (errors.py) with the same message and hint the CLI prints;
 nothing here prints or exits. The CLI commands are thin callers of these functions (they pass `context=`).
 Heavy modules are imported inside the functions that need them, so `import sglang_overlay.api` stays cheap.
@@ -26,6 +27,7 @@ from . import apiargs
 from .context import Context
 from .patchset import from_options
 from .project import manifest_path
+from .tree import TREE_ENV
 
 if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs them
     from .manifest import Manifest, Skipped
@@ -48,16 +50,21 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
         apiargs.path(fn, arg, value)
     # os.fspath, not str: a PathLike that is not a Path (os.DirEntry) prints as its repr
     found = manifest_path(manifest=None if manifest is None else os.fspath(manifest), project=project)
-    # Absolute now, so that a Context kept by the caller means the same after a chdir. Not resolved: a link stays
-    # the path asked for, resolved later where the CLI's paths are too (load_manifest, tree.classify).
-    return Context(manifest_path=found.absolute(), tree_arg=_absolute_tree(tree))
+    # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE too,
+    # read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
+    # paths are too (load_manifest, tree.classify).
+    return Context(
+        manifest_path=found.absolute(),
+        tree_arg=_absolute_tree(tree),
+        tree_env=_absolute_tree(os.environ.get(TREE_ENV) or None),
+    )
 
 
 def _absolute_tree(tree: PathLike | None) -> str | None:
     if tree is None:
         return None
     text = os.fspath(tree)
-    if not text.strip():  # tree.locate refuses an empty --tree: made absolute, it would be the cwd
+    if not text.strip():  # tree.locate refuses a blank path: made absolute, it would be the cwd
         return text
     return str(Path(text).expanduser().absolute())
 

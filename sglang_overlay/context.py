@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, load_manifest
@@ -15,6 +15,9 @@ class Context:
     manifest_path: Path
     tree_arg: str | None = None
     pin: str | None = None  # --pin VERSION: the set in pins/VERSION/ (the top level when it is its pin)
+    # $SGLANG_OVERLAY_TREE as it was when the context was made: read at first use instead, a relative value meant
+    # another directory after a chdir. No default, so that no maker of a context forgets it.
+    tree_env: str | None = field(kw_only=True)
 
     @property
     def project_root(self) -> Path:
@@ -41,4 +44,4 @@ class Context:
 
     @functools.cached_property
     def tree(self) -> Tree:
-        return locate(self.tree_arg, self.project_root, self.manifest.pin.version)
+        return locate(self.tree_arg, self.tree_env, self.project_root, self.manifest.pin.version)

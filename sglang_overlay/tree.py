@@ -207,14 +207,15 @@ def embedded_path(project_root: Path, version: str) -> Path:
     return project_root / EMBEDDED_DIR / f"sglang-{version}"
 
 
-def locate(explicit: str | None, project_root: Path, version: str) -> Tree:
-    """--tree, then $SGLANG_OVERLAY_TREE, then the embedded default; never a guess at site-packages."""
+def locate(explicit: str | None, env: str | None, project_root: Path, version: str) -> Tree:
+    """--tree, then $SGLANG_OVERLAY_TREE (`env`: its value when the Context was made), then the embedded default;
+    never a guess at site-packages."""
     if explicit is not None and not explicit.strip():
         raise TreeNotFound(
             "--tree is empty (an unset shell variable?)",
             hint="pass the tree's directory, or leave --tree out to use the embedded tree",
         )
-    chosen = explicit or os.environ.get(TREE_ENV)
+    chosen = explicit or env
     if chosen and not explicit and too_long(chosen):
         raise TreeNotFound(f"{TREE_ENV}: {too_long(chosen)}", hint=f"set {TREE_ENV} to the tree's directory")
     if chosen:

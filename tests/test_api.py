@@ -180,3 +180,21 @@ def test_locate_takes_a_manifest_given_as_a_dir_entry():
     """A PathLike that is not a Path: its str() is a repr, its os.fspath the path."""
     (entry,) = [e for e in os.scandir(FIX) if e.name == "manifest.yaml"]
     assert api.locate(manifest=entry).manifest_path == Path(entry.path).absolute()
+
+
+def test_a_relative_tree_from_the_environment_is_the_tree_when_the_context_was_made(tmp_path, sglang_tree, monkeypatch):
+    """$SGLANG_OVERLAY_TREE was read at each use, relative to the cwd of the moment: a context kept across a chdir
+    lost its tree (or found another one at the same relative path)."""
+    monkeypatch.chdir(sglang_tree.parent)
+    monkeypatch.setenv("SGLANG_OVERLAY_TREE", sglang_tree.name)
+    ctx = api.locate(FIX)
+    elsewhere = tmp_path / "elsewhere"
+    decoy = elsewhere / sglang_tree.name / "python" / "sglang"  # the same relative path from the new cwd
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("")
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("SGLANG_OVERLAY_TREE")  # read when the context was made, not at each use
+    assert api.apply("fx_topk", context=ctx).applied == ("fx_topk",)
+    st = api.status(context=ctx)
+    assert st.tree_path == str(sglang_tree.resolve()) and st.applied == ("fx_topk",)
+    assert not (elsewhere / sglang_tree.name / ".sglang-overlay").exists()

@@ -32,8 +32,9 @@ def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> s
         except OSError:
             continue  # a note only: an unreadable dist-info is pip's to report
         version = found.group(1) if found else ""
-        release, _, local = version.partition("+")
-        if not local.startswith("ovl.") or local == f"ovl.{short(fp)}":
+        release, _, _ = version.partition("+")
+        local = _local(version)
+        if local is None or not local.startswith("ovl.") or local == _local(f"{release}+ovl.{short(fp)}"):
             continue
         if patches:
             fix = f"build the wheel of this set (`{prog()} build-wheel --patches {','.join(patches)}`) and install it"
@@ -45,3 +46,14 @@ def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> s
             f"{', '.join(patches) or 'no patches'}. For pip to say so: {fix}"
         )
     return None
+
+
+def _local(version: str) -> str | None:
+    """The local part of `version` as PEP 440 normalizes it (None: no local part, or not PEP 440). build-wheel
+    writes its version normalized, and a short fingerprint of digits only is a number there: +ovl.0123 is +ovl.123."""
+    from packaging.version import InvalidVersion, Version  # only for an installed tree's dist-info
+
+    try:
+        return Version(version).local
+    except InvalidVersion:
+        return None

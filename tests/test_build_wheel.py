@@ -195,3 +195,29 @@ def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
         installed = TOOL.removeprefix("python/")
         assert z.getinfo(installed).external_attr >> 16 == 0o100755
         assert z.getinfo("sglang/srt/fx_overlay_module.py").external_attr >> 16 == 0o100644
+
+
+def test_a_set_whose_short_fingerprint_pep440_rewrites_is_not_said_stale(project, tmp_path, monkeypatch):
+    """A short form of digits only with a leading 0 is one PEP 440 number: build-wheel's version drops the 0
+    (+ovl.012345678901 is +ovl.12345678901), and the string comparison said pip's version no longer named the set
+    right after its own wheel was installed. A fingerprint is hex, so about 1 set in 300 has such a short form."""
+    from sglang_overlay import distinfo
+    from sglang_overlay.commands.build_wheel import local_version
+    from sglang_overlay.tree import Tree
+
+    m = load_manifest(project / "manifest.yaml")
+    fp = ("0123456789" * 7)[:64]
+    version = local_version(m.pin.version, fp)
+    assert version == "0.5.17+ovl.12345678901"  # what build-wheel writes, in the wheel's name and METADATA
+    site = tmp_path / "site"
+    (site / "sglang").mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    info = site / f"sglang-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+    tree = Tree(site, "installed")
+    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: fp)
+    assert distinfo.stale_version(tree, m, ("overlay_identity",)) is None
+    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: "1" + fp[1:])  # another set
+    note = distinfo.stale_version(tree, m, ("overlay_identity",))
+    assert note is not None and f"pip still reports sglang {version} ({info.name}:" in note, note

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import apiargs
 from .context import Context
-from .patchset import from_options
+from .patchset import CLI, Spelling, api_spelling, from_options
 from .project import manifest_path
 from .tree import TREE_ENV
 
@@ -84,6 +84,10 @@ def _ctx(
             hint=f"pass api.locate({', '.join(a + '=...' for a in given)}) as context=, or leave context= out",
         )
     return c
+
+
+def _spelling(ctx: Context, fn: str) -> Spelling:
+    return CLI if ctx.cli else api_spelling(fn)
 
 
 # -- results -----------------------------------------------------------------------------------------------------
@@ -455,7 +459,16 @@ def apply(
         apiargs.flag("apply", arg, on)
     ctx = _ctx("apply", context, project, manifest, tree)
     chosen = _need(
-        from_options(ctx.manifest, names=names, all=all, preset=expr, patches=patches, verb="apply", close=False),
+        from_options(
+            ctx.manifest,
+            names=names,
+            all=all,
+            preset=expr,
+            patches=patches,
+            verb="apply",
+            close=False,
+            spelling=_spelling(ctx, "apply"),
+        ),
         "apply",
     )
     notes: list[str] = []
@@ -582,7 +595,9 @@ def fingerprint(
     apiargs.flag("fingerprint", "all", all)
     ctx = _ctx("fingerprint", context, project, manifest, tree)
     m = ctx.manifest
-    chosen = from_options(m, all=all, preset=expr, patches=patches, verb="fingerprint")
+    chosen = from_options(
+        m, all=all, preset=expr, patches=patches, verb="fingerprint", spelling=_spelling(ctx, "fingerprint")
+    )
     if chosen is not None:
         names = chosen.patches
     else:

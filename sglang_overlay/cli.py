@@ -126,7 +126,7 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
 
 def _context(args, home: Path | None) -> Context:
     found = manifest_path(manifest=args.manifest, project=args.project, home=home)
-    return Context(manifest_path=found, tree_arg=args.tree, pin=args.pin, tree_env=os.environ.get(TREE_ENV))
+    return Context(manifest_path=found, tree_arg=args.tree, pin=args.pin, tree_env=os.environ.get(TREE_ENV), cli=True)
 
 
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:

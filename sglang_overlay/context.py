@@ -18,6 +18,8 @@ class Context:
     # $SGLANG_OVERLAY_TREE as it was when the context was made: read at first use instead, a relative value meant
     # another directory after a chdir. No default, so that no maker of a context forgets it.
     tree_env: str | None = field(kw_only=True)
+    # Made by the command line: a refusal names its options (--patches), not the Python API's arguments (patches=).
+    cli: bool = field(default=False, kw_only=True)
 
     @property
     def project_root(self) -> Path:

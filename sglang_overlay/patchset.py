@@ -134,6 +134,26 @@ def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) 
     return PatchSet(text, patches if close else tuple(chosen))
 
 
+@dataclass(frozen=True)
+class Spelling:
+    """How the caller wrote the forms, for a refusal to name them as written: the Python API's callers passed
+    patches="", and a message about --patches and --set none named options they never typed."""
+
+    empty: str  # an empty patch list refused
+    name_them: str  # the list, as the caller writes one
+    none: str  # how to ask for the empty set instead
+    revert_all: str  # how to take every patch out
+
+
+CLI = Spelling(
+    "--patches: the list is empty (an unset shell variable?)", "--patches a,b", "write --set none", "revert --all"
+)
+
+
+def api_spelling(fn: str) -> Spelling:
+    return Spelling(f"api.{fn}: patches= is empty", "patches='a,b'", "pass expr='none'", "api.revert(all=True)")
+
+
 def from_options(
     m: Manifest,
     *,
@@ -143,6 +163,7 @@ def from_options(
     patches: str | None = None,
     verb: str,
     close: bool = True,
+    spelling: Spelling = CLI,
 ) -> PatchSet | None:
     """The command-line forms (NAME..., --all, --set EXPR, --patches A,B): at most one; None when none is given."""
     names = tuple(names)
@@ -167,10 +188,9 @@ def from_options(
     if patches is not None:
         if not patches.strip():
             # `--patches "$P"` with P unset: taken as the empty set, `apply` reverted every patch
-            out = "; to take every patch out of the tree: revert --all" if verb == "apply" else ""
+            out = f"; to take every patch out of the tree: {spelling.revert_all}" if verb == "apply" else ""
             raise PatchSetError(
-                "--patches: the list is empty (an unset shell variable?)",
-                hint=f"name the patches (--patches a,b); for the empty set write --set none{out}",
+                spelling.empty, hint=f"name the patches ({spelling.name_them}); for the empty set {spelling.none}{out}"
             )
         return resolve(m, _only_names(m, "--patches", patches), flag="--patches", close=close)
     if names:

@@ -198,3 +198,16 @@ def test_a_relative_tree_from_the_environment_is_the_tree_when_the_context_was_m
     st = api.status(context=ctx)
     assert st.tree_path == str(sglang_tree.resolve()) and st.applied == ("fx_topk",)
     assert not (elsewhere / sglang_tree.name / ".sglang-overlay").exists()
+
+
+@pytest.mark.parametrize("fn", ["apply", "fingerprint"])
+def test_an_empty_patches_list_is_refused_in_the_apis_words(sglang_tree, fn):
+    """The refusal spoke of the command line's --patches and --set none to a caller that wrote patches=""."""
+    before = tree_snapshot(sglang_tree)
+    with pytest.raises(PatchSetError) as e:
+        getattr(api, fn)(patches=" ", project=FIX, tree=sglang_tree)
+    text = f"{e.value}\n{e.value.hint}"
+    assert f"api.{fn}: patches= is empty" in text and "patches='a,b'" in text and "expr='none'" in text, text
+    assert "--" not in text, text
+    assert ("api.revert(all=True)" in text) == (fn == "apply"), text
+    assert e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before

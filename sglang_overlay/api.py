@@ -273,8 +273,8 @@ def change_tree(
         return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
 
 
-def _said_after(ctx: Context, outcome: Outcome, notes: list[str]) -> list[str]:
-    """`notes` and what is true of the tree only once it carries the outcome's set."""
+def said_after(ctx: Context, outcome: Outcome, notes: list[str]) -> list[str]:
+    """`notes` and what is true of the tree only once it carries the outcome's set (launch says it too)."""
     from .distinfo import stale_version
 
     stale = stale_version(ctx.tree, ctx.manifest, outcome.target)
@@ -481,7 +481,7 @@ def apply(
         force=force,
         ignore_hardware=ignore_hardware,
     )
-    return _result(outcome, _said_after(ctx, outcome, notes), left_out)
+    return _result(outcome, said_after(ctx, outcome, notes), left_out)
 
 
 def revert(
@@ -517,7 +517,7 @@ def revert(
         force=force,
         ignore_hardware=True,
     )
-    return _result(outcome, _said_after(ctx, outcome, notes))
+    return _result(outcome, said_after(ctx, outcome, notes))
 
 
 def toggle(
@@ -547,7 +547,7 @@ def toggle(
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
     outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)
-    return _result(outcome, _said_after(ctx, outcome, notes))
+    return _result(outcome, said_after(ctx, outcome, notes))
 
 
 def check(

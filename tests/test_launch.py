@@ -420,3 +420,29 @@ def test_an_interpreter_or_log_that_cannot_work_is_refused_before_the_tree_chang
     res = run_cli(*man, "launch", "--set", "default", *extra, "--", "--port", str(free_port()), env=base_env())
     assert res.returncode == 2 and "the tree is unchanged" in res.stderr, res.stderr
     assert tree_snapshot(sglang_tree) == before
+
+
+def test_launch_says_when_pips_version_no_longer_names_the_set(project, sglang_tree, tmp_path):
+    """As apply/revert/toggle do (distinfo.py): a wheel of build-wheel installed, launched with another set, pip
+    still names the wheel's set; launch said nothing of it. Said on stderr before the server starts; not said when
+    the tree carries the wheel's own set."""
+    man = ("--manifest", str(project / "manifest.yaml"))
+    site = tmp_path / "site"  # an installed tree: the package's files overlay_identity needs, and a dist-info
+    for rel in ("__init__.py", "_version.py", "srt/entrypoints/http_server.py"):
+        (site / "sglang" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(sglang_tree / "python" / "sglang" / rel, site / "sglang" / rel)
+    wheel_set = run_cli(*man, "fingerprint", "--set", "none", "--short", check_rc=0).stdout.strip()
+    info = site / f"sglang-0.5.17+ovl.{wheel_set}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17+ovl.{wheel_set}\n")
+    cli = (*man, "--tree", str(site), "launch", "--python", sys.executable)
+    env = base_env(FAKE_SERVER_MODE="die")  # exits before serving: the output up to the start is the point
+    res = run_cli(*cli, "--set", "default", "--", "--port", str(free_port()), env=env)
+    assert res.returncode == 1 and "tree now carries overlay_identity" in res.stderr, res.stderr
+    note = f"note: pip still reports sglang 0.5.17+ovl.{wheel_set} ({info.name}:"
+    assert note in res.stderr and "build-wheel --patches overlay_identity" in res.stderr, res.stderr
+    assert res.stderr.index(note) < res.stderr.index("sglang-overlay: starting "), res.stderr
+    assert "pip still reports" not in res.stdout, res.stdout
+    res = run_cli(*cli, "--set", "none", "--", "--port", str(free_port()), env=env)
+    assert res.returncode == 1 and "tree now carries no patches" in res.stderr, res.stderr
+    assert "pip still reports" not in res.stderr + res.stdout, res.stderr  # the wheel's own set again

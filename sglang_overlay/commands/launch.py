@@ -32,6 +32,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from ..api import said_after
 from ..env_overrides import warn_profile
 from ..errors import BadInput, Drift, os_failure
 from ..fingerprint import fingerprint
@@ -293,6 +294,8 @@ def run(ctx, args) -> int:
     env, sets, removed = child_env(dict(os.environ), m, profile, fp, tree)
     if outcome.added or outcome.removed:
         print(f"sglang-overlay: tree now carries {', '.join(outcome.target) or 'no patches'}", file=sys.stderr)
+    for note in said_after(ctx, outcome, []):  # stderr: stdout is the url/fingerprint/log lines scripts read
+        print(note, file=sys.stderr)
     log_path = (args.log or default_log(tree)).resolve()
     from ..server import ServerProcess, Stopped
 

@@ -28,8 +28,9 @@ def pin_manifest_path(top: Manifest, version: str) -> Path:
     if not VERSION_RE.fullmatch(version or ""):
         raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
-    if not path.is_file() and os.path.lexists(path.parent):
-        raise no_manifest(path.parent)  # not "no pin: `rebase` makes one": the rebase refuses the directory
+    problem = entry_problem(path.parent) if os.path.lexists(path.parent) else None
+    if problem is not None:
+        raise problem  # not "no pin: `rebase` makes one": the rebase refuses the entry too
     if not path.is_file():
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
@@ -71,8 +72,9 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     manifest is refused, not left out: `check --all-pins` had passed without checking it."""
     out = [(top.pin.version, top.path)]
     for d in _pin_dirs(top):
-        if not (d / "manifest.yaml").is_file():
-            raise no_manifest(d)
+        problem = entry_problem(d)
+        if problem is not None:
+            raise problem
         out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
     return out
 
@@ -81,6 +83,27 @@ def pin_versions(top: Manifest) -> list[str]:
     """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
     messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
     return [top.pin.version, *(d.name for d in _pin_dirs(top) if (d / "manifest.yaml").is_file())]
+
+
+def entry_problem(d: Path) -> BadInput | None:
+    """Why pins/NAME cannot be used as a pin, or None. The one judgement `check --all-pins`, `--pin` and `rebase`
+    share: an entry that one of them left out and another refused let CI pass a pin the other commands reject."""
+    if os.path.exists(d) and not os.path.isdir(d):
+        return _a_file(d)
+    if not (d / "manifest.yaml").is_file():
+        return no_manifest(d)
+    return None
+
+
+def _a_file(d: Path) -> BadInput:
+    """Named after a release, so meant as its pin (a README beside the pins is no release's name)."""
+    link = f" (a symbolic link to {os.path.realpath(d)})" if os.path.islink(d) else ""
+    again = f"; `{prog(pin=False)} rebase {d.name}` makes the pin" if VERSION_RE.fullmatch(d.name) else ""
+    return BadInput(
+        f"{d} is a file, not a pin directory{link}: each entry of {d.parent} whose name does not start with '.' "
+        "and names a release is that release's pin, a directory (manifest.yaml, patches/, overlay/)",
+        hint=f"remove it (`rm {shlex.quote(str(d))}`{again}) or rename it to a name that starts with '.'",
+    )
 
 
 def no_manifest(d: Path) -> BadInput:
@@ -154,12 +177,14 @@ def _within(path: str, root: str) -> bool:
 def _pin_dirs(top: Manifest) -> list[Path]:
     """The pin directories beside the top level, manifest or not. A dot-name is the tool's own (a rebase's
     staging and progress, a copy set aside) or the user's way to keep one aside; a plain file is no pin (a
-    README); a link is one, even to nothing."""
+    README) unless it is named after a release (then it is refused); a link is one, even to nothing."""
     folder = top.project_root / PINS_DIR
     if not folder.is_dir():
         return []
     return [
         d
         for d in sorted(folder.iterdir())
-        if not d.name.startswith(".") and (d.is_dir() or d.is_symlink()) and d.name != top.pin.version
+        if not d.name.startswith(".")
+        and (d.is_dir() or d.is_symlink() or VERSION_RE.fullmatch(d.name))
+        and d.name != top.pin.version
     ]

@@ -271,3 +271,35 @@ def test_dot_entries_and_plain_files_in_pins_are_no_pins(tmp_path, cache):
     (pins / "README.md").write_text("one directory per release\n")
     res = cli(proj, cache, "check", "--all-pins", rc=0)
     assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout
+
+
+# -- 5. an entry of pins/ named like a pin that is no pin directory -------------------------------------------------
+def _plain_file(entry: Path) -> None:
+    entry.write_text("notes on 0.5.30\n")
+
+
+def _link_to_a_file(entry: Path) -> None:
+    (entry.parent / "NOTES.txt").write_text("notes on 0.5.30\n")
+    os.symlink("NOTES.txt", entry)
+
+
+@pytest.mark.parametrize("make", [_plain_file, _link_to_a_file], ids=["file", "link-to-file"])
+def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path, cache, make):
+    """pins/0.5.30 a plain file (or a link to one): `check --all-pins` had left it out and passed, while `--pin
+    0.5.30` and `rebase 0.5.30` said it had no manifest.yaml and to add one, which a file cannot take. Each now
+    refuses it in the same words, naming the file and the fix, before any work."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    entry = proj / "pins" / "0.5.30"
+    make(entry)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "0.5.30", "check"), ("rebase", "0.5.30")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {entry} is a file, not a pin directory" in res.stderr, (args, res.stderr)
+        assert f"`rm {entry}`" in res.stderr and "a name that starts with '.'" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert not (proj / ".sglang").exists() and project_files(proj) == before
+    assert sorted(os.listdir(proj / "pins")) == sorted(["0.5.30", *(["NOTES.txt"] if os.path.islink(entry) else [])])

@@ -49,7 +49,7 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
-from ..pins import no_manifest, refuse_linked_out
+from ..pins import entry_problem, refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
     Progress,
@@ -225,8 +225,9 @@ def _refuse_taken(root: Path, version: str) -> None:
             f"a rebase to {version} is already in progress",
             hint=f"`{prog()} rebase --status`, then `--continue` or `--abort`",
         )
-    if pin_dir(root, version).exists() and not (pin_dir(root, version) / "manifest.yaml").is_file():
-        raise no_manifest(pin_dir(root, version))  # not "use it": `--pin` refuses it too
+    problem = entry_problem(pin_dir(root, version)) if os.path.lexists(pin_dir(root, version)) else None
+    if problem is not None:
+        raise problem  # not "use it": `--pin` refuses it too
     if pin_dir(root, version).exists():
         raise BadInput(
             f"{pin_dir(root, version)} exists: the project already carries a pin for {version}",

@@ -23,14 +23,12 @@ from .tree import Tree, carried, embedded_path
 
 def pin_manifest_path(top: Manifest, version: str) -> Path:
     """The manifest of the pin `version`: the top level when it is the top level's pin."""
+    if version != top.pin.version and not VERSION_RE.fullmatch(version or ""):
+        raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
+    refuse_entry(top, version)  # not "no pin: `rebase` makes one": the rebase refuses the entry too
     if version == top.pin.version:
         return top.path
-    if not VERSION_RE.fullmatch(version or ""):
-        raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
-    problem = entry_problem(path.parent) if os.path.lexists(path.parent) else None
-    if problem is not None:
-        raise problem  # not "no pin: `rebase` makes one": the rebase refuses the entry too
     if not path.is_file():
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
@@ -72,7 +70,7 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     manifest is refused, not left out: `check --all-pins` had passed without checking it."""
     out = [(top.pin.version, top.path)]
     for d in _pin_dirs(top):
-        problem = entry_problem(d)
+        problem = entry_problem(top, d)
         if problem is not None:
             raise problem
         out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
@@ -85,14 +83,37 @@ def pin_versions(top: Manifest) -> list[str]:
     return [top.pin.version, *(d.name for d in _pin_dirs(top) if (d / "manifest.yaml").is_file())]
 
 
-def entry_problem(d: Path) -> BadInput | None:
+def refuse_entry(top: Manifest, version: str) -> None:
+    """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
+    d = top.project_root / PINS_DIR / version
+    problem = entry_problem(top, d) if os.path.lexists(d) else None
+    if problem is not None:
+        raise problem
+
+
+def entry_problem(top: Manifest, d: Path) -> BadInput | None:
     """Why pins/NAME cannot be used as a pin, or None. The one judgement `check --all-pins`, `--pin` and `rebase`
     share: an entry that one of them left out and another refused let CI pass a pin the other commands reject."""
+    if d.name == top.pin.version:
+        return _shadows(top, d)
     if os.path.exists(d) and not os.path.isdir(d):
         return _a_file(d)
     if not (d / "manifest.yaml").is_file():
         return no_manifest(d)
     return None
+
+
+def _shadows(top: Manifest, d: Path) -> BadInput:
+    """`--pin V` and `check --all-pins` take the top level for its own release, so a set here was never used or
+    checked: edits made in it (a copy made to try something) would be lost without a word."""
+    v = top.pin.version
+    return BadInput(
+        f"{d} is named for {v}, the release the top-level manifest {top.path} pins: it would shadow the top-level "
+        f"set (`--pin {v}` and `check --all-pins` take the top level for {v}, so this would never be used or checked)",
+        hint=f"remove it (`rm -r {shlex.quote(str(d))}`); or, if it holds the set you mean for {v}, move that set "
+        f"to the top level (its manifest.yaml, patches/ and overlay/ in place of those in {top.project_root}) and "
+        "remove it; or rename it to a name that starts with '.' to keep it aside",
+    )
 
 
 def _a_file(d: Path) -> BadInput:
@@ -184,7 +205,5 @@ def _pin_dirs(top: Manifest) -> list[Path]:
     return [
         d
         for d in sorted(folder.iterdir())
-        if not d.name.startswith(".")
-        and (d.is_dir() or d.is_symlink() or VERSION_RE.fullmatch(d.name))
-        and d.name != top.pin.version
+        if not d.name.startswith(".") and (d.is_dir() or d.is_symlink() or VERSION_RE.fullmatch(d.name))
     ]

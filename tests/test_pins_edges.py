@@ -303,3 +303,38 @@ def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path,
     assert said[0] == said[1] == said[2], said
     assert not (proj / ".sglang").exists() and project_files(proj) == before
     assert sorted(os.listdir(proj / "pins")) == sorted(["0.5.30", *(["NOTES.txt"] if os.path.islink(entry) else [])])
+
+
+# -- 6. pins/ named for the top level's own release ------------------------------------------------------------------
+def _copy_of_the_top_level(proj: Path) -> Path:
+    shadow = proj / "pins" / "0.5.17"
+    shadow.mkdir(parents=True)
+    for item in ("manifest.yaml", "patches", "overlay"):
+        (shutil.copytree if (proj / item).is_dir() else shutil.copy)(proj / item, shadow / item)
+    return shadow
+
+
+def _a_file_for_the_top_level(proj: Path) -> Path:
+    (proj / "pins").mkdir()
+    (proj / "pins" / "0.5.17").write_text("0.5.17\n")
+    return proj / "pins" / "0.5.17"
+
+
+@pytest.mark.parametrize("make", [_copy_of_the_top_level, _a_file_for_the_top_level], ids=["set", "file"])
+def test_a_pin_named_for_the_top_levels_release_is_refused_alike(tmp_path, cache, make):
+    """pins/0.5.17 beside a manifest.yaml that pins 0.5.17: `check --all-pins` and `--pin 0.5.17` took the top
+    level and left it out without a word, so an edit made there was never used or checked. Each entry point now
+    refuses it in the same words: the path, why (it shadows the top-level set) and the fix."""
+    proj = project(tmp_path)
+    shadow = make(proj)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "0.5.17", "check"), ("rebase", "0.5.17")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {shadow} is named for 0.5.17, the release the top-level manifest" in res.stderr, res.stderr
+        assert "would shadow the top-level set" in res.stderr and f"`rm -r {shadow}`" in res.stderr, res.stderr
+        assert "move that set to the top level" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert project_files(proj) == before and not (proj / ".sglang").exists()

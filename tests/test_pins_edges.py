@@ -4,6 +4,7 @@ pins/VERSION) linked out of the project. Fixture releases of the real 0.5.17 fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -338,3 +339,30 @@ def test_a_pin_named_for_the_top_levels_release_is_refused_alike(tmp_path, cache
         said.append(res.stderr)
     assert said[0] == said[1] == said[2], said
     assert project_files(proj) == before and not (proj / ".sglang").exists()
+
+
+# -- 7. a failing check in JSON -------------------------------------------------------------------------------------
+def test_check_json_says_where_its_failures_are_not_above(tmp_path, cache):
+    """`check --json` and `check --all-pins --json` with a failing pin had ended in "(failures above)": above is
+    the JSON, and with stdout sent to a file nothing is above at all. The JSON carries each failure (an item with
+    "ok": false and its detail, the ones the human output prints), and the error names them and says so; the
+    human output still lists them above its error, and its hint names the failing pin."""
+    proj = project(tmp_path)
+    patch = proj / "patches" / "fx_topk.patch"
+    assert "\n def select_experts(" in patch.read_text()
+    patch.write_text(patch.read_text().replace("\n def select_experts(", "\n def _broken_select_experts("))
+    human = cli(proj, cache, "check", "--all-pins", rc=1)
+    printed = re.findall(r"^FAIL (.+)$", human.stdout, re.M)
+    assert len(printed) >= 2 and "(failures above)" in human.stderr, human.stdout + human.stderr
+    assert "`python " in human.stderr and " --pin 0.5.17 check` shows that pin alone" in human.stderr, human.stderr
+    for args in (("check", "--all-pins", "--json"), ("check", "--json")):
+        res = cli(proj, cache, *args, rc=1)
+        _no_traceback(res)
+        data = json.loads(res.stdout)
+        rep = data["0.5.17"] if "--all-pins" in args else data
+        failed = [i for i in rep["items"] if not i["ok"]]
+        assert [i["subject"] for i in failed] == printed and all(i["detail"] for i in failed), rep
+        assert rep["ok"] is False and rep["failures"] == len(printed)
+        assert "above" not in res.stderr, res.stderr
+        assert f'{len(printed)} failures, each an item with "ok": false in the JSON on stdout' in res.stderr
+        assert printed[0] in res.stderr, res.stderr

@@ -11,11 +11,11 @@ checked in one CI run, and a fix must be cherry-picked between branches by hand,
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from .errors import BadInput, ManifestError
 from .manifest import Manifest, load_manifest
+from .pinentry import entry_problem, pin_entries, refuse_entry
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 from .tree import Tree, carried, embedded_path
@@ -69,7 +69,7 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     """(version, manifest path) of every pin of the project, the top level's first. A pin directory without its
     manifest is refused, not left out: `check --all-pins` had passed without checking it."""
     out = [(top.pin.version, top.path)]
-    for d in _pin_dirs(top):
+    for d in pin_entries(top):
         problem = entry_problem(top, d)
         if problem is not None:
             raise problem
@@ -80,69 +80,7 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
 def pin_versions(top: Manifest) -> list[str]:
     """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
     messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
-    return [top.pin.version, *(d.name for d in _pin_dirs(top) if (d / "manifest.yaml").is_file())]
-
-
-def refuse_entry(top: Manifest, version: str) -> None:
-    """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
-    d = top.project_root / PINS_DIR / version
-    problem = entry_problem(top, d) if os.path.lexists(d) else None
-    if problem is not None:
-        raise problem
-
-
-def entry_problem(top: Manifest, d: Path) -> BadInput | None:
-    """Why pins/NAME cannot be used as a pin, or None. The one judgement `check --all-pins`, `--pin` and `rebase`
-    share: an entry that one of them left out and another refused let CI pass a pin the other commands reject."""
-    if d.name == top.pin.version:
-        return _shadows(top, d)
-    if os.path.exists(d) and not os.path.isdir(d):
-        return _a_file(d)
-    if not (d / "manifest.yaml").is_file():
-        return no_manifest(d)
-    return None
-
-
-def _shadows(top: Manifest, d: Path) -> BadInput:
-    """`--pin V` and `check --all-pins` take the top level for its own release, so a set here was never used or
-    checked: edits made in it (a copy made to try something) would be lost without a word."""
-    v = top.pin.version
-    return BadInput(
-        f"{d} is named for {v}, the release the top-level manifest {top.path} pins: it would shadow the top-level "
-        f"set (`--pin {v}` and `check --all-pins` take the top level for {v}, so this would never be used or checked)",
-        hint=f"remove it (`rm -r {shlex.quote(str(d))}`); or, if it holds the set you mean for {v}, move that set "
-        f"to the top level (its manifest.yaml, patches/ and overlay/ in place of those in {top.project_root}) and "
-        "remove it; or rename it to a name that starts with '.' to keep it aside",
-    )
-
-
-def _a_file(d: Path) -> BadInput:
-    """Named after a release, so meant as its pin (a README beside the pins is no release's name)."""
-    link = f" (a symbolic link to {os.path.realpath(d)})" if os.path.islink(d) else ""
-    again = f"; `{prog(pin=False)} rebase {d.name}` makes the pin" if VERSION_RE.fullmatch(d.name) else ""
-    return BadInput(
-        f"{d} is a file, not a pin directory{link}: each entry of {d.parent} whose name does not start with '.' "
-        "and names a release is that release's pin, a directory (manifest.yaml, patches/, overlay/)",
-        hint=f"remove it (`rm {shlex.quote(str(d))}`{again}) or rename it to a name that starts with '.'",
-    )
-
-
-def no_manifest(d: Path) -> BadInput:
-    """pins/NAME holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
-    it out would let CI pass without the pin it was meant to check."""
-    gone = f" (a symbolic link to {os.path.realpath(d)}, which does not exist)" if not d.exists() else ""
-    fix = (
-        "restore what it leads to (a pin directory with its manifest.yaml)"
-        if gone
-        else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
-    )
-    again = f"; `{prog(pin=False)} rebase {d.name}` makes the pin again" if VERSION_RE.fullmatch(d.name) else ""
-    return BadInput(
-        f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
-        "pin of the release it names",
-        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {shlex.quote(str(d))}`{again}) or rename it to a name that "
-        "starts with '.'",
-    )
+    return [top.pin.version, *(d.name for d in pin_entries(top) if entry_problem(top, d) is None)]
 
 
 def _carrying_tree(project_root: Path, version: str) -> str:
@@ -193,17 +131,3 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
 
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _pin_dirs(top: Manifest) -> list[Path]:
-    """The pin directories beside the top level, manifest or not. A dot-name is the tool's own (a rebase's
-    staging and progress, a copy set aside) or the user's way to keep one aside; a plain file is no pin (a
-    README) unless it is named after a release (then it is refused); a link is one, even to nothing."""
-    folder = top.project_root / PINS_DIR
-    if not folder.is_dir():
-        return []
-    return [
-        d
-        for d in sorted(folder.iterdir())
-        if not d.name.startswith(".") and (d.is_dir() or d.is_symlink() or VERSION_RE.fullmatch(d.name))
-    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -307,12 +308,16 @@ def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path,
 
 
 # -- 6. pins/ named for the top level's own release ------------------------------------------------------------------
-def _copy_of_the_top_level(proj: Path) -> Path:
-    shadow = proj / "pins" / "0.5.17"
-    shadow.mkdir(parents=True)
+def _copy_set(proj: Path, to: Path) -> Path:
+    """The top level's set (manifest.yaml, patches/, overlay/) copied into `to`."""
+    to.mkdir(parents=True)
     for item in ("manifest.yaml", "patches", "overlay"):
-        (shutil.copytree if (proj / item).is_dir() else shutil.copy)(proj / item, shadow / item)
-    return shadow
+        (shutil.copytree if (proj / item).is_dir() else shutil.copy)(proj / item, to / item)
+    return to
+
+
+def _copy_of_the_top_level(proj: Path) -> Path:
+    return _copy_set(proj, proj / "pins" / "0.5.17")
 
 
 def _a_file_for_the_top_level(proj: Path) -> Path:
@@ -366,3 +371,38 @@ def test_check_json_says_where_its_failures_are_not_above(tmp_path, cache):
         assert "above" not in res.stderr, res.stderr
         assert f'{len(printed)} failures, each an item with "ok": false in the JSON on stdout' in res.stderr
         assert printed[0] in res.stderr, res.stderr
+
+
+# -- 8. the sweep: entries of pins/ no pin can be, pins/ that is no directory, unreadable pins --------------------
+@pytest.mark.parametrize("name", ["foo", "0.5.30 ", "v0.5.30"], ids=["word", "trailing-space", "v-prefix"])
+@pytest.mark.parametrize("filled", [False, True], ids=["empty", "a-set"])
+def test_a_pin_directory_not_named_after_a_release_is_refused(tmp_path, cache, name, filled):
+    """pins/foo, pins/'0.5.30 ' (the space unseen in the message), pins/v0.5.30: `check --all-pins` had said to
+    add the manifest.yaml it lacked (after which the name was refused), or, with a set in it, named the name as a
+    release's. The name is said quoted, not a release version, with a rename that makes it one."""
+    proj = project(tmp_path)
+    d = proj / "pins" / name
+    if filled:
+        _copy_set(proj, d)  # a set, whatever release it pins
+    else:
+        d.mkdir(parents=True)
+    res = cli(proj, cache, "check", "--all-pins", rc=2)
+    _no_traceback(res)
+    assert f"error: {d}: the name {name!r} is not a release version" in res.stderr, res.stderr
+    assert f"`mv {shlex.quote(str(d))} {proj / 'pins'}/VERSION`" in res.stderr, res.stderr
+    assert "a name that starts with '.'" in res.stderr and "add its manifest.yaml" not in res.stderr, res.stderr
+    assert "is not a release version" in cli(proj, cache, "--pin", name, "check", rc=2).stderr
+
+
+def test_files_beside_the_pins_and_an_empty_pins_are_left_alone(tmp_path, cache):
+    """A README linked into pins/ is as much no pin as a plain one (it had been refused: "add its manifest.yaml");
+    an empty pins/ has no pin to check beside the top level."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    res = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert res.stdout.count("== pin ") == 1, res.stdout
+    (proj / "docs").mkdir()
+    (proj / "docs" / "pins.md").write_text("one directory per release\n")
+    os.symlink("../docs/pins.md", proj / "pins" / "README.md")
+    res = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout + res.stderr

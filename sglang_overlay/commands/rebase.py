@@ -49,7 +49,8 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
-from ..pins import refuse_entry, refuse_linked_out
+from ..pinentry import refuse_entry
+from ..pins import refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
     Progress,

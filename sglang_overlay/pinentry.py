@@ -1,0 +1,101 @@
+"""What an entry of pins/ is: a pin, no pin (a dot-name, a README), or refused by name with the fix. The one
+judgement `check --all-pins`, `--pin VERSION` and `rebase VERSION` share: an entry that one of them left out and
+another refused let CI pass a pin the other commands reject (or never check a set the user edits)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from .errors import BadInput
+from .manifest import Manifest
+from .progname import prog
+from .rebase_state import PINS_DIR, VERSION_RE
+
+
+def pin_entries(top: Manifest) -> list[Path]:
+    """The entries of pins/ that are pins or meant as one, usable or not. A dot-name is the tool's own (a rebase's
+    staging and progress, a copy set aside) or the user's way to keep one aside; a file (or a link to one) is no
+    pin (a README) unless it is named after a release; a directory or a link to nothing is meant as a pin."""
+    folder = top.project_root / PINS_DIR
+    if not folder.is_dir():
+        return []
+    return [
+        d
+        for d in sorted(folder.iterdir())
+        if not d.name.startswith(".") and (VERSION_RE.fullmatch(d.name) or not d.is_file())
+    ]
+
+
+def refuse_entry(top: Manifest, version: str) -> None:
+    """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
+    d = top.project_root / PINS_DIR / version
+    problem = entry_problem(top, d) if os.path.lexists(d) else None
+    if problem is not None:
+        raise problem
+
+
+def entry_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+    if d.name == top.pin.version:
+        return _shadows(top, d)
+    if not VERSION_RE.fullmatch(d.name):
+        return _misnamed(d)
+    if os.path.exists(d) and not os.path.isdir(d):
+        return _a_file(d)
+    if not (d / "manifest.yaml").is_file():
+        return _no_manifest(d)
+    return None
+
+
+def _shadows(top: Manifest, d: Path) -> BadInput:
+    """`--pin V` and `check --all-pins` take the top level for its own release, so a set here was never used or
+    checked: edits made in it (a copy made to try something) would be lost without a word."""
+    v = top.pin.version
+    return BadInput(
+        f"{d} is named for {v}, the release the top-level manifest {top.path} pins: it would shadow the top-level "
+        f"set (`--pin {v}` and `check --all-pins` take the top level for {v}, so this would never be used or checked)",
+        hint=f"remove it (`rm -r {shlex.quote(str(d))}`); or, if it holds the set you mean for {v}, move that set "
+        f"to the top level (its manifest.yaml, patches/ and overlay/ in place of those in {top.project_root}) and "
+        "remove it; or rename it to a name that starts with '.' to keep it aside",
+    )
+
+
+def _misnamed(d: Path) -> BadInput:
+    """The name is what `--pin` and the checks go by: one that is no release can never be selected, and its set
+    (whatever it holds) would be checked as the release of no name. Quoted: a trailing space is unseen otherwise."""
+    return BadInput(
+        f"{d}: the name {d.name!r} is not a release version: each directory in {d.parent} whose name does not start "
+        "with '.' is the pin of the release it names",
+        hint=f"rename it to the release its set is for (`mv {shlex.quote(str(d))} "
+        f"{shlex.quote(str(d.parent))}/VERSION`), or to a name that starts with '.' to keep it aside",
+    )
+
+
+def _a_file(d: Path) -> BadInput:
+    """Named after a release, so meant as its pin (a README beside the pins is no release's name)."""
+    link = f" (a symbolic link to {os.path.realpath(d)})" if os.path.islink(d) else ""
+    return BadInput(
+        f"{d} is a file, not a pin directory{link}: each entry of {d.parent} whose name does not start with '.' "
+        "and names a release is that release's pin, a directory (manifest.yaml, patches/, overlay/)",
+        hint=f"remove it (`rm {shlex.quote(str(d))}`; `{prog(pin=False)} rebase {d.name}` makes the pin) or rename "
+        "it to a name that starts with '.'",
+    )
+
+
+def _no_manifest(d: Path) -> BadInput:
+    """pins/VERSION holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
+    it out would let CI pass without the pin it was meant to check."""
+    gone = f" (a symbolic link to {os.path.realpath(d)}, which does not exist)" if not d.exists() else ""
+    fix = (
+        "restore what it leads to (a pin directory with its manifest.yaml)"
+        if gone
+        else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
+    )
+    return BadInput(
+        f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
+        "pin of the release it names",
+        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {shlex.quote(str(d))}`; `{prog(pin=False)} "
+        f"rebase {d.name}` makes the pin again) or rename it to a name that starts with '.'",
+    )

@@ -4,6 +4,7 @@ another refused let CI pass a pin the other commands reject (or never check a se
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 from pathlib import Path
@@ -19,6 +20,7 @@ def pin_entries(top: Manifest) -> list[Path]:
     staging and progress, a copy set aside) or the user's way to keep one aside; a file (or a link to one) is no
     pin (a README) unless it is named after a release; a directory or a link to nothing is meant as a pin."""
     folder = top.project_root / PINS_DIR
+    _refuse_folder(folder)
     if not folder.is_dir():
         return []
     return [
@@ -31,9 +33,46 @@ def pin_entries(top: Manifest) -> list[Path]:
 def refuse_entry(top: Manifest, version: str) -> None:
     """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
     d = top.project_root / PINS_DIR / version
+    _refuse_folder(d.parent)
     problem = entry_problem(top, d) if os.path.lexists(d) else None
     if problem is not None:
         raise problem
+
+
+LOOP = "a symbolic link loop"
+
+
+def broken_link(path: Path) -> str | None:
+    """How a link at `path` leads nowhere, or None: a loop has no target to name or restore."""
+    if not os.path.islink(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return LOOP
+        return f"a symbolic link to {os.path.realpath(path)}, which does not exist"
+    return None
+
+
+def _refuse_folder(folder: Path) -> None:
+    """pins is no directory: `check --all-pins` found no pins in it and passed, `--pin` offered a rebase, and the
+    rebase fetched the release before it failed to make its staging directory there."""
+    if os.path.isdir(folder) or not os.path.lexists(folder):
+        return
+    link = broken_link(folder)
+    what = link or (f"a symbolic link to {os.path.realpath(folder)}, a file" if os.path.islink(folder) else "a file")
+    q = shlex.quote(str(folder))
+    raise BadInput(
+        f"{folder} is {what}, not the directory of this project's pins (each pin is {folder}/VERSION/)",
+        hint=(
+            f"{'point it at a directory' if link == LOOP else 'restore what it leads to'}, or remove the link (`rm {q}`)"
+            if link
+            else f"remove it (`rm {q}`) or rename it (`mv {q} {q}.txt`); a file that holds a path is what git checks "
+            "out for a symbolic link with `core.symlinks` off"
+        )
+        + f"; `{prog(pin=False)} rebase VERSION` makes the directory",
+    )
 
 
 def entry_problem(top: Manifest, d: Path) -> BadInput | None:
@@ -87,9 +126,12 @@ def _a_file(d: Path) -> BadInput:
 def _no_manifest(d: Path) -> BadInput:
     """pins/VERSION holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
     it out would let CI pass without the pin it was meant to check."""
-    gone = f" (a symbolic link to {os.path.realpath(d)}, which does not exist)" if not d.exists() else ""
+    link = broken_link(d)
+    gone = f" ({link})" if link else ""
     fix = (
-        "restore what it leads to (a pin directory with its manifest.yaml)"
+        "point it at a pin directory (it leads to itself)"
+        if link == LOOP
+        else "restore what it leads to (a pin directory with its manifest.yaml)"
         if gone
         else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
     )

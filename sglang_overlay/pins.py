@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import BadInput, ManifestError
 from .manifest import Manifest, load_manifest
-from .pinentry import entry_problem, pin_entries, refuse_entry
+from .pinentry import broken_link, entry_problem, pin_entries, refuse_entry
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 from .tree import Tree, carried, embedded_path
@@ -80,7 +80,11 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
 def pin_versions(top: Manifest) -> list[str]:
     """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
     messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
-    return [top.pin.version, *(d.name for d in pin_entries(top) if entry_problem(top, d) is None)]
+    try:
+        entries = pin_entries(top)
+    except BadInput:  # pins/ itself unusable: selecting a pin says so, a message about something else need not
+        entries = []
+    return [top.pin.version, *(d.name for d in entries if entry_problem(top, d) is None)]
 
 
 def _carrying_tree(project_root: Path, version: str) -> str:
@@ -114,7 +118,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
         real, there = os.path.realpath(target), os.path.exists(target)
         if _within(real, root) and there:
             return  # a pin linked within the project is a pin (`--pin` takes it): _refuse_taken names it
-        gone = "" if there else ", which does not exist"
+        said = broken_link(target) or f"a symbolic link to {real}"  # a loop: no target to name, none outside
         keep = (
             f"; to make what it leads to the pin for {version} instead, copy it in its place "
             f"(`rm {target} && cp -r {real} {target}`)"
@@ -122,7 +126,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
             else ""
         )
         raise BadInput(
-            f"rebase {version}: {target} is a symbolic link to {real}{gone}"
+            f"rebase {version}: {target} is {said}"
             + ("" if _within(real, root) else f", outside the project {project_root}")
             + f": the rebase renames the new pin to {target}, and a pin's directory is part of the project",
             hint=f"remove the link (`rm {target}`) and rebase again{keep}",

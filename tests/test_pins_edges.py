@@ -406,3 +406,52 @@ def test_files_beside_the_pins_and_an_empty_pins_are_left_alone(tmp_path, cache)
     os.symlink("../docs/pins.md", proj / "pins" / "README.md")
     res = cli(proj, cache, "check", "--all-pins", rc=0)
     assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout + res.stderr
+
+
+def _pins_a_file(proj: Path) -> str:
+    (proj / "pins").write_text("pin-sets")  # what git checks out for a link with core.symlinks off
+    return "is a file"
+
+
+def _pins_a_loop(proj: Path) -> str:
+    os.symlink("pins", proj / "pins")
+    return "is a symbolic link loop"
+
+
+def _pins_a_link_to_nothing(proj: Path) -> str:
+    os.symlink("pin-sets", proj / "pins")
+    return f"is a symbolic link to {proj / 'pin-sets'}, which does not exist"
+
+
+@pytest.mark.parametrize("make", [_pins_a_file, _pins_a_loop, _pins_a_link_to_nothing], ids=["file", "loop", "nowhere"])
+def test_a_pins_that_is_no_directory_is_refused_alike(tmp_path, cache, make):
+    """pins itself a file, a link loop or a link to nothing: `check --all-pins` had found no pins and passed, so
+    CI went green without the pins it was meant to check; `--pin 9.0.1` said "`rebase 9.0.1` makes one", and the
+    rebase went on to fetch the release. Each entry point refuses it in the same words now, before any work."""
+    proj = project(tmp_path)
+    what = make(proj)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {proj / 'pins'} {what}, not the directory of this project's pins" in res.stderr, res.stderr
+        assert f"`rm {proj / 'pins'}`" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert project_files(proj) == before and not (proj / ".sglang").exists()
+
+
+def test_a_pin_that_is_a_link_loop_is_said_to_be_one(tmp_path, cache):
+    """pins/9.0.1 a link to itself had been called "a symbolic link to pins/9.0.1, which does not exist"."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    os.symlink("9.0.1", proj / "pins" / "9.0.1")
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"{proj / 'pins' / '9.0.1'} is a symbolic link loop" in res.stderr or (
+            f"{proj / 'pins' / '9.0.1'} has no manifest.yaml (a symbolic link loop)" in res.stderr
+        ), res.stderr
+        assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
+        assert re.search(rf"`rm (-r )?{re.escape(str(proj / 'pins' / '9.0.1'))}`", res.stderr), res.stderr

@@ -224,12 +224,12 @@ def _refuse_changed_source(root: Path, progress: Progress) -> None:
 
 def _refuse_taken(top: Manifest, version: str) -> None:
     root = top.project_root
+    refuse_entry(top, version)  # first: a pins/ that is no directory made the progress file unreadable
     if read_progress(progress_path(root, version)) is not None:
         raise BadInput(
             f"a rebase to {version} is already in progress",
             hint=f"`{prog()} rebase --status`, then `--continue` or `--abort`",
         )
-    refuse_entry(top, version)  # not "use it": `--pin` refuses it too
     if pin_dir(root, version).exists():
         raise BadInput(
             f"{pin_dir(root, version)} exists: the project already carries a pin for {version}",

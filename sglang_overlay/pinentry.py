@@ -7,9 +7,10 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import stat
 from pathlib import Path
 
-from .errors import BadInput
+from .errors import BadInput, os_fix_in
 from .manifest import Manifest
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
@@ -23,10 +24,14 @@ def pin_entries(top: Manifest) -> list[Path]:
     _refuse_folder(folder)
     if not folder.is_dir():
         return []
+    try:
+        names = sorted(os.listdir(folder))
+    except PermissionError as e:
+        raise _unreadable(folder, e) from e
     return [
-        d
-        for d in sorted(folder.iterdir())
-        if not d.name.startswith(".") and (VERSION_RE.fullmatch(d.name) or not d.is_file())
+        folder / n
+        for n in names
+        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
     ]
 
 
@@ -34,7 +39,7 @@ def refuse_entry(top: Manifest, version: str) -> None:
     """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
     d = top.project_root / PINS_DIR / version
     _refuse_folder(d.parent)
-    problem = entry_problem(top, d) if os.path.lexists(d) else None
+    problem = entry_problem(top, d) if _lexists(d) else None
     if problem is not None:
         raise problem
 
@@ -81,11 +86,39 @@ def entry_problem(top: Manifest, d: Path) -> BadInput | None:
         return _shadows(top, d)
     if not VERSION_RE.fullmatch(d.name):
         return _misnamed(d)
+    _lexists(d)  # a pins/ that cannot be searched is named as such, not the pin in it
     if os.path.exists(d) and not os.path.isdir(d):
         return _a_file(d)
-    if not (d / "manifest.yaml").is_file():
+    if not _is_file(d / "manifest.yaml", follow=True):
         return _no_manifest(d)
     return None
+
+
+def _lexists(path: Path) -> bool:
+    """os.path.lexists, except that a directory on the way that cannot be searched is said: lexists answers False
+    there, and the read after it failed far from the cause (a "damaged" rebase progress file, a "missing" pin)."""
+    return _is_file(path, follow=False) is not None
+
+
+def _is_file(path: Path, *, follow: bool) -> bool | None:
+    """Whether `path` is a file (None: there is nothing there, or a loop); its directory refused if unreadable."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except PermissionError as e:
+        raise _unreadable(path.parent, e) from e
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+    return stat.S_ISREG(st.st_mode)
+
+
+def _unreadable(d: Path, err: OSError) -> BadInput:
+    """Not a failed write (exit 1, "no change to the tree is in progress"): the project cannot be read as given."""
+    return BadInput(
+        f"{d} cannot be read ({err.strerror}): the pins of this project are read from it",
+        hint=os_fix_in(err.strerror or "", str(d)) or f"fix its permissions (`ls -ld {shlex.quote(str(d))}`)",
+    )
 
 
 def _shadows(top: Manifest, d: Path) -> BadInput:

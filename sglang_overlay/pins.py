@@ -81,10 +81,9 @@ def pin_versions(top: Manifest) -> list[str]:
     """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
     messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
     try:
-        entries = pin_entries(top)
-    except BadInput:  # pins/ itself unusable: selecting a pin says so, a message about something else need not
-        entries = []
-    return [top.pin.version, *(d.name for d in entries if entry_problem(top, d) is None)]
+        return [top.pin.version, *(d.name for d in pin_entries(top) if entry_problem(top, d) is None)]
+    except BadInput:  # pins/ unusable or unreadable: selecting a pin says so, a message about another thing need not
+        return [top.pin.version]
 
 
 def _carrying_tree(project_root: Path, version: str) -> str:

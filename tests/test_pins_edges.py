@@ -455,3 +455,49 @@ def test_a_pin_that_is_a_link_loop_is_said_to_be_one(tmp_path, cache):
         ), res.stderr
         assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
         assert re.search(rf"`rm (-r )?{re.escape(str(proj / 'pins' / '9.0.1'))}`", res.stderr), res.stderr
+
+
+def _as_a_user_permissions_stop() -> list[str]:
+    """chmod stops no root process: as root the CLI runs as nobody. Failed, not skipped, where that cannot be."""
+    if os.geteuid() != 0:
+        return []
+    assert shutil.which("setpriv"), "running as root without setpriv: no user that file permissions stop"
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may enter (pytest's own tmp_path is its owner's alone), removed after."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="pins-edges-"))
+    d.chmod(0o755)
+    yield d
+    for p in [d, *d.rglob("*")]:
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+    shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("which", ["pin", "pins"])
+@pytest.mark.parametrize("mode", [0o000, 0o644], ids=["000", "no-search"])
+def test_an_unreadable_pins_or_pin_is_refused_by_name(open_dir, which, mode):
+    """pins/ or pins/9.0.1 that this user cannot read: `check --all-pins` and `--pin` had exited 1 as a failed
+    write ("no change to the tree is in progress") with the fix for the directory above pins/, and `rebase 9.0.1`
+    called the progress file damaged ("something else changed it": drop the rebase). Each now says which
+    directory cannot be read and how to see its permissions, exit 2, before any work."""
+    proj = project(open_dir)
+    pin = _copy_set(proj, proj / "pins" / "9.0.1")  # its manifest is never reached: the directory stops the read
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    unreadable = pin if which == "pin" else proj / "pins"
+    unreadable.chmod(mode)
+    env = {**os.environ, "SGLANG_OVERLAY_CACHE": str(open_dir / "cache"), "HOME": str(open_dir)}
+    env.pop("SGLANG_OVERLAY_TREE", None)
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        argv = [*_as_a_user_permissions_stop(), sys.executable, str(Path(__file__).parent.parent / "apply.py"), *args]
+        res = subprocess.run(argv, cwd=proj, capture_output=True, text=True, env=env)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stderr)
+        assert f"error: {unreadable} cannot be read (Permission denied)" in res.stderr, (args, res.stderr)
+        assert f"`ls -ld {unreadable}`" in res.stderr and "something else changed it" not in res.stderr, res.stderr
+    assert not (proj / ".sglang").exists() and not (open_dir / "cache").exists()

@@ -11,11 +11,11 @@ checked in one CI run, and a fix must be cherry-picked between branches by hand,
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from .errors import BadInput, ManifestError
 from .manifest import Manifest, load_manifest
+from .pinentry import broken_link, entry_problem, pin_entries, refuse_entry
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 from .tree import Tree, carried, embedded_path
@@ -23,13 +23,12 @@ from .tree import Tree, carried, embedded_path
 
 def pin_manifest_path(top: Manifest, version: str) -> Path:
     """The manifest of the pin `version`: the top level when it is the top level's pin."""
+    if version != top.pin.version and not VERSION_RE.fullmatch(version or ""):
+        raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
+    refuse_entry(top, version)  # not "no pin: `rebase` makes one": the rebase refuses the entry too
     if version == top.pin.version:
         return top.path
-    if not VERSION_RE.fullmatch(version or ""):
-        raise BadInput(f"--pin {version!r} is not a release version", hint="e.g. `--pin 0.5.23`")
     path = top.project_root / PINS_DIR / version / "manifest.yaml"
-    if not path.is_file() and os.path.lexists(path.parent):
-        raise no_manifest(path.parent)  # not "no pin: `rebase` makes one": the rebase refuses the directory
     if not path.is_file():
         raise BadInput(
             f"--pin {version}: no pin for {version} in {top.project_root} (no {path})",
@@ -70,9 +69,10 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
     """(version, manifest path) of every pin of the project, the top level's first. A pin directory without its
     manifest is refused, not left out: `check --all-pins` had passed without checking it."""
     out = [(top.pin.version, top.path)]
-    for d in _pin_dirs(top):
-        if not (d / "manifest.yaml").is_file():
-            raise no_manifest(d)
+    for d in pin_entries(top):
+        problem = entry_problem(top, d)
+        if problem is not None:
+            raise problem
         out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
     return out
 
@@ -80,25 +80,10 @@ def all_pins(top: Manifest) -> list[tuple[str, Path]]:
 def pin_versions(top: Manifest) -> list[str]:
     """The releases the project has a pin for, the top level's first (their manifests not loaded). Only for
     messages: a directory without its manifest is no pin to name there; selecting it says what it lacks."""
-    return [top.pin.version, *(d.name for d in _pin_dirs(top) if (d / "manifest.yaml").is_file())]
-
-
-def no_manifest(d: Path) -> BadInput:
-    """pins/NAME holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
-    it out would let CI pass without the pin it was meant to check."""
-    gone = f" (a symbolic link to {os.path.realpath(d)}, which does not exist)" if not d.exists() else ""
-    fix = (
-        "restore what it leads to (a pin directory with its manifest.yaml)"
-        if gone
-        else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
-    )
-    again = f"; `{prog(pin=False)} rebase {d.name}` makes the pin again" if VERSION_RE.fullmatch(d.name) else ""
-    return BadInput(
-        f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
-        "pin of the release it names",
-        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {shlex.quote(str(d))}`{again}) or rename it to a name that "
-        "starts with '.'",
-    )
+    try:
+        return [top.pin.version, *(d.name for d in pin_entries(top) if entry_problem(top, d) is None)]
+    except BadInput:  # pins/ unusable or unreadable: selecting a pin says so, a message about another thing need not
+        return [top.pin.version]
 
 
 def _carrying_tree(project_root: Path, version: str) -> str:
@@ -132,7 +117,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
         real, there = os.path.realpath(target), os.path.exists(target)
         if _within(real, root) and there:
             return  # a pin linked within the project is a pin (`--pin` takes it): _refuse_taken names it
-        gone = "" if there else ", which does not exist"
+        said = broken_link(target) or f"a symbolic link to {real}"  # a loop: no target to name, none outside
         keep = (
             f"; to make what it leads to the pin for {version} instead, copy it in its place "
             f"(`rm {target} && cp -r {real} {target}`)"
@@ -140,7 +125,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
             else ""
         )
         raise BadInput(
-            f"rebase {version}: {target} is a symbolic link to {real}{gone}"
+            f"rebase {version}: {target} is {said}"
             + ("" if _within(real, root) else f", outside the project {project_root}")
             + f": the rebase renames the new pin to {target}, and a pin's directory is part of the project",
             hint=f"remove the link (`rm {target}`) and rebase again{keep}",
@@ -149,17 +134,3 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
 
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _pin_dirs(top: Manifest) -> list[Path]:
-    """The pin directories beside the top level, manifest or not. A dot-name is the tool's own (a rebase's
-    staging and progress, a copy set aside) or the user's way to keep one aside; a plain file is no pin (a
-    README); a link is one, even to nothing."""
-    folder = top.project_root / PINS_DIR
-    if not folder.is_dir():
-        return []
-    return [
-        d
-        for d in sorted(folder.iterdir())
-        if not d.name.startswith(".") and (d.is_dir() or d.is_symlink()) and d.name != top.pin.version
-    ]

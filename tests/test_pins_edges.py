@@ -4,8 +4,10 @@ pins/VERSION) linked out of the project. Fixture releases of the real 0.5.17 fil
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -271,3 +273,231 @@ def test_dot_entries_and_plain_files_in_pins_are_no_pins(tmp_path, cache):
     (pins / "README.md").write_text("one directory per release\n")
     res = cli(proj, cache, "check", "--all-pins", rc=0)
     assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout
+
+
+# -- 5. an entry of pins/ named like a pin that is no pin directory -------------------------------------------------
+def _plain_file(entry: Path) -> None:
+    entry.write_text("notes on 0.5.30\n")
+
+
+def _link_to_a_file(entry: Path) -> None:
+    (entry.parent / "NOTES.txt").write_text("notes on 0.5.30\n")
+    os.symlink("NOTES.txt", entry)
+
+
+@pytest.mark.parametrize("make", [_plain_file, _link_to_a_file], ids=["file", "link-to-file"])
+def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path, cache, make):
+    """pins/0.5.30 a plain file (or a link to one): `check --all-pins` had left it out and passed, while `--pin
+    0.5.30` and `rebase 0.5.30` said it had no manifest.yaml and to add one, which a file cannot take. Each now
+    refuses it in the same words, naming the file and the fix, before any work."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    entry = proj / "pins" / "0.5.30"
+    make(entry)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "0.5.30", "check"), ("rebase", "0.5.30")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {entry} is a file, not a pin directory" in res.stderr, (args, res.stderr)
+        assert f"`rm {entry}`" in res.stderr and "a name that starts with '.'" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert not (proj / ".sglang").exists() and project_files(proj) == before
+    assert sorted(os.listdir(proj / "pins")) == sorted(["0.5.30", *(["NOTES.txt"] if os.path.islink(entry) else [])])
+
+
+# -- 6. pins/ named for the top level's own release ------------------------------------------------------------------
+def _copy_set(proj: Path, to: Path) -> Path:
+    """The top level's set (manifest.yaml, patches/, overlay/) copied into `to`."""
+    to.mkdir(parents=True)
+    for item in ("manifest.yaml", "patches", "overlay"):
+        (shutil.copytree if (proj / item).is_dir() else shutil.copy)(proj / item, to / item)
+    return to
+
+
+def _copy_of_the_top_level(proj: Path) -> Path:
+    return _copy_set(proj, proj / "pins" / "0.5.17")
+
+
+def _a_file_for_the_top_level(proj: Path) -> Path:
+    (proj / "pins").mkdir()
+    (proj / "pins" / "0.5.17").write_text("0.5.17\n")
+    return proj / "pins" / "0.5.17"
+
+
+@pytest.mark.parametrize("make", [_copy_of_the_top_level, _a_file_for_the_top_level], ids=["set", "file"])
+def test_a_pin_named_for_the_top_levels_release_is_refused_alike(tmp_path, cache, make):
+    """pins/0.5.17 beside a manifest.yaml that pins 0.5.17: `check --all-pins` and `--pin 0.5.17` took the top
+    level and left it out without a word, so an edit made there was never used or checked. Each entry point now
+    refuses it in the same words: the path, why (it shadows the top-level set) and the fix."""
+    proj = project(tmp_path)
+    shadow = make(proj)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "0.5.17", "check"), ("rebase", "0.5.17")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {shadow} is named for 0.5.17, the release the top-level manifest" in res.stderr, res.stderr
+        assert "would shadow the top-level set" in res.stderr and f"`rm -r {shadow}`" in res.stderr, res.stderr
+        assert "move that set to the top level" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert project_files(proj) == before and not (proj / ".sglang").exists()
+
+
+# -- 7. a failing check in JSON -------------------------------------------------------------------------------------
+def test_check_json_says_where_its_failures_are_not_above(tmp_path, cache):
+    """`check --json` and `check --all-pins --json` with a failing pin had ended in "(failures above)": above is
+    the JSON, and with stdout sent to a file nothing is above at all. The JSON carries each failure (an item with
+    "ok": false and its detail, the ones the human output prints), and the error names them and says so; the
+    human output still lists them above its error, and its hint names the failing pin."""
+    proj = project(tmp_path)
+    patch = proj / "patches" / "fx_topk.patch"
+    assert "\n def select_experts(" in patch.read_text()
+    patch.write_text(patch.read_text().replace("\n def select_experts(", "\n def _broken_select_experts("))
+    human = cli(proj, cache, "check", "--all-pins", rc=1)
+    printed = re.findall(r"^FAIL (.+)$", human.stdout, re.M)
+    assert len(printed) >= 2 and "(failures above)" in human.stderr, human.stdout + human.stderr
+    assert "`python " in human.stderr and " --pin 0.5.17 check` shows that pin alone" in human.stderr, human.stderr
+    for args in (("check", "--all-pins", "--json"), ("check", "--json")):
+        res = cli(proj, cache, *args, rc=1)
+        _no_traceback(res)
+        data = json.loads(res.stdout)
+        rep = data["0.5.17"] if "--all-pins" in args else data
+        failed = [i for i in rep["items"] if not i["ok"]]
+        assert [i["subject"] for i in failed] == printed and all(i["detail"] for i in failed), rep
+        assert rep["ok"] is False and rep["failures"] == len(printed)
+        assert "above" not in res.stderr, res.stderr
+        assert f'{len(printed)} failures, each an item with "ok": false in the JSON on stdout' in res.stderr
+        assert printed[0] in res.stderr, res.stderr
+
+
+# -- 8. the sweep: entries of pins/ no pin can be, pins/ that is no directory, unreadable pins --------------------
+@pytest.mark.parametrize("name", ["foo", "0.5.30 ", "v0.5.30"], ids=["word", "trailing-space", "v-prefix"])
+@pytest.mark.parametrize("filled", [False, True], ids=["empty", "a-set"])
+def test_a_pin_directory_not_named_after_a_release_is_refused(tmp_path, cache, name, filled):
+    """pins/foo, pins/'0.5.30 ' (the space unseen in the message), pins/v0.5.30: `check --all-pins` had said to
+    add the manifest.yaml it lacked (after which the name was refused), or, with a set in it, named the name as a
+    release's. The name is said quoted, not a release version, with a rename that makes it one."""
+    proj = project(tmp_path)
+    d = proj / "pins" / name
+    if filled:
+        _copy_set(proj, d)  # a set, whatever release it pins
+    else:
+        d.mkdir(parents=True)
+    res = cli(proj, cache, "check", "--all-pins", rc=2)
+    _no_traceback(res)
+    assert f"error: {d}: the name {name!r} is not a release version" in res.stderr, res.stderr
+    assert f"`mv {shlex.quote(str(d))} {proj / 'pins'}/VERSION`" in res.stderr, res.stderr
+    assert "a name that starts with '.'" in res.stderr and "add its manifest.yaml" not in res.stderr, res.stderr
+    assert "is not a release version" in cli(proj, cache, "--pin", name, "check", rc=2).stderr
+
+
+def test_files_beside_the_pins_and_an_empty_pins_are_left_alone(tmp_path, cache):
+    """A README linked into pins/ is as much no pin as a plain one (it had been refused: "add its manifest.yaml");
+    an empty pins/ has no pin to check beside the top level."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    res = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert res.stdout.count("== pin ") == 1, res.stdout
+    (proj / "docs").mkdir()
+    (proj / "docs" / "pins.md").write_text("one directory per release\n")
+    os.symlink("../docs/pins.md", proj / "pins" / "README.md")
+    res = cli(proj, cache, "check", "--all-pins", rc=0)
+    assert res.stdout.count("== pin ") == 1 and "== pin 0.5.17" in res.stdout, res.stdout + res.stderr
+
+
+def _pins_a_file(proj: Path) -> str:
+    (proj / "pins").write_text("pin-sets")  # what git checks out for a link with core.symlinks off
+    return "is a file"
+
+
+def _pins_a_loop(proj: Path) -> str:
+    os.symlink("pins", proj / "pins")
+    return "is a symbolic link loop"
+
+
+def _pins_a_link_to_nothing(proj: Path) -> str:
+    os.symlink("pin-sets", proj / "pins")
+    return f"is a symbolic link to {proj / 'pin-sets'}, which does not exist"
+
+
+@pytest.mark.parametrize("make", [_pins_a_file, _pins_a_loop, _pins_a_link_to_nothing], ids=["file", "loop", "nowhere"])
+def test_a_pins_that_is_no_directory_is_refused_alike(tmp_path, cache, make):
+    """pins itself a file, a link loop or a link to nothing: `check --all-pins` had found no pins and passed, so
+    CI went green without the pins it was meant to check; `--pin 9.0.1` said "`rebase 9.0.1` makes one", and the
+    rebase went on to fetch the release. Each entry point refuses it in the same words now, before any work."""
+    proj = project(tmp_path)
+    what = make(proj)
+    before = project_files(proj)
+    said = []
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"error: {proj / 'pins'} {what}, not the directory of this project's pins" in res.stderr, res.stderr
+        assert f"`rm {proj / 'pins'}`" in res.stderr, res.stderr
+        said.append(res.stderr)
+    assert said[0] == said[1] == said[2], said
+    assert project_files(proj) == before and not (proj / ".sglang").exists()
+
+
+def test_a_pin_that_is_a_link_loop_is_said_to_be_one(tmp_path, cache):
+    """pins/9.0.1 a link to itself had been called "a symbolic link to pins/9.0.1, which does not exist"."""
+    proj = project(tmp_path)
+    (proj / "pins").mkdir()
+    os.symlink("9.0.1", proj / "pins" / "9.0.1")
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        res = cli(proj, cache, *args, rc=2)
+        _no_traceback(res)
+        assert f"{proj / 'pins' / '9.0.1'} is a symbolic link loop" in res.stderr or (
+            f"{proj / 'pins' / '9.0.1'} has no manifest.yaml (a symbolic link loop)" in res.stderr
+        ), res.stderr
+        assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
+        assert re.search(rf"`rm (-r )?{re.escape(str(proj / 'pins' / '9.0.1'))}`", res.stderr), res.stderr
+
+
+def _as_a_user_permissions_stop() -> list[str]:
+    """chmod stops no root process: as root the CLI runs as nobody. Failed, not skipped, where that cannot be."""
+    if os.geteuid() != 0:
+        return []
+    assert shutil.which("setpriv"), "running as root without setpriv: no user that file permissions stop"
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.fixture
+def open_dir():
+    """A directory every user may enter (pytest's own tmp_path is its owner's alone), removed after."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="pins-edges-"))
+    d.chmod(0o755)
+    yield d
+    for p in [d, *d.rglob("*")]:
+        if p.is_dir() and not p.is_symlink():
+            p.chmod(0o755)
+    shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("which", ["pin", "pins"])
+@pytest.mark.parametrize("mode", [0o000, 0o644], ids=["000", "no-search"])
+def test_an_unreadable_pins_or_pin_is_refused_by_name(open_dir, which, mode):
+    """pins/ or pins/9.0.1 that this user cannot read: `check --all-pins` and `--pin` had exited 1 as a failed
+    write ("no change to the tree is in progress") with the fix for the directory above pins/, and `rebase 9.0.1`
+    called the progress file damaged ("something else changed it": drop the rebase). Each now says which
+    directory cannot be read and how to see its permissions, exit 2, before any work."""
+    proj = project(open_dir)
+    pin = _copy_set(proj, proj / "pins" / "9.0.1")  # its manifest is never reached: the directory stops the read
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    unreadable = pin if which == "pin" else proj / "pins"
+    unreadable.chmod(mode)
+    env = {**os.environ, "SGLANG_OVERLAY_CACHE": str(open_dir / "cache"), "HOME": str(open_dir)}
+    env.pop("SGLANG_OVERLAY_TREE", None)
+    for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
+        argv = [*_as_a_user_permissions_stop(), sys.executable, str(Path(__file__).parent.parent / "apply.py"), *args]
+        res = subprocess.run(argv, cwd=proj, capture_output=True, text=True, env=env)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stderr)
+        assert f"error: {unreadable} cannot be read (Permission denied)" in res.stderr, (args, res.stderr)
+        assert f"`ls -ld {unreadable}`" in res.stderr and "something else changed it" not in res.stderr, res.stderr
+    assert not (proj / ".sglang").exists() and not (open_dir / "cache").exists()

@@ -51,16 +51,17 @@ def run(ctx, args) -> int:
     m = ctx.manifest
     if args.against:
         return _radar(ctx, args)
-    if not _check_one(m, api.check(context=ctx), args):
+    rep = api.check(context=ctx)
+    if not _check_one(m, rep, args):
         raise CheckFailed(
-            f"the patch set does not hold on {m.pin.package} {m.pin.version} (failures above)",
+            f"the patch set does not hold on {m.pin.package} {m.pin.version}" + _where({m.pin.version: rep}, args),
             hint=f"fix or refresh the failing patches; `{prog()} diff NAME` shows one",
         )
     return 0
 
 
 def _all_pins(ctx, args) -> int:
-    failed = []
+    failed: dict[str, api.CheckResult] = {}
     reports = {}  # --json: one document for all pins, keyed by version (a JSON object per pin parses as none)
     for version, path in all_pins(ctx.top_manifest):
         m = load_manifest(path)
@@ -71,15 +72,28 @@ def _all_pins(ctx, args) -> int:
             print(f"== pin {version} ({path})")
             _check_one(m, rep, args)
         if not rep.ok:
-            failed.append(version)
+            failed[version] = rep
     if args.json:
         print(json.dumps(reports, indent=2))
     if failed:
         raise CheckFailed(
-            f"the patch set does not hold on pin(s) {', '.join(failed)} (failures above)",
-            hint=f"`{prog(pin=False)} --pin VERSION check` shows one pin",
+            f"the patch set does not hold on pin(s) {', '.join(failed)}" + _where(failed, args),
+            hint=f"`{prog(pin=False)} --pin {next(iter(failed))} check` shows that pin alone",
         )
     return 0
+
+
+def _where(failed: dict[str, api.CheckResult], args) -> str:
+    """Where the failures are. The human and markdown output list them above the error; with --json, stdout is
+    the document (often sent to a file, never "above" the error in a CI log), so the error names them itself."""
+    if not args.json:
+        return " (failures above)"
+    pin = len(failed) > 1  # one failing pin is named by the error already
+    said = [f"{v}: {i.subject}" if pin else i.subject for v, rep in failed.items() for i in rep.failures]
+    shown = "; ".join(said[:5]) + (f"; and {len(said) - 5} more" if len(said) > 5 else "")
+    return (
+        f': {len(said)} failure{"s" * (len(said) != 1)}, each an item with "ok": false in the JSON on stdout ({shown})'
+    )
 
 
 def _check_one(m, rep: api.CheckResult, args) -> bool:

@@ -49,7 +49,8 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
-from ..pins import no_manifest, refuse_linked_out
+from ..pinentry import refuse_entry
+from ..pins import refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
     Progress,
@@ -142,6 +143,8 @@ def _which(root: Path, version: str | None) -> str:
 # -- start ------------------------------------------------------------------------------------------------------
 def _start(ctx, version: str) -> int:
     m, root = ctx.manifest, ctx.project_root
+    if version == ctx.top_manifest.pin.version:  # a pins/VERSION shadowing the top level: said as `--pin` says it
+        refuse_entry(ctx.top_manifest, version)
     if version == m.pin.version:
         raise BadInput(f"rebase: {m.path} is already pinned to {version}", hint="name a newer release")
     top = ctx.top_manifest
@@ -157,13 +160,13 @@ def _start(ctx, version: str) -> int:
             hint=f"`{prog(project=False, pin=False)} --manifest {shlex.quote(str(m.pin_source))} rebase {version}`",
         )
     refuse_linked_out(root, version)  # before the release is fetched and any step runs
-    _refuse_taken(root, version)
+    _refuse_taken(top, version)
     t0 = time.monotonic()
     wheel = release_wheel(m.pin, version)
     rel_pin = Pin(m.pin.package, version, f"v{version}", wheel.name, file_sha256(wheel))
     tree, _ = ensure_embedded(root, rel_pin, wheel)
     with Transaction.open(tree) as txn:
-        _refuse_taken(root, version)  # again under the lock: a second rebase may have started meanwhile
+        _refuse_taken(top, version)  # again under the lock: a second rebase may have started meanwhile
         _refuse_dirty(tree, txn)
         staging = staging_dir(root, version)
         if staging.exists():
@@ -219,14 +222,14 @@ def _refuse_changed_source(root: Path, progress: Progress) -> None:
         )
 
 
-def _refuse_taken(root: Path, version: str) -> None:
+def _refuse_taken(top: Manifest, version: str) -> None:
+    root = top.project_root
+    refuse_entry(top, version)  # first: a pins/ that is no directory made the progress file unreadable
     if read_progress(progress_path(root, version)) is not None:
         raise BadInput(
             f"a rebase to {version} is already in progress",
             hint=f"`{prog()} rebase --status`, then `--continue` or `--abort`",
         )
-    if pin_dir(root, version).exists() and not (pin_dir(root, version) / "manifest.yaml").is_file():
-        raise no_manifest(pin_dir(root, version))  # not "use it": `--pin` refuses it too
     if pin_dir(root, version).exists():
         raise BadInput(
             f"{pin_dir(root, version)} exists: the project already carries a pin for {version}",

@@ -1,0 +1,176 @@
+"""What an entry of pins/ is: a pin, no pin (a dot-name, a README), or refused by name with the fix. The one
+judgement `check --all-pins`, `--pin VERSION` and `rebase VERSION` share: an entry that one of them left out and
+another refused let CI pass a pin the other commands reject (or never check a set the user edits)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import stat
+from pathlib import Path
+
+from .errors import BadInput, os_fix_in
+from .manifest import Manifest
+from .progname import prog
+from .rebase_state import PINS_DIR, VERSION_RE
+
+
+def pin_entries(top: Manifest) -> list[Path]:
+    """The entries of pins/ that are pins or meant as one, usable or not. A dot-name is the tool's own (a rebase's
+    staging and progress, a copy set aside) or the user's way to keep one aside; a file (or a link to one) is no
+    pin (a README) unless it is named after a release; a directory or a link to nothing is meant as a pin."""
+    folder = top.project_root / PINS_DIR
+    _refuse_folder(folder)
+    if not folder.is_dir():
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except PermissionError as e:
+        raise _unreadable(folder, e) from e
+    return [
+        folder / n
+        for n in names
+        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
+    ]
+
+
+def refuse_entry(top: Manifest, version: str) -> None:
+    """`--pin VERSION` and `rebase VERSION`: refuse pins/VERSION as `check --all-pins` does, if it is there."""
+    d = top.project_root / PINS_DIR / version
+    _refuse_folder(d.parent)
+    problem = entry_problem(top, d) if _lexists(d) else None
+    if problem is not None:
+        raise problem
+
+
+LOOP = "a symbolic link loop"
+
+
+def broken_link(path: Path) -> str | None:
+    """How a link at `path` leads nowhere, or None: a loop has no target to name or restore."""
+    if not os.path.islink(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return LOOP
+        return f"a symbolic link to {os.path.realpath(path)}, which does not exist"
+    return None
+
+
+def _refuse_folder(folder: Path) -> None:
+    """pins is no directory: `check --all-pins` found no pins in it and passed, `--pin` offered a rebase, and the
+    rebase fetched the release before it failed to make its staging directory there."""
+    if os.path.isdir(folder) or not os.path.lexists(folder):
+        return
+    link = broken_link(folder)
+    what = link or (f"a symbolic link to {os.path.realpath(folder)}, a file" if os.path.islink(folder) else "a file")
+    q = shlex.quote(str(folder))
+    raise BadInput(
+        f"{folder} is {what}, not the directory of this project's pins (each pin is {folder}/VERSION/)",
+        hint=(
+            f"{'point it at a directory' if link == LOOP else 'restore what it leads to'}, or remove the link (`rm {q}`)"
+            if link
+            else f"remove it (`rm {q}`) or rename it (`mv {q} {q}.txt`); a file that holds a path is what git checks "
+            "out for a symbolic link with `core.symlinks` off"
+        )
+        + f"; `{prog(pin=False)} rebase VERSION` makes the directory",
+    )
+
+
+def entry_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+    if d.name == top.pin.version:
+        return _shadows(top, d)
+    if not VERSION_RE.fullmatch(d.name):
+        return _misnamed(d)
+    _lexists(d)  # a pins/ that cannot be searched is named as such, not the pin in it
+    if os.path.exists(d) and not os.path.isdir(d):
+        return _a_file(d)
+    if not _is_file(d / "manifest.yaml", follow=True):
+        return _no_manifest(d)
+    return None
+
+
+def _lexists(path: Path) -> bool:
+    """os.path.lexists, except that a directory on the way that cannot be searched is said: lexists answers False
+    there, and the read after it failed far from the cause (a "damaged" rebase progress file, a "missing" pin)."""
+    return _is_file(path, follow=False) is not None
+
+
+def _is_file(path: Path, *, follow: bool) -> bool | None:
+    """Whether `path` is a file (None: there is nothing there, or a loop); its directory refused if unreadable."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except PermissionError as e:
+        raise _unreadable(path.parent, e) from e
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+    return stat.S_ISREG(st.st_mode)
+
+
+def _unreadable(d: Path, err: OSError) -> BadInput:
+    """Not a failed write (exit 1, "no change to the tree is in progress"): the project cannot be read as given."""
+    return BadInput(
+        f"{d} cannot be read ({err.strerror}): the pins of this project are read from it",
+        hint=os_fix_in(err.strerror or "", str(d)) or f"fix its permissions (`ls -ld {shlex.quote(str(d))}`)",
+    )
+
+
+def _shadows(top: Manifest, d: Path) -> BadInput:
+    """`--pin V` and `check --all-pins` take the top level for its own release, so a set here was never used or
+    checked: edits made in it (a copy made to try something) would be lost without a word."""
+    v = top.pin.version
+    return BadInput(
+        f"{d} is named for {v}, the release the top-level manifest {top.path} pins: it would shadow the top-level "
+        f"set (`--pin {v}` and `check --all-pins` take the top level for {v}, so this would never be used or checked)",
+        hint=f"remove it (`rm -r {shlex.quote(str(d))}`); or, if it holds the set you mean for {v}, move that set "
+        f"to the top level (its manifest.yaml, patches/ and overlay/ in place of those in {top.project_root}) and "
+        "remove it; or rename it to a name that starts with '.' to keep it aside",
+    )
+
+
+def _misnamed(d: Path) -> BadInput:
+    """The name is what `--pin` and the checks go by: one that is no release can never be selected, and its set
+    (whatever it holds) would be checked as the release of no name. Quoted: a trailing space is unseen otherwise."""
+    return BadInput(
+        f"{d}: the name {d.name!r} is not a release version: each directory in {d.parent} whose name does not start "
+        "with '.' is the pin of the release it names",
+        hint=f"rename it to the release its set is for (`mv {shlex.quote(str(d))} "
+        f"{shlex.quote(str(d.parent))}/VERSION`), or to a name that starts with '.' to keep it aside",
+    )
+
+
+def _a_file(d: Path) -> BadInput:
+    """Named after a release, so meant as its pin (a README beside the pins is no release's name)."""
+    link = f" (a symbolic link to {os.path.realpath(d)})" if os.path.islink(d) else ""
+    return BadInput(
+        f"{d} is a file, not a pin directory{link}: each entry of {d.parent} whose name does not start with '.' "
+        "and names a release is that release's pin, a directory (manifest.yaml, patches/, overlay/)",
+        hint=f"remove it (`rm {shlex.quote(str(d))}`; `{prog(pin=False)} rebase {d.name}` makes the pin) or rename "
+        "it to a name that starts with '.'",
+    )
+
+
+def _no_manifest(d: Path) -> BadInput:
+    """pins/VERSION holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
+    it out would let CI pass without the pin it was meant to check."""
+    link = broken_link(d)
+    gone = f" ({link})" if link else ""
+    fix = (
+        "point it at a pin directory (it leads to itself)"
+        if link == LOOP
+        else "restore what it leads to (a pin directory with its manifest.yaml)"
+        if gone
+        else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
+    )
+    return BadInput(
+        f"{d} has no manifest.yaml{gone}: each directory in {d.parent} whose name does not start with '.' is the "
+        "pin of the release it names",
+        hint=f"{fix}; or take it out of the pins: remove it (`rm -r {shlex.quote(str(d))}`; `{prog(pin=False)} "
+        f"rebase {d.name}` makes the pin again) or rename it to a name that starts with '.'",
+    )

@@ -316,6 +316,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.processes < 1 or a.rounds < 1 or a.steps < 1:
         ap.error("--processes, --rounds and --steps must be at least 1")
+    if a.json:
+        # before minutes of device time, not after: a folder that cannot be made is found while nothing is lost
+        try:
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"error: --json {a.json}: cannot make {a.json.parent}: {e.strerror or e}; give a path in a "
+                  "writable folder", file=sys.stderr)
+            return 2
     regimes: dict[str, list[dict]] = {}
     report: dict = {}
     if a.sources:
@@ -348,8 +356,17 @@ def main(argv=None) -> int:
         report["regimes"][regime] = {"runs": runs, "verdicts": v}
         _print(regime, runs, v)
     if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(report, indent=1) + "\n")
+        from .derived import write_whole
+        from .errors import WriteFailed
+
+        data = (json.dumps(report, indent=1) + "\n").encode()
+        try:
+            # whole or not at all: a kill or a full disk leaves the earlier file, which `--from` reads
+            write_whole(a.json, data, "the report follows on stdout")
+        except WriteFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.stdout.write(data.decode())
+            return 1
     return 0
 
 

@@ -4,6 +4,7 @@ numbers with known answers. The GPU figures are recorded runs, not tests."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 from conftest import ROOT
 
 from bench import eagle_timer_gpu as etg
+from sglang_overlay.fsio import tmp_path as tmp_path_of
 
 
 def _runs(per_process: list[tuple[float, ...]], arms=etg.ARMS) -> list[dict]:
@@ -121,3 +123,39 @@ def test_the_h200_record_reads_as_its_readme_says():
             asked = etg.REGIMES[run["regime"]][0]
             got = run["phase_p50_ms"]["on"]
             assert all(abs(g - a) < 0.1 for g, a in zip((got["draft"], got["verify"], got["draft_extend"]), asked))
+
+
+CPU_RUN = ["--device", "cpu", "--regime", "tiny", "--processes", "2", "--rounds", "1", "--steps", "2"]
+
+
+def test_a_json_folder_that_cannot_be_made_is_refused_before_measuring(tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "r.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "bench.eagle_timer_gpu", *CPU_RUN, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and str(out) in res.stderr and "Traceback" not in res.stderr
+    assert res.stdout == ""  # nothing measured yet
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed in CI by .ci/run)")
+def test_a_full_disk_at_the_json_keeps_the_earlier_file_and_prints_the_report(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text('{"earlier": 1}\n')
+    # ENOSPC at every write to the temp file beside it (-P: only syscalls on that path)
+    tmp = tmp_path_of(out)
+    res = subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(tmp), "-e", "inject=write:error=ENOSPC",
+         sys.executable, "-m", "bench.eagle_timer_gpu", *CPU_RUN, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 1 and str(out) in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert out.read_text() == '{"earlier": 1}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # no temp left
+    report = json.loads(res.stdout[res.stdout.index('{\n "command"') :])
+    assert len(report["regimes"]["tiny"]["runs"]) == 2

@@ -321,8 +321,11 @@ def main(argv=None) -> int:
         try:
             a.json.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            print(f"error: --json {a.json}: cannot make {a.json.parent}: {e.strerror or e}; give a path in a "
-                  "writable folder", file=sys.stderr)
+            print(
+                f"error: --json {a.json}: cannot make {a.json.parent}: {e.strerror or e}; give a path in a "
+                "writable folder",
+                file=sys.stderr,
+            )
             return 2
     regimes: dict[str, list[dict]] = {}
     report: dict = {}

@@ -148,8 +148,23 @@ def test_a_full_disk_at_the_json_keeps_the_earlier_file_and_prints_the_report(tm
     # ENOSPC at every write to the temp file beside it (-P: only syscalls on that path)
     tmp = tmp_path_of(out)
     res = subprocess.run(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(tmp), "-e", "inject=write:error=ENOSPC",
-         sys.executable, "-m", "bench.eagle_timer_gpu", *CPU_RUN, "--json", str(out)],
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-P",
+            str(tmp),
+            "-e",
+            "inject=write:error=ENOSPC",
+            sys.executable,
+            "-m",
+            "bench.eagle_timer_gpu",
+            *CPU_RUN,
+            "--json",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

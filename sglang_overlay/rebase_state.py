@@ -99,6 +99,11 @@ class Result:
     files: tuple[tuple[str, str], ...] = ()
     proof: Proof | None = None
     stop: str = ""  # a skipped patch: why the rebase had stopped at it
+    by_hand: bool = False  # the user's own work (a conflict resolved, a proof rewritten at a stop): an abort keeps it
+
+
+# what a progress file written before `by_hand` was kept says in a proof rewritten by hand's detail
+PROOF_BY_HAND = "proof rewritten by hand"
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ class Progress:
             out["proof"] = proof
             if r.stop:
                 out["stop"] = r.stop
+            out["by_hand"] = r.by_hand  # always: a file without it is an older tool's, read by the detail's words
             return out
 
         stop = None
@@ -194,7 +200,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         where = f"{path}: rebase progress: key {key}"
         if name not in order or not isinstance(r, dict):
             raise sh.fail(key, "not a patch of the rebase, or not an object")
-        sh.keys(r, ("status", "detail", "files", "proof", "stop"), key)
+        sh.keys(r, ("status", "detail", "files", "proof", "stop", "by_hand"), key)
         files = []
         for f in sh.get(r, "files", list):
             if not (isinstance(f, list) and len(f) == 2 and isinstance(f[1], str)):
@@ -209,7 +215,11 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         if not status:
             raise sh.fail(f"{key} -> 'status'", "empty")
         stop_why = sh.get(r, "stop", str, optional=True) or ""
-        results[name] = Result(status, sh.get(r, "detail", str), tuple(files), proof, stop_why)
+        detail = sh.get(r, "detail", str)
+        by_hand = sh.get(r, "by_hand", bool, optional=True)
+        if by_hand is None:  # a file from before the key: told by the status and the detail's words, as it was then
+            by_hand = status == "resolved" or detail.startswith(PROOF_BY_HAND)
+        results[name] = Result(status, detail, tuple(files), proof, stop_why, by_hand)
     stop = None
     if data.get("stop") is not None:
         s = sh.get(data, "stop", dict)

@@ -53,6 +53,7 @@ from ..pinentry import refuse_entry
 from ..pins import refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
+    PROOF_BY_HAND,
     Progress,
     Result,
     Stop,
@@ -565,7 +566,7 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
         data = now.get(f)
         _write(staging / "overlay" / f, data if data is not None else p.overlay_source(f).read_bytes())
     files = tuple((f, "resolved") for f in paths)
-    return Result("resolved", f"resolved by hand: {', '.join(paths)}", files)
+    return Result("resolved", f"resolved by hand: {', '.join(paths)}", files, by_hand=True)
 
 
 def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result | None:
@@ -585,7 +586,7 @@ def _asked_proof(p: Patch, staging: Path, release, progress: Progress) -> Result
     if not res.holds:
         print(f"{p.name}: the proof in {ask} does not hold on {progress.target}: {res.detail}")
         return None
-    return Result("upstreamed-moved", f"{_PROOF_BY_HAND}: {proof.file}", (), proof)
+    return Result("upstreamed-moved", f"{PROOF_BY_HAND}: {proof.file}", (), proof, by_hand=True)
 
 
 def _finished(root: Path, version: str) -> bool:
@@ -682,10 +683,7 @@ def _kept_notes(root: Path, version: str, by_hand: list[str]) -> list[str]:
 
 def _by_hand(result: Result) -> bool:
     """A result that holds the user's own work: a conflict resolved, a proof rewritten (_proof_by_hand)."""
-    return result.status == "resolved" or result.detail.startswith(_PROOF_BY_HAND)
-
-
-_PROOF_BY_HAND = "proof rewritten by hand"
+    return result.by_hand
 
 
 def _abort_unread(root: Path, version: str, why: BadInput) -> int:

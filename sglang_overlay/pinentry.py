@@ -28,6 +28,8 @@ def pin_entries(top: Manifest) -> list[Path]:
         names = sorted(os.listdir(folder))
     except PermissionError as e:
         raise _unreadable(folder, e) from e
+    for n in names:  # listed but not searchable: said of pins/ here, not of the first pin that is looked into
+        _lexists(folder / n)
     return [
         folder / n
         for n in names
@@ -80,12 +82,20 @@ def _refuse_folder(folder: Path) -> None:
     )
 
 
-def entry_problem(top: Manifest, d: Path) -> BadInput | None:
-    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+def name_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why no pin can go by the name of the entry `d` (it names no release, or the top level's), or None."""
     if d.name == top.pin.version:
         return _shadows(top, d)
     if not VERSION_RE.fullmatch(d.name):
         return _misnamed(d)
+    return None
+
+
+def entry_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+    named = name_problem(top, d)
+    if named is not None:
+        return named
     _lexists(d)  # a pins/ that cannot be searched is named as such, not the pin in it
     if os.path.exists(d) and not os.path.isdir(d):
         return _a_file(d)

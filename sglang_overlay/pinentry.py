@@ -22,19 +22,26 @@ def pin_entries(top: Manifest) -> list[Path]:
     pin (a README) unless it is named after a release; a directory or a link to nothing is meant as a pin."""
     folder = top.project_root / PINS_DIR
     _refuse_folder(folder)
+    return [
+        folder / n
+        for n in sorted(readable_names(folder))
+        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
+    ]
+
+
+def readable_names(folder: Path) -> list[str]:
+    """The names in pins/, none if it is no directory. One this user cannot list or search is refused by name: read
+    as empty, it had held no pin and no rebase in progress while it did. Said of pins/ itself, not of the first
+    entry looked into, when it can be listed but not searched."""
     if not folder.is_dir():
         return []
     try:
-        names = sorted(os.listdir(folder))
+        names = os.listdir(folder)
     except PermissionError as e:
         raise _unreadable(folder, e) from e
-    for n in names:  # listed but not searchable: said of pins/ here, not of the first pin that is looked into
+    for n in names:
         _lexists(folder / n)
-    return [
-        folder / n
-        for n in names
-        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
-    ]
+    return names
 
 
 def refuse_entry(top: Manifest, version: str) -> None:

@@ -608,3 +608,35 @@ def test_check_all_pins_exits_with_the_worst_outcome(tmp_path, pin_source):
     assert "\n  and the patch set does not hold on pin(s) 0.5.17: " in res.stderr, res.stderr
     shutil.rmtree(proj / "pins" / "9.0.1")
     assert json.loads(_offline(proj, own, "check", "--all-pins", "--json", rc=1).stdout)["0.5.17"]["status"] == "fail"
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o644], ids=["000", "no-search"])
+def test_a_rebase_in_an_unreadable_pins_is_not_said_to_be_none(open_dir, cache, pin_source, mode):
+    """A rebase stopped at a conflict, then pins/ made unreadable to this user: `--status`, `--continue` and `--abort`
+    had said "no rebase in progress" (the lookup of its progress file got nothing back), while one is. Each
+    refuses by name now (exit 2, pins/ and how to see its permissions), and the rebase is left as it was."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(open_dir)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    saved = progress.read_bytes()
+    users = _users_cache(open_dir, pin_source)
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    pins = proj / "pins"
+    pins.chmod(mode)
+    for args in (
+        ("--status",),
+        ("--continue",),
+        ("--skip",),
+        ("--abort",),
+        ("--abort", "9.0.2"),
+        ("--status", "9.0.2"),
+    ):
+        res = _as_the_user(proj, users, "rebase", *args)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert f"error: {pins} cannot be read (Permission denied)" in res.stderr, (args, res.stderr)
+        assert f"`ls -ld {pins}`" in res.stderr and "no rebase" not in res.stdout + res.stderr, (args, res.stderr)
+    pins.chmod(0o755)
+    assert progress.read_bytes() == saved
+    assert "9.0.2" in cli(proj, cache, "rebase", "--status", rc=0).stdout

@@ -8,7 +8,9 @@ import errno
 import os
 import shlex
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from .errors import BadInput, os_fix_in
 from .manifest import Manifest
@@ -53,19 +55,40 @@ def refuse_entry(top: Manifest, version: str) -> None:
         raise problem
 
 
-LOOP = "a symbolic link loop"
+LinkFault = Literal["loop", "missing", "denied"]
 
 
-def broken_link(path: Path) -> str | None:
-    """How a link at `path` leads nowhere, or None: a loop has no target to name or restore."""
+@dataclass(frozen=True)
+class BrokenLink:
+    """A symbolic link that leads nowhere this user can go."""
+
+    target: str  # where it leads: the path its text names, resolved as far as it goes
+    why: LinkFault
+
+    @property
+    def said(self) -> str:
+        """What the link is, after "PATH is"."""
+        if self.why == "loop":
+            return "a symbolic link loop"  # no target to name or restore
+        if self.why == "denied":  # it may well be there: "does not exist" had sent the user to restore it
+            return f"a symbolic link to {self.target}, which this user cannot reach (Permission denied)"
+        return f"a symbolic link to {self.target}, which does not exist"
+
+    @property
+    def reach(self) -> str:
+        """The fix when it is denied: which directory on the way refuses is not said by the error."""
+        return f"let this user reach it (`namei -l {shlex.quote(self.target)}` shows each directory on the way)"
+
+
+def broken_link(path: Path) -> BrokenLink | None:
+    """How a link at `path` leads nowhere this user can go, or None."""
     if not os.path.islink(path):
         return None
     try:
         os.stat(path)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return LOOP
-        return f"a symbolic link to {os.path.realpath(path)}, which does not exist"
+        why: LinkFault = "loop" if e.errno == errno.ELOOP else "denied" if e.errno == errno.EACCES else "missing"
+        return BrokenLink(os.path.realpath(path), why)
     return None
 
 
@@ -75,12 +98,23 @@ def _refuse_folder(folder: Path) -> None:
     if os.path.isdir(folder) or not os.path.lexists(folder):
         return
     link = broken_link(folder)
-    what = link or (f"a symbolic link to {os.path.realpath(folder)}, a file" if os.path.islink(folder) else "a file")
     q = shlex.quote(str(folder))
+    if link is not None and link.why == "denied":  # no reason to think it is no directory
+        raise BadInput(
+            f"{folder} is {link.said}: the pins of this project are read from it",
+            hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {q}`)",
+        )
+    if link is not None:
+        what = link.said
+    elif os.path.islink(folder):
+        what = f"a symbolic link to {os.path.realpath(folder)}, a file"
+    else:
+        what = "a file"
     raise BadInput(
         f"{folder} is {what}, not the directory of this project's pins (each pin is {folder}/VERSION/)",
         hint=(
-            f"{'point it at a directory' if link == LOOP else 'restore what it leads to'}, or remove the link (`rm {q}`)"
+            f"{'point it at a directory' if link.why == 'loop' else 'restore what it leads to'}, or remove the link "
+            f"(`rm {q}`)"
             if link
             else f"remove it (`rm {q}`) or rename it (`mv {q} {q}.txt`); a file that holds a path is what git checks "
             "out for a symbolic link with `core.symlinks` off"
@@ -177,12 +211,14 @@ def _no_manifest(d: Path) -> BadInput:
     """pins/VERSION holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
     it out would let CI pass without the pin it was meant to check."""
     link = broken_link(d)
-    gone = f" ({link})" if link else ""
+    gone = f" ({link.said})" if link else ""
     fix = (
         "point it at a pin directory (it leads to itself)"
-        if link == LOOP
+        if link and link.why == "loop"
+        else link.reach
+        if link and link.why == "denied"
         else "restore what it leads to (a pin directory with its manifest.yaml)"
-        if gone
+        if link
         else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
     )
     return BadInput(

@@ -130,7 +130,13 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
         real, there = os.path.realpath(target), os.path.exists(target)
         if _within(real, root) and there:
             return  # a pin linked within the project is a pin (`--pin` takes it): _refuse_taken names it
-        said = broken_link(target) or f"a symbolic link to {real}"  # a loop: no target to name, none outside
+        link = broken_link(target)
+        if link is not None and link.why == "denied" and _within(real, root):  # maybe a pin: not ours to remove
+            raise BadInput(
+                f"rebase {version}: {target} is {link.said}",
+                hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {target}`) and rebase again",
+            )
+        said = link.said if link else f"a symbolic link to {real}"  # a loop: no target to name, none outside
         keep = (
             f"; to make what it leads to the pin for {version} instead, copy it in its place "
             f"(`rm {target} && cp -r {real} {target}`)"

@@ -640,3 +640,45 @@ def test_a_rebase_in_an_unreadable_pins_is_not_said_to_be_none(open_dir, cache, 
     pins.chmod(0o755)
     assert progress.read_bytes() == saved
     assert "9.0.2" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+
+
+def _pins_linked_where_the_user_cannot_reach(proj: Path, private: Path) -> tuple[Path, Path, tuple]:
+    (private / "pin-sets").mkdir()
+    os.symlink(private / "pin-sets", proj / "pins")
+    return (
+        proj / "pins",
+        private / "pin-sets",
+        (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")),
+    )
+
+
+def _pin_linked_where_the_user_cannot_reach(proj: Path, private: Path) -> tuple[Path, Path, tuple]:
+    (proj / "pins").mkdir()
+    _copy_set(proj, private / "9.0.1")
+    os.symlink(private / "9.0.1", proj / "pins" / "9.0.1")
+    return proj / "pins" / "9.0.1", private / "9.0.1", (("rebase", "9.0.1"),)
+
+
+@pytest.mark.parametrize(
+    "link", [_pins_linked_where_the_user_cannot_reach, _pin_linked_where_the_user_cannot_reach], ids=["pins", "pin"]
+)
+def test_a_link_whose_target_this_user_cannot_reach_is_not_said_to_lead_nowhere(open_dir, link):
+    """pins (or pins/9.0.1) a link to a directory behind one this user may not enter: it had been called "a
+    symbolic link to X, which does not exist", and the fix was to restore X, which is there. It is said to be out
+    of this user's reach (permission), with the way to see where on the path, exit 2, before any work."""
+    proj = project(open_dir)
+    private = proj / "private"  # inside the project: only the permission stands in the way
+    private.mkdir()
+    path, target, commands = link(proj, private)
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    private.chmod(0o700)
+    for args in commands:
+        res = _as_the_user(proj, open_dir / "cache", *args)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stderr)
+        assert f"{path} is a symbolic link to {target}, which this user cannot reach (Permission denied)" in (
+            res.stderr
+        ), (args, res.stderr)
+        assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
+        assert f"`namei -l {target}`" in res.stderr, res.stderr
+    assert not (proj / ".sglang").exists() and not (open_dir / "cache").exists()

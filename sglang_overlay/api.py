@@ -224,6 +224,7 @@ class CheckResult:
         return {
             "version": self.version,
             "ok": self.ok,
+            "status": "pass" if self.ok else "fail",  # `check --all-pins --json`: "error" for a pin not checked
             "items": [vars(i) for i in self.items],
             "offsets": list(self.offsets),
             "failures": len(self.failures),

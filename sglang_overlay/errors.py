@@ -64,6 +64,11 @@ class StateError(BadInput):
     """The tool's own files in a tree (state.json, the journal, saved copies) are damaged or not what it wrote."""
 
 
+class PinNotChecked(BadInput):
+    """`check --all-pins`: a pin could not be checked at all (its release, its manifest); every other was, and
+    each outcome is said."""
+
+
 class Conflict(OverlayError):
     """A patch does not apply to the tree (exactly, with zero fuzz)."""
 

@@ -8,7 +8,9 @@ import errno
 import os
 import shlex
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from .errors import BadInput, os_fix_in
 from .manifest import Manifest
@@ -22,17 +24,26 @@ def pin_entries(top: Manifest) -> list[Path]:
     pin (a README) unless it is named after a release; a directory or a link to nothing is meant as a pin."""
     folder = top.project_root / PINS_DIR
     _refuse_folder(folder)
+    return [
+        folder / n
+        for n in sorted(readable_names(folder))
+        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
+    ]
+
+
+def readable_names(folder: Path) -> list[str]:
+    """The names in pins/, none if it is no directory. One this user cannot list or search is refused by name: read
+    as empty, it had held no pin and no rebase in progress while it did. Said of pins/ itself, not of the first
+    entry looked into, when it can be listed but not searched."""
     if not folder.is_dir():
         return []
     try:
-        names = sorted(os.listdir(folder))
+        names = os.listdir(folder)
     except PermissionError as e:
         raise _unreadable(folder, e) from e
-    return [
-        folder / n
-        for n in names
-        if not n.startswith(".") and (VERSION_RE.fullmatch(n) or not _is_file(folder / n, follow=True))
-    ]
+    for n in names:
+        _lexists(folder / n)
+    return names
 
 
 def refuse_entry(top: Manifest, version: str) -> None:
@@ -44,19 +55,40 @@ def refuse_entry(top: Manifest, version: str) -> None:
         raise problem
 
 
-LOOP = "a symbolic link loop"
+LinkFault = Literal["loop", "missing", "denied"]
 
 
-def broken_link(path: Path) -> str | None:
-    """How a link at `path` leads nowhere, or None: a loop has no target to name or restore."""
+@dataclass(frozen=True)
+class BrokenLink:
+    """A symbolic link that leads nowhere this user can go."""
+
+    target: str  # where it leads: the path its text names, resolved as far as it goes
+    why: LinkFault
+
+    @property
+    def said(self) -> str:
+        """What the link is, after "PATH is"."""
+        if self.why == "loop":
+            return "a symbolic link loop"  # no target to name or restore
+        if self.why == "denied":  # it may well be there: "does not exist" had sent the user to restore it
+            return f"a symbolic link to {self.target}, which this user cannot reach (Permission denied)"
+        return f"a symbolic link to {self.target}, which does not exist"
+
+    @property
+    def reach(self) -> str:
+        """The fix when it is denied: which directory on the way refuses is not said by the error."""
+        return f"let this user reach it (`namei -l {shlex.quote(self.target)}` shows each directory on the way)"
+
+
+def broken_link(path: Path) -> BrokenLink | None:
+    """How a link at `path` leads nowhere this user can go, or None."""
     if not os.path.islink(path):
         return None
     try:
         os.stat(path)
     except OSError as e:
-        if e.errno == errno.ELOOP:
-            return LOOP
-        return f"a symbolic link to {os.path.realpath(path)}, which does not exist"
+        why: LinkFault = "loop" if e.errno == errno.ELOOP else "denied" if e.errno == errno.EACCES else "missing"
+        return BrokenLink(os.path.realpath(path), why)
     return None
 
 
@@ -66,12 +98,23 @@ def _refuse_folder(folder: Path) -> None:
     if os.path.isdir(folder) or not os.path.lexists(folder):
         return
     link = broken_link(folder)
-    what = link or (f"a symbolic link to {os.path.realpath(folder)}, a file" if os.path.islink(folder) else "a file")
     q = shlex.quote(str(folder))
+    if link is not None and link.why == "denied":  # no reason to think it is no directory
+        raise BadInput(
+            f"{folder} is {link.said}: the pins of this project are read from it",
+            hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {q}`)",
+        )
+    if link is not None:
+        what = link.said
+    elif os.path.islink(folder):
+        what = f"a symbolic link to {os.path.realpath(folder)}, a file"
+    else:
+        what = "a file"
     raise BadInput(
         f"{folder} is {what}, not the directory of this project's pins (each pin is {folder}/VERSION/)",
         hint=(
-            f"{'point it at a directory' if link == LOOP else 'restore what it leads to'}, or remove the link (`rm {q}`)"
+            f"{'point it at a directory' if link.why == 'loop' else 'restore what it leads to'}, or remove the link "
+            f"(`rm {q}`)"
             if link
             else f"remove it (`rm {q}`) or rename it (`mv {q} {q}.txt`); a file that holds a path is what git checks "
             "out for a symbolic link with `core.symlinks` off"
@@ -80,12 +123,20 @@ def _refuse_folder(folder: Path) -> None:
     )
 
 
-def entry_problem(top: Manifest, d: Path) -> BadInput | None:
-    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+def name_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why no pin can go by the name of the entry `d` (it names no release, or the top level's), or None."""
     if d.name == top.pin.version:
         return _shadows(top, d)
     if not VERSION_RE.fullmatch(d.name):
         return _misnamed(d)
+    return None
+
+
+def entry_problem(top: Manifest, d: Path) -> BadInput | None:
+    """Why the entry `d` of pins/ cannot be used as a pin, or None."""
+    named = name_problem(top, d)
+    if named is not None:
+        return named
     _lexists(d)  # a pins/ that cannot be searched is named as such, not the pin in it
     if os.path.exists(d) and not os.path.isdir(d):
         return _a_file(d)
@@ -160,12 +211,14 @@ def _no_manifest(d: Path) -> BadInput:
     """pins/VERSION holds no manifest.yaml (deleted, misnamed, a link to nothing): it cannot be used, and leaving
     it out would let CI pass without the pin it was meant to check."""
     link = broken_link(d)
-    gone = f" ({link})" if link else ""
+    gone = f" ({link.said})" if link else ""
     fix = (
         "point it at a pin directory (it leads to itself)"
-        if link == LOOP
+        if link and link.why == "loop"
+        else link.reach
+        if link and link.why == "denied"
         else "restore what it leads to (a pin directory with its manifest.yaml)"
-        if gone
+        if link
         else "add its manifest.yaml (a pin is a whole project directory: manifest.yaml, patches/, overlay/)"
     )
     return BadInput(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import BadInput, ManifestError
 from .manifest import Manifest, load_manifest
-from .pinentry import broken_link, entry_problem, pin_entries, refuse_entry
+from .pinentry import broken_link, entry_problem, name_problem, pin_entries, refuse_entry
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
 from .tree import Tree, carried, embedded_path
@@ -65,16 +65,29 @@ def _inside(top: Manifest, path: Path, label: str) -> Path:
     return path
 
 
-def all_pins(top: Manifest) -> list[tuple[str, Path]]:
-    """(version, manifest path) of every pin of the project, the top level's first. A pin directory without its
-    manifest is refused, not left out: `check --all-pins` had passed without checking it."""
-    out = [(top.pin.version, top.path)]
+def all_pins(top: Manifest) -> list[str]:
+    """The release of every pin of the project, the top level's first. Each is judged when it is selected
+    (`pin_manifest_path`), so that `check --all-pins` reports one that cannot be used (no manifest, unreadable,
+    malformed) under its release and checks the rest. An entry that no release can report is refused here, before
+    any pin is checked: its name is no release, or it is the top level's, whose result it would take the place of."""
+    out = [top.pin.version]
     for d in pin_entries(top):
-        problem = entry_problem(top, d)
+        problem = name_problem(top, d)
         if problem is not None:
             raise problem
-        out.append((d.name, _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{d.name}"), d.name)))
+        out.append(d.name)
     return out
+
+
+def listed_manifest_path(top: Manifest, version: str) -> Path:
+    """The manifest of a pin `all_pins` listed, judged as `--pin` judges it (its own words for what it lacks)."""
+    if version == top.pin.version:
+        return top.path
+    d = top.project_root / PINS_DIR / version
+    problem = entry_problem(top, d)
+    if problem is not None:
+        raise problem
+    return _pins_its_version(_inside(top, d / "manifest.yaml", f"{PINS_DIR}/{version}"), version)
 
 
 def pin_versions(top: Manifest) -> list[str]:
@@ -117,7 +130,13 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
         real, there = os.path.realpath(target), os.path.exists(target)
         if _within(real, root) and there:
             return  # a pin linked within the project is a pin (`--pin` takes it): _refuse_taken names it
-        said = broken_link(target) or f"a symbolic link to {real}"  # a loop: no target to name, none outside
+        link = broken_link(target)
+        if link is not None and link.why == "denied" and _within(real, root):  # maybe a pin: not ours to remove
+            raise BadInput(
+                f"rebase {version}: {target} is {link.said}",
+                hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {target}`) and rebase again",
+            )
+        said = link.said if link else f"a symbolic link to {real}"  # a loop: no target to name, none outside
         keep = (
             f"; to make what it leads to the pin for {version} instead, copy it in its place "
             f"(`rm {target} && cp -r {real} {target}`)"

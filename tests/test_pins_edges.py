@@ -19,6 +19,7 @@ from test_rebase import (
     SARGS,
     TOPK,
     _conflicting_release,
+    _fake_pin,
     cache,
     cli,
     make_release,
@@ -289,7 +290,8 @@ def _link_to_a_file(entry: Path) -> None:
 def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path, cache, make):
     """pins/0.5.30 a plain file (or a link to one): `check --all-pins` had left it out and passed, while `--pin
     0.5.30` and `rebase 0.5.30` said it had no manifest.yaml and to add one, which a file cannot take. Each now
-    refuses it in the same words, naming the file and the fix, before any work."""
+    refuses it in the same words, naming the file and the fix, before any work (`check --all-pins` under that
+    pin, the others checked)."""
     proj = project(tmp_path)
     (proj / "pins").mkdir()
     entry = proj / "pins" / "0.5.30"
@@ -299,12 +301,20 @@ def test_a_file_named_like_a_pin_is_refused_alike_by_every_entry_point(tmp_path,
     for args in (("check", "--all-pins"), ("--pin", "0.5.30", "check"), ("rebase", "0.5.30")):
         res = cli(proj, cache, *args, rc=2)
         _no_traceback(res)
-        assert f"error: {entry} is a file, not a pin directory" in res.stderr, (args, res.stderr)
-        assert f"`rm {entry}`" in res.stderr and "a name that starts with '.'" in res.stderr, res.stderr
-        said.append(res.stderr)
+        refusal = _said_of_the_pin(res.stderr, "0.5.30") if "--all-pins" in args else res.stderr
+        assert refusal.startswith(f"error: {entry} is a file, not a pin directory"), (args, res.stderr)
+        assert f"`rm {entry}`" in refusal and "a name that starts with '.'" in refusal, res.stderr
+        said.append(refusal)
     assert said[0] == said[1] == said[2], said
     assert not (proj / ".sglang").exists() and project_files(proj) == before
     assert sorted(os.listdir(proj / "pins")) == sorted(["0.5.30", *(["NOTES.txt"] if os.path.islink(entry) else [])])
+
+
+def _said_of_the_pin(stderr: str, version: str) -> str:
+    """What `check --all-pins` says of a pin it could not check, in the words of its error alone (`--pin`)."""
+    m = re.search(rf"^  {re.escape(version)}: (.*)\n    fix: (.*)\n", stderr, re.M)
+    assert m, stderr
+    return f"error: {m[1]}\n  hint: {m[2]}\n"
 
 
 # -- 6. pins/ named for the top level's own release ------------------------------------------------------------------
@@ -479,25 +489,196 @@ def open_dir():
     shutil.rmtree(d)
 
 
+def _users_cache(open_dir: Path, pin_source) -> Path:
+    """A release cache the user of `_as_a_user_permissions_stop` can use (the fixtures' is root's): the pin's
+    wheel, and room for the lock and the compile cache."""
+    cache = open_dir / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    try:
+        os.link(pin_source.wheel, cache / "wheels" / pin_source.wheel.name)
+    except OSError:  # another file system
+        shutil.copy(pin_source.wheel, cache / "wheels" / pin_source.wheel.name)
+    cache.chmod(0o777)
+    return cache
+
+
+def _as_the_user(proj: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SGLANG_OVERLAY_CACHE": str(cache), "HOME": str(cache.parent)}
+    env.pop("SGLANG_OVERLAY_TREE", None)
+    argv = [*_as_a_user_permissions_stop(), sys.executable, str(Path(__file__).parent.parent / "apply.py"), *args]
+    return subprocess.run(argv, cwd=proj, capture_output=True, text=True, env=env)
+
+
 @pytest.mark.parametrize("which", ["pin", "pins"])
 @pytest.mark.parametrize("mode", [0o000, 0o644], ids=["000", "no-search"])
-def test_an_unreadable_pins_or_pin_is_refused_by_name(open_dir, which, mode):
+def test_an_unreadable_pins_or_pin_is_refused_by_name(open_dir, pin_source, which, mode):
     """pins/ or pins/9.0.1 that this user cannot read: `check --all-pins` and `--pin` had exited 1 as a failed
     write ("no change to the tree is in progress") with the fix for the directory above pins/, and `rebase 9.0.1`
     called the progress file damaged ("something else changed it": drop the rebase). Each now says which
-    directory cannot be read and how to see its permissions, exit 2, before any work."""
+    directory cannot be read and how to see its permissions, exit 2, before any work (`check --all-pins` says
+    an unreadable pins/9.0.1 under that pin, and checks the top level)."""
     proj = project(open_dir)
     pin = _copy_set(proj, proj / "pins" / "9.0.1")  # its manifest is never reached: the directory stops the read
+    cache = _users_cache(open_dir, pin_source)
     subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
     unreadable = pin if which == "pin" else proj / "pins"
     unreadable.chmod(mode)
-    env = {**os.environ, "SGLANG_OVERLAY_CACHE": str(open_dir / "cache"), "HOME": str(open_dir)}
-    env.pop("SGLANG_OVERLAY_TREE", None)
     for args in (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")):
-        argv = [*_as_a_user_permissions_stop(), sys.executable, str(Path(__file__).parent.parent / "apply.py"), *args]
-        res = subprocess.run(argv, cwd=proj, capture_output=True, text=True, env=env)
+        res = _as_the_user(proj, cache, *args)
         _no_traceback(res)
         assert res.returncode == 2, (args, res.stderr)
-        assert f"error: {unreadable} cannot be read (Permission denied)" in res.stderr, (args, res.stderr)
-        assert f"`ls -ld {unreadable}`" in res.stderr and "something else changed it" not in res.stderr, res.stderr
+        refusal = res.stderr
+        if which == "pin" and "--all-pins" in args:
+            assert "could not be checked (the others were: 0.5.17 holds)" in res.stderr, res.stderr
+            refusal = _said_of_the_pin(res.stderr, "9.0.1")
+        assert refusal.startswith(f"error: {unreadable} cannot be read (Permission denied)"), (args, res.stderr)
+        assert f"`ls -ld {unreadable}`" in refusal and "something else changed it" not in refusal, res.stderr
+        assert "downloading" not in res.stderr, res.stderr
+    assert not (proj / ".sglang").exists() and not list(cache.glob("releases"))
+
+
+# -- 9. a pin that cannot be checked at all -------------------------------------------------------------------------
+def _broken_pins(tmp_path: Path, pin_source) -> tuple[Path, Path]:
+    """The top level, pins/9.0.1 made by a rebase whose release is then gone from the cache (no index to fetch it
+    from again), pins/9.0.3 whose manifest does not parse, pins/9.0.4 whose manifest was deleted."""
+    own = tmp_path / "cache"
+    (own / "wheels").mkdir(parents=True)
+    os.symlink(pin_source.wheel, own / "wheels" / pin_source.wheel.name)
+    make_release(own, pin_source, "9.0.1")
+    proj = project(tmp_path)
+    cli(proj, own, "rebase", "9.0.1", rc=0)
+    gone = list(own.rglob("sglang-9.0.1-*.whl"))
+    assert gone
+    for w in gone:
+        w.unlink()
+    _fake_pin(proj, "9.0.3")
+    (proj / "pins" / "9.0.3" / "manifest.yaml").write_text("schema: 1\npin: [unclosed\n")
+    _fake_pin(proj, "9.0.4")
+    (proj / "pins" / "9.0.4" / "manifest.yaml").unlink()
+    return proj, own
+
+
+def test_check_all_pins_reports_a_pin_it_cannot_check_and_checks_the_others(tmp_path, pin_source):
+    """A pin whose release cannot be fetched, or whose manifest is malformed or gone: `check --all-pins` had stopped
+    at the first (exit 2; with --json nothing on stdout), so the other pins' results were lost. Every pin is
+    reported now: one that could not be checked with its error and fix (in the JSON its entry, "status": "error"),
+    the others checked; the exit code is the worst outcome (2: a pin could not be checked)."""
+    proj, own = _broken_pins(tmp_path, pin_source)
+    errors = {
+        "9.0.1": "could not download sglang==9.0.1",
+        "9.0.3": f"{proj / 'pins' / '9.0.3' / 'manifest.yaml'}",
+        "9.0.4": f"{proj / 'pins' / '9.0.4'} has no manifest.yaml",
+    }
+    res = _offline(proj, own, "check", "--all-pins", rc=2)
+    _no_traceback(res)
+    sections = dict(re.findall(r"^== pin (\S+) .*\n((?:(?!== pin ).*\n)*)", res.stdout, re.M))
+    assert list(sections) == ["0.5.17", "9.0.1", "9.0.3", "9.0.4"], res.stdout
+    assert re.search(r"check sglang 0\.5\.17: (\d+) of \1 checks passed", sections["0.5.17"]), res.stdout
+    for version, said in errors.items():
+        assert f"NOT CHECKED: {said}" in sections[version] and "hint: " in sections[version], sections[version]
+    assert "error: pins 9.0.1, 9.0.3, 9.0.4 could not be checked (the others were: 0.5.17 holds)" in res.stderr
+    assert all(said in res.stderr for said in errors.values()), res.stderr
+    assert "check network access to the package index" in res.stderr and "add its manifest.yaml" in res.stderr
+
+    res = _offline(proj, own, "check", "--all-pins", "--json", rc=2)
+    data = json.loads(res.stdout)
+    assert list(data) == ["0.5.17", "9.0.1", "9.0.3", "9.0.4"]
+    alone = json.loads(_offline(proj, own, "check", "--json", rc=0).stdout)
+    assert {**data["0.5.17"], "seconds": 0} == {**alone, "seconds": 0} and alone["status"] == "pass"
+    for version, said in errors.items():
+        entry = data[version]
+        assert sorted(entry) == ["error", "hint", "ok", "status", "version"], entry
+        assert (entry["version"], entry["ok"], entry["status"]) == (version, False, "error"), entry
+        assert said in entry["error"] and entry["hint"], entry
+    assert "pins 9.0.1, 9.0.3, 9.0.4 could not be checked" in res.stderr and errors["9.0.1"] in res.stderr
+
+
+def test_check_all_pins_exits_with_the_worst_outcome(tmp_path, pin_source):
+    """A failing pin (exit 1 alone) beside one that could not be checked (exit 2 alone): 2, and both are said."""
+    proj, own = _broken_pins(tmp_path, pin_source)
+    shutil.rmtree(proj / "pins" / "9.0.3")
+    shutil.rmtree(proj / "pins" / "9.0.4")
+    patch = proj / "patches" / "fx_topk.patch"
+    patch.write_text(patch.read_text().replace("\n def select_experts(", "\n def _broken_select_experts("))
+    res = _offline(proj, own, "check", "--all-pins", "--json", rc=2)
+    data = json.loads(res.stdout)
+    assert (data["0.5.17"]["status"], data["9.0.1"]["status"]) == ("fail", "error"), data
+    assert "error: pin 9.0.1 could not be checked (the others were: 0.5.17 does not hold):" in res.stderr
+    assert "\n  9.0.1: could not download sglang==9.0.1" in res.stderr, res.stderr
+    assert "\n  and the patch set does not hold on pin(s) 0.5.17: " in res.stderr, res.stderr
+    shutil.rmtree(proj / "pins" / "9.0.1")
+    assert json.loads(_offline(proj, own, "check", "--all-pins", "--json", rc=1).stdout)["0.5.17"]["status"] == "fail"
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o644], ids=["000", "no-search"])
+def test_a_rebase_in_an_unreadable_pins_is_not_said_to_be_none(open_dir, cache, pin_source, mode):
+    """A rebase stopped at a conflict, then pins/ made unreadable to this user: `--status`, `--continue` and `--abort`
+    had said "no rebase in progress" (the lookup of its progress file got nothing back), while one is. Each
+    refuses by name now (exit 2, pins/ and how to see its permissions), and the rebase is left as it was."""
+    _conflicting_release(cache, pin_source, "9.0.2")
+    proj = project(open_dir)
+    cli(proj, cache, "rebase", "9.0.2", rc=1)
+    progress = proj / "pins" / ".rebase-9.0.2.json"
+    saved = progress.read_bytes()
+    users = _users_cache(open_dir, pin_source)
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    pins = proj / "pins"
+    pins.chmod(mode)
+    for args in (
+        ("--status",),
+        ("--continue",),
+        ("--skip",),
+        ("--abort",),
+        ("--abort", "9.0.2"),
+        ("--status", "9.0.2"),
+    ):
+        res = _as_the_user(proj, users, "rebase", *args)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert f"error: {pins} cannot be read (Permission denied)" in res.stderr, (args, res.stderr)
+        assert f"`ls -ld {pins}`" in res.stderr and "no rebase" not in res.stdout + res.stderr, (args, res.stderr)
+    pins.chmod(0o755)
+    assert progress.read_bytes() == saved
+    assert "9.0.2" in cli(proj, cache, "rebase", "--status", rc=0).stdout
+
+
+def _pins_linked_where_the_user_cannot_reach(proj: Path, private: Path) -> tuple[Path, Path, tuple]:
+    (private / "pin-sets").mkdir()
+    os.symlink(private / "pin-sets", proj / "pins")
+    return (
+        proj / "pins",
+        private / "pin-sets",
+        (("check", "--all-pins"), ("--pin", "9.0.1", "check"), ("rebase", "9.0.1")),
+    )
+
+
+def _pin_linked_where_the_user_cannot_reach(proj: Path, private: Path) -> tuple[Path, Path, tuple]:
+    (proj / "pins").mkdir()
+    _copy_set(proj, private / "9.0.1")
+    os.symlink(private / "9.0.1", proj / "pins" / "9.0.1")
+    return proj / "pins" / "9.0.1", private / "9.0.1", (("rebase", "9.0.1"),)
+
+
+@pytest.mark.parametrize(
+    "link", [_pins_linked_where_the_user_cannot_reach, _pin_linked_where_the_user_cannot_reach], ids=["pins", "pin"]
+)
+def test_a_link_whose_target_this_user_cannot_reach_is_not_said_to_lead_nowhere(open_dir, link):
+    """pins (or pins/9.0.1) a link to a directory behind one this user may not enter: it had been called "a
+    symbolic link to X, which does not exist", and the fix was to restore X, which is there. It is said to be out
+    of this user's reach (permission), with the way to see where on the path, exit 2, before any work."""
+    proj = project(open_dir)
+    private = proj / "private"  # inside the project: only the permission stands in the way
+    private.mkdir()
+    path, target, commands = link(proj, private)
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    private.chmod(0o700)
+    for args in commands:
+        res = _as_the_user(proj, open_dir / "cache", *args)
+        _no_traceback(res)
+        assert res.returncode == 2, (args, res.stderr)
+        assert f"{path} is a symbolic link to {target}, which this user cannot reach (Permission denied)" in (
+            res.stderr
+        ), (args, res.stderr)
+        assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
+        assert f"`namei -l {target}`" in res.stderr, res.stderr
     assert not (proj / ".sglang").exists() and not (open_dir / "cache").exists()

@@ -1,6 +1,8 @@
 """Prove the patch set against the pristine pinned release (CI): every patch alone, the full set, leave-one-out,
 every pair sharing a file; zero fuzz; the same bytes in any order; patched files byte-compile; upstreamed
 entries still hold; overlay files do not collide. Exit 0 only if all hold, else 1 with every failure listed.
+With --all-pins, each pin on its own release; one that cannot be checked at all (its release, its manifest) is
+reported as such while the rest are checked, and the exit code is the worst outcome (2 for bad input).
 
 With --against VERSION...: the release radar. Each patch is classified per release as clean, offset,
 needs-3way, conflict, upstreamed or target-missing (exit 0: the radar informs, it does not gate)."""
@@ -13,12 +15,12 @@ import time
 
 from .. import api
 from ..compat import STATUSES, radar
-from ..errors import BadInput, CheckFailed
+from ..errors import EXIT_BAD_INPUT, BadInput, CheckFailed, OverlayError, PinNotChecked, os_failure
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
-from ..manifest import load_manifest
-from ..pins import all_pins
+from ..manifest import Manifest, load_manifest
+from ..pins import all_pins, listed_manifest_path
 from ..progname import prog
-from ..rebase_state import VERSION_RE
+from ..rebase_state import PINS_DIR, VERSION_RE
 
 NAME = "check"
 HELP = "check that the patch set applies to the pin (CI), or --against newer releases (radar)"
@@ -61,26 +63,76 @@ def run(ctx, args) -> int:
 
 
 def _all_pins(ctx, args) -> int:
-    failed: dict[str, api.CheckResult] = {}
+    top = ctx.top_manifest
+    checked: dict[str, api.CheckResult] = {}
+    # A pin that cannot be checked at all (its release not fetched, its manifest malformed) is reported, and the
+    # others still checked: stopping at it had lost their results, and with --json left stdout empty.
+    unchecked: dict[str, OverlayError] = {}
     reports = {}  # --json: one document for all pins, keyed by version (a JSON object per pin parses as none)
-    for version, path in all_pins(ctx.top_manifest):
-        m = load_manifest(path)
-        rep = api.check(manifest=path)
+    for version in all_pins(top):
+        path = top.path if version == top.pin.version else top.project_root / PINS_DIR / version / "manifest.yaml"
+        if not args.json:
+            print(f"== pin {version} ({path})", flush=True)
+        try:
+            m, rep = _check_listed(top, version)
+        except OverlayError as err:
+            unchecked[version] = err
+            if args.json:
+                entry = {"version": version, "ok": False, "status": "error", "error": str(err), "hint": err.hint}
+                reports[version] = entry
+            else:
+                said = str(err).replace("\n", "\n     ")
+                print(f"NOT CHECKED: {said}" + (f"\n     hint: {err.hint}" if err.hint else ""))
+            continue
+        checked[version] = rep
         if args.json:
             reports[version] = rep.to_json()
         else:
-            print(f"== pin {version} ({path})")
             _check_one(m, rep, args)
-        if not rep.ok:
-            failed[version] = rep
     if args.json:
         print(json.dumps(reports, indent=2))
+    failed = {v: rep for v, rep in checked.items() if not rep.ok}
+    if unchecked:
+        raise _not_checked(unchecked, checked, failed, args)
     if failed:
         raise CheckFailed(
             f"the patch set does not hold on pin(s) {', '.join(failed)}" + _where(failed, args),
-            hint=f"`{prog(pin=False)} --pin {next(iter(failed))} check` shows that pin alone",
+            hint=_alone(failed),
         )
     return 0
+
+
+def _check_listed(top: Manifest, version: str) -> tuple[Manifest, api.CheckResult]:
+    try:
+        m = load_manifest(listed_manifest_path(top, version))
+        return m, api.check(manifest=m.path)
+    except OSError as e:  # what the command line says of it, said of this pin alone
+        raise os_failure(e, "cannot access", "this pin was not checked") from e
+
+
+def _not_checked(
+    unchecked: dict[str, OverlayError], checked: dict[str, api.CheckResult], failed: dict[str, api.CheckResult], args
+) -> OverlayError:
+    """Every pin's outcome in one error, its exit code the worst of theirs: 2 where a pin could not be checked for
+    bad input (a release that cannot be fetched, a malformed manifest), which no passing pin beside it makes less."""
+    others = ", ".join(f"{v} {'holds' if rep.ok else 'does not hold'}" for v, rep in checked.items())
+    lines = [
+        f"pin{'s' * (len(unchecked) > 1)} {', '.join(unchecked)} could not be checked"
+        + (f" (the others were: {others})" if others else "")
+        + ":"
+    ]
+    for v, err in unchecked.items():
+        said = str(err).replace("\n", "\n    ")  # pip's own lines, among others, kept under their pin
+        lines.append(f"  {v}: {said}" + (f"\n    fix: {err.hint}" if err.hint else ""))
+    if failed:
+        lines.append(f"  and the patch set does not hold on pin(s) {', '.join(failed)}" + _where(failed, args))
+    worst = max(err.exit_code for err in unchecked.values())
+    kind = PinNotChecked if worst >= EXIT_BAD_INPUT else CheckFailed
+    return kind("\n".join(lines), hint=_alone(failed) if failed else None)
+
+
+def _alone(failed: dict[str, api.CheckResult]) -> str:
+    return f"`{prog(pin=False)} --pin {next(iter(failed))} check` shows that pin alone"
 
 
 def _where(failed: dict[str, api.CheckResult], args) -> str:

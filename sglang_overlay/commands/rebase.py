@@ -49,10 +49,11 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
-from ..pinentry import refuse_entry
+from ..pinentry import readable_names, refuse_entry
 from ..pins import refuse_linked_out
 from ..progname import prog
 from ..rebase_state import (
+    PINS_DIR,
     PROOF_BY_HAND,
     Progress,
     Result,
@@ -99,6 +100,7 @@ def run(ctx, args) -> int:
         if not args.version:
             raise BadInput("rebase: name the release", hint=f"e.g. `{prog()} rebase 0.5.23`")
         return _start(ctx, check_version_arg(args.version))
+    readable_names(root / PINS_DIR)  # what is in progress is looked up there: an unreadable one had held none
     version = _which(root, args.version)
     if args.status:
         return _status(root, version)

@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,9 @@ def _pip_tags(wheel_name: str) -> list[str]:
     return flags
 
 
-def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -> None:
+def _pip_download(package: str, version: str, template_wheel: str, dest: Path, copy_to: Path) -> None:
+    """`copy_to`: where a local copy of the wheel is used from, named in the hint: not every command that
+    downloads has a --wheel option (check, --all-pins, the radar), but every one reads that path first."""
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -76,7 +79,8 @@ def _pip_download(package: str, version: str, template_wheel: str, dest: Path) -
         tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
         raise FetchError(
             f"could not download {package}=={version}: {tail}",
-            hint="check network access to the package index, or pass --wheel FILE with a local copy",
+            hint="check network access to the package index, or put a local copy of the wheel there: "
+            f"`mkdir -p {shlex.quote(str(copy_to.parent))} && cp WHEEL_FILE {shlex.quote(str(copy_to))}`",
         )
     print(f"sglang-overlay: downloaded {package}=={version} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
@@ -138,7 +142,7 @@ def pinned_wheel(pin: Pin, local: Path | None = None) -> Path:
             if local is not None:
                 shutil.copyfile(local, got_file)
             else:
-                _pip_download(pin.package, pin.version, pin.wheel, tmp)
+                _pip_download(pin.package, pin.version, pin.wheel, tmp, target)
             if not got_file.exists():
                 found = ", ".join(p.name for p in tmp.glob("*.whl")) or "nothing"
                 raise FetchError(f"pip fetched {found}, not the pinned {pin.wheel}")
@@ -166,7 +170,9 @@ def release_wheel(pin: Pin, version: str) -> Path:
         with _locked(cache_dir()):
             tmp = Path(tempfile.mkdtemp(prefix=STALE + "download-", dir=cache_dir()))
             try:
-                _pip_download(pin.package, version, pin.wheel, tmp)
+                # the name the release's wheel has if it is built like the pin's (what the glob above finds)
+                like_pin = folder / pin.wheel.replace(f"-{pin.version}-", f"-{version}-", 1)
+                _pip_download(pin.package, version, pin.wheel, tmp, like_pin)
                 wheels = sorted(tmp.glob(f"{pin.package}-{version}-*.whl"))
                 if not wheels:
                     raise FetchError(f"pip fetched no wheel of {pin.package} {version}")

@@ -549,7 +549,9 @@ def _broken_pins(tmp_path: Path, pin_source) -> tuple[Path, Path]:
     cli(proj, own, "rebase", "9.0.1", rc=0)
     gone = list(own.rglob("sglang-9.0.1-*.whl"))
     assert gone
-    for w in gone:
+    (tmp_path / "aside").mkdir()
+    for w in gone:  # kept aside: the user's local copy of the release
+        shutil.copyfile(w, tmp_path / "aside" / w.name)
         w.unlink()
     _fake_pin(proj, "9.0.3")
     (proj / "pins" / "9.0.3" / "manifest.yaml").write_text("schema: 1\npin: [unclosed\n")
@@ -682,3 +684,18 @@ def test_a_link_whose_target_this_user_cannot_reach_is_not_said_to_lead_nowhere(
         assert "does not exist" not in res.stderr and "restore what it leads to" not in res.stderr, res.stderr
         assert f"`namei -l {target}`" in res.stderr, res.stderr
     assert not (proj / ".sglang").exists() and not (open_dir / "cache").exists()
+
+
+def test_the_hint_for_a_release_that_cannot_be_downloaded_is_a_command_that_works(tmp_path, pin_source):
+    """`check` has no --wheel: its hint had said "pass --wheel FILE". It names the cache path every command reads
+    first; following it with the user's local copy makes the pin checkable offline."""
+    proj, own = _broken_pins(tmp_path, pin_source)
+    shutil.rmtree(proj / "pins" / "9.0.3")
+    shutil.rmtree(proj / "pins" / "9.0.4")
+    hint = json.loads(_offline(proj, own, "check", "--all-pins", "--json", rc=2).stdout)["9.0.1"]["hint"]
+    assert "--wheel" not in hint, hint
+    command = re.search(r"`(mkdir -p .* && cp WHEEL_FILE .*)`", hint)
+    assert command, hint
+    (local,) = (tmp_path / "aside").glob("sglang-9.0.1-*.whl")
+    subprocess.run(["bash", "-c", command.group(1).replace("WHEEL_FILE", shlex.quote(str(local)))], check=True)
+    assert json.loads(_offline(proj, own, "check", "--all-pins", "--json", rc=0).stdout)["9.0.1"]["status"] == "pass"

@@ -112,12 +112,21 @@ def os_failure(
     shown = path if path is not None else err.filename
     path = str(shown) if shown else "?"
     name = errno.errorcode.get(err.errno or 0, "error")
-    where = os.path.dirname(path) or path if path != "?" else "."
+    where = _existing(os.path.dirname(path) or path) if path != "?" else "."
     fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again")
     fix = fix.format(where=where, elsewhere=elsewhere or WRITABLE_COPY)
     if elsewhere and err.errno in _ELSEWHERE:
         fix += f"; or {elsewhere}"
     return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix)
+
+
+def _existing(where: str) -> str:
+    # `df -h DIR` / `ls -ld DIR` of a directory not made yet (an --out that mkdir could not make) fails: name the
+    # nearest one that exists, on the file system the new one would have been on
+    while where and not os.path.lexists(where):
+        parent = os.path.dirname(where.rstrip("/"))
+        where = parent if parent != where else ""
+    return where or "."
 
 
 def os_fix_in(text: str, where: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import errno
 import hashlib
 import io
 import os
@@ -195,3 +196,12 @@ def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
         installed = TOOL.removeprefix("python/")
         assert z.getinfo(installed).external_attr >> 16 == 0o100755
         assert z.getinfo("sglang/srt/fx_overlay_module.py").external_attr >> 16 == 0o100644
+
+
+def test_a_full_disk_hint_names_the_nearest_existing_directory(tmp_path):
+    # an output directory not made yet: `df -h` of it fails, so the hint names the nearest ancestor that exists
+    from sglang_overlay.errors import os_failure
+
+    err = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    hint = os_failure(err, "cannot write", "nothing changed", path=tmp_path / "a" / "b" / "x.whl").hint
+    assert f"`df -h {tmp_path}`" in hint, hint

@@ -94,6 +94,23 @@ def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, erro
     assert _parts(out) == [], _parts(out)
 
 
+def test_a_full_disk_hint_names_a_directory_that_exists(rig):
+    """`--out new/dist` (relative, neither there yet) full at `mkdir new`: `df -h new` only says new does not
+    exist; the hint names the nearest directory that does (here the working directory)."""
+    base, proj, env = rig
+    cwd = base / "relative-out"
+    cwd.mkdir()
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "build-wheel", "--out", "new/dist")
+    pts, proc = trace_points(argv, env, cwd, base / "rel.log")
+    assert proc.returncode == 0, proc.stderr
+    point = next(p for p in pts if p.syscall == "mkdir" and p.call.startswith('mkdir("new",'))
+    shutil.rmtree(cwd / "new")
+    res = inject(argv, env, cwd, base / "rel-inject.log", point, "error=ENOSPC")
+    assert res.hit and res.rc == 1, res.stderr
+    assert "cannot make the output directory new:" in res.stderr, res.stderr
+    assert "(`df -h .`)" in res.stderr and "df -h new" not in res.stderr, res.stderr
+
+
 def test_a_later_build_removes_a_killed_builds_partial_file(rig):
     """A kill while the archive is written leaves its partial file; the next build removes it even when it
     writes another wheel (another set), and leaves alone what is not its own."""

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,9 +79,7 @@ def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, erro
     out = base / f"out-{error}-{where.replace(' ', '_')}" / "dist"
     point = _at(_points(rig, out), where, out)
     shutil.rmtree(out.parent)  # the same calls again: from no output directory
-    # zipfile opens again in another mode when its open fails: a full or read-only directory fails that too
-    times = 2 if where == "open the partial file" else 1
-    res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}", times=times)
+    res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr
     assert res.rc == 1 and "Traceback" not in err, err
@@ -111,32 +110,101 @@ def test_a_full_disk_hint_names_a_directory_that_exists(rig):
     assert "(`df -h .`)" in res.stderr and "df -h new" not in res.stderr, res.stderr
 
 
+# how a partial file names its build: `<host>.<pid namespace>.<pid>`, the host being this boot's kernel
+BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+NS = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+OTHER_HOST = "f" * 32
+WHEEL = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
+AN_HOUR_AGO = 3600
+
+
+def _write_parts(out: Path, names: list[str], age: float = AN_HOUR_AGO) -> None:
+    then = time.time() - age
+    for name in names:
+        (out / name).write_text("a partial file")
+        os.utime(out / name, (then, then))
+
+
+def _notes(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if "note:" in line)
+
+
 def test_a_later_build_removes_a_killed_builds_partial_file(rig):
     """A kill while the archive is written leaves its partial file; the next build removes it even when it
-    writes another wheel (another set), and leaves alone what is not its own."""
+    writes another wheel (another set), and leaves alone what is not provably a dead build's of this host."""
     base, proj, env = rig
     out = base / "out-kill"
     point = _at(_points(rig, out), "write the partial file", out)
     res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
     assert res.hit and res.rc != 0, res.stderr
     left = _parts(out)
-    assert len(left) == 1, os.listdir(out)
+    assert len(left) == 1 and f".{BOOT}.{NS}." in left[0], os.listdir(out)
     ended = _ended_pid()
-    ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
-    wheel = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
-    stale = [f"{wheel}.{ended}.part"]  # an earlier version's name (no pid namespace), its process ended
+    stale = [
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's, its process ended
+        f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace: unlocked, and not new
+    ]
     kept = [
         ".notes.part",
-        ".other-1.0-py3-none-any.whl.1.part",  # another distribution's
+        f".other-1.0-py3-none-any.whl.{BOOT}.{NS}.{ended}.part",  # another distribution's: only its name is not ours
         "sglang-draft.whl.part",
-        f"{wheel}.{ns}.{os.getpid()}.part",  # a build that still runs
-        f"{wheel}.1{ns}.{ended}.part",  # another pid namespace's: whether it runs cannot be asked
+        f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.part",  # a build that still runs (before it took its lock)
     ]
-    for name in stale + kept:
-        (out / name).write_text("a partial file")
+    unproven = [  # may be a running build: a note names them, and the user removes them
+        f"{WHEEL}.{OTHER_HOST}.{NS}.{ended}.part",  # another host's (NFS): a pid of there means nothing here
+        f"{WHEEL}.{ended}.part",  # an earlier version's names: no host, no lock; maybe another host's
+        f"{WHEEL}.{NS}.{ended}.part",
+    ]
+    _write_parts(out, stale + kept + unproven)
+    fresh = f"{WHEEL}.{BOOT}.2{NS}.{ended}.part"  # this host's other pid namespace, made just now: maybe not locked yet
+    _write_parts(out, [fresh], age=0)
     done = subprocess.run(_argv(proj, out, "--set", "none"), env=env, capture_output=True, text=True)  # another name
     assert done.returncode == 0, done.stderr
-    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept), os.listdir(out)
+    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept + unproven + [fresh])
+    notes = _notes(done.stderr)
+    assert all(str(out / n) in notes for n in unproven), done.stderr
+    assert not any(str(out / n) in notes for n in kept + [fresh]), done.stderr
+    assert "once no build writes" in notes, done.stderr
+
+
+HOLD = """import fcntl, os, sys, time
+for path in sys.argv[1:]:
+    fcntl.flock(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_part_whose_lock_is_held_survives_and_is_removed_once_its_holder_is_killed(rig):
+    """A build holds an exclusive flock on its partial file for its whole life: a live holder keeps the file,
+    whatever its name says of its pid, and SIGKILL of the holder (the kernel drops its lock) lets the next
+    build remove it. The earlier version's name (namespace.pid: the same init namespace on every host) held
+    by a build of another host, whose pid is not alive here, was removed under it."""
+    base, proj, env = rig
+    out = base / "out-held"
+    out.mkdir()
+    ended = _ended_pid()
+    legacy = f"{WHEEL}.{NS}.{ended}.part"  # another host's build of an earlier version
+    ours = [
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's: the pid is not the holder's, only the lock tells
+        f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace
+    ]
+    _write_parts(out, [legacy, *ours])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, *(str(out / n) for n in [legacy, *ours])], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        done = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert _parts(out) == sorted([legacy, *ours]), os.listdir(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    done = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _parts(out) == [legacy], os.listdir(out)  # no lock proves an earlier version's build dead
+    assert str(out / legacy) in _notes(done.stderr), done.stderr
 
 
 def _ended_pid() -> int:

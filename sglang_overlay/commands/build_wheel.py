@@ -18,18 +18,17 @@ import base64
 import csv
 import hashlib
 import io
-import os
 import re
 import shutil
 import sys
 import zipfile
 from pathlib import Path
 
+from .. import partfile
 from .. import scratch as scratch_dirs
 from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
-from ..fsio import unlink_quietly
 from ..patchset import resolve
 from ..pathlen import path_arg
 from ..repopath import STATE_DIR_NAME
@@ -100,9 +99,13 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
     scratch_dirs.reap()
-    _reap_parts(out_dir, dist_name)
+    for left in partfile.reap(out_dir, dist_name):
+        print(
+            f"sglang-overlay: note: left {left}: a partial wheel that another host or an earlier sglang-overlay may "
+            f"still be writing; remove it once no build writes to {out_dir}",
+            file=sys.stderr,
+        )
     scratch = scratch_dirs.make("wheel")
-    tmp_out = target.with_name(f".{target.name}.{scratch_dirs.owner_tag()}.part")
     try:
         with zipfile.ZipFile(src) as zin:
             infos = [i for i in zin.infolist() if not i.is_dir()]
@@ -157,16 +160,16 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         entries.append((rec_info, record.getvalue().encode()))
 
         try:
-            with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-                for info, data in entries:
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    zout.writestr(info, data)
-            os.replace(tmp_out, target)
+            with partfile.PartFile(target) as part:
+                with zipfile.ZipFile(part.file, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+                    for info, data in entries:
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        zout.writestr(info, data)
+                part.replace(target)
         except OSError as e:  # the OS names the partial file, or for a failed write() no file at all
             raise _out_failure(e, "cannot write the wheel", target) from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        unlink_quietly(tmp_out)
     return target
 
 
@@ -179,20 +182,6 @@ def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
         path=path,
         elsewhere="write the wheel to another directory (`--out DIR`)",
     )
-
-
-def _reap_parts(out_dir: Path, dist_name: str) -> None:
-    """Remove the partial archives of killed builds (their process has ended), whichever wheel they were writing:
-    a build of another set never has the same name, so looking for its own name alone left them forever."""
-    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.[0-9a-f]+-.+\.whl\.(?:(\d+)\.)?(\d+)\.part$")
-    try:
-        names = os.listdir(out_dir)
-    except OSError:
-        return  # cleanup only: the build itself says what is wrong with the directory
-    for name in names:
-        m = own.match(name)  # the pid namespace is missing from a name an earlier version wrote
-        if m and scratch_dirs.owner_gone(m.group(1), int(m.group(2))):
-            unlink_quietly(out_dir / name)
 
 
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:

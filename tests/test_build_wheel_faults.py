@@ -5,12 +5,14 @@ wheel that one writes."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -205,6 +207,36 @@ def test_a_part_whose_lock_is_held_survives_and_is_removed_once_its_holder_is_ki
     assert done.returncode == 0, done.stderr
     assert _parts(out) == [legacy], os.listdir(out)  # no lock proves an earlier version's build dead
     assert str(out / legacy) in _notes(done.stderr), done.stderr
+
+
+def test_two_builds_at_once_into_one_out_dir(rig):
+    """Two real builds of one set into one --out: both succeed, the wheel is never seen half-written under its
+    final name (each is written beside it, then renamed over it), and no partial file stays."""
+    base, proj, env = rig
+    out = base / "out-twice"
+    out.mkdir()
+    procs = [
+        subprocess.Popen(_argv(proj, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    while any(p.poll() is None for p in procs):
+        for name in os.listdir(out):
+            if name.endswith(".whl") and not name.startswith("."):
+                try:
+                    data = (out / name).read_bytes()
+                except FileNotFoundError:
+                    continue
+                with zipfile.ZipFile(io.BytesIO(data)) as z:  # a partial archive has no central directory
+                    assert z.namelist()[-1].endswith(".dist-info/RECORD"), name
+        time.sleep(0.02)
+    results = [(p.returncode, *p.communicate()) for p in procs]
+    for rc, _, err in results:
+        assert rc == 0 or (rc == 2 and "error:" in err and "Traceback" not in err), err
+    assert any(rc == 0 for rc, _, _ in results), results
+    assert _parts(out) == [] and not [n for n in os.listdir(out) if n.startswith(".")], os.listdir(out)
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.testzip() is None
 
 
 def _ended_pid() -> int:

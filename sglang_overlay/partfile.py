@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from .fsio import unlink_quietly
+from .fsio import fsync_dir, unlink_quietly
 from .scratch import alive, pid_namespace
 
 SUFFIX = ".part"
@@ -59,9 +59,13 @@ class PartFile:
         self.file: BinaryIO = os.fdopen(_create(self.path), "w+b")
 
     def replace(self, target: Path) -> None:
+        """Rename the whole file over `target`: its bytes reach the disk first, so that after a power loss the
+        final name holds the whole wheel or the one before it, never blocks that were not written yet."""
         self.file.flush()
+        os.fsync(self.file.fileno())
         os.replace(self.path, target)
         self._placed = True
+        fsync_dir(target.parent)
 
     def __enter__(self) -> PartFile:
         return self

@@ -239,6 +239,21 @@ def test_two_builds_at_once_into_one_out_dir(rig):
         assert z.testzip() is None
 
 
+def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
+    """A power loss after the rename must not leave the final name on a file whose blocks never reached the
+    disk (a zero-length or partial wheel): the partial file is fsynced before it is renamed into place, and the
+    directory after (so the new name itself is durable)."""
+    base, _, _ = rig
+    out = base / "out-durable"
+    pts = _points(rig, out)
+    opened = next(p for p in pts if p.syscall == "openat" and ".part" in p.call)
+    fd = re.search(r"= (\d+)$", opened.call).group(1)
+    renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
+    between = pts[pts.index(opened) : renamed]
+    assert any(p.syscall == "fsync" and p.call.startswith(f"fsync({fd})") for p in between), between
+    assert any(p.syscall == "fsync" for p in pts[renamed:]), pts[renamed:]
+
+
 def _ended_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()

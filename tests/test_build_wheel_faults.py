@@ -254,6 +254,50 @@ def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
     assert any(p.syscall == "fsync" for p in pts[renamed:]), pts[renamed:]
 
 
+def _leave_a_killed_builds_files(out: Path, tmp: Path) -> str:
+    """What a build killed earlier leaves: its partial wheel in --out, its scratch directory in $TMPDIR."""
+    ended = _ended_pid()
+    out.mkdir(exist_ok=True)
+    part = f"{WHEEL}.{BOOT}.{NS}.{ended}.part"
+    _write_parts(out, [part])
+    stale = tmp / f"sglang-overlay-wheel-{NS}.{ended}-x1y2z3"
+    stale.mkdir(parents=True)
+    (stale / "METADATA").write_text("a file the killed build extracted")
+    return part
+
+
+@pytest.mark.parametrize("signal", ["KILL", "INT"])
+def test_a_kill_or_ctrl_c_during_the_cleanup_leaves_the_out_dir_usable(rig, signal):
+    """A signal at each unlink/rmdir of the cleanup of a killed build's files (its partial wheel, its scratch
+    directory): the command stops (Ctrl-C: exit 130, no traceback), and the next build removes the rest and
+    writes the wheel, leaving nothing behind."""
+    base, proj, env = rig
+    out, tmp = base / f"out-reap-{signal}", base / f"tmp-reap-{signal}"
+    env = {**env, "TMPDIR": str(tmp)}
+    part = _leave_a_killed_builds_files(out, tmp)
+    pts, proc = trace_points(_argv(proj, out), env, base, base / "reap.log")
+    assert proc.returncode == 0 and part not in os.listdir(out), proc.stderr
+    made = next(i for i, p in enumerate(pts) if p.syscall == "mkdir" and "sglang-overlay-wheel-" in p.call)
+    cleanup = [p for p in pts[:made] if p.syscall in ("unlink", "unlinkat", "rmdir")]
+    assert {p.syscall for p in cleanup} == {"unlink", "unlinkat", "rmdir"}, cleanup  # the part, the scratch
+    for point in cleanup:
+        shutil.rmtree(out)
+        shutil.rmtree(tmp)
+        tmp.mkdir()
+        _leave_a_killed_builds_files(out, tmp)
+        res = inject(_argv(proj, out), env, base, base / "reap-inject.log", point, f"signal={signal}")
+        assert res.hit, f"{point}: not injected"
+        if signal == "INT":
+            assert res.rc == 130 and "interrupted" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        else:
+            assert res.rc == -9, res.stderr
+        assert not list(out.glob("*.whl")), f"{point}: a wheel was written"
+        again = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert again.returncode == 0, f"{point}: {again.stderr}"
+        assert [n for n in os.listdir(out) if not n.endswith(".whl")] == [], f"{point}: {os.listdir(out)}"
+        assert os.listdir(tmp) == [], f"{point}: {os.listdir(tmp)}"
+
+
 def _ended_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()

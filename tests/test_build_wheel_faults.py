@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from faultlib import ERRNO_TEXT, STRACE, Point, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, inject, python_argv, trace_points
 from test_engine_filesystems import mounted
 from test_launch import make_project  # the small real project: the pin and overlay_identity
 
@@ -296,6 +296,93 @@ def test_a_kill_or_ctrl_c_during_the_cleanup_leaves_the_out_dir_usable(rig, sign
         assert again.returncode == 0, f"{point}: {again.stderr}"
         assert [n for n in os.listdir(out) if not n.endswith(".whl")] == [], f"{point}: {os.listdir(out)}"
         assert os.listdir(tmp) == [], f"{point}: {os.listdir(tmp)}"
+
+
+def _tmpdir_refused(rc: int, err: str, tmp: Path, error: str, out: Path) -> None:
+    """A full or read-only $TMPDIR: exit 1 naming $TMPDIR (not `?`, not the tree) and a fix that works there."""
+    assert rc == 1 and "Traceback" not in err, err
+    assert f" {tmp}: {ERRNO_TEXT[error]} ({error})" in err and " ?:" not in err, err
+    hint = err.split("hint:", 1)[-1]
+    assert "TMPDIR" in hint and "--tree" not in err, err
+    if error == "ENOSPC":
+        assert f"`df -h {tmp}`" in hint, err
+    assert os.listdir(tmp) == [], os.listdir(tmp)
+    assert not out.is_dir() or os.listdir(out) == [], os.listdir(out)
+
+
+# where the build writes in $TMPDIR: its scratch copy of the wheel, the patched files' composition, the switch
+TMP_POINTS = {
+    "make the scratch copy": lambda p, tmp: p.syscall == "mkdir" and f'"{tmp}/sglang-overlay-wheel-' in p.call,
+    "extract a file": lambda p, tmp: (
+        p.syscall == "openat" and "sglang-overlay-wheel-" in p.call and "O_TRUNC" in p.call
+    ),
+    "make the composition's scratch": lambda p, tmp: p.syscall == "mkdir" and "sglang-overlay-compose-" in p.call,
+    "write the composition's copy": lambda p, tmp: p.syscall == "openat" and "sglang-overlay-compose-" in p.call,
+    "take the switch's lock": lambda p, tmp: p.syscall == "openat" and "/.sglang-overlay/lock" in p.call,
+    "write the switch's journal": lambda p, tmp: p.syscall == "openat" and ".journal.json.sglang-overlay-tmp" in p.call,
+    "write a patched file": lambda p, tmp: p.syscall == "openat" and ".http_server.py.sglang-overlay-tmp" in p.call,
+    "rename the switch's state": lambda p, tmp: p.syscall == "rename" and ".state.json.sglang-overlay-tmp" in p.call,
+}
+
+
+@pytest.fixture(scope="module")
+def tmp_points(rig) -> tuple[Path, list[Point]]:
+    base, proj, env = rig
+    tmp = base / "tmp-faults"
+    tmp.mkdir()
+    out = base / "out-tmp-trace"
+    pts, proc = trace_points(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp.log")
+    assert proc.returncode == 0, proc.stderr
+    return tmp, pts
+
+
+@pytest.mark.parametrize("where", list(TMP_POINTS))
+@pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
+def test_a_full_or_read_only_tmpdir_names_it_and_a_fix(rig, tmp_points, where, error):
+    base, proj, env = rig
+    tmp, pts = tmp_points
+    point = next(p for p in pts if TMP_POINTS[where](p, tmp))
+    assert point.syscall in ERROR_SYSCALLS[error]  # an error the kernel really returns there
+    out = base / f"out-tmp-{error}-{where.replace(' ', '_')}"
+    res = inject(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp-inject.log", point, f"error={error}")
+    assert res.hit, f"{point}: not injected"
+    _tmpdir_refused(res.rc, res.stderr, tmp, error, out)
+
+
+def test_a_full_write_in_tmpdir_names_it_and_a_fix(rig, tmp_points):
+    """A write() names no file: the first one into an extracted file, full."""
+    base, proj, env = rig
+    tmp, pts = tmp_points
+    opened = next(i for i, p in enumerate(pts) if TMP_POINTS["extract a file"](p, tmp))
+    point = next(p for p in pts[opened:] if p.syscall == "write")
+    out = base / "out-tmp-write"
+    res = inject(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp-inject.log", point, "error=ENOSPC")
+    assert res.hit, f"{point}: not injected"
+    _tmpdir_refused(res.rc, res.stderr, tmp, "ENOSPC", out)
+
+
+def test_full_tmpdir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    tmp = base / "small-tmp"
+    tmp.mkdir()
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp)):  # the unpacked wheel is far larger
+        res = subprocess.run(
+            _argv(proj, base / "out-small-tmp"), env={**env, "TMPDIR": str(tmp)}, capture_output=True, text=True
+        )
+        _tmpdir_refused(res.returncode, res.stderr, tmp, "ENOSPC", base / "out-small-tmp")
+
+
+def test_read_only_tmpdir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    tmp = base / "ro-tmp"
+    tmp.mkdir()
+    with mounted("--bind", str(tmp), str(tmp)):
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(tmp)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only; test_a_full_or_read_only_tmpdir_names_it_and_a_fix injects EROFS")
+        res = subprocess.run(
+            _argv(proj, base / "out-ro-tmp"), env={**env, "TMPDIR": str(tmp)}, capture_output=True, text=True
+        )
+        _tmpdir_refused(res.returncode, res.stderr, tmp, "EROFS", base / "out-ro-tmp")
 
 
 def _ended_pid() -> int:

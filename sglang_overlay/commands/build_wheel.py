@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import base64
 import csv
+import errno
 import hashlib
 import io
+import os
 import re
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import partfile
@@ -105,20 +109,23 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
             f"still be writing; remove it once no build writes to {out_dir}",
             file=sys.stderr,
         )
-    scratch = scratch_dirs.make("wheel")
+    tmp = scratch_dirs.root()
+    with _scratch_errors(tmp):
+        scratch = scratch_dirs.make("wheel")
     try:
-        with zipfile.ZipFile(src) as zin:
-            infos = [i for i in zin.infolist() if not i.is_dir()]
-            zin.extractall(scratch)
-        with Transaction.open(Tree(scratch, "installed")) as txn:
-            outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
-        # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
-        # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set, `revert`
-        # gives back the pristine release).
-        state_dir = scratch / "sglang" / STATE_DIR_NAME
-        for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
-            if leftover.name not in ("state.json", "objects"):
-                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        with _scratch_errors(tmp):
+            with zipfile.ZipFile(src) as zin:
+                infos = [i for i in zin.infolist() if not i.is_dir()]
+                zin.extractall(scratch)
+            with Transaction.open(Tree(scratch, "installed")) as txn:
+                outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
+            # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
+            # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set,
+            # `revert` gives back the pristine release).
+            state_dir = scratch / "sglang" / STATE_DIR_NAME
+            for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
+                if leftover.name not in ("state.json", "objects"):
+                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         print(
             f"sglang-overlay: {src.name} + {', '.join(outcome.target) or 'no patches'}: "
             f"{len(outcome.written)} file(s) changed",
@@ -181,6 +188,43 @@ def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
         "no wheel was written, and no tree was changed",
         path=path,
         elsewhere="write the wheel to another directory (`--out DIR`)",
+    )
+
+
+@contextmanager
+def _scratch_errors(tmp: Path) -> Iterator[None]:
+    """The switch and the composition report a refused write as the tree's (fix: `--tree DIR`), and a write()
+    names no file at all (`cannot access ?`); here that tree is a scratch copy in $TMPDIR, which the user can
+    point elsewhere."""
+    try:
+        yield
+    except OSFailure as f:
+        if f.error is None or not _in_dir(f.error, tmp):
+            raise
+        raise _tmp_failure(f.error, tmp) from None
+    except OSError as e:
+        if not _in_dir(e, tmp):
+            raise
+        raise _tmp_failure(e, tmp) from e
+
+
+def _in_dir(err: OSError, tmp: Path) -> bool:
+    if err.filename is None:  # a failed write(): in this stage only scratch copies are written
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    name, root = os.path.abspath(os.fsdecode(err.filename)), os.path.abspath(tmp)
+    return name == root or name.startswith(root.rstrip("/") + "/")
+
+
+def _tmp_failure(err: OSError, tmp: Path) -> OSFailure:
+    # $TMPDIR itself, not the random scratch directory under it (gone by the time the user reads this); the hint's
+    # commands name it too, as it may be a mount point, on another file system than its parent
+    return os_failure(
+        err,
+        "cannot write the wheel's scratch copy in",
+        "no wheel was written, and no tree was changed",
+        path=tmp,
+        where=tmp,
+        elsewhere="set TMPDIR to a writable directory with room for the unpacked wheel (`export TMPDIR=DIR`)",
     )
 
 

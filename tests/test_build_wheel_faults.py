@@ -1,7 +1,9 @@
-"""build-wheel's output directory under faults, injected with strace at the real calls (faultlib): a full disk or
-a read-only file system is exit 1 naming the path being written and a fix that applies to it (--out, not
---tree), and leaves no partial file; a killed build's partial file is removed by a later build, whatever
-wheel that one writes."""
+"""build-wheel's output directory and $TMPDIR under faults, injected with strace at the real calls (faultlib): a
+full disk or a read-only file system is exit 1 naming the path being written (--out, or $TMPDIR) and a fix that
+applies to it (--out DIR or TMPDIR, not --tree), and leaves no partial file; a killed build's partial file is
+removed by a later build, whatever wheel that one writes, but never one a live build holds, another host's, or an
+earlier version's; two builds at once into one --out both finish; a kill or Ctrl-C during the cleanup leaves
+--out usable."""
 
 from __future__ import annotations
 

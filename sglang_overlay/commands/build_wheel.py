@@ -209,7 +209,7 @@ def _scratch_errors(tmp: Path) -> Iterator[None]:
 
 
 def _in_dir(err: OSError, tmp: Path) -> bool:
-    if err.filename is None:  # a failed write(): in this stage only scratch copies are written
+    if not isinstance(err.filename, (str, bytes)):  # a failed write(): in this stage only scratch copies are written
         return err.errno in (errno.ENOSPC, errno.EDQUOT)
     name, root = os.path.abspath(os.fsdecode(err.filename)), os.path.abspath(tmp)
     return name == root or name.startswith(root.rstrip("/") + "/")

@@ -88,6 +88,12 @@ class ChildFailed(OverlayError):
 class OSFailure(OverlayError):
     """The operating system refused a read or a write: a full disk, a read-only file system, permissions."""
 
+    def __init__(self, message: str, *, hint: str | None = None, error: OSError | None = None):
+        super().__init__(message, hint=hint)
+        # the OS's own error, its filename the path refused: a caller that knows better what that path is to the
+        # user (a scratch copy in $TMPDIR, not the tree) says it again in those terms
+        self.error = error
+
 
 _FIXES = {
     errno.ENOSPC: "free space on that file system (`df -h {where}`), then run the command again",
@@ -109,20 +115,39 @@ _ELSEWHERE = (errno.ENOSPC, errno.EDQUOT, errno.EACCES)
 
 
 def os_failure(
-    err: OSError, what: str, outcome: str, *, path: os.PathLike[str] | str | None = None, elsewhere: str | None = None
+    err: OSError,
+    what: str,
+    outcome: str,
+    *,
+    path: os.PathLike[str] | str | None = None,
+    elsewhere: str | None = None,
+    where: os.PathLike[str] | str | None = None,
 ) -> OSFailure:
     """`what` the tool was doing (e.g. "cannot write"), `outcome` what state the tree is in now. `path`: the file
     the user knows, named instead of the OS's (a temp file's, or none: a failed write() names no file);
-    `elsewhere`: where else the output can go, when that is not a copy of the tree."""
+    `elsewhere`: where else the output can go, when that is not a copy of the tree; `where`: the directory the
+    fix's commands name, when not the path's own (a mount point is on another file system than its parent)."""
     shown = path if path is not None else err.filename
     path = str(shown) if shown else "?"
     name = errno.errorcode.get(err.errno or 0, "error")
-    where = os.path.dirname(path) or path if path != "?" else "."
+    if where is not None:
+        where = _existing(str(where))
+    else:
+        where = _existing(os.path.dirname(path) or path) if path != "?" else "."
     fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again")
     fix = fix.format(where=where, elsewhere=elsewhere or WRITABLE_COPY)
     if elsewhere and err.errno in _ELSEWHERE:
         fix += f"; or {elsewhere}"
-    return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix)
+    return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix, error=err)
+
+
+def _existing(where: str) -> str:
+    # `df -h DIR` / `ls -ld DIR` of a directory not made yet (an --out that mkdir could not make) fails: name the
+    # nearest one that exists, on the file system the new one would have been on
+    while where and not os.path.lexists(where):
+        parent = os.path.dirname(where.rstrip("/"))
+        where = parent if parent != where else ""
+    return where or "."
 
 
 def os_fix_in(text: str, where: str) -> str | None:

@@ -16,7 +16,7 @@ PREFIX = "sglang-overlay-"
 _NAME_RE = re.compile(rf"^{re.escape(PREFIX)}[a-z0-9]+-(\d+)\.(\d+)-")
 
 
-def _pid_namespace() -> str:
+def pid_namespace() -> str:
     try:
         return re.sub(r"\D", "", os.readlink("/proc/self/ns/pid")) or "0"
     except OSError:
@@ -31,7 +31,7 @@ def root() -> Path:
 
 def owner_tag() -> str:
     """This process in a file name, as the next command reads it back: `<pid namespace>.<pid>`."""
-    return f"{_pid_namespace()}.{os.getpid()}"
+    return f"{pid_namespace()}.{os.getpid()}"
 
 
 def make(kind: str, parent: Path | None = None) -> Path:
@@ -41,7 +41,7 @@ def make(kind: str, parent: Path | None = None) -> Path:
 def owner_gone(ns: str | None, pid: int) -> bool:
     """Whether the process an owner_tag names has ended. A pid of another namespace cannot be asked about, so it
     is never gone; `ns=None`: a name from before the namespace was in it, taken as this namespace's."""
-    return (ns is None or ns == _pid_namespace()) and pid != os.getpid() and not alive(pid)
+    return (ns is None or ns == pid_namespace()) and pid != os.getpid() and not alive(pid)
 
 
 def alive(pid: int) -> bool:

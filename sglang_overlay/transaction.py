@@ -353,6 +353,7 @@ class Transaction:
                 f"{free // 1024} KiB are free (ENOSPC); nothing was changed (found before the first "
                 f"write)",
                 hint=f"free space on that file system (`df -h {self.dir}`), then run the command again",
+                error=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir)),
             )
 
     def _write_backup(self, journal: Journal, change: Change) -> Path | None:

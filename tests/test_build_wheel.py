@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import errno
 import hashlib
 import io
 import os
@@ -221,3 +222,12 @@ def test_a_set_whose_short_fingerprint_pep440_rewrites_is_not_said_stale(project
     monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: "1" + fp[1:])  # another set
     note = distinfo.stale_version(tree, m, ("overlay_identity",))
     assert note is not None and f"pip still reports sglang {version} ({info.name}:" in note, note
+
+
+def test_a_full_disk_hint_names_the_nearest_existing_directory(tmp_path):
+    # an output directory not made yet: `df -h` of it fails, so the hint names the nearest ancestor that exists
+    from sglang_overlay.errors import os_failure
+
+    err = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    hint = os_failure(err, "cannot write", "nothing changed", path=tmp_path / "a" / "b" / "x.whl").hint
+    assert f"`df -h {tmp_path}`" in hint, hint

@@ -1,20 +1,25 @@
-"""build-wheel's output directory under faults, injected with strace at the real calls (faultlib): a full disk or
-a read-only file system is exit 1 naming the path being written and a fix that applies to it (--out, not
---tree), and leaves no partial file; a killed build's partial file is removed by a later build, whatever
-wheel that one writes."""
+"""build-wheel's output directory and $TMPDIR under faults, injected with strace at the real calls (faultlib): a
+full disk or a read-only file system is exit 1 naming the path being written (--out, or $TMPDIR) and a fix that
+applies to it (--out DIR or TMPDIR, not --tree), and leaves no partial file; a killed build's partial file is
+removed by a later build, whatever wheel that one writes, but never one a live build holds, another host's, or an
+earlier version's; two builds at once into one --out both finish; a kill or Ctrl-C during the cleanup leaves
+--out usable."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from faultlib import ERRNO_TEXT, STRACE, Point, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, inject, python_argv, trace_points
 from test_engine_filesystems import mounted
 from test_launch import make_project  # the small real project: the pin and overlay_identity
 
@@ -78,9 +83,7 @@ def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, erro
     out = base / f"out-{error}-{where.replace(' ', '_')}" / "dist"
     point = _at(_points(rig, out), where, out)
     shutil.rmtree(out.parent)  # the same calls again: from no output directory
-    # zipfile opens again in another mode when its open fails: a full or read-only directory fails that too
-    times = 2 if where == "open the partial file" else 1
-    res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}", times=times)
+    res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr
     assert res.rc == 1 and "Traceback" not in err, err
@@ -94,32 +97,294 @@ def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, erro
     assert _parts(out) == [], _parts(out)
 
 
+def test_a_full_disk_hint_names_a_directory_that_exists(rig):
+    """`--out new/dist` (relative, neither there yet) full at `mkdir new`: `df -h new` only says new does not
+    exist; the hint names the nearest directory that does (here the working directory)."""
+    base, proj, env = rig
+    cwd = base / "relative-out"
+    cwd.mkdir()
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "build-wheel", "--out", "new/dist")
+    pts, proc = trace_points(argv, env, cwd, base / "rel.log")
+    assert proc.returncode == 0, proc.stderr
+    point = next(p for p in pts if p.syscall == "mkdir" and p.call.startswith('mkdir("new",'))
+    shutil.rmtree(cwd / "new")
+    res = inject(argv, env, cwd, base / "rel-inject.log", point, "error=ENOSPC")
+    assert res.hit and res.rc == 1, res.stderr
+    assert "cannot make the output directory new:" in res.stderr, res.stderr
+    assert "(`df -h .`)" in res.stderr and "df -h new" not in res.stderr, res.stderr
+
+
+# how a partial file names its build: `<host>.<pid namespace>.<pid>`, the host being this boot's kernel
+BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+NS = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+OTHER_HOST = "f" * 32
+WHEEL = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
+AN_HOUR_AGO = 3600
+
+
+def _write_parts(out: Path, names: list[str], age: float = AN_HOUR_AGO) -> None:
+    then = time.time() - age
+    for name in names:
+        (out / name).write_text("a partial file")
+        os.utime(out / name, (then, then))
+
+
+def _notes(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if "note:" in line)
+
+
 def test_a_later_build_removes_a_killed_builds_partial_file(rig):
     """A kill while the archive is written leaves its partial file; the next build removes it even when it
-    writes another wheel (another set), and leaves alone what is not its own."""
+    writes another wheel (another set), and leaves alone what is not provably a dead build's of this host."""
     base, proj, env = rig
     out = base / "out-kill"
     point = _at(_points(rig, out), "write the partial file", out)
     res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
     assert res.hit and res.rc != 0, res.stderr
     left = _parts(out)
-    assert len(left) == 1, os.listdir(out)
+    assert len(left) == 1 and f".{BOOT}.{NS}." in left[0], os.listdir(out)
     ended = _ended_pid()
-    ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
-    wheel = ".sglang-0.5.17+ovl.0123456789ab-cp312-cp312-manylinux_2_34_x86_64.whl"
-    stale = [f"{wheel}.{ended}.part"]  # an earlier version's name (no pid namespace), its process ended
+    stale = [
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's, its process ended
+        f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace: unlocked, and not new
+    ]
     kept = [
         ".notes.part",
-        ".other-1.0-py3-none-any.whl.1.part",  # another distribution's
+        f".other-1.0-py3-none-any.whl.{BOOT}.{NS}.{ended}.part",  # another distribution's: only its name is not ours
         "sglang-draft.whl.part",
-        f"{wheel}.{ns}.{os.getpid()}.part",  # a build that still runs
-        f"{wheel}.1{ns}.{ended}.part",  # another pid namespace's: whether it runs cannot be asked
+        f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.part",  # a build that still runs (before it took its lock)
     ]
-    for name in stale + kept:
-        (out / name).write_text("a partial file")
+    unproven = [  # may be a running build: a note names them, and the user removes them
+        f"{WHEEL}.{OTHER_HOST}.{NS}.{ended}.part",  # another host's (NFS): a pid of there means nothing here
+        f"{WHEEL}.{ended}.part",  # an earlier version's names: no host, no lock; maybe another host's
+        f"{WHEEL}.{NS}.{ended}.part",
+    ]
+    _write_parts(out, stale + kept + unproven)
+    fresh = f"{WHEEL}.{BOOT}.2{NS}.{ended}.part"  # this host's other pid namespace, made just now: maybe not locked yet
+    _write_parts(out, [fresh], age=0)
     done = subprocess.run(_argv(proj, out, "--set", "none"), env=env, capture_output=True, text=True)  # another name
     assert done.returncode == 0, done.stderr
-    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept), os.listdir(out)
+    assert sorted(n for n in os.listdir(out) if n.endswith("part")) == sorted(kept + unproven + [fresh])
+    notes = _notes(done.stderr)
+    assert all(str(out / n) in notes for n in unproven), done.stderr
+    assert not any(str(out / n) in notes for n in kept + [fresh]), done.stderr
+    assert "once no build writes" in notes, done.stderr
+
+
+HOLD = """import fcntl, os, sys, time
+for path in sys.argv[1:]:
+    fcntl.flock(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_part_whose_lock_is_held_survives_and_is_removed_once_its_holder_is_killed(rig):
+    """A build holds an exclusive flock on its partial file for its whole life: a live holder keeps the file,
+    whatever its name says of its pid, and SIGKILL of the holder (the kernel drops its lock) lets the next
+    build remove it. The earlier version's name (namespace.pid: the same init namespace on every host) held
+    by a build of another host, whose pid is not alive here, was removed under it."""
+    base, proj, env = rig
+    out = base / "out-held"
+    out.mkdir()
+    ended = _ended_pid()
+    legacy = f"{WHEEL}.{NS}.{ended}.part"  # another host's build of an earlier version
+    ours = [
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's: the pid is not the holder's, only the lock tells
+        f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace
+    ]
+    _write_parts(out, [legacy, *ours])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, *(str(out / n) for n in [legacy, *ours])], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        done = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert _parts(out) == sorted([legacy, *ours]), os.listdir(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    done = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _parts(out) == [legacy], os.listdir(out)  # no lock proves an earlier version's build dead
+    assert str(out / legacy) in _notes(done.stderr), done.stderr
+
+
+def test_two_builds_at_once_into_one_out_dir(rig):
+    """Two real builds of one set into one --out: both succeed, the wheel is never seen half-written under its
+    final name (each is written beside it, then renamed over it), and no partial file stays."""
+    base, proj, env = rig
+    out = base / "out-twice"
+    out.mkdir()
+    procs = [
+        subprocess.Popen(_argv(proj, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    while any(p.poll() is None for p in procs):
+        for name in os.listdir(out):
+            if name.endswith(".whl") and not name.startswith("."):
+                try:
+                    data = (out / name).read_bytes()
+                except FileNotFoundError:
+                    continue
+                with zipfile.ZipFile(io.BytesIO(data)) as z:  # a partial archive has no central directory
+                    assert z.namelist()[-1].endswith(".dist-info/RECORD"), name
+        time.sleep(0.02)
+    results = [(p.returncode, *p.communicate()) for p in procs]
+    for rc, _, err in results:
+        assert rc == 0 or (rc == 2 and "error:" in err and "Traceback" not in err), err
+    assert any(rc == 0 for rc, _, _ in results), results
+    assert _parts(out) == [] and not [n for n in os.listdir(out) if n.startswith(".")], os.listdir(out)
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.testzip() is None
+
+
+def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
+    """A power loss after the rename must not leave the final name on a file whose blocks never reached the
+    disk (a zero-length or partial wheel): the partial file is fsynced before it is renamed into place, and the
+    directory after (so the new name itself is durable)."""
+    base, _, _ = rig
+    out = base / "out-durable"
+    pts = _points(rig, out)
+    opened = next(p for p in pts if p.syscall == "openat" and ".part" in p.call)
+    fd = re.search(r"= (\d+)$", opened.call).group(1)
+    renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
+    between = pts[pts.index(opened) : renamed]
+    assert any(p.syscall == "fsync" and p.call.startswith(f"fsync({fd})") for p in between), between
+    assert any(p.syscall == "fsync" for p in pts[renamed:]), pts[renamed:]
+
+
+def _leave_a_killed_builds_files(out: Path, tmp: Path) -> str:
+    """What a build killed earlier leaves: its partial wheel in --out, its scratch directory in $TMPDIR."""
+    ended = _ended_pid()
+    out.mkdir(exist_ok=True)
+    part = f"{WHEEL}.{BOOT}.{NS}.{ended}.part"
+    _write_parts(out, [part])
+    stale = tmp / f"sglang-overlay-wheel-{NS}.{ended}-x1y2z3"
+    stale.mkdir(parents=True)
+    (stale / "METADATA").write_text("a file the killed build extracted")
+    return part
+
+
+@pytest.mark.parametrize("signal", ["KILL", "INT"])
+def test_a_kill_or_ctrl_c_during_the_cleanup_leaves_the_out_dir_usable(rig, signal):
+    """A signal at each unlink/rmdir of the cleanup of a killed build's files (its partial wheel, its scratch
+    directory): the command stops (Ctrl-C: exit 130, no traceback), and the next build removes the rest and
+    writes the wheel, leaving nothing behind."""
+    base, proj, env = rig
+    out, tmp = base / f"out-reap-{signal}", base / f"tmp-reap-{signal}"
+    env = {**env, "TMPDIR": str(tmp)}
+    part = _leave_a_killed_builds_files(out, tmp)
+    pts, proc = trace_points(_argv(proj, out), env, base, base / "reap.log")
+    assert proc.returncode == 0 and part not in os.listdir(out), proc.stderr
+    made = next(i for i, p in enumerate(pts) if p.syscall == "mkdir" and "sglang-overlay-wheel-" in p.call)
+    cleanup = [p for p in pts[:made] if p.syscall in ("unlink", "unlinkat", "rmdir")]
+    assert {p.syscall for p in cleanup} == {"unlink", "unlinkat", "rmdir"}, cleanup  # the part, the scratch
+    for point in cleanup:
+        shutil.rmtree(out)
+        shutil.rmtree(tmp)
+        tmp.mkdir()
+        _leave_a_killed_builds_files(out, tmp)
+        res = inject(_argv(proj, out), env, base, base / "reap-inject.log", point, f"signal={signal}")
+        assert res.hit, f"{point}: not injected"
+        if signal == "INT":
+            assert res.rc == 130 and "interrupted" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        else:
+            assert res.rc == -9, res.stderr
+        assert not list(out.glob("*.whl")), f"{point}: a wheel was written"
+        again = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert again.returncode == 0, f"{point}: {again.stderr}"
+        assert [n for n in os.listdir(out) if not n.endswith(".whl")] == [], f"{point}: {os.listdir(out)}"
+        assert os.listdir(tmp) == [], f"{point}: {os.listdir(tmp)}"
+
+
+def _tmpdir_refused(rc: int, err: str, tmp: Path, error: str, out: Path) -> None:
+    """A full or read-only $TMPDIR: exit 1 naming $TMPDIR (not `?`, not the tree) and a fix that works there."""
+    assert rc == 1 and "Traceback" not in err, err
+    assert f" {tmp}: {ERRNO_TEXT[error]} ({error})" in err and " ?:" not in err, err
+    hint = err.split("hint:", 1)[-1]
+    assert "TMPDIR" in hint and "--tree" not in err, err
+    if error == "ENOSPC":
+        assert f"`df -h {tmp}`" in hint, err
+    assert os.listdir(tmp) == [], os.listdir(tmp)
+    assert not out.is_dir() or os.listdir(out) == [], os.listdir(out)
+
+
+# where the build writes in $TMPDIR: its scratch copy of the wheel, the patched files' composition, the switch
+TMP_POINTS = {
+    "make the scratch copy": lambda p, tmp: p.syscall == "mkdir" and f'"{tmp}/sglang-overlay-wheel-' in p.call,
+    "extract a file": lambda p, tmp: (
+        p.syscall == "openat" and "sglang-overlay-wheel-" in p.call and "O_TRUNC" in p.call
+    ),
+    "make the composition's scratch": lambda p, tmp: p.syscall == "mkdir" and "sglang-overlay-compose-" in p.call,
+    "write the composition's copy": lambda p, tmp: p.syscall == "openat" and "sglang-overlay-compose-" in p.call,
+    "take the switch's lock": lambda p, tmp: p.syscall == "openat" and "/.sglang-overlay/lock" in p.call,
+    "write the switch's journal": lambda p, tmp: p.syscall == "openat" and ".journal.json.sglang-overlay-tmp" in p.call,
+    "write a patched file": lambda p, tmp: p.syscall == "openat" and ".http_server.py.sglang-overlay-tmp" in p.call,
+    "rename the switch's state": lambda p, tmp: p.syscall == "rename" and ".state.json.sglang-overlay-tmp" in p.call,
+}
+
+
+@pytest.fixture(scope="module")
+def tmp_points(rig) -> tuple[Path, list[Point]]:
+    base, proj, env = rig
+    tmp = base / "tmp-faults"
+    tmp.mkdir()
+    out = base / "out-tmp-trace"
+    pts, proc = trace_points(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp.log")
+    assert proc.returncode == 0, proc.stderr
+    return tmp, pts
+
+
+@pytest.mark.parametrize("where", list(TMP_POINTS))
+@pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
+def test_a_full_or_read_only_tmpdir_names_it_and_a_fix(rig, tmp_points, where, error):
+    base, proj, env = rig
+    tmp, pts = tmp_points
+    point = next(p for p in pts if TMP_POINTS[where](p, tmp))
+    assert point.syscall in ERROR_SYSCALLS[error]  # an error the kernel really returns there
+    out = base / f"out-tmp-{error}-{where.replace(' ', '_')}"
+    res = inject(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp-inject.log", point, f"error={error}")
+    assert res.hit, f"{point}: not injected"
+    _tmpdir_refused(res.rc, res.stderr, tmp, error, out)
+
+
+def test_a_full_write_in_tmpdir_names_it_and_a_fix(rig, tmp_points):
+    """A write() names no file: the first one into an extracted file, full."""
+    base, proj, env = rig
+    tmp, pts = tmp_points
+    opened = next(i for i, p in enumerate(pts) if TMP_POINTS["extract a file"](p, tmp))
+    point = next(p for p in pts[opened:] if p.syscall == "write")
+    out = base / "out-tmp-write"
+    res = inject(_argv(proj, out), {**env, "TMPDIR": str(tmp)}, base, base / "tmp-inject.log", point, "error=ENOSPC")
+    assert res.hit, f"{point}: not injected"
+    _tmpdir_refused(res.rc, res.stderr, tmp, "ENOSPC", out)
+
+
+def test_full_tmpdir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    tmp = base / "small-tmp"
+    tmp.mkdir()
+    with mounted("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp)):  # the unpacked wheel is far larger
+        res = subprocess.run(
+            _argv(proj, base / "out-small-tmp"), env={**env, "TMPDIR": str(tmp)}, capture_output=True, text=True
+        )
+        _tmpdir_refused(res.returncode, res.stderr, tmp, "ENOSPC", base / "out-small-tmp")
+
+
+def test_read_only_tmpdir_on_a_real_file_system(rig):
+    base, proj, env = rig
+    tmp = base / "ro-tmp"
+    tmp.mkdir()
+    with mounted("--bind", str(tmp), str(tmp)):
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(tmp)], capture_output=True).returncode:
+            pytest.skip("cannot remount read-only; test_a_full_or_read_only_tmpdir_names_it_and_a_fix injects EROFS")
+        res = subprocess.run(
+            _argv(proj, base / "out-ro-tmp"), env={**env, "TMPDIR": str(tmp)}, capture_output=True, text=True
+        )
+        _tmpdir_refused(res.returncode, res.stderr, tmp, "EROFS", base / "out-ro-tmp")
 
 
 def _ended_pid() -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import errno
 import hashlib
 import io
 import os
@@ -23,13 +24,15 @@ import re
 import shutil
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from .. import partfile
 from .. import scratch as scratch_dirs
 from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint, short
-from ..fsio import unlink_quietly
 from ..patchset import resolve
 from ..pathlen import path_arg
 from ..repopath import STATE_DIR_NAME
@@ -100,22 +103,29 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
     target = out_dir / (f"{dist_name}-{new_version}-" + src.name.split("-", 2)[2])
 
     scratch_dirs.reap()
-    _reap_parts(out_dir, dist_name)
-    scratch = scratch_dirs.make("wheel")
-    tmp_out = target.with_name(f".{target.name}.{scratch_dirs.owner_tag()}.part")
+    for left in partfile.reap(out_dir, dist_name):
+        print(
+            f"sglang-overlay: note: left {left}: a partial wheel that another host or an earlier sglang-overlay may "
+            f"still be writing; remove it once no build writes to {out_dir}",
+            file=sys.stderr,
+        )
+    tmp = scratch_dirs.root()
+    with _scratch_errors(tmp):
+        scratch = scratch_dirs.make("wheel")
     try:
-        with zipfile.ZipFile(src) as zin:
-            infos = [i for i in zin.infolist() if not i.is_dir()]
-            zin.extractall(scratch)
-        with Transaction.open(Tree(scratch, "installed")) as txn:
-            outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
-        # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
-        # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set, `revert`
-        # gives back the pristine release).
-        state_dir = scratch / "sglang" / STATE_DIR_NAME
-        for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
-            if leftover.name not in ("state.json", "objects"):
-                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        with _scratch_errors(tmp):
+            with zipfile.ZipFile(src) as zin:
+                infos = [i for i in zin.infolist() if not i.is_dir()]
+                zin.extractall(scratch)
+            with Transaction.open(Tree(scratch, "installed")) as txn:
+                outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
+            # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
+            # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set,
+            # `revert` gives back the pristine release).
+            state_dir = scratch / "sglang" / STATE_DIR_NAME
+            for leftover in state_dir.iterdir() if state_dir.is_dir() else ():
+                if leftover.name not in ("state.json", "objects"):
+                    shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         print(
             f"sglang-overlay: {src.name} + {', '.join(outcome.target) or 'no patches'}: "
             f"{len(outcome.written)} file(s) changed",
@@ -157,16 +167,16 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
         entries.append((rec_info, record.getvalue().encode()))
 
         try:
-            with zipfile.ZipFile(tmp_out, "w", compression=zipfile.ZIP_DEFLATED) as zout:
-                for info, data in entries:
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    zout.writestr(info, data)
-            os.replace(tmp_out, target)
+            with partfile.PartFile(target) as part:
+                with zipfile.ZipFile(part.file, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+                    for info, data in entries:
+                        info.compress_type = zipfile.ZIP_DEFLATED
+                        zout.writestr(info, data)
+                part.replace(target)
         except OSError as e:  # the OS names the partial file, or for a failed write() no file at all
             raise _out_failure(e, "cannot write the wheel", target) from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        unlink_quietly(tmp_out)
     return target
 
 
@@ -181,18 +191,41 @@ def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
     )
 
 
-def _reap_parts(out_dir: Path, dist_name: str) -> None:
-    """Remove the partial archives of killed builds (their process has ended), whichever wheel they were writing:
-    a build of another set never has the same name, so looking for its own name alone left them forever."""
-    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.[0-9a-f]+-.+\.whl\.(?:(\d+)\.)?(\d+)\.part$")
+@contextmanager
+def _scratch_errors(tmp: Path) -> Iterator[None]:
+    """The switch and the composition report a refused write as the tree's (fix: `--tree DIR`), and a write()
+    names no file at all (`cannot access ?`); here that tree is a scratch copy in $TMPDIR, which the user can
+    point elsewhere."""
     try:
-        names = os.listdir(out_dir)
-    except OSError:
-        return  # cleanup only: the build itself says what is wrong with the directory
-    for name in names:
-        m = own.match(name)  # the pid namespace is missing from a name an earlier version wrote
-        if m and scratch_dirs.owner_gone(m.group(1), int(m.group(2))):
-            unlink_quietly(out_dir / name)
+        yield
+    except OSFailure as f:
+        if f.error is None or not _in_dir(f.error, tmp):
+            raise
+        raise _tmp_failure(f.error, tmp) from None
+    except OSError as e:
+        if not _in_dir(e, tmp):
+            raise
+        raise _tmp_failure(e, tmp) from e
+
+
+def _in_dir(err: OSError, tmp: Path) -> bool:
+    if not isinstance(err.filename, (str, bytes)):  # a failed write(): in this stage only scratch copies are written
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    name, root = os.path.abspath(os.fsdecode(err.filename)), os.path.abspath(tmp)
+    return name == root or name.startswith(root.rstrip("/") + "/")
+
+
+def _tmp_failure(err: OSError, tmp: Path) -> OSFailure:
+    # $TMPDIR itself, not the random scratch directory under it (gone by the time the user reads this); the hint's
+    # commands name it too, as it may be a mount point, on another file system than its parent
+    return os_failure(
+        err,
+        "cannot write the wheel's scratch copy in",
+        "no wheel was written, and no tree was changed",
+        path=tmp,
+        where=tmp,
+        elsewhere="set TMPDIR to a writable directory with room for the unpacked wheel (`export TMPDIR=DIR`)",
+    )
 
 
 def _renamed(info: zipfile.ZipInfo, old_info: str, new_info: str) -> zipfile.ZipInfo:

@@ -618,7 +618,8 @@ def fingerprint(
     else:
         with reading(ctx.tree) as view:
             names = view.state.applied
-    profile = m.env_profile(env_profile) if env_profile is not None else None
+    api_fn = None if ctx.cli else "fingerprint"
+    profile = m.env_profile(env_profile, api_fn=api_fn) if env_profile is not None else None
     fp = compute(m, names, profile)
     carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

@@ -260,3 +260,12 @@ def test_a_revert_a_carried_patch_needs_names_the_api_call(sglang_tree):
         api.revert("fx_args_a", **where)
     assert "cannot revert fx_args_a: fx_common requires it" in str(e.value), e.value
     assert e.value.hint == "revert fx_common too: api.revert('fx_common', 'fx_args_a')", e.value.hint
+
+
+def test_an_empty_env_profile_is_refused_in_the_apis_words():
+    """It was refused as the command line's `--env-profile is empty ... or leave --env-profile out`."""
+    with pytest.raises(OverlayError) as e:
+        api.fingerprint("none", env_profile=" ", project=FIX)
+    text = f"{e.value}\n{e.value.hint}"
+    assert "api.fingerprint: env_profile= is empty" in str(e.value) and "fx_profile" in e.value.hint, text
+    assert "env_profile=None" in e.value.hint and "--" not in text and e.value.exit_code == EXIT_BAD_INPUT, text

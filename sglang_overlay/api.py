@@ -390,10 +390,11 @@ def _apply_target(m: Manifest, exact: bool, names: tuple[str, ...], state: State
     return tuple(state.applied) + names
 
 
-def _revert_target(m: Manifest, names: tuple[str, ...], every: bool, state: State, notes: list[str]) -> tuple[str, ...]:
+def _revert_target(
+    m: Manifest, names: tuple[str, ...], every: bool, state: State, notes: list[str], sp: Spelling
+) -> tuple[str, ...]:
     from .errors import BadInput
     from .manifest import UpstreamedPatch
-    from .progname import prog
 
     notes.extend(
         f"not applied: {n}"
@@ -407,9 +408,17 @@ def _revert_target(m: Manifest, names: tuple[str, ...], every: bool, state: Stat
         if needs:
             raise BadInput(
                 f"cannot revert {', '.join(needs)}: {n} requires it",
-                hint=f"revert {n} too: `{prog()} revert {n} {' '.join(needs)}`",
+                hint=f"revert {n} too: {_revert_call(sp, (n, *needs))}",
             )
     return remaining
+
+
+def _revert_call(sp: Spelling, names: tuple[str, ...]) -> str:
+    from .progname import prog
+
+    if sp.fn is None:
+        return f"`{prog()} revert {' '.join(names)}`"
+    return f"api.revert({', '.join(repr(n) for n in names)})"
 
 
 def _apply_names(
@@ -427,14 +436,20 @@ def _apply_names(
     return tuple(n for n in names if n not in left_out), left_out
 
 
-def _need(chosen: PatchSet | None, verb: str) -> PatchSet:
+def _need(chosen: PatchSet | None, verb: str, sp: Spelling) -> PatchSet:
     from .errors import BadInput
     from .progname import prog
 
-    if chosen is None:
+    if chosen is None and sp.fn is None:
         raise BadInput(
             f"{verb}: name patches, or give one of --all / --set EXPR / --patches A,B",
             hint=f"e.g. `{prog()} {verb} deepseek_v2` (see `{prog()} status`)",
+        )
+    if chosen is None:
+        sets = "all=True" if verb == "revert" else "all=True, expr= or patches="
+        raise BadInput(
+            f"api.{verb}: name patches, or pass {sets}",
+            hint=f"e.g. api.{verb}('deepseek_v2') (see api.status().patches)",
         )
     return chosen
 
@@ -459,18 +474,13 @@ def apply(
     for arg, on in (("all", all), ("force", force), ("ignore_hardware", ignore_hardware)):
         apiargs.flag("apply", arg, on)
     ctx = _ctx("apply", context, project, manifest, tree)
+    sp = _spelling(ctx, "apply")
     chosen = _need(
         from_options(
-            ctx.manifest,
-            names=names,
-            all=all,
-            preset=expr,
-            patches=patches,
-            verb="apply",
-            close=False,
-            spelling=_spelling(ctx, "apply"),
+            ctx.manifest, names=names, all=all, preset=expr, patches=patches, verb="apply", close=False, spelling=sp
         ),
         "apply",
+        sp,
     )
     notes: list[str] = []
     wanted, left_out = _apply_names(ctx, chosen, all, ignore_hardware, notes)
@@ -503,7 +513,10 @@ def revert(
     for arg, on in (("all", all), ("force", force)):
         apiargs.flag("revert", arg, on)
     ctx = _ctx("revert", context, project, manifest, tree)
-    chosen = _need(from_options(ctx.manifest, names=names, all=all, verb="revert", close=False), "revert")
+    sp = _spelling(ctx, "revert")
+    chosen = _need(
+        from_options(ctx.manifest, names=names, all=all, verb="revert", close=False, spelling=sp), "revert", sp
+    )
     if all and other_release(ctx):
         from .recorded import revert_recorded
 
@@ -513,7 +526,7 @@ def revert(
     notes: list[str] = []
     outcome = change_tree(
         ctx,
-        lambda state: _revert_target(ctx.manifest, chosen.patches, all, state, notes),
+        lambda state: _revert_target(ctx.manifest, chosen.patches, all, state, notes, sp),
         op="revert",
         force=force,
         ignore_hardware=True,
@@ -537,13 +550,14 @@ def toggle(
         apiargs.flag("toggle", arg, on)
     ctx = _ctx("toggle", context, project, manifest, tree)
     ctx.manifest.patch(name)
-    chosen = _need(from_options(ctx.manifest, names=[name], verb="toggle", close=False), "toggle")
+    sp = _spelling(ctx, "toggle")
+    chosen = _need(from_options(ctx.manifest, names=[name], verb="toggle", close=False, spelling=sp), "toggle", sp)
     notes: list[str] = []
     wanted, _ = _apply_names(ctx, chosen, False, ignore_hardware, notes)
 
     def decide(state: State) -> tuple[str, ...]:
         if name in state.applied:
-            return _revert_target(ctx.manifest, chosen.patches, False, state, notes)
+            return _revert_target(ctx.manifest, chosen.patches, False, state, notes, sp)
         return _apply_target(ctx.manifest, False, wanted, state, notes)
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
@@ -604,7 +618,8 @@ def fingerprint(
     else:
         with reading(ctx.tree) as view:
             names = view.state.applied
-    profile = m.env_profile(env_profile) if env_profile is not None else None
+    api_fn = None if ctx.cli else "fingerprint"
+    profile = m.env_profile(env_profile, api_fn=api_fn) if env_profile is not None else None
     fp = compute(m, names, profile)
     carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

@@ -1,6 +1,6 @@
 """The version pip reports for an installed wheel that build-wheel made, once the tree carries another set.
 
-build-wheel names the set in the wheel's version (`0.5.17+ovl.<short fingerprint>`): in the dist-info
+build-wheel names the set in the wheel's version (`0.5.17+ovl.fp<short fingerprint>`): in the dist-info
 directory's name, its METADATA and its RECORD, all outside the package. A switch cannot carry them along: the
 state and the journal name only files under python/sglang/ (repopath.py, the one rule every tree kind shares),
 the directory's name is the version, and pip wrote files of its own into it at install (INSTALLER, its RECORD).
@@ -34,7 +34,8 @@ def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> s
         version = found.group(1) if found else ""
         release, _, _ = version.partition("+")
         local = _local(version)
-        if local is None or not local.startswith("ovl.") or local == _local(f"{release}+ovl.{short(fp)}"):
+        ours = (_local(f"{release}+{wheel_local(fp)}"), _local(f"{release}+ovl.{short(fp)}"))  # now, and before
+        if local is None or not local.startswith("ovl.") or local in ours:
             continue
         if patches:
             fix = f"build the wheel of this set (`{prog()} build-wheel --patches {','.join(patches)}`) and install it"
@@ -48,9 +49,17 @@ def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> s
     return None
 
 
+def wheel_local(fp: str) -> str:
+    """The local version build-wheel gives the wheel of the set `fp`. The 'fp' keeps the segment from ever being
+    digits only, which PEP 440 takes as a number: +ovl.012345678901 was written +ovl.12345678901, and `pip show`
+    lost the 12 characters `fingerprint --short` prints. Wheels built before say +ovl.<short fingerprint>."""
+    return f"ovl.fp{short(fp)}"
+
+
 def _local(version: str) -> str | None:
     """The local part of `version` as PEP 440 normalizes it (None: no local part, or not PEP 440). build-wheel
-    writes its version normalized, and a short fingerprint of digits only is a number there: +ovl.0123 is +ovl.123."""
+    writes its version normalized, and before wheel_local a short fingerprint of digits only was a number there:
+    +ovl.0123 was written +ovl.123."""
     from packaging.version import InvalidVersion, Version  # only for an installed tree's dist-info
 
     try:

@@ -287,12 +287,13 @@ class Manifest:
             )
         return self.presets[name]
 
-    def env_profile(self, name: str) -> EnvProfile:
+    def env_profile(self, name: str, *, api_fn: str | None = None) -> EnvProfile:
+        """`api_fn`: the Python API's function that was passed `name` (None: the command line's --env-profile)."""
         if not name.strip():  # `--env-profile "$PROFILE"` with PROFILE unset: not the same as no profile
-            raise ManifestError(
-                "--env-profile is empty (an unset shell variable?)",
-                hint=f"name one of {', '.join(sorted(self.env_profiles)) or '(none)'}, or leave --env-profile out",
-            )
+            said, out = "--env-profile is empty (an unset shell variable?)", "leave --env-profile out"
+            if api_fn is not None:  # a refusal names the argument the caller wrote, not an option it never typed
+                said, out = f"api.{api_fn}: env_profile= is empty", "pass env_profile=None"
+            raise ManifestError(said, hint=f"name one of {', '.join(sorted(self.env_profiles)) or '(none)'}, or {out}")
         if name not in self.env_profiles:
             raise ManifestError(
                 f"{self.path}: no env profile named {name!r}{_did_you_mean(name, self.env_profiles)}",

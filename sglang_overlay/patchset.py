@@ -47,24 +47,88 @@ class PatchSet:
         return ",".join(self.patches) if self.patches else "(none)"
 
 
-def _unknown(m: Manifest, flag: str, expr: str, name: str) -> PatchSetError:
+@dataclass(frozen=True)
+class Spelling:
+    """How the caller wrote the forms, for a refusal to name them as written: the Python API's callers passed
+    expr=, patches=, names or all=True, and a message about --set, --patches, NAME or --all named options they
+    never typed. `fn` is the API function (None: the command line, whose wording is kept as it was)."""
+
+    fn: str | None = None
+
+    def form(self, flag: str) -> str:
+        """A form's name: --set, --patches, --all, or (any other flag: the command's NAME...) NAME."""
+        if self.fn is None:
+            return flag if flag in _API_FORMS else "NAME"
+        return _API_FORMS.get(flag, "names")
+
+    def at(self, flag: str, text: str, *, quote: bool = False) -> str:
+        """Where the refused text was written: `--set X` on the command line, `api.apply(expr='X')` in Python."""
+        if self.fn is None:
+            return f"{flag} {text!r}" if quote else f"{flag} {text}"
+        if flag == "--all":
+            return f"api.{self.fn}(all=True)"
+        arg = _API_FORMS.get(flag, "")  # a command's NAME...: the names, passed one by one
+        return f"api.{self.fn}({arg}{text!r})"
+
+    def head(self, flag: str, text: str) -> str:
+        """The start of a refusal of the text as a whole (empty, holding an empty name)."""
+        return flag if self.fn is None else self.at(flag, text)
+
+    def holding(self, flag: str, text: str) -> str:
+        """The start of a refusal of one name in a list."""
+        return f"{flag}: {text!r}" if self.fn is None else f"{self.at(flag, text)}:"
+
+    @property
+    def empty(self) -> str:  # an empty patch list refused
+        if self.fn is None:
+            return "--patches: the list is empty (an unset shell variable?)"
+        return f"api.{self.fn}: patches= is empty"
+
+    @property
+    def name_them(self) -> str:  # the list, as the caller writes one
+        return "--patches a,b" if self.fn is None else "patches='a,b'"
+
+    @property
+    def none(self) -> str:  # how to ask for the empty set instead
+        return "write --set none" if self.fn is None else "pass expr='none'"
+
+    @property
+    def revert_all(self) -> str:  # how to take every patch out
+        return "revert --all" if self.fn is None else "api.revert(all=True)"
+
+    def one_of(self) -> str:
+        """The forms that name a set, for a refusal of two or of none."""
+        if self.fn is None:
+            return f"one of NAME..., --all, --set {FORMS}"
+        return f"one of names, all=True, expr= ({FORMS}), patches='a,b'"
+
+
+_API_FORMS = {"--set": "expr=", "--patches": "patches=", "--all": "all=True"}
+CLI = Spelling()
+
+
+def api_spelling(fn: str) -> Spelling:
+    return Spelling(fn)
+
+
+def _unknown(m: Manifest, flag: str, expr: str, name: str, sp: Spelling) -> PatchSetError:
     import difflib  # only for a message (as in manifest.py)
 
     close = difflib.get_close_matches(name, list(m.names) + list(m.presets), n=1)
     mean = f" (did you mean {close[0]!r}?)" if close else ""
     return PatchSetError(
-        f"{flag} {expr}: {name!r} is neither a patch nor a preset of {m.path}{mean}",
+        f"{sp.at(flag, expr)}: {name!r} is neither a patch nor a preset of {m.path}{mean}",
         hint=f"patches: {', '.join(m.names) or '(none)'}; presets: {', '.join(sorted(m.presets)) or '(none)'}",
     )
 
 
-def _members(m: Manifest, flag: str, expr: str, term: str) -> list[str]:
+def _members(m: Manifest, flag: str, expr: str, term: str, sp: Spelling) -> list[str]:
     out: list[str] = []
     for raw in term.split(","):
         name = raw.strip()
         if not name:
             raise PatchSetError(
-                f"{flag} {expr!r}: an empty name (a stray ',' or an unset shell variable?)",
+                f"{sp.at(flag, expr, quote=True)}: an empty name (a stray ',' or an unset shell variable?)",
                 hint=f"write {FORMS}",
             )
         if name in EMPTY_NAMES:
@@ -72,47 +136,50 @@ def _members(m: Manifest, flag: str, expr: str, term: str) -> list[str]:
         if name in m.presets:
             if name in m.names:
                 raise PatchSetError(
-                    f"{flag} {expr}: {name!r} is both a preset and a patch of {m.path}",
+                    f"{sp.at(flag, expr)}: {name!r} is both a preset and a patch of {m.path}",
                     hint="rename the preset or the patch in the manifest",
                 )
             out.extend(m.presets[name])
         elif name in m.names:
             out.append(name)
         else:
-            raise _unknown(m, flag, expr, name)
+            raise _unknown(m, flag, expr, name, sp)
     return out
 
 
-def _closure(m: Manifest, flag: str, expr: str, names: Iterable[str]) -> tuple[str, ...]:
+def _closure(m: Manifest, flag: str, expr: str, names: Iterable[str], sp: Spelling) -> tuple[str, ...]:
     try:
         return m.closure(names)
     except ManifestError as e:  # a conflicting pair
-        raise PatchSetError(f"{flag} {expr}: {e}", hint=e.hint) from None
+        raise PatchSetError(f"{sp.at(flag, expr)}: {e}", hint=e.hint) from None
 
 
-def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) -> PatchSet:
+def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True, spelling: Spelling = CLI) -> PatchSet:
     """An expression of the grammar above. `close=False`: the members as named (for `revert`/`apply NAME`),
-    validated, without adding what they require."""
+    validated, without adding what they require. `flag`: the command line's form it came in (spelling: as the
+    caller wrote it)."""
+    sp = spelling
     text = expr.strip()
     if not text:
         raise PatchSetError(
-            f"{flag}: the set is empty (an unset shell variable?)", hint=f"write {FORMS} (none: the pristine tree)"
+            f"{sp.head(flag, expr)}: the set is empty (an unset shell variable?)",
+            hint=f"write {FORMS} (none: the pristine tree)",
         )
     if text in m.presets and text not in m.names:
         listed = tuple(m.presets[text])
-        return PatchSet(text, _closure(m, flag, text, listed) if close else listed, preset=text)
+        return PatchSet(text, _closure(m, flag, text, listed, sp) if close else listed, preset=text)
     terms = _TERM_RE.findall(text)
     if "".join(op + t for op, t in terms) != text or terms[0][0]:
-        raise PatchSetError(f"{flag} {text!r}: cannot parse it", hint=f"write {FORMS}")
+        raise PatchSetError(f"{sp.at(flag, text, quote=True)}: cannot parse it", hint=f"write {FORMS}")
     chosen: list[str] = []
     removed: set[str] = set()
     for op, term in terms:
-        members = _members(m, flag, text, term)
+        members = _members(m, flag, text, term, sp)
         if op == "-":
             missing = [x for x in members if x not in chosen]
             if missing:
                 raise PatchSetError(
-                    f"{flag} {text}: cannot take out {', '.join(missing)}: not in the set so far",
+                    f"{sp.at(flag, text)}: cannot take out {', '.join(missing)}: not in the set so far",
                     hint="take out only what the preset or list before it holds",
                 )
             chosen = [c for c in chosen if c not in members]
@@ -123,35 +190,15 @@ def resolve(m: Manifest, expr: str, *, flag: str = "--set", close: bool = True) 
     if not close and not removed:
         return PatchSet(text, tuple(chosen))
     # checked with close=False too: `apply --set E` closes the set later, and would put back what E takes out
-    patches = _closure(m, flag, text, chosen)
+    patches = _closure(m, flag, text, chosen, sp)
     back = [p for p in patches if p in removed]
     if back:
         needs = sorted({q for q in patches if set(m.patch(q).requires) & set(back)})
         raise PatchSetError(
-            f"{flag} {text}: {', '.join(back)} cannot be left out: it is required by {', '.join(needs)}",
+            f"{sp.at(flag, text)}: {', '.join(back)} cannot be left out: it is required by {', '.join(needs)}",
             hint=f"take out {', '.join(needs)} too",
         )
     return PatchSet(text, patches if close else tuple(chosen))
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """How the caller wrote the forms, for a refusal to name them as written: the Python API's callers passed
-    patches="", and a message about --patches and --set none named options they never typed."""
-
-    empty: str  # an empty patch list refused
-    name_them: str  # the list, as the caller writes one
-    none: str  # how to ask for the empty set instead
-    revert_all: str  # how to take every patch out
-
-
-CLI = Spelling(
-    "--patches: the list is empty (an unset shell variable?)", "--patches a,b", "write --set none", "revert --all"
-)
-
-
-def api_spelling(fn: str) -> Spelling:
-    return Spelling(f"api.{fn}: patches= is empty", "patches='a,b'", "pass expr='none'", "api.revert(all=True)")
 
 
 def from_options(
@@ -170,7 +217,7 @@ def from_options(
     given = [
         f
         for f, on in (
-            ("NAME", names),
+            (verb, names),
             ("--all", all),
             ("--set", preset is not None),
             ("--patches", patches is not None),
@@ -178,13 +225,13 @@ def from_options(
         if on
     ]
     if len(given) > 1:
-        raise PatchSetError(
-            f"{verb}: {' and '.join(given)} both name a set: give one", hint=f"one of NAME..., --all, --set {FORMS}"
-        )
+        said = " and ".join(spelling.form(f) for f in given)
+        head = verb if spelling.fn is None else f"api.{spelling.fn}"
+        raise PatchSetError(f"{head}: {said} both name a set: give one", hint=spelling.one_of())
     if all:
-        return PatchSet("all", _closure(m, "--all", "", m.names) if close else m.names)
+        return PatchSet("all", _closure(m, "--all", "", m.names, spelling) if close else m.names)
     if preset is not None:
-        return resolve(m, preset, flag="--set", close=close)
+        return resolve(m, preset, flag="--set", close=close, spelling=spelling)
     if patches is not None:
         if not patches.strip():
             # `--patches "$P"` with P unset: taken as the empty set, `apply` reverted every patch
@@ -192,32 +239,33 @@ def from_options(
             raise PatchSetError(
                 spelling.empty, hint=f"name the patches ({spelling.name_them}); for the empty set {spelling.none}{out}"
             )
-        return resolve(m, _only_names(m, "--patches", patches), flag="--patches", close=close)
+        listed = _only_names(m, "--patches", patches, spelling)
+        return resolve(m, listed, flag="--patches", close=close, spelling=spelling)
     if names:
-        return resolve(m, _only_names(m, verb, ",".join(names)), flag=verb, close=close)
+        return resolve(m, _only_names(m, verb, ",".join(names), spelling), flag=verb, close=close, spelling=spelling)
     return None
 
 
-def _only_names(m: Manifest, flag: str, text: str) -> str:
+def _only_names(m: Manifest, flag: str, text: str, sp: Spelling) -> str:
     """--patches and NAME... take patch names only; the expression forms belong to --set."""
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             raise PatchSetError(
-                f"{flag}: {text!r} holds an empty patch name (an unset shell variable?)",
+                f"{sp.holding(flag, text)} holds an empty patch name (an unset shell variable?)",
                 hint="name the patches, e.g. deepseek_v2,oea_topk",
             )
         if name not in m.names and (name in m.presets or name in EMPTY_NAMES or re.search(r"[+-]", name)):
             raise PatchSetError(
-                f"{flag} {text}: {name!r} is not a patch name",
-                hint=f"name patches here; a preset or an expression goes to --set ({FORMS})",
+                f"{sp.at(flag, text)}: {name!r} is not a patch name",
+                hint=f"name patches here; a preset or an expression goes to {sp.form('--set')} ({FORMS})",
             )
         if name not in m.names:
             import difflib
 
             close = difflib.get_close_matches(name, list(m.names), n=1)
             raise PatchSetError(
-                f"{flag} {text}: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                f"{sp.at(flag, text)}: no patch named {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""),
                 hint=f"patches: {', '.join(m.names) or '(none)'}",
             )
     return text

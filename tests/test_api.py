@@ -48,7 +48,7 @@ def test_results_are_frozen_and_errors_are_the_package_hierarchy(sglang_tree):
     assert again.notes == ("already applied: fx_topk",) and again.written == ()
     with pytest.raises(OverlayError) as e:
         api.apply("fx_topk", all=True, **where)
-    assert e.value.exit_code == EXIT_BAD_INPUT and "NAME and --all" in str(e.value)
+    assert e.value.exit_code == EXIT_BAD_INPUT and "api.apply: names and all=True both name a set" in str(e.value)
     with pytest.raises(OverlayError) as e:
         api.status(project=FIX / "patches")  # no manifest there: ProjectNotFound, a BadInput
     assert "there is no" in str(e.value) and e.value.exit_code == EXIT_BAD_INPUT
@@ -211,3 +211,61 @@ def test_an_empty_patches_list_is_refused_in_the_apis_words(sglang_tree, fn):
     assert "--" not in text, text
     assert ("api.revert(all=True)" in text) == (fn == "apply"), text
     assert e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before
+
+
+@pytest.mark.parametrize(
+    "call, said, fix",
+    [
+        (lambda w: api.apply("fx_topk", all=True, **w), "api.apply: names and all=True both name a set", "expr="),
+        (lambda w: api.apply(expr="default", patches="fx_topk", **w), "expr= and patches= both name a set", "names"),
+        (lambda w: api.apply(**w), "api.apply: name patches, or pass all=True, expr= or patches=", "api.apply("),
+        (lambda w: api.revert(**w), "api.revert: name patches, or pass all=True", "api.revert("),
+        (
+            lambda w: api.apply(expr="default+fx_tpok", **w),
+            "api.apply(expr='default+fx_tpok'): 'fx_tpok' is neither",
+            "presets: args, default",
+        ),
+        (lambda w: api.apply(expr="+x", **w), "api.apply(expr='+x'): cannot parse it", "write PRESET, a,b"),
+        (lambda w: api.fingerprint("default-fx_overlay", **w), "api.fingerprint(expr='default-fx_overlay'):", "take"),
+        (
+            lambda w: api.apply(patches="default", **w),
+            "api.apply(patches='default'): 'default' is not a patch name",
+            "a preset or an expression goes to expr=",
+        ),
+        (
+            lambda w: api.fingerprint(patches="fx_args_a,bogus", **w),
+            "api.fingerprint(patches='fx_args_a,bogus'): no patch named 'bogus'",
+            "patches: fx_topk",
+        ),
+        (lambda w: api.apply("default", **w), "api.apply('default'): 'default' is not a patch name", "expr="),
+        (lambda w: api.revert("fx_topk,", **w), "api.revert('fx_topk,'): holds an empty patch name", "name the"),
+    ],
+)
+def test_a_bad_selection_is_refused_in_the_apis_words(sglang_tree, call, said, fix):
+    """The refusals of the set grammar named the command line's options (--set X:, --patches X:, NAME and --all)
+    to a caller that wrote expr=, patches=, names or all=True."""
+    before = tree_snapshot(sglang_tree)
+    with pytest.raises(OverlayError) as e:
+        call(dict(project=FIX, tree=sglang_tree))
+    text = f"{e.value}\n{e.value.hint}"
+    assert said in str(e.value) and fix in (e.value.hint or ""), text
+    assert "--" not in text and e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before, text
+
+
+def test_a_revert_a_carried_patch_needs_names_the_api_call(sglang_tree):
+    """The fix for reverting what a carried patch requires was a command line (`sglang-overlay revert ...`)."""
+    where = dict(project=FIX, tree=sglang_tree)
+    api.apply("fx_common", **where)
+    with pytest.raises(BadInput) as e:
+        api.revert("fx_args_a", **where)
+    assert "cannot revert fx_args_a: fx_common requires it" in str(e.value), e.value
+    assert e.value.hint == "revert fx_common too: api.revert('fx_common', 'fx_args_a')", e.value.hint
+
+
+def test_an_empty_env_profile_is_refused_in_the_apis_words():
+    """It was refused as the command line's `--env-profile is empty ... or leave --env-profile out`."""
+    with pytest.raises(OverlayError) as e:
+        api.fingerprint("none", env_profile=" ", project=FIX)
+    text = f"{e.value}\n{e.value.hint}"
+    assert "api.fingerprint: env_profile= is empty" in str(e.value) and "fx_profile" in e.value.hint, text
+    assert "env_profile=None" in e.value.hint and "--" not in text and e.value.exit_code == EXIT_BAD_INPUT, text

@@ -61,7 +61,7 @@ def python312() -> str | None:
 
 def test_name_version_metadata_and_record(built):
     wheel, fp = built
-    version = f"0.5.17+ovl.{fp[:12]}"
+    version = f"0.5.17+ovl.fp{fp[:12]}"
     assert wheel.name == f"sglang-{version}-cp312-cp312-manylinux_2_34_x86_64.whl"
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
@@ -111,7 +111,7 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     subprocess.run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], check=True)
     show = subprocess.run([*pip, "show", "-f", "sglang"], capture_output=True, text=True, check=True).stdout
-    assert f"Version: 0.5.17+ovl.{fp[:12]}" in show
+    assert f"Version: 0.5.17+ovl.fp{fp[:12]}" in show
     assert "overlay_identity" in show
     assert "sglang/_overlay_build.py" in show
     site = Path(
@@ -150,8 +150,8 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     # pip's version is still the wheel's (the dist-info is outside what a switch records: distinfo.py says why);
     # revert says so, and the command it gives makes pip agree (run offline, from the cached release wheel)
     show = subprocess.run([*pip, "show", "sglang"], capture_output=True, text=True, check=True).stdout
-    assert f"Version: 0.5.17+ovl.{fp[:12]}" in show
-    assert f"pip still reports sglang 0.5.17+ovl.{fp[:12]}" in reverted, reverted
+    assert f"Version: 0.5.17+ovl.fp{fp[:12]}" in show
+    assert f"pip still reports sglang 0.5.17+ovl.fp{fp[:12]}" in reverted, reverted
     fix = re.search(r"`pip (install [^`]+)`", reverted).group(1).split()
     release = pinned_wheel(load_manifest(project / "manifest.yaml").pin)
     subprocess.run([*pip, *fix, "--no-index", "--find-links", str(release.parent), "-q"], check=True)
@@ -170,7 +170,7 @@ def test_a_switch_says_when_pips_version_no_longer_names_the_set(project, built,
         z.extractall(site)
     cli = ("--manifest", str(project / "manifest.yaml"), "--tree", str(site))
     out = run_cli(*cli, "revert", "--all", check_rc=0).stdout
-    assert f"note: pip still reports sglang 0.5.17+ovl.{fp[:12]} (sglang-0.5.17+ovl.{fp[:12]}.dist-info" in out, out
+    assert f"note: pip still reports sglang 0.5.17+ovl.fp{fp[:12]} (sglang-0.5.17+ovl.fp{fp[:12]}.dist-info" in out, out
     assert "now carries no patches" in out and "pip install --no-deps --force-reinstall sglang==0.5.17" in out, out
     out = run_cli(*cli, "apply", "overlay_identity", check_rc=0).stdout
     assert "pip still reports" not in out, out  # the wheel's version names this set again
@@ -198,28 +198,45 @@ def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
         assert z.getinfo("sglang/srt/fx_overlay_module.py").external_attr >> 16 == 0o100644
 
 
-def test_a_set_whose_short_fingerprint_pep440_rewrites_is_not_said_stale(project, tmp_path, monkeypatch):
-    """A short form of digits only with a leading 0 is one PEP 440 number: build-wheel's version drops the 0
-    (+ovl.012345678901 is +ovl.12345678901), and the string comparison said pip's version no longer named the set
-    right after its own wheel was installed. A fingerprint is hex, so about 1 set in 300 has such a short form."""
-    from sglang_overlay import distinfo
-    from sglang_overlay.commands.build_wheel import local_version
+def _installed(tmp_path, version: str):
     from sglang_overlay.tree import Tree
 
-    m = load_manifest(project / "manifest.yaml")
-    fp = ("0123456789" * 7)[:64]
-    version = local_version(m.pin.version, fp)
-    assert version == "0.5.17+ovl.12345678901"  # what build-wheel writes, in the wheel's name and METADATA
     site = tmp_path / "site"
     (site / "sglang").mkdir(parents=True)
     (site / "sglang" / "__init__.py").write_text("")
     info = site / f"sglang-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
-    tree = Tree(site, "installed")
-    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: fp)
+    return Tree(site, "installed"), info
+
+
+DIGITS_FP = ("0123456789" * 7)[:64]  # a short form of digits only, with a leading 0: about 1 set in 300
+
+
+@pytest.mark.parametrize("fp", [DIGITS_FP, "0" * 12 + "a" * 52, "ab" * 32])
+def test_the_wheels_version_keeps_the_short_fingerprint_as_written(fp):
+    """A local segment of digits only is a number to PEP 440: +ovl.012345678901 was written +ovl.12345678901, and
+    `pip show` did not show the fingerprint's 12-character prefix that `launch` and `fingerprint --short` print."""
+    from packaging.version import Version
+
+    from sglang_overlay.commands.build_wheel import local_version
+
+    version = local_version("0.5.17", fp)
+    assert version == f"0.5.17+ovl.fp{fp[:12]}" and str(Version(version)) == version, version
+
+
+@pytest.mark.parametrize("version", ["0.5.17+ovl.fp012345678901", "0.5.17+ovl.12345678901", "0.5.17+ovl.012345678901"])
+def test_a_wheel_of_the_set_is_not_said_stale_in_either_format(project, tmp_path, monkeypatch, version):
+    """The dist-info of a wheel of this set, as build-wheel writes it now (+ovl.fp<12 hex>) and as it wrote it before
+    (+ovl.<12 hex>, PEP 440-normalized: the leading 0 of digits only dropped), is not said stale; of another set,
+    it is."""
+    from sglang_overlay import distinfo
+
+    m = load_manifest(project / "manifest.yaml")
+    tree, info = _installed(tmp_path, version)
+    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: DIGITS_FP)
     assert distinfo.stale_version(tree, m, ("overlay_identity",)) is None
-    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: "1" + fp[1:])  # another set
+    monkeypatch.setattr(distinfo, "fingerprint", lambda manifest, patches: "1" + DIGITS_FP[1:])  # another set
     note = distinfo.stale_version(tree, m, ("overlay_identity",))
     assert note is not None and f"pip still reports sglang {version} ({info.name}:" in note, note
 

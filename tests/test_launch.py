@@ -446,3 +446,25 @@ def test_launch_says_when_pips_version_no_longer_names_the_set(project, sglang_t
     res = run_cli(*cli, "--set", "none", "--", "--port", str(free_port()), env=env)
     assert res.returncode == 1 and "tree now carries no patches" in res.stderr, res.stderr
     assert "pip still reports" not in res.stderr + res.stdout, res.stderr  # the wheel's own set again
+
+
+def test_revert_on_exit_says_when_pips_version_no_longer_names_the_set(project, sglang_tree, tmp_path):
+    """--revert-on-exit switches the tree back after the server exits: the pip-version note was said for the set
+    launched, not for the set the tree is left carrying. A wheel of `default` installed: launching `default` says
+    nothing; taking it back out leaves pip naming `default`, and that is said after the tree is switched back."""
+    man = ("--manifest", str(project / "manifest.yaml"))
+    site = tmp_path / "site"
+    for rel in ("__init__.py", "_version.py", "srt/entrypoints/http_server.py"):
+        (site / "sglang" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(sglang_tree / "python" / "sglang" / rel, site / "sglang" / rel)
+    wheel_set = run_cli(*man, "fingerprint", "--set", "default", "--short", check_rc=0).stdout.strip()
+    info = site / f"sglang-0.5.17+ovl.{wheel_set}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.17+ovl.{wheel_set}\n")
+    cli = (*man, "--tree", str(site), "launch", "--python", sys.executable, "--revert-on-exit", "--set", "default")
+    res = run_cli(*cli, "--", "--port", str(free_port()), env=base_env(FAKE_SERVER_MODE="die"))
+    back = "sglang-overlay: --revert-on-exit: tree carries no patches again"
+    note = f"note: pip still reports sglang 0.5.17+ovl.{wheel_set} ({info.name}:"
+    assert res.returncode == 1 and back in res.stderr and note in res.stderr, res.stderr
+    assert res.stderr.count("pip still reports") == 1 and res.stderr.index(back) < res.stderr.index(note), res.stderr
+    assert "--force-reinstall sglang==0.5.17" in res.stderr and "pip still reports" not in res.stdout, res.stderr

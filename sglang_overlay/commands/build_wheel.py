@@ -1,5 +1,5 @@
 """Build a wheel of the patched SGLang: the pinned release's own wheel with the set applied to its files, as
-version 0.5.17+ovl.<short fingerprint>, so `pip show sglang` on any host says which patch set it runs.
+version 0.5.17+ovl.fp<short fingerprint>, so `pip show sglang` on any host says which patch set it runs.
 
 The wheel is unpacked into a scratch installed-package tree and the set is applied there by `switch`, the one
 path that changes a tree (so the bytes equal what `apply` gives); then the dist-info is renamed, METADATA gets
@@ -30,9 +30,10 @@ from pathlib import Path
 
 from .. import partfile
 from .. import scratch as scratch_dirs
+from ..distinfo import wheel_local
 from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
-from ..fingerprint import fingerprint, short
+from ..fingerprint import fingerprint
 from ..patchset import resolve
 from ..pathlen import path_arg
 from ..repopath import STATE_DIR_NAME
@@ -42,7 +43,7 @@ from ..tree import Tree
 from ._common import add_selection, selection
 
 NAME = "build-wheel"
-HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.<fingerprint>)"
+HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.fp<fingerprint>)"
 
 
 def add_arguments(p) -> None:
@@ -62,8 +63,7 @@ def add_arguments(p) -> None:
 def local_version(pin_version: str, fp: str) -> str:
     from packaging.version import Version  # only build-wheel needs packaging; keep status/apply light
 
-    v = Version(f"{pin_version}+ovl.{short(fp)}")  # validates it as PEP 440
-    return str(v)
+    return str(Version(f"{pin_version}+{wheel_local(fp)}"))  # validates it as PEP 440
 
 
 def record_hash(data: bytes) -> str:

@@ -330,4 +330,7 @@ def run(ctx, args) -> int:
                 f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} again",
                 file=sys.stderr,
             )
+            # the note said at the start was of the launched set; what pip names may be wrong only now
+            for note in said_after(ctx, back, []):
+                print(note, file=sys.stderr)
     return code

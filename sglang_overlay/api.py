@@ -66,7 +66,10 @@ def _absolute_tree(tree: PathLike | None) -> str | None:
     text = os.fspath(tree)
     if not text.strip():  # tree.locate refuses a blank path: made absolute, it would be the cwd
         return text
-    return str(Path(text).expanduser().absolute())
+    try:
+        return str(Path(text).expanduser().absolute())
+    except RuntimeError:  # a ~ with no home to expand to: kept as given, refused by tree.locate if a tree is needed
+        return text
 
 
 def _ctx(

@@ -219,7 +219,13 @@ def locate(explicit: str | None, env: str | None, project_root: Path, version: s
     if chosen and not explicit and too_long(chosen):
         raise TreeNotFound(f"{TREE_ENV}: {too_long(chosen)}", hint=f"set {TREE_ENV} to the tree's directory")
     if chosen:
-        p = Path(chosen).expanduser()
+        try:
+            p = Path(chosen).expanduser()
+        except RuntimeError as e:  # ~user with no such user, or ~ with no home: pathlib's words, not a crash
+            where = "--tree" if explicit else TREE_ENV
+            raise TreeNotFound(
+                f"{where} {chosen}: the ~ cannot be expanded ({e})", hint=f"give {where} as an absolute path"
+            ) from None
         if not p.exists():
             raise TreeNotFound(f"{p}: no such directory (from {'--tree' if explicit else TREE_ENV})")
         return classify(p, project_root)

@@ -269,3 +269,17 @@ def test_an_empty_env_profile_is_refused_in_the_apis_words():
     text = f"{e.value}\n{e.value.hint}"
     assert "api.fingerprint: env_profile= is empty" in str(e.value) and "fx_profile" in e.value.hint, text
     assert "env_profile=None" in e.value.hint and "--" not in text and e.value.exit_code == EXIT_BAD_INPUT, text
+
+
+def test_a_tree_variable_whose_tilde_cannot_be_expanded_stops_only_what_needs_the_tree(sglang_tree, monkeypatch):
+    """`~nosuchuser/...` (or `~/` with no home): made absolute at every call, it crashed commands that need no tree
+    (fingerprint, check) with an internal error; a command that needs the tree says which variable to fix."""
+    monkeypatch.setenv("SGLANG_OVERLAY_TREE", "~nosuchuser-sglang-overlay/tree")
+    assert len(api.fingerprint(project=FIX, expr="none").short) == 12
+    with pytest.raises(OverlayError) as e:
+        api.status(project=FIX)
+    assert "SGLANG_OVERLAY_TREE" in str(e.value) and "~nosuchuser-sglang-overlay/tree" in str(e.value), e.value
+    assert e.value.exit_code == EXIT_BAD_INPUT
+    res = run_cli("--project", str(FIX), "status", env={"SGLANG_OVERLAY_TREE": "~nosuchuser-sglang-overlay/tree"})
+    assert res.returncode == EXIT_BAD_INPUT and "SGLANG_OVERLAY_TREE" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr

@@ -21,7 +21,10 @@ from .progname import prog
 from .repopath import check_repo_path
 from .state import Shape, read_own_file
 
-PROGRESS_VERSION = 1
+# 2: every result carries `by_hand`. A version-1 file (a rebase begun by an older release) is still read, its
+# by_hand told from its words; an older release refuses a version-2 file by its version, not as damaged.
+PROGRESS_VERSION = 2
+PROGRESS_VERSIONS_READ = (1, 2)
 PINS_DIR = "pins"
 VERSION_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?")
 
@@ -183,8 +186,9 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         raise StateError(f"{path}: the rebase progress is not UTF-8 ({e})", hint=progress_fix()) from e
     keys = ("version", "target", "source", "source_pin", "wheel", "sha256", "order", "next", "results", "stop")
     sh.keys(data, keys + ("started", "aborting", "source_files"))
-    if data.get("version") != PROGRESS_VERSION or isinstance(data.get("version"), bool):
-        raise sh.fail("'version'", f"{data.get('version')!r}, this tool reads {PROGRESS_VERSION}")
+    version = data.get("version")
+    if version not in PROGRESS_VERSIONS_READ or isinstance(version, bool):
+        raise sh.fail("'version'", f"{version!r}, this tool reads {' and '.join(map(str, PROGRESS_VERSIONS_READ))}")
     target = sh.get(data, "target", str)
     if not VERSION_RE.fullmatch(target) or path.name != f".rebase-{target}.json":
         raise sh.fail("'target'", f"{target!r:.80} is not the release this file is named for")
@@ -216,9 +220,11 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
             raise sh.fail(f"{key} -> 'status'", "empty")
         stop_why = sh.get(r, "stop", str, optional=True) or ""
         detail = sh.get(r, "detail", str)
-        by_hand = sh.get(r, "by_hand", bool, optional=True)
-        if by_hand is None:  # a file from before the key: told by the status and the detail's words, as it was then
+        if version == 1:  # a file from before the key: told by the status and the detail's words, as it was then
+            sh.keys(r, ("status", "detail", "files", "proof", "stop"), key)
             by_hand = status == "resolved" or detail.startswith(PROOF_BY_HAND)
+        else:
+            by_hand = sh.get(r, "by_hand", bool)
         results[name] = Result(status, detail, tuple(files), proof, stop_why, by_hand)
     stop = None
     if data.get("stop") is not None:

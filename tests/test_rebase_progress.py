@@ -32,6 +32,8 @@ def test_a_file_from_before_the_flag_is_read_by_its_words(tmp_path):
         c=Result("clean", "applied"),
     )
     data = json.loads(p.to_bytes())
+    assert data["version"] == 2
+    data["version"] = 1
     for r in data["results"].values():  # as the older tool wrote it
         del r["by_hand"]
     read = parse_progress(json.dumps(data).encode(), tmp_path / NAME)
@@ -47,3 +49,19 @@ def test_a_flag_that_is_no_boolean_is_refused_by_its_key(tmp_path, value):
     with pytest.raises(StateError) as e:
         parse_progress(json.dumps(data).encode(), tmp_path / NAME)
     assert "by_hand" in str(e.value) and str(tmp_path / NAME) in str(e.value)
+
+
+def test_a_file_of_this_version_without_the_flag_is_refused_by_its_key(tmp_path):
+    data = json.loads(_progress(a=Result("clean", "applied")).to_bytes())
+    del data["results"]["a"]["by_hand"]
+    with pytest.raises(StateError) as e:
+        parse_progress(json.dumps(data).encode(), tmp_path / NAME)
+    assert "'by_hand'" in str(e.value) and "missing" in str(e.value), e.value
+
+
+def test_a_file_of_a_newer_version_is_refused_by_its_version(tmp_path):
+    data = json.loads(_progress(a=Result("clean", "applied")).to_bytes())
+    data["version"] = 3
+    with pytest.raises(StateError) as e:
+        parse_progress(json.dumps(data).encode(), tmp_path / NAME)
+    assert "'version'" in str(e.value) and "this tool reads 1 and 2" in str(e.value), e.value

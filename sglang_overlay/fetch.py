@@ -76,11 +76,14 @@ def _pip_download(package: str, version: str, template_wheel: str, dest: Path, c
     t0 = time.monotonic()
     proc = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
+        part = copy_to.with_name(f".{copy_to.name}.part")  # a dot-name: neither the pin's name nor the glob's
         tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
         raise FetchError(
             f"could not download {package}=={version}: {tail}",
-            hint="check network access to the package index, or put a local copy of the wheel there: "
-            f"`mkdir -p {shlex.quote(str(copy_to.parent))} && cp WHEEL_FILE {shlex.quote(str(copy_to))}`",
+            hint="check network access to the package index, or put a local copy of the wheel where every command "
+            f"looks first: `mkdir -p {shlex.quote(str(copy_to.parent))} && cp WHEEL_FILE {shlex.quote(str(part))} "
+            f"&& mv {shlex.quote(str(part))} {shlex.quote(str(copy_to))}` (copied beside it, then renamed: a "
+            "command running meanwhile never reads half a wheel)",
         )
     print(f"sglang-overlay: downloaded {package}=={version} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
 
@@ -208,7 +211,7 @@ class WheelSource:
         except (zipfile.BadZipFile, OSError) as e:
             raise FetchError(
                 f"{wheel}: not a readable wheel ({e})",
-                hint=f"remove it (rm {wheel}); the next command fetches it again",
+                hint=f"remove it (`rm {shlex.quote(str(wheel))}`); the next command fetches it again",
             ) from e
         self._names = set(self._zip.namelist())
 
@@ -236,7 +239,7 @@ def ensure_embedded(project_root: Path, pin: Pin, local_wheel: Path | None = Non
         if dest.exists():
             raise FetchError(
                 f"{dest}: exists but is not a complete pinned tree",
-                hint=f"remove it (rm -rf {dest}) and run `{prog()} fetch` again",
+                hint=f"remove it (`rm -rf {shlex.quote(str(dest))}`) and run `{prog()} fetch` again",
             )
         return _make_embedded(dest, pin, local_wheel), True
 

@@ -699,3 +699,36 @@ def test_the_hint_for_a_release_that_cannot_be_downloaded_is_a_command_that_work
     (local,) = (tmp_path / "aside").glob("sglang-9.0.1-*.whl")
     subprocess.run(["bash", "-c", command.group(1).replace("WHEEL_FILE", shlex.quote(str(local)))], check=True)
     assert json.loads(_offline(proj, own, "check", "--all-pins", "--json", rc=0).stdout)["9.0.1"]["status"] == "pass"
+
+
+def test_a_pin_the_os_keeps_from_being_checked_exits_2_not_1(tmp_path, pin_source):
+    """A cache the OS refuses (its lock a directory): the pins were "not checked" with exit 1, which CI reads as
+    "a pin fails"; README: 2, a pin could not be checked."""
+    proj, own = _broken_pins(tmp_path, pin_source)
+    for v in ("9.0.1", "9.0.3", "9.0.4"):
+        shutil.rmtree(proj / "pins" / v)
+    _fake_pin(proj, "9.0.5")
+    (own / ".lock").unlink(missing_ok=True)
+    (own / ".lock").mkdir()
+    res = _offline(proj, own, "check", "--all-pins", "--json", rc=2)
+    data = json.loads(res.stdout)
+    assert {v: d["status"] for v, d in data.items()} == {"0.5.17": "error", "9.0.5": "error"}, data
+    assert "could not be checked" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_hints_rm_holds_a_path_with_a_space_as_one_word(tmp_path, pin_source):
+    """`rm /tmp/p 1/proj/pins/9.0.2` pasted removes `/tmp/p` and `1/proj/pins/9.0.2`: the path is quoted."""
+    spaced = tmp_path / "p 1"
+    spaced.mkdir()
+    (spaced / "p").write_text("must survive")  # what the unquoted command would have removed
+    own = spaced / "cache"
+    (own / "wheels").mkdir(parents=True)
+    os.symlink(pin_source.wheel, own / "wheels" / pin_source.wheel.name)
+    proj = project(spaced)
+    (proj / "pins").mkdir()
+    os.symlink(spaced / "nowhere", proj / "pins" / "9.0.2")
+    res = cli(proj, own, "rebase", "9.0.2", rc=2)
+    command = re.search(r"`(rm [^`]*)`", res.stderr)
+    assert command, res.stderr
+    subprocess.run(["bash", "-c", command.group(1)], cwd=tmp_path, check=True)
+    assert not os.path.lexists(proj / "pins" / "9.0.2") and (spaced / "p").read_text() == "must survive"

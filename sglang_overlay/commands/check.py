@@ -15,7 +15,7 @@ import time
 
 from .. import api
 from ..compat import STATUSES, radar
-from ..errors import EXIT_BAD_INPUT, BadInput, CheckFailed, OverlayError, PinNotChecked, os_failure
+from ..errors import BadInput, CheckFailed, OverlayError, PinNotChecked, os_failure
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 from ..manifest import Manifest, load_manifest
 from ..pins import all_pins, listed_manifest_path
@@ -113,8 +113,8 @@ def _check_listed(top: Manifest, version: str) -> tuple[Manifest, api.CheckResul
 def _not_checked(
     unchecked: dict[str, OverlayError], checked: dict[str, api.CheckResult], failed: dict[str, api.CheckResult], args
 ) -> OverlayError:
-    """Every pin's outcome in one error, its exit code the worst of theirs: 2 where a pin could not be checked for
-    bad input (a release that cannot be fetched, a malformed manifest), which no passing pin beside it makes less."""
+    """Every pin's outcome in one error, exit 2 (a pin could not be checked: a release that cannot be fetched, a
+    malformed manifest, a cache the OS refuses), which no passing or failing pin beside it makes less."""
     others = ", ".join(f"{v} {'holds' if rep.ok else 'does not hold'}" for v, rep in checked.items())
     lines = [
         f"pin{'s' * (len(unchecked) > 1)} {', '.join(unchecked)} could not be checked"
@@ -126,9 +126,9 @@ def _not_checked(
         lines.append(f"  {v}: {said}" + (f"\n    fix: {err.hint}" if err.hint else ""))
     if failed:
         lines.append(f"  and the patch set does not hold on pin(s) {', '.join(failed)}" + _where(failed, args))
-    worst = max(err.exit_code for err in unchecked.values())
-    kind = PinNotChecked if worst >= EXIT_BAD_INPUT else CheckFailed
-    return kind("\n".join(lines), hint=_alone(failed) if failed else None)
+    # always 2, even where the cause was the OS's (exit 1 alone): CI must not read "a pin fails" for a pin that
+    # was never checked
+    return PinNotChecked("\n".join(lines), hint=_alone(failed) if failed else None)
 
 
 def _alone(failed: dict[str, api.CheckResult]) -> str:

@@ -317,13 +317,19 @@ def main(argv=None) -> int:
     if a.processes < 1 or a.rounds < 1 or a.steps < 1:
         ap.error("--processes, --rounds and --steps must be at least 1")
     if a.json:
-        # before minutes of device time, not after: a folder that cannot be made is found while nothing is lost
+        # before minutes of device time, not after: a folder that cannot be made or written, or a --json that is
+        # a folder, is found while nothing is lost (the temp name is the one write_whole writes through)
+        from sglang_overlay.fsio import tmp_path, unlink_quietly
+
         try:
             a.json.parent.mkdir(parents=True, exist_ok=True)
+            if a.json.is_dir():
+                raise IsADirectoryError(21, "Is a directory")
+            tmp_path(a.json).open("wb").close()
+            unlink_quietly(tmp_path(a.json))
         except OSError as e:
             print(
-                f"error: --json {a.json}: cannot make {a.json.parent}: {e.strerror or e}; give a path in a "
-                "writable folder",
+                f"error: --json {a.json}: cannot be written: {e.strerror or e}; give a file path in a writable folder",
                 file=sys.stderr,
             )
             return 2

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -128,17 +129,26 @@ def test_the_h200_record_reads_as_its_readme_says():
 CPU_RUN = ["--device", "cpu", "--regime", "tiny", "--processes", "2", "--rounds", "1", "--steps", "2"]
 
 
-def test_a_json_folder_that_cannot_be_made_is_refused_before_measuring(tmp_path):
+@pytest.mark.parametrize("where", ["under a file", "a folder", "in /proc"])
+def test_a_json_that_cannot_be_written_is_refused_before_measuring(tmp_path, where):
     (tmp_path / "file").write_text("x")
-    out = tmp_path / "file" / "r.json"
+    (tmp_path / "folder").mkdir()
+    out = {
+        "under a file": tmp_path / "file" / "r.json",
+        "a folder": tmp_path / "folder",
+        "in /proc": Path("/proc/r.json"),
+    }[where]
     res = subprocess.run(
         [sys.executable, "-m", "bench.eagle_timer_gpu", *CPU_RUN, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    assert res.returncode == 2 and str(out) in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and str(out) in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert res.stdout == ""  # nothing measured yet
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"] and not list(
+        (tmp_path / "folder").iterdir()
+    )
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed in CI by .ci/run)")

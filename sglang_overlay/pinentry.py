@@ -156,12 +156,26 @@ def _is_file(path: Path, *, follow: bool) -> bool | None:
     try:
         st = os.stat(path) if follow else os.lstat(path)
     except PermissionError as e:
+        link = broken_link(path) if follow and _lstat_ok(path) else None
+        if link is not None:  # the link's own directory is readable: its target is what this user cannot reach
+            raise BadInput(
+                f"{path} is {link.said}: the pins of this project are read through it",
+                hint=f"{link.reach}, or run as a user who may",
+            ) from e
         raise _unreadable(path.parent, e) from e
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
             return None
         raise
     return stat.S_ISREG(st.st_mode)
+
+
+def _lstat_ok(path: Path) -> bool:
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
 
 
 def _unreadable(d: Path, err: OSError) -> BadInput:

@@ -732,3 +732,25 @@ def test_a_hints_rm_holds_a_path_with_a_space_as_one_word(tmp_path, pin_source):
     assert command, res.stderr
     subprocess.run(["bash", "-c", command.group(1)], cwd=tmp_path, check=True)
     assert not os.path.lexists(proj / "pins" / "9.0.2") and (spaced / "p").read_text() == "must survive"
+
+
+@pytest.mark.parametrize("where", ["pins/NOTES.md", "pins/9.0.1/manifest.yaml"])
+def test_a_link_in_pins_to_a_place_this_user_cannot_reach_names_the_link(open_dir, pin_source, where):
+    """A link beside the pins, or a pin's manifest.yaml linked, into a directory this user may not enter: the
+    refusal had named the link's own directory (mode 777) as unreadable, with `ls -ld` of it as the fix."""
+    proj = project(open_dir)
+    private = proj / "private"
+    private.mkdir()
+    (private / "x").write_text("schema: 1\n")
+    link = proj / where
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(private / "x", link)
+    cache = _users_cache(open_dir, pin_source)
+    subprocess.run(["chmod", "-R", "a+rX", str(open_dir)], check=True)
+    private.chmod(0o700)
+    args = ("check", "--all-pins") if where.startswith("pins/NOTES") else ("--pin", "9.0.1", "status")
+    res = _as_the_user(proj, cache, *args)
+    _no_traceback(res)
+    assert res.returncode == 2, res.stderr
+    assert f"{link} is a symbolic link to {private / 'x'}, which this user cannot reach" in res.stderr, res.stderr
+    assert f"{link.parent} cannot be read" not in res.stderr, res.stderr

@@ -101,7 +101,8 @@ def _create(path: Path) -> int:
 def reap(out_dir: Path, dist_name: str) -> list[Path]:
     """Remove the partial files of this host's ended builds, whichever wheel they were writing; returns those
     that may still be written (another host's, or an earlier version's), for the user to judge."""
-    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.[0-9a-f]+-.+\.whl\.(.+){re.escape(SUFFIX)}$")
+    # +ovl.fp<hex> now, +ovl.<hex> before (an earlier version's build, or its killed part, may be in the folder)
+    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.(?:fp)?[0-9a-f]+-.+\.whl\.(.+){re.escape(SUFFIX)}$")
     try:
         names = os.listdir(out_dir)
     except OSError:

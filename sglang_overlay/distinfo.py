@@ -49,6 +49,11 @@ def stale_version(tree: Tree, manifest: Manifest, patches: tuple[str, ...]) -> s
     return None
 
 
+# every local version build-wheel has written, now (ovl.fp<hex>) and before (ovl.<hex>): what the `.part` cleanup
+# knows a build's partial wheel by, so the format is told in one place
+LOCAL_PATTERN = r"ovl\.(?:fp)?[0-9a-f]+"
+
+
 def wheel_local(fp: str) -> str:
     """The local version build-wheel gives the wheel of the set `fp`. The 'fp' keeps the segment from ever being
     digits only, which PEP 440 takes as a number: +ovl.012345678901 was written +ovl.12345678901, and `pip show`

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from .distinfo import LOCAL_PATTERN
 from .fsio import fsync_dir, unlink_quietly
 from .scratch import alive, pid_namespace
 
@@ -101,8 +102,7 @@ def _create(path: Path) -> int:
 def reap(out_dir: Path, dist_name: str) -> list[Path]:
     """Remove the partial files of this host's ended builds, whichever wheel they were writing; returns those
     that may still be written (another host's, or an earlier version's), for the user to judge."""
-    # +ovl.fp<hex> now, +ovl.<hex> before (an earlier version's build, or its killed part, may be in the folder)
-    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+ovl\.(?:fp)?[0-9a-f]+-.+\.whl\.(.+){re.escape(SUFFIX)}$")
+    own = re.compile(rf"^\.{re.escape(dist_name)}-[^-]+\+{LOCAL_PATTERN}-.+\.whl\.(.+){re.escape(SUFFIX)}$")
     try:
         names = os.listdir(out_dir)
     except OSError:

@@ -124,7 +124,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
             f"rebase {version}: {folder} is a symbolic link to {os.path.realpath(folder)}, outside the project "
             f"{project_root}: the new pin would be made there, and `--pin {version}` refuses a pin linked out "
             "of the project",
-            hint=f"make {folder} a directory of the project (`rm {q(folder)} && mkdir {q(folder)}`, then copy in the "
+            hint=f"make {folder} a directory of the project (`rm {_q(folder)} && mkdir {_q(folder)}`, then copy in the "
             "pins it led to), then rebase again",
         )
     if os.path.islink(target):
@@ -135,12 +135,12 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
         if link is not None and link.why == "denied" and _within(real, root):  # maybe a pin: not ours to remove
             raise BadInput(
                 f"rebase {version}: {target} is {link.said}",
-                hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {q(target)}`) and rebase again",
+                hint=f"{link.reach}, or run as a user who may; or remove the link (`rm {_q(target)}`) and rebase again",
             )
         said = link.said if link else f"a symbolic link to {real}"  # a loop: no target to name, none outside
         keep = (
             f"; to make what it leads to the pin for {version} instead, copy it in its place "
-            f"(`rm {q(target)} && cp -r {q(real)} {q(target)}`)"
+            f"(`rm {_q(target)} && cp -r {_q(real)} {_q(target)}`)"
             if there
             else ""
         )
@@ -148,7 +148,7 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
             f"rebase {version}: {target} is {said}"
             + ("" if _within(real, root) else f", outside the project {project_root}")
             + f": the rebase renames the new pin to {target}, and a pin's directory is part of the project",
-            hint=f"remove the link (`rm {q(target)}`) and rebase again{keep}",
+            hint=f"remove the link (`rm {_q(target)}`) and rebase again{keep}",
         )
 
 
@@ -156,6 +156,6 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def q(path: str | os.PathLike[str]) -> str:
+def _q(path: str | os.PathLike[str]) -> str:
     """A path as a hint's command must hold it to be pasted: a space would make `rm` remove two other things."""
     return shlex.quote(os.fspath(path))

@@ -11,6 +11,8 @@ their arrival, and a batch's kernels round otherwise, so they vary between repet
 of plain decoding. An OEA arm (SGLANG_OEA_K0 > 0) routes each MoE call on the union of its batch's top-k0
 experts, so a verify batch (4 tokens) routes otherwise than decode (1): its EAGLE-3 output is not expected to
 be plain decoding's, and it is reported so, not failed.
+Where arms depart, each EAGLE run's first arm is its baseline (the pristine set): an arm that departs with the
+baseline's very output is not its patches' doing, one that departs while the baseline does not is.
 Exit 0 when every other EAGLE arm's batch-1 outputs equal its plain arm's, 1 otherwise (2: bad input).
 With --train-json (bench train-draft's record) it also sets the in-server accept length beside the simulated
 one, and says whether the plain server's batch-1 greedy hash is that of the sequences the draft was trained
@@ -87,6 +89,58 @@ def _verdict(r: dict, p: dict) -> tuple[str, bool]:
         return f"? ({PLAIN_NONDET}: {len(p['hash_b1'])} distinct)", True
     same = len(r["hash_b1"]) == 1 and r["hash_b1"] == p["hash_b1"]
     return ("yes" if same else "**NO**"), not same
+
+
+def _departures(judged: list[tuple[dict, bool]]) -> list[str]:
+    """What one EAGLE run's arms say of a departure from plain decoding, held against its first arm (the
+    baseline: bench/gpu_runs.sh's SPEED_ARMS puts the pristine set first). Only the baseline can clear a set:
+    an arm that departs exactly as the baseline does is not its patches' doing, one that departs while the
+    baseline keeps plain decoding's output is, and two different departures leave the set's share unknown."""
+    if len(judged) < 2 or not any(failed for _, failed in judged):
+        return []
+    (base, base_failed), rest = judged[0], judged[1:]
+    b = base["arm"]
+    out = []
+    for r, failed in rest:
+        a = r["arm"]
+        if not failed:
+            if base_failed:
+                out.append(f"{a} keeps plain decoding's output while the baseline arm {b} departs")
+        elif not base_failed:
+            out.append(
+                f"{a} departs while the baseline arm {b} keeps plain decoding's output: it comes with {a}'s "
+                f"patches (bisect between the two arms' sets)"
+            )
+        elif r["hash_b1"] == base["hash_b1"]:
+            out.append(
+                f"{a} departs as the baseline arm {b} does, with the same output: not the set's doing (SGLang's "
+                "EAGLE-3 departs on this model without it)"
+            )
+        else:
+            out.append(
+                f"{a} and the baseline arm {b} both depart, with different outputs: the baseline departs without "
+                f"the set, and {a}'s patches change EAGLE-3's output further; the set's share cannot be told apart"
+            )
+    return out
+
+
+def _gpu(name: str) -> str:
+    return name.split(",")[0].strip()  # nvidia-smi's "name, driver" as bench.hostinfo records it
+
+
+def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
+    made = [_gpu(g) for g in seqs_source.get("gpus") or []]
+    here = [_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []]
+    if made and here and made != here:
+        # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
+        return (
+            f"differs: the sequences were made on {', '.join(made)}, this plain run ran on {', '.join(here)}; "
+            "make them on this machine (bench server-seqs) for a draft that follows this server."
+        )
+    return (
+        "differs: the server decoded these prompts otherwise when the sequences were made (another tree, set, "
+        "server args" + ("" if made else " or GPU") + "?)."
+    )
 
 
 def _bc(r: dict, p: dict) -> str:
@@ -174,8 +228,10 @@ def compare(
     ]
     lossless, eagle_rows, oea_arms, nondet = True, [], [], sorted(p["arm"] for p in plain if len(p["hash_b1"]) > 1)
     pairs: list[tuple[dict, dict]] = []
+    departures: list[str] = []
     for d in eagle_dirs:
         run, rows = _arms(d)
+        judged: list[tuple[dict, bool]] = []
         if run.get("config", {}).get("workload") != wl:
             lines.append(
                 f"\n**{d}: another workload than plain's** ({json.dumps(run.get('config', {}).get('workload'))})"
@@ -185,6 +241,8 @@ def compare(
             p = by_name.get(r["arm"], plain[0])
             cell, failed = _verdict(r, p)
             lossless &= not failed
+            if r["oea_k0"] == 0 and len(p["hash_b1"]) == 1:
+                judged.append((r, failed))
             eagle_rows.append(r)
             pairs.append((r, p))
             if r["oea_k0"] > 0:
@@ -195,6 +253,7 @@ def compare(
                 f"{_fmt(r['accept_len_bc'])} | {_fmt(r['tok_s_b1'], 1)} | {_fmt(ratio[0])} | "
                 f"{_fmt(r['tok_s_bc'], 1)} | {_fmt(ratio[1])} | {cell} | {_bc(r, p)} |"
             )
+        departures += _departures(judged)
     lines += _speed_lines(pairs, target)
     if train_json is not None:
         rec = json.loads(train_json.read_text())
@@ -237,14 +296,16 @@ def compare(
                     f"{b1n} b1 requests at {', '.join(sorted(bench.get('hash_b1', {}))) or 'no length'}): no "
                     "check."
                     if unrecorded
-                    else "differs: the server decoded these prompts otherwise when the sequences were made (another "
-                    "tree, set or server args?)."
+                    else _made_elsewhere(src.get("source") or {}, plain_run)
                     if server
                     else "differs (the server's bf16 kernels or its detokenized text part from the reference "
                     "somewhere in the continuation; the accept lengths above say how much it matters)."
                 )
             ),
         ]
+    if departures:
+        lines += ["", "Where a departure comes from (each EAGLE run's first arm is its baseline):"]
+        lines += [f"- {x}" for x in departures]
     lines += [
         "",
         "EAGLE-3 batch-1 greedy output = plain decoding in every arm where it must be: "

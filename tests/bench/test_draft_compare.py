@@ -340,3 +340,97 @@ def test_the_steps5_run_on_the_h100(tmp_path, capsys):
         return [x for x in s.splitlines() if x.startswith(("|", "- ", "EAGLE-3 batch-1", "Accept length"))]
 
     assert len(kept(recorded)) == 6 and kept(out.read_text()) == kept(recorded)
+
+
+# Where a departure from plain decoding comes from: the EAGLE run's first arm is its baseline (SPEED_ARMS puts
+# the pristine set first), and an arm that departs as the baseline does is not the set's doing.
+@pytest.mark.parametrize(
+    "base_h, set_h, says",
+    [
+        ("x", "x", "full departs as the baseline arm none does, with the same output: not the set's doing"),
+        ("a", "x", "full departs while the baseline arm none keeps plain decoding's output: it comes with full's"),
+        ("y", "x", "full and the baseline arm none both depart, with different outputs: the baseline departs"),
+    ],
+)
+def test_a_departure_is_put_on_the_set_only_when_the_baseline_keeps_plain_output(tmp_path, base_h, set_h, says):
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]]})
+    eagle = _run_dir(
+        tmp_path / "eagle", {"none": [[_m(300, 800, 3.0, h1=base_h)]], "full": [[_m(300, 800, 3.0, h1=set_h)]]}
+    )
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    assert says in out.read_text()
+
+
+def test_no_departure_or_one_arm_says_nothing_about_where_it_comes_from(tmp_path):
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]]})
+    both = _run_dir(tmp_path / "both", {"none": [[_m(300, 800, 3.0)]], "full": [[_m(300, 800, 3.0)]]})
+    one = _run_dir(tmp_path / "one", {"full": [[_m(300, 800, 3.0, h1="x")]]})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(both), "--out", str(out)]) == 0
+    assert "baseline arm" not in out.read_text()
+    assert main(["--plain", str(plain), "--eagle", str(one), "--out", str(out)]) == 1
+    assert "baseline arm" not in out.read_text()
+
+
+H200A = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-05-h200-attrib5"
+
+
+def test_the_steps5_departure_on_the_h200_is_not_the_sets(tmp_path, capsys):
+    """The recorded attribution run (issue 17, H200): at steps 5 EAGLE-3's batch-1 greedy output departs from
+    plain decoding's in the pristine arm too, with the full set's very output, while both plain arms decode
+    alike: the departure is not the set's."""
+    a = H200A / "attrib"
+    out = tmp_path / "summary.md"
+    args = ["--plain", str(a / "kimi_speed" / "plain"), "--eagle", str(a / "kimi_speed5" / "eagle")]
+    assert main([*args, "--train-json", str(a / "train" / "kimi-draft5.json"), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "| eagle | none | none | 1 | 1.03 |" in text and "| eagle | full | full | 1 | 1.03 |" in text
+    assert text.count("| **NO** |") == 2
+    assert "full departs as the baseline arm none does, with the same output: not the set's doing" in text
+    assert "plain full's: 38ec0c61a1e3822f -> differs" in text  # the H100's sequences: not this machine's
+
+
+def test_the_h200s_own_sequences_steps5_run(tmp_path):
+    o = H200A / "own"
+    out = tmp_path / "summary.md"
+    args = ["--plain", str(o / "kimi_speed" / "plain"), "--eagle", str(o / "kimi_speed5" / "eagle")]
+    tj = str(o / "train" / "kimi-draft5.json")
+    assert main([*args, "--train-json", tj, "--out", str(out), "--target-ratio", "1.5"]) == 1
+    text = out.read_text()
+    assert "| eagle | full | full | 2 | 3.71 |" in text and "| 429.4 | 1.07 |" in text
+    assert "- eagle full vs full (plain): 1.07x [1.04, 1.11], 2 vs 2 starts: **below 1.5x**" in text
+    assert "38ec0c61a1e3822f; plain full's: 38ec0c61a1e3822f -> equal" in text
+
+
+def _seqs_made_on(tmp_path: Path, gpus: list[str] | None) -> Path:
+    """A train-draft record on server sequences whose plain batch-1 hash is not this run's."""
+    src = {"bench": {"hash_b1": {"128": "other"}, "b1_requests": 2}, **({"gpus": gpus} if gpus else {})}
+    rec = {
+        "device": "NVIDIA H200",
+        "sequences": {"source": {"generated_by": "the server (bench server-seqs)", "source": src}},
+    }
+    f = tmp_path / "train.json"
+    f.write_text(json.dumps(rec))
+    return f
+
+
+@pytest.mark.parametrize(
+    "gpus, says",
+    [
+        (["NVIDIA H100 80GB HBM3, 580.1"], "made on NVIDIA H100 80GB HBM3, this plain run ran on NVIDIA H200;"),
+        (["NVIDIA H200, 580.1"], "(another tree, set, server args?)"),
+        (None, "(another tree, set, server args or GPU?)"),
+    ],
+)
+def test_sequences_made_on_another_gpu_are_named_so(tmp_path, gpus, says):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    lines = (plain / "results.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    run["host"] = {"gpus": ["NVIDIA H200, 580.159.04"]}
+    (plain / "results.jsonl").write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    out = tmp_path / "s.md"
+    tj = _seqs_made_on(tmp_path, gpus)
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
+    assert says in out.read_text()

@@ -497,6 +497,7 @@ def run(opts: SeqOptions, log=print) -> dict:
 
 def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> tuple[list[dict], dict]:
     from . import launcher
+    from .hostinfo import gpu_names
     from .runner import HASH_SEED_ENV, QUIET_STOP_ENV, STEP_TIME_ENV
 
     arm, cfg = _arm(opts), _launch_config(opts)
@@ -521,6 +522,8 @@ def _with_server(opts: SeqOptions, texts: list[str], source: dict, log) -> tuple
             model_path=server_model_path(opts.server_args),
             server_args=list(opts.server_args),
             startup_s=round(time.monotonic() - t0, 1),
+            # the server ran here: a dummy-weight model's greedy text can change with the GPU (bench.draft_compare)
+            gpus=gpu_names(),
         )
         log(f"server-seqs: server up at {srv.url} in {source['startup_s']} s (fingerprint {srv.fingerprint})")
         vocab = model_identity(opts.model_dir)["vocab_size"]

@@ -301,6 +301,7 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
     monkeypatch.setenv("FAKE_BENCH_LOG", str(tmp_path / "starts.jsonl"))
     monkeypatch.setenv("FAKE_BENCH", json.dumps({"vocab": SPEC.vocab}))  # ids in the model's vocab
     monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "0.05")  # inherited, not given with --env: recorded all the same
+    monkeypatch.setenv("BENCH_GPU_NAME", "NVIDIA H200, 580.159.04")  # the GPU the sequences were made on
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -337,6 +338,7 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
     assert src["server_args"] == ["--port", str(port), "--model-path", str(model_dir / "target")]
     assert src["env"] == {"SGLANG_DUMMY_INIT": "normal"} and src["model_path"] == str(model_dir / "target")
     assert src["dummy_init"] == {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": "0.05"}
+    assert src["gpus"] == ["NVIDIA H200, 580.159.04"]
     assert [len(r["output_ids"]) for r in doc["sequences"]] == [9, 9, 9]
     (start,) = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
     assert start["patches"] == ["overlay_identity"] and start["env"]["SGLANG_DUMMY_INIT"] == "normal"

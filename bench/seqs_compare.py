@@ -1,0 +1,114 @@
+"""Do two `bench server-seqs` files decode the bench's prompts alike? Before a sequences file made on one machine
+(or with one tree, set or server args) trains a draft served on another: a draft follows only the continuation it
+was trained on, and a dummy-weight model's greedy choice is often a near tie that another GPU's kernels round the
+other way (bench/results/2026-12-05-h200-attrib5).
+
+    python -m bench.seqs_compare A.json B.json [--out F]
+
+Prompts are matched by their token ids. Reported: how many continuations are equal, how many begin with the same
+token, and where the first difference falls (after it the two continuations follow different text, so a share of
+equal positions would say little) (median, and each batch-1 prompt's, the prompts the
+bench's batch-1 phase decodes). Exit 0 when every continuation is equal, 1 otherwise, 2 on a file that is not a
+sequences file (named, with the key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DraftInputError
+from .server_seqs import FORMAT
+
+
+@dataclass(frozen=True)
+class Seqs:
+    path: Path
+    rows: dict[tuple[int, ...], tuple[list[int], str]]  # prompt ids -> (continuation, batch: "1" or "concurrent")
+    source: dict
+
+
+def read(path: Path) -> Seqs:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DraftInputError(
+            f"{path}: not a readable JSON file ({e})", hint="give a `bench server-seqs` file"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise DraftInputError(f"{path}: format: {got!r}, expected {FORMAT!r}", hint="give a `bench server-seqs` file")
+    rows: dict[tuple[int, ...], tuple[list[int], str]] = {}
+    seqs = doc.get("sequences")
+    if not isinstance(seqs, list):
+        raise DraftInputError(f"{path}: sequences: missing or not a list", hint="give a `bench server-seqs` file")
+    for i, r in enumerate(seqs):
+        p, o = (r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids"))
+        if not (isinstance(p, list) and isinstance(o, list)):
+            raise DraftInputError(
+                f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists", hint="make the file again"
+            )
+        rows[tuple(p)] = (o, str(r.get("batch", "")))
+    source = doc.get("source")
+    return Seqs(path, rows, source if isinstance(source, dict) else {})
+
+
+def _first_diff(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def compare(a: Seqs, b: Seqs) -> tuple[str, bool]:
+    common = [p for p in a.rows if p in b.rows]
+    if not common:
+        raise DraftInputError(f"{a.path} and {b.path}: no prompt in common", hint="compare files of the same prompts")
+    firsts, b1 = [], []
+    for p in common:
+        (x, batch), (y, _) = a.rows[p], b.rows[p]
+        f = _first_diff(x, y)
+        firsts.append(f)
+        if batch == "1":
+            b1.append("equal" if f is None else str(f))
+    differ = [f for f in firsts if f is not None]
+
+    def made(s: Seqs) -> str:
+        gpus = ", ".join(g.split(",")[0] for g in s.source.get("gpus") or []) or "GPU not recorded"
+        return f"{s.path} ({gpus}; {s.source.get('set', '?')})"
+
+    lines = [
+        "# Two server-seqs files against each other",
+        "",
+        f"A: {made(a)}",
+        f"B: {made(b)}",
+        "",
+        "| prompts in common | continuations equal | first token equal | first difference (token index): median "
+        "| batch-1 prompts' first difference |",
+        "|---|---|---|---|---|",
+        f"| {len(common)} | {len(common) - len(differ)} | {sum(f != 0 for f in firsts)} | "
+        f"{statistics.median(differ) if differ else '-'} | {', '.join(b1) or '-'} |",
+    ]
+    return "\n".join(lines) + "\n", not differ
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.seqs_compare", description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", type=Path)
+    ap.add_argument("b", type=Path)
+    ap.add_argument("--out", type=Path, default=None)
+    o = ap.parse_args(argv)
+    try:
+        text, equal = compare(read(o.a), read(o.b))
+    except DraftInputError as e:
+        print(f"seqs_compare: {e}", file=sys.stderr)
+        return 2
+    if o.out:
+        o.out.write_text(text)
+    print(text, end="")
+    return 0 if equal else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

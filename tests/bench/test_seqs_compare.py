@@ -1,0 +1,76 @@
+"""bench.seqs_compare on files written as bench server-seqs writes them (its FORMAT), and on bad ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.seqs_compare import main
+from bench.server_seqs import FORMAT
+
+
+def _file(path: Path, outs: list[list[int]], gpus: list[str] | None = None, fmt: str = FORMAT) -> Path:
+    rows = [
+        {"text": f"p{i}", "prompt_ids": [1, i], "output_ids": o, "batch": "1" if i < 2 else "concurrent"}
+        for i, o in enumerate(outs)
+    ]
+    src = {"set": "full", **({"gpus": gpus} if gpus else {})}
+    path.write_text(json.dumps({"format": fmt, "model": {}, "new_tokens": 4, "source": src, "sequences": rows}))
+    return path
+
+
+def test_equal_files_exit_0(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5, 6, 7, 8], [9, 9, 9, 9], [1, 2, 3, 4]])
+    assert main([str(a), str(a)]) == 0
+    assert "| 3 | 3 | 3 | - | equal, equal |" in capsys.readouterr().out
+
+
+def test_where_two_machines_part_is_told_per_batch1_prompt(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5, 6, 7, 8], [9, 9, 9, 9], [1, 2, 3, 4]], ["NVIDIA H100 80GB HBM3, 580"])
+    # matched by prompt ids, not by order
+    b = _file(tmp_path / "b.json", [[5, 6, 0, 0], [3, 9, 9, 9], [1, 2, 3, 4]], ["NVIDIA H200, 580"])
+    doc = json.loads(b.read_text())
+    doc["sequences"].reverse()
+    b.write_text(json.dumps(doc))
+    out = tmp_path / "s.md"
+    assert main([str(a), str(b), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "| 3 | 1 | 2 | 1.0 | 2, 0 |" in text
+    assert "(NVIDIA H100 80GB HBM3; full)" in text and "(NVIDIA H200; full)" in text
+
+
+def test_a_longer_continuation_differs_where_the_shorter_ends(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5, 6, 7, 8]])
+    b = _file(tmp_path / "b.json", [[5, 6]])
+    assert main([str(a), str(b)]) == 1
+    assert "| 1 | 0 | 1 | 2 | 2 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{not json", "not a readable JSON file"),
+        (json.dumps({"format": "other/1"}), "format: 'other/1', expected"),
+        (json.dumps({"format": FORMAT, "sequences": {}}), "sequences: missing or not a list"),
+        (json.dumps({"format": FORMAT, "sequences": [{"prompt_ids": [1]}]}), "sequences[0]: needs prompt_ids"),
+    ],
+)
+def test_a_file_that_is_not_a_sequences_file_is_exit_2_naming_it(tmp_path, capsys, content, says):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = _file(tmp_path / "a.json", [[5]])
+    assert main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and says in err and "Traceback" not in err
+
+
+def test_no_prompt_in_common_is_exit_2(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5]])
+    doc = json.loads(a.read_text())
+    doc["sequences"][0]["prompt_ids"] = [7, 7]
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(doc))
+    assert main([str(a), str(b)]) == 2
+    assert "no prompt in common" in capsys.readouterr().err

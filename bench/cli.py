@@ -241,7 +241,17 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import engine_speed, oea_micro, peer_speed, rebase_speed, server_seqs, simulate_cli, tinymodel, train_draft
+    from . import (
+        engine_speed,
+        greedy_ties,
+        oea_micro,
+        peer_speed,
+        rebase_speed,
+        server_seqs,
+        simulate_cli,
+        tinymodel,
+        train_draft,
+    )
 
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -295,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     tinymodel.add_cli(sub)
     server_seqs.add_cli(sub)
     train_draft.add_cli(sub)
+    greedy_ties.add_cli(sub)
     oea_micro.add_cli(sub)
     engine_speed.add_cli(sub)
     peer_speed.add_cli(sub)

@@ -1,0 +1,115 @@
+"""How close to a tie is a dummy-weight model's greedy choice, per dummy-init std? Two computations of the same
+weights (float32 and bfloat16, on the CPU) decode the bench's prompts greedily; where they part, and the gap
+between the top two logits, say whether a rounding difference (another GPU, EAGLE-3's verify forward against
+one-token decoding) can change the text. bench/results/2026-12-05-h200-attrib5 found the Kimi-width proxy's
+greedy text parting between two GPUs within a median 3 tokens at the bench's std, so its "EAGLE-3 output =
+plain decoding" check measured rounding, not losslessness; a std at which greedy text survives bf16 rounding is
+the one to serve the proxy at for that check.
+
+    python -m bench greedy-ties MODEL_DIR [--std 0.02 --std 0.2 ...] [--prompts 8] [--new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def _gaps(target, prompts: list[list[int]], seqs: list[list[int]]) -> list[float]:
+    """Top-1 minus top-2 logit over each continuation position (teacher-forced), in units of that position's
+    logit standard deviation."""
+    import torch
+
+    out: list[float] = []
+    for p, s in zip(prompts, seqs):
+        ids = torch.tensor([s], dtype=torch.long)
+        pos = torch.arange(len(s))[None]
+        logits, _ = target.forward(ids, pos, target.new_cache(1, len(s)), logits="all")
+        lg = logits[0, len(p) - 1 : len(s) - 1].float()
+        top = lg.topk(2, dim=-1).values
+        out += ((top[:, 0] - top[:, 1]) / lg.std(dim=-1)).tolist()
+    return out
+
+
+def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -> list[dict]:
+    import torch
+
+    from .target_ref import TargetRef, dummy_weights, greedy
+    from .train_draft import load_archs, tokenize
+    from .workload import fixed_prompts
+
+    _, _, ta, _ = load_archs(model_dir, "draft")
+    toks = tokenize(model_dir, fixed_prompts(prompts))
+    rows = []
+    for std in stds:
+        t0 = time.monotonic()
+        w16 = dummy_weights(ta, torch.bfloat16, torch.device("cpu"), std)
+        # the same bf16 values, computed in float32 and in bfloat16
+        seqs = {}
+        targets = {}
+        for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            targets[name] = TargetRef(ta, {k: v.to(dt) for k, v in w16.items()})
+            with torch.no_grad():
+                seqs[name] = greedy(targets[name], toks, new_tokens)
+        parts = []
+        for p, a, b in zip(toks, seqs["fp32"], seqs["bf16"]):
+            ga, gb = a[len(p) :], b[len(p) :]
+            parts.append(next((i for i, (x, y) in enumerate(zip(ga, gb)) if x != y), None))
+        with torch.no_grad():
+            gaps = _gaps(targets["fp32"], toks, seqs["fp32"])
+        parted = [x for x in parts if x is not None]
+        rows.append(
+            {
+                "std": std,
+                "equal": len(parts) - len(parted),
+                "prompts": len(parts),
+                "first_diff": parts,
+                "first_diff_median": statistics.median(parted) if parted else None,
+                "gap_median": statistics.median(gaps),
+                "gap_under_0_1": sum(g < 0.1 for g in gaps) / len(gaps),
+                "seconds": round(time.monotonic() - t0, 1),
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict], new_tokens: int) -> str:
+    lines = [
+        f"| dummy-init std | greedy fp32 = bf16 ({new_tokens} tokens) | where they part (token index) "
+        "| top-1 - top-2 logit, median (logit SDs) | positions with a gap < 0.1 SD | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        where = ", ".join("-" if x is None else str(x) for x in r["first_diff"])
+        lines.append(
+            f"| {r['std']:g} | {r['equal']} of {r['prompts']} | {where} | {r['gap_median']:.3f} | "
+            f"{r['gap_under_0_1']:.1%} | {r['seconds']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("greedy-ties", help="how near a tie a dummy-weight model's greedy choice is, per std (CPU)")
+    p.add_argument("model_dir", type=Path, help="a `bench tinymodel` dir (its target/)")
+    p.add_argument("--std", type=float, action="append", default=None, help="dummy-init std (repeat; default 0.02)")
+    p.add_argument("--prompts", type=int, default=8, help="the bench's first N prompts")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.set_defaults(func=_cli)
+
+
+def _cli(a: argparse.Namespace) -> int:
+    if a.prompts < 1 or a.new_tokens < 1 or any(not s > 0 for s in a.std or []):
+        print("bench greedy-ties: --prompts, --new-tokens and --std must be above 0", file=sys.stderr)
+        return 2
+    if not (a.model_dir / "target" / "config.json").is_file():
+        print(
+            f"bench greedy-ties: {a.model_dir}: no target/config.json: make one with `python -m bench tinymodel DIR`",
+            file=sys.stderr,
+        )
+        return 2
+    rows = measure(a.model_dir, a.std or [0.02], a.prompts, a.new_tokens)
+    print(table(rows, a.new_tokens), end="")
+    return 0

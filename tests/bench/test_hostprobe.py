@@ -575,7 +575,10 @@ def test_the_small_unit_without_memory_samples_at_its_duty(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert subprocess.run([*cmd, "--no-mem", "--seconds", "1.5"], cwd=ROOT, env=env, timeout=60).returncode == 0
     s = hostprobe.read_samples(out)
-    assert len(s) > 20 and all(x.mem_us < 20 for x in s)  # no 2 MB read (the two clock reads only)
+    # no 2 MB read (the two clock reads only): a read would put every sample far above 20 us, while a busy
+    # machine's preemption lands on a few (one in 625 failed a run beside two other test processes)
+    mem = sorted(x.mem_us for x in s)
+    assert len(s) > 20 and mem[int(0.95 * len(mem))] < 20
     duty = hostprobe.duty_of(s)
     assert duty is not None and 0.02 < duty < 0.1
     assert subprocess.run([*cmd, "--py-n", "0", "--seconds", "1"], cwd=ROOT, env=env, timeout=60).returncode == 2

@@ -15,14 +15,13 @@ sequences file (named, with the key).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DraftInputError
-from .server_seqs import FORMAT
+from .server_seqs import read_doc
 
 
 @dataclass(frozen=True)
@@ -33,24 +32,17 @@ class Seqs:
 
 
 def read(path: Path) -> Seqs:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DraftInputError(
-            f"{path}: not a readable JSON file ({e})", hint="give a `bench server-seqs` file"
-        ) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise DraftInputError(f"{path}: format: {got!r}, expected {FORMAT!r}", hint="give a `bench server-seqs` file")
+    doc = read_doc(path, "give a `bench server-seqs` file")
     rows: dict[tuple[int, ...], tuple[list[int], str]] = {}
     seqs = doc.get("sequences")
     if not isinstance(seqs, list):
         raise DraftInputError(f"{path}: sequences: missing or not a list", hint="give a `bench server-seqs` file")
     for i, r in enumerate(seqs):
         p, o = (r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids"))
-        if not (isinstance(p, list) and isinstance(o, list)):
+        if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in (p, o)):
             raise DraftInputError(
-                f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists", hint="make the file again"
+                f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists of token ids",
+                hint="make the file again",
             )
         rows[tuple(p)] = (o, str(r.get("batch", "")))
     source = doc.get("source")

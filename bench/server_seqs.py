@@ -128,6 +128,20 @@ def _bad(path: Path, key: str, problem: str, fix: str) -> DraftInputError:
 REGENERATE = "write it again for this model dir with `python -m bench server-seqs MODEL_DIR --out FILE ...`"
 
 
+def read_doc(path: Path, fix: str) -> dict:
+    """A sequences file's JSON, of this FORMAT: DraftInputError naming the file (and the key) otherwise."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DraftInputError(f"{path}: not found", hint=fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DraftInputError(f"{path}: unreadable JSON ({e})", hint=fix) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise _bad(path, "format", f"{got!r}, expected {FORMAT!r}", fix)
+    return doc
+
+
 def load(
     path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_tokens: int, std: float | None = None
 ) -> Sequences:
@@ -137,15 +151,7 @@ def load(
     fix otherwise."""
     from .workload import fixed_prompts
 
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DraftInputError(f"{path}: not found", hint=REGENERATE) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DraftInputError(f"{path}: unreadable JSON ({e})", hint=REGENERATE) from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise _bad(path, "format", f"{got!r}, expected {FORMAT!r}", REGENERATE)
+    doc = read_doc(path, REGENERATE)
     mine, theirs = model_identity(model_dir), doc.get("model")
     if not isinstance(theirs, dict):
         raise _bad(path, "model", "missing", REGENERATE)

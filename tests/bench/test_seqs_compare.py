@@ -51,10 +51,11 @@ def test_a_longer_continuation_differs_where_the_shorter_ends(tmp_path, capsys):
 @pytest.mark.parametrize(
     "content, says",
     [
-        ("{not json", "not a readable JSON file"),
+        ("{not json", "unreadable JSON"),
         (json.dumps({"format": "other/1"}), "format: 'other/1', expected"),
         (json.dumps({"format": FORMAT, "sequences": {}}), "sequences: missing or not a list"),
         (json.dumps({"format": FORMAT, "sequences": [{"prompt_ids": [1]}]}), "sequences[0]: needs prompt_ids"),
+        (json.dumps({"format": FORMAT, "sequences": [{"prompt_ids": [[1]], "output_ids": [2]}]}), "lists of token ids"),
     ],
 )
 def test_a_file_that_is_not_a_sequences_file_is_exit_2_naming_it(tmp_path, capsys, content, says):
@@ -64,6 +65,8 @@ def test_a_file_that_is_not_a_sequences_file_is_exit_2_naming_it(tmp_path, capsy
     assert main([str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and says in err and "Traceback" not in err
+    assert main([str(good), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: not found" in capsys.readouterr().err
 
 
 def test_no_prompt_in_common_is_exit_2(tmp_path, capsys):

@@ -38,12 +38,14 @@ def read(path: Path) -> Seqs:
     if not isinstance(seqs, list):
         raise DraftInputError(f"{path}: sequences: missing or not a list", hint="give a `bench server-seqs` file")
     for i, r in enumerate(seqs):
-        p, o = (r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids"))
-        if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in (p, o)):
+        ids = [r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids")]
+        if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ids):
             raise DraftInputError(
                 f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists of token ids",
                 hint="make the file again",
             )
+        p, o = ids
+        assert isinstance(p, list) and isinstance(o, list) and isinstance(r, dict)  # checked above
         rows[tuple(p)] = (o, str(r.get("batch", "")))
     source = doc.get("source")
     return Seqs(path, rows, source if isinstance(source, dict) else {})

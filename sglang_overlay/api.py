@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import apiargs
 from .context import Context
-from .patchset import CLI, Spelling, api_spelling, from_options
+from .patchset import from_options
 from .project import manifest_path
+from .spelling import CLI, Spelling, api_spelling
 from .tree import TREE_ENV
 
 if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs them
@@ -57,6 +58,7 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
         manifest_path=found.absolute(),
         tree_arg=_absolute_tree(tree),
         tree_env=_absolute_tree(os.environ.get(TREE_ENV) or None),
+        spelling=api_spelling(fn),
     )
 
 
@@ -90,7 +92,8 @@ def _ctx(
 
 
 def _spelling(ctx: Context, fn: str) -> Spelling:
-    return CLI if ctx.cli else api_spelling(fn)
+    """The words of the caller of `fn`: a context the command line made keeps its options."""
+    return CLI if ctx.spelling.cli else api_spelling(fn)
 
 
 # -- results -----------------------------------------------------------------------------------------------------
@@ -419,7 +422,7 @@ def _revert_target(
 def _revert_call(sp: Spelling, names: tuple[str, ...]) -> str:
     from .progname import prog
 
-    if sp.fn is None:
+    if sp.cli:
         return f"`{prog()} revert {' '.join(names)}`"
     return f"api.revert({', '.join(repr(n) for n in names)})"
 
@@ -443,7 +446,7 @@ def _need(chosen: PatchSet | None, verb: str, sp: Spelling) -> PatchSet:
     from .errors import BadInput
     from .progname import prog
 
-    if chosen is None and sp.fn is None:
+    if chosen is None and sp.cli:
         raise BadInput(
             f"{verb}: name patches, or give one of --all / --set EXPR / --patches A,B",
             hint=f"e.g. `{prog()} {verb} deepseek_v2` (see `{prog()} status`)",
@@ -613,16 +616,14 @@ def fingerprint(
     apiargs.flag("fingerprint", "all", all)
     ctx = _ctx("fingerprint", context, project, manifest, tree)
     m = ctx.manifest
-    chosen = from_options(
-        m, all=all, preset=expr, patches=patches, verb="fingerprint", spelling=_spelling(ctx, "fingerprint")
-    )
+    sp = _spelling(ctx, "fingerprint")
+    chosen = from_options(m, all=all, preset=expr, patches=patches, verb="fingerprint", spelling=sp)
     if chosen is not None:
         names = chosen.patches
     else:
         with reading(ctx.tree) as view:
             names = view.state.applied
-    api_fn = None if ctx.cli else "fingerprint"
-    profile = m.env_profile(env_profile, api_fn=api_fn) if env_profile is not None else None
+    profile = m.env_profile(env_profile, spelling=sp) if env_profile is not None else None
     fp = compute(m, names, profile)
     carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

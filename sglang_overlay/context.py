@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, load_manifest
+from .spelling import Spelling
 from .tree import Tree, locate
 
 
@@ -18,8 +19,9 @@ class Context:
     # $SGLANG_OVERLAY_TREE as it was when the context was made: read at first use instead, a relative value meant
     # another directory after a chdir. No default, so that no maker of a context forgets it.
     tree_env: str | None = field(kw_only=True)
-    # Made by the command line: a refusal names its options (--patches), not the Python API's arguments (patches=).
-    cli: bool = field(default=False, kw_only=True)
+    # Who made it: a refusal names the command line's options (--tree) or the API's arguments (api.status: tree=).
+    # No default: a context from the API that spoke of --tree sent its caller looking for an option.
+    spelling: Spelling = field(kw_only=True)
 
     @property
     def project_root(self) -> Path:

@@ -19,6 +19,7 @@ from .patchfile import PatchFile, parse_patch_file
 from .pathlen import too_long
 from .progname import prog
 from .repopath import check_patchable, check_repo_path
+from .spelling import CLI, Spelling
 
 SCHEMA_VERSION = 1
 CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
@@ -287,12 +288,12 @@ class Manifest:
             )
         return self.presets[name]
 
-    def env_profile(self, name: str, *, api_fn: str | None = None) -> EnvProfile:
-        """`api_fn`: the Python API's function that was passed `name` (None: the command line's --env-profile)."""
+    def env_profile(self, name: str, *, spelling: Spelling = CLI) -> EnvProfile:
+        """`spelling`: how the caller passed `name` (the command line's --env-profile, or the API's env_profile=)."""
         if not name.strip():  # `--env-profile "$PROFILE"` with PROFILE unset: not the same as no profile
             said, out = "--env-profile is empty (an unset shell variable?)", "leave --env-profile out"
-            if api_fn is not None:  # a refusal names the argument the caller wrote, not an option it never typed
-                said, out = f"api.{api_fn}: env_profile= is empty", "pass env_profile=None"
+            if not spelling.cli:  # a refusal names the argument the caller wrote, not an option it never typed
+                said, out = f"{spelling.about('env_profile')} is empty", "pass env_profile=None"
             raise ManifestError(said, hint=f"name one of {', '.join(sorted(self.env_profiles)) or '(none)'}, or {out}")
         if name not in self.env_profiles:
             raise ManifestError(

@@ -8,7 +8,8 @@ Every function finds the project as the command line does (`project=` a director
 nearest manifest.yaml from the current directory upward) and the tree likewise (`tree=`, else
 $SGLANG_OVERLAY_TREE, else the project's embedded tree), made absolute when the Context is made (locate, or the
 call's start). Sets are named in the one grammar of patchset.py.
-Failures raise the package's OverlayError hierarchy (errors.py) with the same message and hint the CLI prints;
+Failures raise the package's OverlayError hierarchy (errors.py) with the message and hint the CLI prints, in the
+API's words (expr=, tree=, force=True where the CLI says --set, --tree, --force: the Context's Spelling, spelling.py);
 nothing here prints or exits. The CLI commands are thin callers of these functions (they pass `context=`).
 Heavy modules are imported inside the functions that need them, so `import sglang_overlay.api` stays cheap.
 """
@@ -50,7 +51,12 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
     for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)):
         apiargs.path(fn, arg, value)
     # os.fspath, not str: a PathLike that is not a Path (os.DirEntry) prints as its repr
-    found = manifest_path(manifest=None if manifest is None else os.fspath(manifest), project=project)
+    said = api_spelling(fn)
+    found = manifest_path(
+        manifest=None if manifest is None else os.fspath(manifest),
+        project=None if project is None else os.fspath(project),
+        spelling=said,
+    )
     # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE too,
     # read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
     # paths are too (load_manifest, tree.classify).
@@ -58,7 +64,7 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
         manifest_path=found.absolute(),
         tree_arg=_absolute_tree(tree),
         tree_env=_absolute_tree(os.environ.get(TREE_ENV) or None),
-        spelling=api_spelling(fn),
+        spelling=said,
     )
 
 
@@ -252,10 +258,11 @@ class Fingerprint:
 def open_tree(ctx: Context) -> Iterator[Any]:
     """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
     leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
+    from .errors import WRITABLE_COPY, writable_copy
     from .fsio import tmp_path, unlink_quietly
     from .transaction import Transaction
 
-    with Transaction.open(ctx.tree) as txn:
+    with Transaction.open(ctx.tree, copy=WRITABLE_COPY if ctx.spelling.cli else writable_copy("tree=")) as txn:
         for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
@@ -277,7 +284,15 @@ def change_tree(
 
     check_tree_version(ctx)
     with open_tree(ctx) as txn:
-        return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
+        return switch(
+            txn,
+            ctx.manifest,
+            decide(txn.state),
+            op=op,
+            force=force,
+            ignore_hardware=ignore_hardware,
+            spelling=_spelling(ctx, op),
+        )
 
 
 def said_after(ctx: Context, outcome: Outcome, notes: list[str]) -> list[str]:
@@ -388,11 +403,13 @@ def status(
         )
 
 
-def _apply_target(m: Manifest, exact: bool, names: tuple[str, ...], state: State, notes: list[str]) -> tuple[str, ...]:
+def _apply_target(
+    m: Manifest, exact: bool, names: tuple[str, ...], state: State, notes: list[str], sp: Spelling
+) -> tuple[str, ...]:
     if exact:  # the set replaces what the tree carries, an entry the manifest lost included
         return names
     notes.extend(f"already applied: {n}" for n in names if n in state.applied)
-    m.check_carried(state.applied)
+    m.check_carried(state.applied, sp)
     return tuple(state.applied) + names
 
 
@@ -408,7 +425,7 @@ def _revert_target(
         if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not every
     )
     remaining = () if every else tuple(n for n in state.applied if n not in names)
-    m.check_carried(remaining)
+    m.check_carried(remaining, sp)
     for n in remaining:
         needs = [r for r in m.patch(n).requires if r in names]
         if needs:
@@ -493,7 +510,7 @@ def apply(
     exact = expr is not None or patches is not None
     outcome = change_tree(
         ctx,
-        lambda state: _apply_target(ctx.manifest, exact, wanted, state, notes),
+        lambda state: _apply_target(ctx.manifest, exact, wanted, state, notes, sp),
         op="apply",
         force=force,
         ignore_hardware=ignore_hardware,
@@ -527,7 +544,7 @@ def revert(
         from .recorded import revert_recorded
 
         with open_tree(ctx) as txn:
-            recorded, said = revert_recorded(txn, force=force)
+            recorded, said = revert_recorded(txn, force=force, spelling=sp)
         return _result(recorded, said)
     notes: list[str] = []
     outcome = change_tree(
@@ -564,7 +581,7 @@ def toggle(
     def decide(state: State) -> tuple[str, ...]:
         if name in state.applied:
             return _revert_target(ctx.manifest, chosen.patches, False, state, notes, sp)
-        return _apply_target(ctx.manifest, False, wanted, state, notes)
+        return _apply_target(ctx.manifest, False, wanted, state, notes, sp)
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
     outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)

@@ -30,7 +30,7 @@ class Context:
 
     @functools.cached_property
     def top_manifest(self) -> Manifest:
-        return load_manifest(self.manifest_path)
+        return load_manifest(self.manifest_path, spelling=self.spelling)
 
     @functools.cached_property
     def selected_manifest_path(self) -> Path:
@@ -44,8 +44,8 @@ class Context:
     def manifest(self) -> Manifest:
         if self.pin is None:
             return self.top_manifest
-        return load_manifest(self.selected_manifest_path)
+        return load_manifest(self.selected_manifest_path, spelling=self.spelling)
 
     @functools.cached_property
     def tree(self) -> Tree:
-        return locate(self.tree_arg, self.tree_env, self.project_root, self.manifest.pin.version)
+        return locate(self.tree_arg, self.tree_env, self.project_root, self.manifest.pin.version, self.spelling)

@@ -268,16 +268,17 @@ class Manifest:
         """The named entries that write files, in manifest order (upstreamed entries change nothing)."""
         return tuple(p for p in self.ordered(names) if isinstance(p, Change))
 
-    def check_carried(self, carried: Iterable[str]) -> None:
+    def check_carried(self, carried: Iterable[str], spelling: Spelling = CLI) -> None:
         """A tree carries an entry this manifest lacks (renamed, removed, another branch's manifest): said so with
-        the way out, not "no patch named X" and a hint to look at status, which does not list it."""
+        the way out, not "no patch named X" and a hint to look at status, which does not list it. `spelling`: the
+        caller's way to revert (the command line's `revert --all`, the API's api.revert(all=True))."""
         gone = [n for n in carried if n not in self.names]
         if gone:
             raise ManifestError(
                 f"the tree carries {', '.join(gone)}, which {self.path} does not name (renamed or removed since "
                 "it was applied?)",
-                hint=f"`{prog()} revert --all` takes the tree back to pristine without the entry (from the copies "
-                "it saved), or put the entry back in the manifest and run the command again",
+                hint=f"{spelling.run('revert --all', 'api.revert(all=True)')} takes the tree back to pristine without "
+                "the entry (from the copies it saved), or put the entry back in the manifest and run the command again",
             )
 
     def preset(self, name: str) -> tuple[str, ...]:
@@ -392,7 +393,8 @@ class _Ctx:
         return names
 
 
-def load_manifest(path: str | Path) -> Manifest:
+def load_manifest(path: str | Path, *, spelling: Spelling = CLI) -> Manifest:
+    """`spelling`: the caller's words for --manifest (the API's manifest=), for a manifest that is not there."""
     try:
         path = Path(path).resolve()
     except (RuntimeError, OSError) as e:  # Python 3.11 says a symlink loop with RuntimeError, 3.13 with ELOOP
@@ -400,18 +402,21 @@ def load_manifest(path: str | Path) -> Manifest:
             f"{path}: the manifest is a symbolic link that loops ({e})",
             hint="point the link at the real manifest.yaml (`ls -l` shows where it leads)",
         ) from None
-    return _load(path, seen=())
+    return _load(path, seen=(), spelling=spelling)
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, spelling: Spelling) -> Any:
     if path.exists() and not path.is_file() and not path.is_dir():  # reading a FIFO would wait forever
         raise ManifestError(f"{path}: not a regular file (a pipe or a device)", hint="name the manifest.yaml file")
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ManifestError(
-            f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root"
-        ) from None
+        fix = (
+            "pass --manifest PATH or run from the project root"
+            if spelling.cli
+            else "pass manifest= the path of a manifest.yaml, or project= the directory that holds one"
+        )
+        raise ManifestError(f"{path}: manifest not found", hint=fix) from None
     except IsADirectoryError:
         raise ManifestError(
             f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it"
@@ -427,9 +432,9 @@ def _read_yaml(path: Path) -> Any:
     return yamlfile.load(path, text)
 
 
-def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
+def _load(path: Path, seen: tuple[Path, ...], spelling: Spelling) -> Manifest:
     ctx = _Ctx(path)
-    data = _read_yaml(path)
+    data = _read_yaml(path, spelling)
     if not isinstance(data, Mapping):
         raise ctx.fail("top level", "expected a mapping with keys schema, pin, patches, ...")
     ctx.check_keys("top level", data, TOP_KEYS)
@@ -447,7 +452,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         parent_path = (path.parent / rel).resolve()
         if parent_path in seen or parent_path == path:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
-        parent = _load(parent_path, seen + (path,))
+        parent = _load(parent_path, seen + (path,), spelling)
 
     pin_source: Path | None
     if "pin" in data:

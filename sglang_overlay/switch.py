@@ -25,6 +25,7 @@ from .manifest import Manifest, Patch
 from .patchfile import created_exec_bits
 from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
+from .spelling import CLI, Spelling
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
 from .tree import Tree
@@ -62,9 +63,9 @@ def target_patches(manifest: Manifest, names: Iterable[str]) -> tuple[PatchChang
     return manifest.changes(manifest.closure(names))
 
 
-def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:
+def check_gates(target: tuple[Patch, ...], added: tuple[str, ...], spelling: Spelling = CLI) -> None:
     """Only patches being added are gated: taking one off (or keeping it) is never refused for hardware."""
-    refuse_blocked(p for p in target if p.name in added)
+    refuse_blocked((p for p in target if p.name in added), spelling.on("ignore_hardware"))
 
 
 def files_needed(target: tuple[Patch, ...], state: State) -> list[str]:
@@ -163,24 +164,27 @@ def exec_mode(tree: Tree, f: str, exists: bool, executable: bool) -> int | None:
     return with_exec_bits(mode, executable) if bool(mode & 0o100) != executable else None
 
 
-def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:
+def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord], spelling: Spelling = CLI) -> Drift:
     lines = [
         f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
         for f, r in sorted(edited.items())
     ]
     return Drift(
         f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-        hint=drift_hint(edited, "pass --force (the edited files are saved to a backup first)"),
+        hint=drift_hint(
+            edited, f"pass {spelling.on('force')} (the edited files are saved to a backup first)", spelling
+        ),
     )
 
 
-def drift_hint(edited: Mapping[str, FileRecord], force: str) -> str:
+def drift_hint(edited: Mapping[str, FileRecord], force: str, spelling: Spelling = CLI) -> str:
     if all(r.patches == (IDENTITY_OWNER,) for r in edited.values()):
         # refresh has no patch to put an edit of the identity module in (it answers "no hand edits"), and a
         # forced command writes it again only when the set changes
         return (
             "that file is the one sglang-overlay writes for every set: undo the edit, or "
-            f"`{prog()} revert --all --force` (it is saved to a backup first) and apply the set again"
+            f"{spelling.run('revert --all --force', 'api.revert(all=True, force=True)')} (it is saved to a backup "
+            "first) and apply the set again"
         )
     return f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or {force}"
 
@@ -202,14 +206,16 @@ def switch(
     op: str,
     force: bool = False,
     ignore_hardware: bool = False,
+    spelling: Spelling = CLI,
 ) -> Outcome:
-    """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
+    """Make the locked tree carry exactly `names` (plus what they require). One commit, or none. `spelling`: the
+    caller's words for --force and --ignore-hardware in a refusal (the API's force=True, ignore_hardware=True)."""
     state, tree = txn.state, txn.tree
     target = target_patches(manifest, names)
     added = tuple(p.name for p in target if p.name not in state.applied)
     removed = tuple(n for n in state.applied if n not in {p.name for p in target})
     if not ignore_hardware:
-        check_gates(target, added)
+        check_gates(target, added, spelling)
     needed = files_needed(target, state)
     current = read_current(tree, needed)
     base = rebuild_bases(txn.store, state, current)
@@ -217,7 +223,7 @@ def switch(
     records = file_records(target, base, contents)
     edited = keep_hand_edits(state, current, contents, records)
     if edited and not force:
-        raise refuse_drift(tree, op, edited)
+        raise refuse_drift(tree, op, edited, spelling)
     modes = target_modes(manifest, target, state, tree, current, contents)
     writes = {f: contents[f] for f in needed if contents[f] != current[f] or f in modes}
     new_state = State(

@@ -209,6 +209,9 @@ class SwitchResult:
     backup_dir: Path | None
     notes: tuple[str, ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()
+    # what the switch did to files beyond their bytes: an exec bit set or cleared as a patch's diff says, and with
+    # force=True the hand-edited files saved to backup_dir or found deleted (the CLI prints these on stderr)
+    file_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,7 @@ def _result(outcome: Outcome, notes: list[str], left_out: Mapping[str, str] | No
         backup_dir=outcome.backup_dir,
         notes=tuple(notes),
         left_out=tuple((left_out or {}).items()),
+        file_notes=outcome.notes,
     )
 
 

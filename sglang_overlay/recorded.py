@@ -75,9 +75,10 @@ def revert_recorded(txn: Transaction, *, force: bool, spelling: Spelling) -> tup
             + (f"; its SGLang {state.pin_version} file is saved as {backup_dir}/{copy}" if copy in kept else "")
         )
     if saved:
-        notes.append(f"--force: saved {len(saved)} hand-edited file(s) under {backup_dir}")
+        notes.append(f"{spelling.on('force')}: saved {len(saved)} hand-edited file(s) under {backup_dir}")
     # the switch's revert says the same: a file put back with no backup must not pass in silence
-    notes += [f"--force: {f} was deleted by hand; nothing to save" for f in sorted(edited) if current[f] is None]
+    gone = [f for f in sorted(edited) if current[f] is None]
+    notes += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
     outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir)
     return outcome, notes
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,9 @@ class Outcome:
     offsets: list[Offset] = field(default_factory=list)
     fingerprint: str | None = None
     backup_dir: Path | None = None
+    # What was done to files beyond their bytes (an exec bit the diff decides; hand edits saved or found deleted
+    # by a forced switch), for the caller to tell: printed here, they reached an API caller's stderr unasked.
+    notes: tuple[str, ...] = ()
 
 
 def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> bytes:
@@ -247,20 +249,19 @@ def switch(
                 modes,
             )
         )
+    notes = []
     for f in sorted(f for f in modes if current[f] is not None):
         # bytes unchanged, so no other line would say why the file was written (a patch's mode line changed,
         # an earlier version wrote it 0644, or a hand chmod)
         what = "made executable" if modes[f] & 0o100 else "no longer executable"
-        print(f"sglang-overlay: {f}: {what}, as its patch's diff says", file=sys.stderr)
+        notes.append(f"{f}: {what}, as its patch's diff says")
     if edited:
         gone = sorted(f for f in edited if current[f] is None)
         if backup_dir:
-            print(
-                f"sglang-overlay: --force: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}",
-                file=sys.stderr,
+            notes.append(
+                f"{spelling.on('force')}: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}"
             )
-        for f in gone:
-            print(f"sglang-overlay: --force: {f} was deleted by hand; nothing to save", file=sys.stderr)
+        notes += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
     return Outcome(
         tuple(p.name for p in target),
         added,
@@ -269,4 +270,5 @@ def switch(
         offsets,
         fp if target else None,
         backup_dir,
+        tuple(notes),
     )

@@ -435,3 +435,28 @@ def test_a_read_only_tree_names_the_apis_tree_argument(sglang_tree, monkeypatch)
     text = f"{e.value}\n{e.value.hint}"
     assert "(EROFS)" in str(e.value) and "work on a writable copy (tree=)" in (e.value.hint or ""), text
     assert "--" not in text and tree_snapshot(sglang_tree) == before, text
+
+
+def test_a_forced_switch_returns_its_notes_and_writes_nothing_to_stderr(sglang_tree, capfd):
+    """switch printed `sglang-overlay: --force: saved ...` on the caller's stderr: a library writes there unasked.
+    The API returns the notes (SwitchResult.file_notes) in its words; the command line prints them on stderr."""
+    where = dict(project=FIX, tree=sglang_tree)
+    api.apply("fx_topk", "fx_args_a", **where)
+    topk = sglang_tree / "python" / "sglang" / "srt" / "layers" / "moe" / "topk.py"
+    topk.write_text(topk.read_text() + "# by hand\n")
+    args = sglang_tree / "python" / "sglang" / "srt" / "server_args.py"
+    args.unlink()
+    capfd.readouterr()
+    res = api.revert(all=True, force=True, **where)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", ""), err
+    assert res.backup_dir is not None and res.carried == ()
+    saved = f"force=True: saved 1 hand-edited file(s) under {res.backup_dir}"
+    gone = "force=True: python/sglang/srt/server_args.py was deleted by hand; nothing to save"
+    assert res.file_notes == (saved, gone), res.file_notes
+    assert (res.backup_dir / "python/sglang/srt/layers/moe/topk.py").read_text().endswith("# by hand\n")
+    api.apply("fx_topk", **where)
+    topk.write_text(topk.read_text() + "# by hand\n")
+    cli = run_cli("--project", str(FIX), "--tree", str(sglang_tree), "revert", "--all", "--force", check_rc=0)
+    assert "sglang-overlay: --force: saved 1 hand-edited file(s) under " in cli.stderr, cli.stderr
+    assert "force=True" not in cli.stdout + cli.stderr

@@ -40,7 +40,7 @@ from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
 from ..tree import Tree
-from ._common import add_selection, selection
+from ._common import add_selection, selection, tell
 
 NAME = "build-wheel"
 HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.fp<fingerprint>)"
@@ -119,6 +119,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
                 zin.extractall(scratch)
             with Transaction.open(Tree(scratch, "installed")) as txn:
                 outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
+            tell(outcome.notes)
             # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
             # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set,
             # `revert` gives back the pristine release).

@@ -7,7 +7,7 @@
 Every function finds the project as the command line does (`project=` a directory, `manifest=` a file, else the
 nearest manifest.yaml from the current directory upward) and the tree likewise (`tree=`, else
 $SGLANG_OVERLAY_TREE, else the project's embedded tree), made absolute when the Context is made (locate, or the
-call's start). Sets are named in the one grammar of patchset.py.
+call's start), as $SGLANG_OVERLAY_CACHE is. Sets are named in the one grammar of patchset.py.
 Failures raise the package's OverlayError hierarchy (errors.py) with the message and hint the CLI prints, in the
 API's words (expr=, tree=, force=True where the CLI says --set, --tree, --force: the Context's Spelling, spelling.py);
 nothing here prints or exits. The CLI commands are thin callers of these functions (they pass `context=`).
@@ -16,15 +16,17 @@ Heavy modules are imported inside the functions that need them, so `import sglan
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import apiargs
+from . import apiargs, cachedir
 from .context import Context
 from .patchset import from_options
 from .project import manifest_path
@@ -38,6 +40,8 @@ if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs th
     from .switch import Outcome
 
 PathLike = str | os.PathLike[str]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def locate(
@@ -57,26 +61,28 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
         project=None if project is None else os.fspath(project),
         spelling=said,
     )
-    # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE too,
-    # read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
+    # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE and
+    # $SGLANG_OVERLAY_CACHE too, read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
     # paths are too (load_manifest, tree.classify).
     return Context(
         manifest_path=found.absolute(),
-        tree_arg=_absolute_tree(tree),
-        tree_env=_absolute_tree(os.environ.get(TREE_ENV) or None),
+        tree_arg=_absolute(tree),
+        tree_env=_absolute(os.environ.get(TREE_ENV) or None),
+        cache_env=_absolute(os.environ.get(cachedir.CACHE_ENV) or None),
         spelling=said,
     )
 
 
-def _absolute_tree(tree: PathLike | None) -> str | None:
-    if tree is None:
+def _absolute(path: PathLike | None) -> str | None:
+    """`path` (an argument, or a variable of the environment) absolute against the cwd of now."""
+    if path is None:
         return None
-    text = os.fspath(tree)
-    if not text.strip():  # tree.locate refuses a blank path: made absolute, it would be the cwd
+    text = os.fspath(path)
+    if not text.strip():  # refused where it is used (tree.locate): made absolute, it would be the cwd
         return text
     try:
         return str(Path(text).expanduser().absolute())
-    except RuntimeError:  # a ~ with no home to expand to: kept as given, refused by tree.locate if a tree is needed
+    except RuntimeError:  # a ~ with no home to expand to: kept as given, refused where it is used (tree.locate)
         return text
 
 
@@ -84,17 +90,29 @@ def _ctx(
     fn: str, c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None
 ) -> Context:
     apiargs.context(fn, c)
-    if c is None:
-        return _locate(fn, project, manifest, tree)
     given = [arg for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)) if value is not None]
-    if given:  # the context already names its project and tree: the other would be ignored, and a change go astray
+    if c is None:
+        c = _locate(fn, project, manifest, tree)
+    elif given:  # the context already names its project and tree: the other would be ignored, and a change go astray
         from .errors import BadInput
 
         raise BadInput(
             f"api.{fn}: context= and {', '.join(a + '=' for a in given)} both say where to work: give one",
             hint=f"pass api.locate({', '.join(a + '=...' for a in given)}) as context=, or leave context= out",
         )
+    cachedir.hold(c.cache_env)  # the cache this context was made with, for this call (_own_call) only
     return c
+
+
+def _own_call(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`fn` runs in a copy of its caller's contextvars context: the cache its Context holds (cachedir.hold, in
+    _ctx) is the call's, not left behind for the caller's next call."""
+
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return contextvars.copy_context().run(fn, *args, **kwargs)
+
+    return call
 
 
 def _spelling(ctx: Context, fn: str) -> Spelling:
@@ -322,6 +340,7 @@ def _result(outcome: Outcome, notes: list[str], left_out: Mapping[str, str] | No
 
 
 # -- the commands ----------------------------------------------------------------------------------------------
+@_own_call
 def status(
     project: PathLike | None = None,
     *,
@@ -481,6 +500,7 @@ def _need(chosen: PatchSet | None, verb: str, sp: Spelling) -> PatchSet:
     return chosen
 
 
+@_own_call
 def apply(
     *names: str,
     all: bool = False,
@@ -522,6 +542,7 @@ def apply(
     return _result(outcome, said_after(ctx, outcome, notes), left_out)
 
 
+@_own_call
 def revert(
     *names: str,
     all: bool = False,
@@ -561,6 +582,7 @@ def revert(
     return _result(outcome, said_after(ctx, outcome, notes))
 
 
+@_own_call
 def toggle(
     name: str,
     *,
@@ -592,6 +614,7 @@ def toggle(
     return _result(outcome, said_after(ctx, outcome, notes))
 
 
+@_own_call
 def check(
     project: PathLike | None = None, *, manifest: PathLike | None = None, context: Context | None = None
 ) -> CheckResult:
@@ -615,6 +638,7 @@ def check(
     )
 
 
+@_own_call
 def fingerprint(
     expr: str | None = None,
     *,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, commands, interrupts
+from .cachedir import CACHE_ENV
 from .context import Context
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 from .pathlen import path_text
@@ -128,7 +129,12 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
 def _context(args, home: Path | None) -> Context:
     found = manifest_path(manifest=args.manifest, project=args.project, home=home)
     return Context(
-        manifest_path=found, tree_arg=args.tree, pin=args.pin, tree_env=os.environ.get(TREE_ENV), spelling=CLI
+        manifest_path=found,
+        tree_arg=args.tree,
+        pin=args.pin,
+        tree_env=os.environ.get(TREE_ENV),
+        cache_env=os.environ.get(CACHE_ENV),
+        spelling=CLI,
     )
 
 

@@ -19,6 +19,9 @@ class Context:
     # $SGLANG_OVERLAY_TREE as it was when the context was made: read at first use instead, a relative value meant
     # another directory after a chdir. No default, so that no maker of a context forgets it.
     tree_env: str | None = field(kw_only=True)
+    # $SGLANG_OVERLAY_CACHE likewise (each API call holds it: cachedir.hold), for the wheel check reads and the
+    # manifests parsed once.
+    cache_env: str | None = field(kw_only=True)
     # Who made it: a refusal names the command line's options (--tree) or the API's arguments (api.status: tree=).
     # No default: a context from the API that spoke of --tree sent its caller looking for an option.
     spelling: Spelling = field(kw_only=True)

@@ -460,3 +460,30 @@ def test_a_forced_switch_returns_its_notes_and_writes_nothing_to_stderr(sglang_t
     cli = run_cli("--project", str(FIX), "--tree", str(sglang_tree), "revert", "--all", "--force", check_rc=0)
     assert "sglang-overlay: --force: saved 1 hand-edited file(s) under " in cli.stderr, cli.stderr
     assert "force=True" not in cli.stdout + cli.stderr
+
+
+def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was_made(
+    tmp_path, sglang_tree, monkeypatch
+):
+    """$SGLANG_OVERLAY_CACHE was read at each use, relative to the cwd of the moment: after a chdir, a kept context
+    kept its parsed manifests in another directory, and check looked there for the pinned wheel (to download it)."""
+    from sglang_overlay.cachedir import cache_dir
+
+    wheel = api.locate(FIX).manifest.pin.wheel
+    real = cache_dir() / "wheels" / wheel  # the conftest's tree came from it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", "cache")
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    (tmp_path / "cache" / "wheels" / wheel).symlink_to(real)
+    ctx = api.locate(FIX, tree=sglang_tree)
+    assert not (tmp_path / "cache" / "parsed").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", "other")  # read when the context was made, not at each use
+    assert api.status(context=ctx).applied == ()
+    assert any((tmp_path / "cache" / "parsed").rglob("*.json"))
+    assert not (elsewhere / "cache").exists() and not (elsewhere / "other").exists()
+    assert api.check(context=ctx).ok
+    assert not (elsewhere / "other").exists() and not (elsewhere / "cache").exists()
+    assert cache_dir() == Path("other")  # held for the API's calls only, not left behind for the caller

@@ -114,7 +114,8 @@ def test_a_full_disk_hint_names_a_directory_that_exists(rig):
     assert "(`df -h .`)" in res.stderr and "df -h new" not in res.stderr, res.stderr
 
 
-# how a partial file names its build: `<host>.<pid namespace>.<pid>`, the host being this boot's kernel
+# how a partial file names its build: `<host>.<pid namespace>.<pid>.<build>`, the host being this boot's kernel, the
+# build the process's count (the version before wrote no build: still this host's)
 BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
 NS = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
 OTHER_HOST = "f" * 32
@@ -146,6 +147,7 @@ def test_a_later_build_removes_a_killed_builds_partial_file(rig):
     ended = _ended_pid()
     stale = [
         f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's, its process ended
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.3.part",  # the same, the fourth build of that process
         f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace: unlocked, and not new
     ]
     kept = [
@@ -153,6 +155,7 @@ def test_a_later_build_removes_a_killed_builds_partial_file(rig):
         f".other-1.0-py3-none-any.whl.{BOOT}.{NS}.{ended}.part",  # another distribution's: only its name is not ours
         "sglang-draft.whl.part",
         f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.part",  # a build that still runs (before it took its lock)
+        f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.1.part",  # another build of that process
     ]
     unproven = [  # may be a running build: a note names them, and the user removes them
         f"{WHEEL}.{OTHER_HOST}.{NS}.{ended}.part",  # another host's (NFS): a pid of there means nothing here

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .distinfo import LOCAL_PATTERN
-from .fsio import fsync_dir, unlink_quietly
+from .fsio import unlink_quietly
 from .scratch import alive, pid_namespace
 
 SUFFIX = ".part"
@@ -73,12 +73,13 @@ class PartFile:
 
     def replace(self, target: Path) -> None:
         """Rename the whole file over `target`: its bytes reach the disk first, so that after a power loss the
-        final name holds the whole wheel or the one before it, never blocks that were not written yet."""
+        final name holds the whole wheel or the one before it, never blocks that were not written yet. The new
+        name is durable once the caller fsyncs `target`'s directory (fsio.fsync_dir): a failure there is not one
+        of writing the wheel, which is in place by then, and is the caller's to say so."""
         self.file.flush()
         os.fsync(self.file.fileno())
         os.replace(self.path, target)
         self._placed = True
-        fsync_dir(target.parent)
 
     def __enter__(self) -> PartFile:
         return self

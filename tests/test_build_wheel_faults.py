@@ -2,11 +2,12 @@
 full disk or a read-only file system is exit 1 naming the path being written (--out, or $TMPDIR) and a fix that
 applies to it (--out DIR or TMPDIR, not --tree), and leaves no partial file; a killed build's partial file is
 removed by a later build, whatever wheel that one writes, but never one a live build holds, another host's, or an
-earlier version's; two builds at once into one --out both finish; a kill or Ctrl-C during the cleanup leaves
---out usable."""
+earlier version's; two builds at once into one --out both finish; a failed fsync of --out after the rename names
+the wheel written; a kill or Ctrl-C during the cleanup leaves --out usable."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -257,6 +258,30 @@ def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
     between = pts[pts.index(opened) : renamed]
     assert any(p.syscall == "fsync" and p.call.startswith(f"fsync({fd})") for p in between), between
     assert any(p.syscall == "fsync" for p in pts[renamed:]), pts[renamed:]
+
+
+@pytest.mark.parametrize("error", ["EIO", "ENOSPC"])
+def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, error):
+    """The fsync of --out that makes the wheel's new name durable failed, after the rename: the error said "no
+    wheel was written", and the wheel was there under its final name. It names the wheel written and says that
+    its directory's fsync failed (a power loss may yet lose the name), exit 1 as for other OS errors."""
+    base, proj, env = rig
+    out = base / f"out-dir-fsync-{error}"
+    pts = _points(rig, out)
+    renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
+    point = next(p for p in pts[renamed:] if p.syscall == "fsync")
+    shutil.rmtree(out)
+    res = inject(_argv(proj, out), env, base, base / "dir-fsync.log", point, f"error={error}")
+    assert res.hit, f"{point}: not injected"
+    err = res.stderr
+    assert res.rc == 1 and "Traceback" not in err, err
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.testzip() is None
+    assert f"wrote the wheel {wheel}, but could not fsync its directory {out}: " in err, err
+    assert f"{os.strerror(getattr(errno, error))} ({error})" in err and "power loss" in err, err
+    assert "no wheel was written" not in err, err
+    assert _parts(out) == [], _parts(out)
 
 
 def _leave_a_killed_builds_files(out: Path, tmp: Path) -> str:

@@ -153,8 +153,9 @@ def _gpu(name: str) -> str:
 
 
 def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
-    made = [_gpu(g) for g in seqs_source.get("gpus") or []]
-    here = [_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []]
+    # the kinds of GPU, not the lists: hostinfo names every GPU of the host, and one H100 and eight are one kind
+    made = sorted({_gpu(g) for g in seqs_source.get("gpus") or []})
+    here = sorted({_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
     if made and here and made != here:
         # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
         return (
@@ -163,7 +164,7 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
         )
     return (
         "differs: the server decoded these prompts otherwise when the sequences were made (another tree, set, "
-        "server args" + ("" if made else " or GPU") + "?)."
+        "server args" + ("" if made and here else " or GPU") + "?)."
     )
 
 

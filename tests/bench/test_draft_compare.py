@@ -500,3 +500,25 @@ def test_each_departure_names_its_eagle_run(tmp_path):
     assert any(str(s3) in x and "not the set's doing" in x for x in said)
     assert any(str(s5) in x and "keeps plain decoding's output: it comes with full's" in x for x in said)
 
+
+@pytest.mark.parametrize(
+    "made, here, says",
+    [
+        # one GPU of the kind or eight: the same GPU, not "made on another"
+        (["NVIDIA H100 80GB HBM3, 580.1"], ["NVIDIA H100 80GB HBM3, 580.2"] * 8, "(another tree, set, server args?)"),
+        # the plain run's GPU not recorded: the GPU stays among the causes
+        (["NVIDIA H100 80GB HBM3, 580.1"], [], "(another tree, set, server args or GPU?)"),
+    ],
+)
+def test_the_gpu_is_named_only_where_it_is_known_to_differ(tmp_path, made, here, says):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    lines = (plain / "results.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    run["host"] = {"gpus": here}
+    (plain / "results.jsonl").write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    out = tmp_path / "s.md"
+    tj = _seqs_made_on(tmp_path, made)
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert says in text and "the sequences were made on" not in text

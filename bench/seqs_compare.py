@@ -52,9 +52,22 @@ def read(path: Path) -> Seqs:
             raise DraftInputError(
                 f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists", hint="make the file again"
             )
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (*p, *o)):
+            # a list in prompt_ids had been an unhashable key (a traceback), anything else compared as if a token
+            raise DraftInputError(
+                f"{path}: sequences[{i}]: prompt_ids and output_ids must be lists of token ids (integers)",
+                hint="make the file again",
+            )
         rows[tuple(p)] = (o, str(r.get("batch", "")))
     source = doc.get("source")
-    return Seqs(path, rows, source if isinstance(source, dict) else {})
+    source = source if isinstance(source, dict) else {}
+    gpus = source.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        raise DraftInputError(
+            f"{path}: source.gpus: expected a list of GPU names (as bench.hostinfo records them), got {gpus!r}",
+            hint="make the file again, or remove the key",
+        )
+    return Seqs(path, rows, source)
 
 
 def _first_diff(a: list[int], b: list[int]) -> int | None:
@@ -105,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seqs_compare: {e}", file=sys.stderr)
         return 2
     if o.out:
-        o.out.write_text(text)
+        try:
+            o.out.parent.mkdir(parents=True, exist_ok=True)
+            o.out.write_text(text)
+        except OSError as e:
+            print(f"seqs_compare: --out {o.out}: cannot write ({e.strerror or e})", file=sys.stderr)
+            return 2
     print(text, end="")
     return 0 if equal else 1
 

@@ -152,9 +152,16 @@ def _gpu(name: str) -> str:
     return name.split(",")[0].strip()  # nvidia-smi's "name, driver" as bench.hostinfo records it
 
 
-def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
+def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str:
+    gpus = seqs_source.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        # else a traceback, or a string's letters named as GPUs
+        raise ValueError(
+            f"{train_json}: sequences.source.source.gpus: expected a list of GPU names (as bench.hostinfo records "
+            f"them), got {gpus!r}: make the sequences again with bench server-seqs, or remove the key"
+        )
     # the kinds of GPU, not the lists: hostinfo names every GPU of the host, and one H100 and eight are one kind
-    made = sorted({_gpu(g) for g in seqs_source.get("gpus") or []})
+    made = sorted({_gpu(g) for g in gpus or []})
     here = sorted({_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
     if made and here and made != here:
         # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
@@ -320,7 +327,7 @@ def compare(
                     f"{b1n} b1 requests at {', '.join(sorted(bench.get('hash_b1', {}))) or 'no length'}): no "
                     "check."
                     if unrecorded
-                    else _made_elsewhere(src.get("source") or {}, plain_run)
+                    else _made_elsewhere(src.get("source") or {}, plain_run, train_json)
                     if server
                     else "differs (the server's bf16 kernels or its detokenized text part from the reference "
                     "somewhere in the continuation; the accept lengths above say how much it matters)."

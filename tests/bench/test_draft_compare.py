@@ -522,3 +522,13 @@ def test_the_gpu_is_named_only_where_it_is_known_to_differ(tmp_path, made, here,
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
     text = out.read_text()
     assert says in text and "the sequences were made on" not in text
+
+
+@pytest.mark.parametrize("gpus", [[3], "NVIDIA H100 80GB HBM3, 580.1"])
+def test_a_gpu_record_that_is_not_a_list_of_names_is_exit_2(tmp_path, capsys, gpus):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    tj = _seqs_made_on(tmp_path, gpus)
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 2
+    err = capsys.readouterr().err
+    assert str(tj) in err and "sequences.source.source.gpus: expected a list of GPU names" in err

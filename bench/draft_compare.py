@@ -91,17 +91,20 @@ def _verdict(r: dict, p: dict) -> tuple[str, bool]:
     return ("yes" if same else "**NO**"), not same
 
 
-def _departures(run: Path, judged: list[tuple[dict, bool, str | None]]) -> list[str]:
+def _departures(run: Path, judged: list[tuple[dict, bool, str | None]], first: str | None = None) -> list[str]:
     """What one EAGLE run's arms say of a departure from plain decoding, held against its first arm (the
     baseline: bench/gpu_runs.sh's SPEED_ARMS puts the pristine set first). Only the baseline can clear a set:
     an arm that departs exactly as the baseline does is not its patches' doing, one that departs while the
     baseline keeps plain decoding's output is, and two different departures leave the set's share unknown.
     `judged`: (arm, whether it departs, why it has no one plain output of its own to be held to, or None); the
-    run's first arm is the baseline or none is (another arm put in its place had been called the baseline)."""
+    run's first arm is the baseline or none is (another arm put in its place had been called the baseline).
+    `first`: the run's first arm as recorded, which `judged` lacks where it completed no start."""
     if len(judged) < 2 or not any(failed for _, failed, why in judged if why is None):
         return []
     (base, base_failed, base_why), rest = judged[0], [x for x in judged[1:] if x[2] is None]
     b = base["arm"]
+    if first is not None and b != first:
+        b, base_why = first, "no completed start"
     if base_why is not None:
         return [
             f"{run}: its first arm {b} cannot be its baseline ({base_why}): where a departure comes from is not told"
@@ -284,7 +287,7 @@ def compare(
                 f"{_fmt(r['accept_len_bc'])} | {_fmt(r['tok_s_b1'], 1)} | {_fmt(ratio[0])} | "
                 f"{_fmt(r['tok_s_bc'], 1)} | {_fmt(ratio[1])} | {cell} | {_bc(r, p)} |"
             )
-        departures += _departures(d, judged)
+        departures += _departures(d, judged, next((a.get("name") for a in run.get("arms") or []), None))
     lines += _speed_lines(pairs, target)
     if train_json is not None:
         rec = json.loads(train_json.read_text())

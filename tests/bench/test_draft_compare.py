@@ -532,3 +532,16 @@ def test_a_gpu_record_that_is_not_a_list_of_names_is_exit_2(tmp_path, capsys, gp
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 2
     err = capsys.readouterr().err
     assert str(tj) in err and "sequences.source.source.gpus: expected a list of GPU names" in err
+
+
+def test_a_first_arm_with_no_completed_start_leaves_the_run_without_a_baseline(tmp_path):
+    """The run's first arm (SPEED_ARMS: the pristine set) measured nothing: the next arm is not its baseline."""
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]], "p": [[_m(100, 400)]]})
+    eagle = _run_dir(
+        tmp_path / "eagle", {"none": [], "full": [[_m(300, 800, 3.0, h1="x")]], "p": [[_m(300, 800, 3.0)]]}
+    )
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "baseline arm full" not in text
+    assert "its first arm none cannot be its baseline (no completed start)" in text

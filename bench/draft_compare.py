@@ -91,46 +91,81 @@ def _verdict(r: dict, p: dict) -> tuple[str, bool]:
     return ("yes" if same else "**NO**"), not same
 
 
-def _departures(judged: list[tuple[dict, bool]]) -> list[str]:
+def _departures(run: Path, judged: list[tuple[dict, bool, str | None]], first: str | None = None) -> list[str]:
     """What one EAGLE run's arms say of a departure from plain decoding, held against its first arm (the
     baseline: bench/gpu_runs.sh's SPEED_ARMS puts the pristine set first). Only the baseline can clear a set:
     an arm that departs exactly as the baseline does is not its patches' doing, one that departs while the
-    baseline keeps plain decoding's output is, and two different departures leave the set's share unknown."""
-    if len(judged) < 2 or not any(failed for _, failed in judged):
+    baseline keeps plain decoding's output is, and two different departures leave the set's share unknown.
+    `judged`: (arm, whether it departs, why it has no one plain output of its own to be held to, or None); the
+    run's first arm is the baseline or none is (another arm put in its place had been called the baseline).
+    `first`: the run's first arm as recorded, which `judged` lacks where it completed no start."""
+    if len(judged) < 2 or not any(failed for _, failed, why in judged if why is None):
         return []
-    (base, base_failed), rest = judged[0], judged[1:]
+    (base, base_failed, base_why), rest = judged[0], [x for x in judged[1:] if x[2] is None]
     b = base["arm"]
+    if first is not None and b != first:
+        b, base_why = first, "no completed start"
+    if base_why is not None:
+        return [
+            f"{run}: its first arm {b} cannot be its baseline ({base_why}): where a departure comes from is not told"
+        ]
     out = []
-    for r, failed in rest:
+    for r, failed, _ in rest:
         a = r["arm"]
         if not failed:
             if base_failed:
-                out.append(f"{a} keeps plain decoding's output while the baseline arm {b} departs")
+                out.append(f"{run}: {a} keeps plain decoding's output while the baseline arm {b} departs")
         elif not base_failed:
             out.append(
-                f"{a} departs while the baseline arm {b} keeps plain decoding's output: it comes with {a}'s "
+                f"{run}: {a} departs while the baseline arm {b} keeps plain decoding's output: it comes with {a}'s "
                 f"patches (bisect between the two arms' sets)"
+            )
+        elif len(base["hash_b1"]) > 1 or len(r["hash_b1"]) > 1:
+            shy = [f"{x['arm']} ({len(x['hash_b1'])} outputs)" for x in (base, r) if len(x["hash_b1"]) > 1]
+            out.append(
+                f"{run}: {a} and the baseline arm {b} both depart, and {' and '.join(shy)} not deterministic over "
+                "its repetitions: the set's share cannot be told apart"
             )
         elif r["hash_b1"] == base["hash_b1"]:
             out.append(
-                f"{a} departs as the baseline arm {b} does, with the same output: not the set's doing (SGLang's "
-                "EAGLE-3 departs on this model without it)"
+                f"{run}: {a} departs as the baseline arm {b} does, with the same output: not the set's doing "
+                "(SGLang's EAGLE-3 departs on this model without it)"
             )
         else:
             out.append(
-                f"{a} and the baseline arm {b} both depart, with different outputs: the baseline departs without "
-                f"the set, and {a}'s patches change EAGLE-3's output further; the set's share cannot be told apart"
+                f"{run}: {a} and the baseline arm {b} both depart, with different outputs: the baseline departs "
+                f"without the set, and {a}'s patches change EAGLE-3's output further; the set's share cannot be "
+                "told apart"
             )
     return out
+
+
+def _unjudged(r: dict, p: dict) -> str | None:
+    """Why an EAGLE arm has no one plain output of its own to be held to in _departures (None: it has)."""
+    if r["oea_k0"] > 0:
+        return f"an OEA arm (K0={r['oea_k0']}), not expected to decode as plain decoding does"
+    if p["arm"] != r["arm"]:
+        return f"no plain arm of its name: held against plain {p['arm']}, another set's output"
+    if len(p["hash_b1"]) > 1:
+        return f"plain {p['arm']} is not deterministic"
+    return None
 
 
 def _gpu(name: str) -> str:
     return name.split(",")[0].strip()  # nvidia-smi's "name, driver" as bench.hostinfo records it
 
 
-def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
-    made = [_gpu(g) for g in seqs_source.get("gpus") or []]
-    here = [_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []]
+def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str:
+    gpus = seqs_source.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        # else a traceback, or a string's letters named as GPUs
+        raise ValueError(
+            f"{train_json}: sequences.source.source.gpus: expected a list of GPU names (as bench.hostinfo records "
+            f"them), got {gpus!r}: make the sequences again with bench server-seqs, or remove the key"
+        )
+    # the kinds of GPU, not the lists: hostinfo names every GPU of the host, and one H100 and eight are one kind
+    made = sorted({_gpu(g) for g in gpus or []})
+    here = sorted({_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
     if made and here and made != here:
         # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
         return (
@@ -139,7 +174,7 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict) -> str:
         )
     return (
         "differs: the server decoded these prompts otherwise when the sequences were made (another tree, set, "
-        "server args" + ("" if made else " or GPU") + "?)."
+        "server args" + ("" if made and here else " or GPU") + "?)."
     )
 
 
@@ -231,7 +266,7 @@ def compare(
     departures: list[str] = []
     for d in eagle_dirs:
         run, rows = _arms(d)
-        judged: list[tuple[dict, bool]] = []
+        judged: list[tuple[dict, bool, str | None]] = []
         if run.get("config", {}).get("workload") != wl:
             lines.append(
                 f"\n**{d}: another workload than plain's** ({json.dumps(run.get('config', {}).get('workload'))})"
@@ -241,8 +276,7 @@ def compare(
             p = by_name.get(r["arm"], plain[0])
             cell, failed = _verdict(r, p)
             lossless &= not failed
-            if r["oea_k0"] == 0 and len(p["hash_b1"]) == 1:
-                judged.append((r, failed))
+            judged.append((r, failed, _unjudged(r, p)))
             eagle_rows.append(r)
             pairs.append((r, p))
             if r["oea_k0"] > 0:
@@ -253,7 +287,7 @@ def compare(
                 f"{_fmt(r['accept_len_bc'])} | {_fmt(r['tok_s_b1'], 1)} | {_fmt(ratio[0])} | "
                 f"{_fmt(r['tok_s_bc'], 1)} | {_fmt(ratio[1])} | {cell} | {_bc(r, p)} |"
             )
-        departures += _departures(judged)
+        departures += _departures(d, judged, next((a.get("name") for a in run.get("arms") or []), None))
     lines += _speed_lines(pairs, target)
     if train_json is not None:
         rec = json.loads(train_json.read_text())
@@ -296,7 +330,7 @@ def compare(
                     f"{b1n} b1 requests at {', '.join(sorted(bench.get('hash_b1', {}))) or 'no length'}): no "
                     "check."
                     if unrecorded
-                    else _made_elsewhere(src.get("source") or {}, plain_run)
+                    else _made_elsewhere(src.get("source") or {}, plain_run, train_json)
                     if server
                     else "differs (the server's bf16 kernels or its detokenized text part from the reference "
                     "somewhere in the continuation; the accept lengths above say how much it matters)."

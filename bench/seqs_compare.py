@@ -8,7 +8,8 @@ other way (bench/results/2026-12-05-h200-attrib5).
 Prompts are matched by their token ids. Reported: how many continuations are equal, how many begin with the same
 token, and where the first difference falls (after it the two continuations follow different text, so a share of
 equal positions would say little) (median, and each batch-1 prompt's, the prompts the
-bench's batch-1 phase decodes). Exit 0 when every continuation is equal, 1 otherwise, 2 on a file that is not a
+bench's batch-1 phase decodes). Exit 0 when both files hold the same prompts and every continuation is equal, 1
+otherwise, 2 on a file that is not a
 sequences file (named, with the key).
 """
 
@@ -38,17 +39,27 @@ def read(path: Path) -> Seqs:
     if not isinstance(seqs, list):
         raise DraftInputError(f"{path}: sequences: missing or not a list", hint="give a `bench server-seqs` file")
     for i, r in enumerate(seqs):
-        ids = [r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids")]
-        if not all(isinstance(x, list) and all(isinstance(t, int) for t in x) for x in ids):
+        p, o = (r.get(k) if isinstance(r, dict) else None for k in ("prompt_ids", "output_ids"))
+        if not (isinstance(p, list) and isinstance(o, list)):
             raise DraftInputError(
-                f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists of token ids",
+                f"{path}: sequences[{i}]: needs prompt_ids and output_ids lists", hint="make the file again"
+            )
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in (*p, *o)):
+            # a list in prompt_ids had been an unhashable key (a traceback), anything else compared as if a token
+            raise DraftInputError(
+                f"{path}: sequences[{i}]: prompt_ids and output_ids must be lists of token ids (integers)",
                 hint="make the file again",
             )
-        p, o = ids
-        assert isinstance(p, list) and isinstance(o, list) and isinstance(r, dict)  # checked above
         rows[tuple(p)] = (o, str(r.get("batch", "")))
     source = doc.get("source")
-    return Seqs(path, rows, source if isinstance(source, dict) else {})
+    source = source if isinstance(source, dict) else {}
+    gpus = source.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
+        raise DraftInputError(
+            f"{path}: source.gpus: expected a list of GPU names (as bench.hostinfo records them), got {gpus!r}",
+            hint="make the file again, or remove the key",
+        )
+    return Seqs(path, rows, source)
 
 
 def _first_diff(a: list[int], b: list[int]) -> int | None:
@@ -84,7 +95,11 @@ def compare(a: Seqs, b: Seqs) -> tuple[str, bool]:
         f"| {len(common)} | {len(common) - len(differ)} | {sum(f != 0 for f in firsts)} | "
         f"{statistics.median(differ) if differ else '-'} | {', '.join(b1) or '-'} |",
     ]
-    return "\n".join(lines) + "\n", not differ
+    only = [(s.path, len(s.rows) - len(common)) for s in (a, b) if len(s.rows) > len(common)]
+    if only:
+        # equal where both decoded is not "alike": the rest was never compared
+        lines += ["", *(f"{path} has {n} prompt(s) the other lacks: not compared." for path, n in only)]
+    return "\n".join(lines) + "\n", not differ and not only
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +114,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seqs_compare: {e}", file=sys.stderr)
         return 2
     if o.out:
-        o.out.write_text(text)
+        try:
+            o.out.parent.mkdir(parents=True, exist_ok=True)
+            o.out.write_text(text)
+        except OSError as e:
+            print(f"seqs_compare: --out {o.out}: cannot write ({e.strerror or e})", file=sys.stderr)
+            return 2
     print(text, end="")
     return 0 if equal else 1
 

@@ -7,26 +7,30 @@
 Every function finds the project as the command line does (`project=` a directory, `manifest=` a file, else the
 nearest manifest.yaml from the current directory upward) and the tree likewise (`tree=`, else
 $SGLANG_OVERLAY_TREE, else the project's embedded tree), made absolute when the Context is made (locate, or the
-call's start). Sets are named in the one grammar of patchset.py.
-Failures raise the package's OverlayError hierarchy (errors.py) with the same message and hint the CLI prints;
+call's start), as $SGLANG_OVERLAY_CACHE is. Sets are named in the one grammar of patchset.py.
+Failures raise the package's OverlayError hierarchy (errors.py) with the message and hint the CLI prints, in the
+API's words (expr=, tree=, force=True where the CLI says --set, --tree, --force: the Context's Spelling, spelling.py);
 nothing here prints or exits. The CLI commands are thin callers of these functions (they pass `context=`).
 Heavy modules are imported inside the functions that need them, so `import sglang_overlay.api` stays cheap.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from . import apiargs
+from . import apiargs, cachedir
 from .context import Context
-from .patchset import CLI, Spelling, api_spelling, from_options
+from .patchset import from_options
 from .project import manifest_path
+from .spelling import CLI, Spelling, api_spelling
 from .tree import TREE_ENV
 
 if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs them
@@ -36,6 +40,8 @@ if TYPE_CHECKING:  # the heavy modules stay unimported until a function needs th
     from .switch import Outcome
 
 PathLike = str | os.PathLike[str]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def locate(
@@ -49,26 +55,34 @@ def _locate(fn: str, project: PathLike | None, manifest: PathLike | None, tree: 
     for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)):
         apiargs.path(fn, arg, value)
     # os.fspath, not str: a PathLike that is not a Path (os.DirEntry) prints as its repr
-    found = manifest_path(manifest=None if manifest is None else os.fspath(manifest), project=project)
-    # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE too,
-    # read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
+    said = api_spelling(fn)
+    found = manifest_path(
+        manifest=None if manifest is None else os.fspath(manifest),
+        project=None if project is None else os.fspath(project),
+        spelling=said,
+    )
+    # Absolute now, so that a Context kept by the caller means the same after a chdir; $SGLANG_OVERLAY_TREE and
+    # $SGLANG_OVERLAY_CACHE too, read now and not at first use. Not resolved: a link stays the path asked for, resolved later where the CLI's
     # paths are too (load_manifest, tree.classify).
     return Context(
         manifest_path=found.absolute(),
-        tree_arg=_absolute_tree(tree),
-        tree_env=_absolute_tree(os.environ.get(TREE_ENV) or None),
+        tree_arg=_absolute(tree),
+        tree_env=_absolute(os.environ.get(TREE_ENV) or None),
+        cache_env=_absolute(os.environ.get(cachedir.CACHE_ENV) or None),
+        spelling=said,
     )
 
 
-def _absolute_tree(tree: PathLike | None) -> str | None:
-    if tree is None:
+def _absolute(path: PathLike | None) -> str | None:
+    """`path` (an argument, or a variable of the environment) absolute against the cwd of now."""
+    if path is None:
         return None
-    text = os.fspath(tree)
-    if not text.strip():  # tree.locate refuses a blank path: made absolute, it would be the cwd
+    text = os.fspath(path)
+    if not text.strip():  # refused where it is used (tree.locate): made absolute, it would be the cwd
         return text
     try:
         return str(Path(text).expanduser().absolute())
-    except RuntimeError:  # a ~ with no home to expand to: kept as given, refused by tree.locate if a tree is needed
+    except RuntimeError:  # a ~ with no home to expand to: kept as given, refused where it is used (tree.locate)
         return text
 
 
@@ -76,21 +90,34 @@ def _ctx(
     fn: str, c: Context | None, project: PathLike | None, manifest: PathLike | None, tree: PathLike | None
 ) -> Context:
     apiargs.context(fn, c)
-    if c is None:
-        return _locate(fn, project, manifest, tree)
     given = [arg for arg, value in (("project", project), ("manifest", manifest), ("tree", tree)) if value is not None]
-    if given:  # the context already names its project and tree: the other would be ignored, and a change go astray
+    if c is None:
+        c = _locate(fn, project, manifest, tree)
+    elif given:  # the context already names its project and tree: the other would be ignored, and a change go astray
         from .errors import BadInput
 
         raise BadInput(
             f"api.{fn}: context= and {', '.join(a + '=' for a in given)} both say where to work: give one",
             hint=f"pass api.locate({', '.join(a + '=...' for a in given)}) as context=, or leave context= out",
         )
+    cachedir.hold(c.cache_env)  # the cache this context was made with, for this call (_own_call) only
     return c
 
 
+def _own_call(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`fn` runs in a copy of its caller's contextvars context: the cache its Context holds (cachedir.hold, in
+    _ctx) is the call's, not left behind for the caller's next call."""
+
+    @functools.wraps(fn)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return contextvars.copy_context().run(fn, *args, **kwargs)
+
+    return call
+
+
 def _spelling(ctx: Context, fn: str) -> Spelling:
-    return CLI if ctx.cli else api_spelling(fn)
+    """The words of the caller of `fn`: a context the command line made keeps its options."""
+    return CLI if ctx.spelling.cli else api_spelling(fn)
 
 
 # -- results -----------------------------------------------------------------------------------------------------
@@ -200,6 +227,9 @@ class SwitchResult:
     backup_dir: Path | None
     notes: tuple[str, ...] = ()
     left_out: tuple[tuple[str, str], ...] = ()
+    # what the switch did to files beyond their bytes: an exec bit set or cleared as a patch's diff says, and with
+    # force=True the hand-edited files saved to backup_dir or found deleted (the CLI prints these on stderr)
+    file_notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,6 +262,10 @@ class CheckResult:
             "offsets": list(self.offsets),
             "failures": len(self.failures),
             "seconds": round(self.seconds, 3),
+            # what `check --all-pins --json` says of a pin it could not check (status "error"): every entry has one
+            # key set, so a dashboard reads a pin not checked as it reads the others
+            "error": None,
+            "hint": None,
         }
 
 
@@ -249,10 +283,11 @@ class Fingerprint:
 def open_tree(ctx: Context) -> Iterator[Any]:
     """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
     leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
+    from .errors import WRITABLE_COPY, writable_copy
     from .fsio import tmp_path, unlink_quietly
     from .transaction import Transaction
 
-    with Transaction.open(ctx.tree) as txn:
+    with Transaction.open(ctx.tree, copy=WRITABLE_COPY if ctx.spelling.cli else writable_copy("tree=")) as txn:
         for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
@@ -274,7 +309,15 @@ def change_tree(
 
     check_tree_version(ctx)
     with open_tree(ctx) as txn:
-        return switch(txn, ctx.manifest, decide(txn.state), op=op, force=force, ignore_hardware=ignore_hardware)
+        return switch(
+            txn,
+            ctx.manifest,
+            decide(txn.state),
+            op=op,
+            force=force,
+            ignore_hardware=ignore_hardware,
+            spelling=_spelling(ctx, op),
+        )
 
 
 def said_after(ctx: Context, outcome: Outcome, notes: list[str]) -> list[str]:
@@ -296,10 +339,12 @@ def _result(outcome: Outcome, notes: list[str], left_out: Mapping[str, str] | No
         backup_dir=outcome.backup_dir,
         notes=tuple(notes),
         left_out=tuple((left_out or {}).items()),
+        file_notes=outcome.notes,
     )
 
 
 # -- the commands ----------------------------------------------------------------------------------------------
+@_own_call
 def status(
     project: PathLike | None = None,
     *,
@@ -385,11 +430,13 @@ def status(
         )
 
 
-def _apply_target(m: Manifest, exact: bool, names: tuple[str, ...], state: State, notes: list[str]) -> tuple[str, ...]:
+def _apply_target(
+    m: Manifest, exact: bool, names: tuple[str, ...], state: State, notes: list[str], sp: Spelling
+) -> tuple[str, ...]:
     if exact:  # the set replaces what the tree carries, an entry the manifest lost included
         return names
     notes.extend(f"already applied: {n}" for n in names if n in state.applied)
-    m.check_carried(state.applied)
+    m.check_carried(state.applied, sp)
     return tuple(state.applied) + names
 
 
@@ -405,7 +452,7 @@ def _revert_target(
         if n not in state.applied and not isinstance(m.patch(n), UpstreamedPatch) and not every
     )
     remaining = () if every else tuple(n for n in state.applied if n not in names)
-    m.check_carried(remaining)
+    m.check_carried(remaining, sp)
     for n in remaining:
         needs = [r for r in m.patch(n).requires if r in names]
         if needs:
@@ -419,7 +466,7 @@ def _revert_target(
 def _revert_call(sp: Spelling, names: tuple[str, ...]) -> str:
     from .progname import prog
 
-    if sp.fn is None:
+    if sp.cli:
         return f"`{prog()} revert {' '.join(names)}`"
     return f"api.revert({', '.join(repr(n) for n in names)})"
 
@@ -443,7 +490,7 @@ def _need(chosen: PatchSet | None, verb: str, sp: Spelling) -> PatchSet:
     from .errors import BadInput
     from .progname import prog
 
-    if chosen is None and sp.fn is None:
+    if chosen is None and sp.cli:
         raise BadInput(
             f"{verb}: name patches, or give one of --all / --set EXPR / --patches A,B",
             hint=f"e.g. `{prog()} {verb} deepseek_v2` (see `{prog()} status`)",
@@ -457,6 +504,7 @@ def _need(chosen: PatchSet | None, verb: str, sp: Spelling) -> PatchSet:
     return chosen
 
 
+@_own_call
 def apply(
     *names: str,
     all: bool = False,
@@ -490,7 +538,7 @@ def apply(
     exact = expr is not None or patches is not None
     outcome = change_tree(
         ctx,
-        lambda state: _apply_target(ctx.manifest, exact, wanted, state, notes),
+        lambda state: _apply_target(ctx.manifest, exact, wanted, state, notes, sp),
         op="apply",
         force=force,
         ignore_hardware=ignore_hardware,
@@ -498,6 +546,7 @@ def apply(
     return _result(outcome, said_after(ctx, outcome, notes), left_out)
 
 
+@_own_call
 def revert(
     *names: str,
     all: bool = False,
@@ -524,7 +573,7 @@ def revert(
         from .recorded import revert_recorded
 
         with open_tree(ctx) as txn:
-            recorded, said = revert_recorded(txn, force=force)
+            recorded, said = revert_recorded(txn, force=force, spelling=sp)
         return _result(recorded, said)
     notes: list[str] = []
     outcome = change_tree(
@@ -537,6 +586,7 @@ def revert(
     return _result(outcome, said_after(ctx, outcome, notes))
 
 
+@_own_call
 def toggle(
     name: str,
     *,
@@ -561,13 +611,14 @@ def toggle(
     def decide(state: State) -> tuple[str, ...]:
         if name in state.applied:
             return _revert_target(ctx.manifest, chosen.patches, False, state, notes, sp)
-        return _apply_target(ctx.manifest, False, wanted, state, notes)
+        return _apply_target(ctx.manifest, False, wanted, state, notes, sp)
 
     # Gates are checked for added patches only, so a revert is never refused for hardware.
     outcome = change_tree(ctx, decide, op="toggle", force=force, ignore_hardware=ignore_hardware)
     return _result(outcome, said_after(ctx, outcome, notes))
 
 
+@_own_call
 def check(
     project: PathLike | None = None, *, manifest: PathLike | None = None, context: Context | None = None
 ) -> CheckResult:
@@ -591,6 +642,7 @@ def check(
     )
 
 
+@_own_call
 def fingerprint(
     expr: str | None = None,
     *,
@@ -613,16 +665,14 @@ def fingerprint(
     apiargs.flag("fingerprint", "all", all)
     ctx = _ctx("fingerprint", context, project, manifest, tree)
     m = ctx.manifest
-    chosen = from_options(
-        m, all=all, preset=expr, patches=patches, verb="fingerprint", spelling=_spelling(ctx, "fingerprint")
-    )
+    sp = _spelling(ctx, "fingerprint")
+    chosen = from_options(m, all=all, preset=expr, patches=patches, verb="fingerprint", spelling=sp)
     if chosen is not None:
         names = chosen.patches
     else:
         with reading(ctx.tree) as view:
             names = view.state.applied
-    api_fn = None if ctx.cli else "fingerprint"
-    profile = m.env_profile(env_profile, api_fn=api_fn) if env_profile is not None else None
+    profile = m.env_profile(env_profile, spelling=sp) if env_profile is not None else None
     fp = compute(m, names, profile)
     carried = tuple(p.name for p in m.changes(names))
     return Fingerprint(fp, short(fp), carried, env_profile, m.pin.version)

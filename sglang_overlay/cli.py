@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 
 from . import __version__, commands, interrupts
+from .cachedir import CACHE_ENV
 from .context import Context
 from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
 from .pathlen import path_text
 from .progname import set_from_argv, set_where
 from .project import MANIFEST_ENV, manifest_path
+from .spelling import CLI
 from .tree import TREE_ENV
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
@@ -126,7 +128,14 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
 
 def _context(args, home: Path | None) -> Context:
     found = manifest_path(manifest=args.manifest, project=args.project, home=home)
-    return Context(manifest_path=found, tree_arg=args.tree, pin=args.pin, tree_env=os.environ.get(TREE_ENV), cli=True)
+    return Context(
+        manifest_path=found,
+        tree_arg=args.tree,
+        pin=args.pin,
+        tree_env=os.environ.get(TREE_ENV),
+        cache_env=os.environ.get(CACHE_ENV),
+        spelling=CLI,
+    )
 
 
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:

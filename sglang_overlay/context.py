@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, load_manifest
+from .spelling import Spelling
 from .tree import Tree, locate
 
 
@@ -18,8 +19,12 @@ class Context:
     # $SGLANG_OVERLAY_TREE as it was when the context was made: read at first use instead, a relative value meant
     # another directory after a chdir. No default, so that no maker of a context forgets it.
     tree_env: str | None = field(kw_only=True)
-    # Made by the command line: a refusal names its options (--patches), not the Python API's arguments (patches=).
-    cli: bool = field(default=False, kw_only=True)
+    # $SGLANG_OVERLAY_CACHE likewise (each API call holds it: cachedir.hold), for the wheel check reads and the
+    # manifests parsed once.
+    cache_env: str | None = field(kw_only=True)
+    # Who made it: a refusal names the command line's options (--tree) or the API's arguments (api.status: tree=).
+    # No default: a context from the API that spoke of --tree sent its caller looking for an option.
+    spelling: Spelling = field(kw_only=True)
 
     @property
     def project_root(self) -> Path:
@@ -28,7 +33,7 @@ class Context:
 
     @functools.cached_property
     def top_manifest(self) -> Manifest:
-        return load_manifest(self.manifest_path)
+        return load_manifest(self.manifest_path, spelling=self.spelling)
 
     @functools.cached_property
     def selected_manifest_path(self) -> Path:
@@ -42,8 +47,8 @@ class Context:
     def manifest(self) -> Manifest:
         if self.pin is None:
             return self.top_manifest
-        return load_manifest(self.selected_manifest_path)
+        return load_manifest(self.selected_manifest_path, spelling=self.spelling)
 
     @functools.cached_property
     def tree(self) -> Tree:
-        return locate(self.tree_arg, self.tree_env, self.project_root, self.manifest.pin.version)
+        return locate(self.tree_arg, self.tree_env, self.project_root, self.manifest.pin.version, self.spelling)

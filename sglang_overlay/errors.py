@@ -108,8 +108,13 @@ _FIXES = {
 }
 
 
-# where the work can go instead when a file system is full or read-only: for a tree, a copy of it
-WRITABLE_COPY = "work on a writable copy (`--tree DIR`)"
+def writable_copy(tree_arg: str) -> str:
+    """Where the work can go instead when a file system is full or read-only: for a tree, a copy of it, named by
+    `tree_arg` as its caller names a tree (the command line's `--tree DIR`, the API's tree=)."""
+    return f"work on a writable copy ({tree_arg})"
+
+
+WRITABLE_COPY = writable_copy("`--tree DIR`")
 # the errors that writing somewhere else gets around
 _ELSEWHERE = (errno.ENOSPC, errno.EDQUOT, errno.EACCES)
 
@@ -122,11 +127,13 @@ def os_failure(
     path: os.PathLike[str] | str | None = None,
     elsewhere: str | None = None,
     where: os.PathLike[str] | str | None = None,
+    copy: str = WRITABLE_COPY,
 ) -> OSFailure:
     """`what` the tool was doing (e.g. "cannot write"), `outcome` what state the tree is in now. `path`: the file
     the user knows, named instead of the OS's (a temp file's, or none: a failed write() names no file);
     `elsewhere`: where else the output can go, when that is not a copy of the tree; `where`: the directory the
-    fix's commands name, when not the path's own (a mount point is on another file system than its parent)."""
+    fix's commands name, when not the path's own (a mount point is on another file system than its parent);
+    `copy`: the way to a writable copy of the tree, in the caller's words (writable_copy)."""
     shown = path if path is not None else err.filename
     path = str(shown) if shown else "?"
     name = errno.errorcode.get(err.errno or 0, "error")
@@ -135,7 +142,7 @@ def os_failure(
     else:
         where = _existing(os.path.dirname(path) or path) if path != "?" else "."
     fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again")
-    fix = fix.format(where=where, elsewhere=elsewhere or WRITABLE_COPY)
+    fix = fix.format(where=where, elsewhere=elsewhere or copy)
     if elsewhere and err.errno in _ELSEWHERE:
         fix += f"; or {elsewhere}"
     return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix, error=err)

@@ -64,9 +64,10 @@ def blocked(patches: Iterable[Gated]) -> dict[str, str]:
     return {p.name: why for p in patches if (why := gate_fails(p.cuda_capability))}
 
 
-def refuse_blocked(patches: Iterable[Gated]) -> None:
+def refuse_blocked(patches: Iterable[Gated], override: str = "--ignore-hardware") -> None:
+    """`override`: how the caller turns the gate off (the API's ignore_hardware=True)."""
     for name, why in blocked(patches).items():
-        raise BadInput(f"{name}: {why}", hint="leave it off on this machine, or pass --ignore-hardware")
+        raise BadInput(f"{name}: {why}", hint=f"leave it off on this machine, or pass {override}")
 
 
 def gate_fails(required: tuple[str, ...]) -> str | None:

@@ -19,6 +19,7 @@ from .patchfile import PatchFile, parse_patch_file
 from .pathlen import too_long
 from .progname import prog
 from .repopath import check_patchable, check_repo_path
+from .spelling import CLI, Spelling
 
 SCHEMA_VERSION = 1
 CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
@@ -267,16 +268,17 @@ class Manifest:
         """The named entries that write files, in manifest order (upstreamed entries change nothing)."""
         return tuple(p for p in self.ordered(names) if isinstance(p, Change))
 
-    def check_carried(self, carried: Iterable[str]) -> None:
+    def check_carried(self, carried: Iterable[str], spelling: Spelling = CLI) -> None:
         """A tree carries an entry this manifest lacks (renamed, removed, another branch's manifest): said so with
-        the way out, not "no patch named X" and a hint to look at status, which does not list it."""
+        the way out, not "no patch named X" and a hint to look at status, which does not list it. `spelling`: the
+        caller's way to revert (the command line's `revert --all`, the API's api.revert(all=True))."""
         gone = [n for n in carried if n not in self.names]
         if gone:
             raise ManifestError(
                 f"the tree carries {', '.join(gone)}, which {self.path} does not name (renamed or removed since "
                 "it was applied?)",
-                hint=f"`{prog()} revert --all` takes the tree back to pristine without the entry (from the copies "
-                "it saved), or put the entry back in the manifest and run the command again",
+                hint=f"{spelling.run('revert --all', 'api.revert(all=True)')} takes the tree back to pristine without "
+                "the entry (from the copies it saved), or put the entry back in the manifest and run the command again",
             )
 
     def preset(self, name: str) -> tuple[str, ...]:
@@ -287,12 +289,12 @@ class Manifest:
             )
         return self.presets[name]
 
-    def env_profile(self, name: str, *, api_fn: str | None = None) -> EnvProfile:
-        """`api_fn`: the Python API's function that was passed `name` (None: the command line's --env-profile)."""
+    def env_profile(self, name: str, *, spelling: Spelling = CLI) -> EnvProfile:
+        """`spelling`: how the caller passed `name` (the command line's --env-profile, or the API's env_profile=)."""
         if not name.strip():  # `--env-profile "$PROFILE"` with PROFILE unset: not the same as no profile
             said, out = "--env-profile is empty (an unset shell variable?)", "leave --env-profile out"
-            if api_fn is not None:  # a refusal names the argument the caller wrote, not an option it never typed
-                said, out = f"api.{api_fn}: env_profile= is empty", "pass env_profile=None"
+            if not spelling.cli:  # a refusal names the argument the caller wrote, not an option it never typed
+                said, out = f"{spelling.about('env_profile')} is empty", "pass env_profile=None"
             raise ManifestError(said, hint=f"name one of {', '.join(sorted(self.env_profiles)) or '(none)'}, or {out}")
         if name not in self.env_profiles:
             raise ManifestError(
@@ -391,7 +393,8 @@ class _Ctx:
         return names
 
 
-def load_manifest(path: str | Path) -> Manifest:
+def load_manifest(path: str | Path, *, spelling: Spelling = CLI) -> Manifest:
+    """`spelling`: the caller's words for --manifest (the API's manifest=), for a manifest that is not there."""
     try:
         path = Path(path).resolve()
     except (RuntimeError, OSError) as e:  # Python 3.11 says a symlink loop with RuntimeError, 3.13 with ELOOP
@@ -399,18 +402,21 @@ def load_manifest(path: str | Path) -> Manifest:
             f"{path}: the manifest is a symbolic link that loops ({e})",
             hint="point the link at the real manifest.yaml (`ls -l` shows where it leads)",
         ) from None
-    return _load(path, seen=())
+    return _load(path, seen=(), spelling=spelling)
 
 
-def _read_yaml(path: Path) -> Any:
+def _read_yaml(path: Path, spelling: Spelling) -> Any:
     if path.exists() and not path.is_file() and not path.is_dir():  # reading a FIFO would wait forever
         raise ManifestError(f"{path}: not a regular file (a pipe or a device)", hint="name the manifest.yaml file")
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ManifestError(
-            f"{path}: manifest not found", hint="pass --manifest PATH or run from the project root"
-        ) from None
+        fix = (
+            "pass --manifest PATH or run from the project root"
+            if spelling.cli
+            else "pass manifest= the path of a manifest.yaml, or project= the directory that holds one"
+        )
+        raise ManifestError(f"{path}: manifest not found", hint=fix) from None
     except IsADirectoryError:
         raise ManifestError(
             f"{path}: is a directory, not a manifest file", hint="name the manifest.yaml inside it"
@@ -426,9 +432,9 @@ def _read_yaml(path: Path) -> Any:
     return yamlfile.load(path, text)
 
 
-def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
+def _load(path: Path, seen: tuple[Path, ...], spelling: Spelling) -> Manifest:
     ctx = _Ctx(path)
-    data = _read_yaml(path)
+    data = _read_yaml(path, spelling)
     if not isinstance(data, Mapping):
         raise ctx.fail("top level", "expected a mapping with keys schema, pin, patches, ...")
     ctx.check_keys("top level", data, TOP_KEYS)
@@ -446,7 +452,7 @@ def _load(path: Path, seen: tuple[Path, ...]) -> Manifest:
         parent_path = (path.parent / rel).resolve()
         if parent_path in seen or parent_path == path:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
-        parent = _load(parent_path, seen + (path,))
+        parent = _load(parent_path, seen + (path,), spelling)
 
     pin_source: Path | None
     if "pin" in data:

@@ -14,19 +14,24 @@ moment could ever be.
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import BinaryIO
 
 from .distinfo import LOCAL_PATTERN
-from .fsio import fsync_dir, unlink_quietly
+from .fsio import unlink_quietly
 from .scratch import alive, pid_namespace
 
 SUFFIX = ".part"
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_TAG = re.compile(r"([0-9a-f]{32}|nohost)\.(\d+)\.(\d+)")
+# what follows a wheel's name in its partial file's: `<host>.<pid namespace>.<pid>.<build>` (owner_tag), the build
+# one of this process's, so that builds in one process (threads) never share a name; without it, as the version
+# before wrote them, a name is known all the same (its build ended with its process)
+_TAG = re.compile(r"([0-9a-f]{32}|nohost)\.(\d+)\.(\d+)(?:\.\d+)?")
 # names written before the lock and the host were in them (`pid`, `namespace.pid`): no lock tells whether their
 # build still runs, and their pid may be another host's, so they are never removed here, only named to the user
 _OLD_TAG = re.compile(r"(?:\d+\.)?\d+")
@@ -45,9 +50,16 @@ def host_id() -> str | None:
     return text if re.fullmatch(r"[0-9a-f]{32}", text) else None
 
 
+_builds = itertools.count()
+_builds_lock = threading.Lock()  # next() of a count is atomic only where a GIL makes it so
+
+
 def owner_tag() -> str:
-    """`<host>.<pid namespace>.<pid>`; without a boot_id `nohost`, which no build takes for its own."""
-    return f"{host_id() or 'nohost'}.{pid_namespace()}.{os.getpid()}"
+    """`<host>.<pid namespace>.<pid>.<build>` (_TAG); without a boot_id `nohost`, which no build takes for its
+    own."""
+    with _builds_lock:
+        build = next(_builds)
+    return f"{host_id() or 'nohost'}.{pid_namespace()}.{os.getpid()}.{build}"
 
 
 class PartFile:
@@ -61,12 +73,13 @@ class PartFile:
 
     def replace(self, target: Path) -> None:
         """Rename the whole file over `target`: its bytes reach the disk first, so that after a power loss the
-        final name holds the whole wheel or the one before it, never blocks that were not written yet."""
+        final name holds the whole wheel or the one before it, never blocks that were not written yet. The new
+        name is durable once the caller fsyncs `target`'s directory (fsio.fsync_dir): a failure there is not one
+        of writing the wheel, which is in place by then, and is the caller's to say so."""
         self.file.flush()
         os.fsync(self.file.fileno())
         os.replace(self.path, target)
         self._placed = True
-        fsync_dir(target.parent)
 
     def __enter__(self) -> PartFile:
         return self
@@ -83,7 +96,8 @@ def _create(path: Path) -> int:
     try:
         fd = os.open(path, _CREATE, 0o644)
     except FileExistsError:
-        # our own name, from an ended process whose pid (in this namespace, on this host) we now have
+        # our own name, from an ended process whose pid (in this namespace, on this host) we now have: each
+        # process counts its builds from 0
         if _remove_unheld(path) is not True:
             raise
         fd = os.open(path, _CREATE, 0o644)

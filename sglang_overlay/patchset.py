@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .errors import ManifestError, PatchSetError
 from .manifest import EMPTY_NAMES, Manifest
+from .spelling import CLI, Spelling
 
 _TERM_RE = re.compile(r"([+-]?)([^+-]+)")
 FORMS = "PRESET, a,b, PRESET+x, PRESET-x or none"
@@ -47,68 +48,11 @@ class PatchSet:
         return ",".join(self.patches) if self.patches else "(none)"
 
 
-@dataclass(frozen=True)
-class Spelling:
-    """How the caller wrote the forms, for a refusal to name them as written: the Python API's callers passed
-    expr=, patches=, names or all=True, and a message about --set, --patches, NAME or --all named options they
-    never typed. `fn` is the API function (None: the command line, whose wording is kept as it was)."""
-
-    fn: str | None = None
-
-    def form(self, flag: str) -> str:
-        """A form's name: --set, --patches, --all, or (any other flag: the command's NAME...) NAME."""
-        if self.fn is None:
-            return flag if flag in _API_FORMS else "NAME"
-        return _API_FORMS.get(flag, "names")
-
-    def at(self, flag: str, text: str, *, quote: bool = False) -> str:
-        """Where the refused text was written: `--set X` on the command line, `api.apply(expr='X')` in Python."""
-        if self.fn is None:
-            return f"{flag} {text!r}" if quote else f"{flag} {text}"
-        if flag == "--all":
-            return f"api.{self.fn}(all=True)"
-        arg = _API_FORMS.get(flag, "")  # a command's NAME...: the names, passed one by one
-        return f"api.{self.fn}({arg}{text!r})"
-
-    def head(self, flag: str, text: str) -> str:
-        """The start of a refusal of the text as a whole (empty, holding an empty name)."""
-        return flag if self.fn is None else self.at(flag, text)
-
-    def holding(self, flag: str, text: str) -> str:
-        """The start of a refusal of one name in a list."""
-        return f"{flag}: {text!r}" if self.fn is None else f"{self.at(flag, text)}:"
-
-    @property
-    def empty(self) -> str:  # an empty patch list refused
-        if self.fn is None:
-            return "--patches: the list is empty (an unset shell variable?)"
-        return f"api.{self.fn}: patches= is empty"
-
-    @property
-    def name_them(self) -> str:  # the list, as the caller writes one
-        return "--patches a,b" if self.fn is None else "patches='a,b'"
-
-    @property
-    def none(self) -> str:  # how to ask for the empty set instead
-        return "write --set none" if self.fn is None else "pass expr='none'"
-
-    @property
-    def revert_all(self) -> str:  # how to take every patch out
-        return "revert --all" if self.fn is None else "api.revert(all=True)"
-
-    def one_of(self) -> str:
-        """The forms that name a set, for a refusal of two or of none."""
-        if self.fn is None:
-            return f"one of NAME..., --all, --set {FORMS}"
-        return f"one of names, all=True, expr= ({FORMS}), patches='a,b'"
-
-
-_API_FORMS = {"--set": "expr=", "--patches": "patches=", "--all": "all=True"}
-CLI = Spelling()
-
-
-def api_spelling(fn: str) -> Spelling:
-    return Spelling(fn)
+def _one_of(sp: Spelling) -> str:
+    """The forms that name a set, for a refusal of two or of none."""
+    if sp.cli:
+        return f"one of NAME..., --all, --set {FORMS}"
+    return f"one of names, all=True, expr= ({FORMS}), patches='a,b'"
 
 
 def _unknown(m: Manifest, flag: str, expr: str, name: str, sp: Spelling) -> PatchSetError:
@@ -226,8 +170,8 @@ def from_options(
     ]
     if len(given) > 1:
         said = " and ".join(spelling.form(f) for f in given)
-        head = verb if spelling.fn is None else f"api.{spelling.fn}"
-        raise PatchSetError(f"{head}: {said} both name a set: give one", hint=spelling.one_of())
+        head = verb if spelling.cli else f"api.{spelling.fn}"
+        raise PatchSetError(f"{head}: {said} both name a set: give one", hint=_one_of(spelling))
     if all:
         return PatchSet("all", _closure(m, "--all", "", m.names, spelling) if close else m.names)
     if preset is not None:

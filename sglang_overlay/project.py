@@ -14,14 +14,18 @@ from pathlib import Path
 from .errors import BadInput, ProjectNotFound
 from .pathlen import too_long
 from .progname import prog
+from .spelling import CLI, Spelling
 
 MANIFEST_NAME = "manifest.yaml"
 MANIFEST_ENV = "SGLANG_OVERLAY_MANIFEST"
 
 
-def _nonempty(value: str | None, flag: str, fix: str) -> str | None:
+def _nonempty(value: str | None, arg: str, what: str, spelling: Spelling) -> str | None:
     if value is not None and not value.strip():
-        raise BadInput(f"{flag} is empty (an unset shell variable?)", hint=fix)
+        raise BadInput(
+            f"{spelling.about(arg)} is empty (an unset shell variable?)",
+            hint=f"pass the {what}, or leave {spelling.arg(arg)} out to search upward",
+        )
     return value
 
 
@@ -38,16 +42,19 @@ def manifest_path(
     project: str | os.PathLike[str] | None = None,
     cwd: Path | None = None,
     home: Path | None = None,
+    spelling: Spelling = CLI,
 ) -> Path:
-    """The manifest to load. `home`: the project an entry script belongs to (apply.py's own directory)."""
-    if _nonempty(manifest, "--manifest", "pass the manifest's path, or leave --manifest out to search upward"):
+    """The manifest to load. `home`: the project an entry script belongs to (apply.py's own directory).
+    `spelling`: the caller's words for --manifest and --project (the API's manifest= and project=)."""
+    if _nonempty(manifest, "manifest", "manifest's path", spelling):
         return Path(manifest)  # type: ignore[arg-type]
     if project is not None:
-        _nonempty(str(project), "--project", "pass the project directory, or leave --project out to search upward")
+        _nonempty(os.fspath(project), "project", "project directory", spelling)
         given = Path(project) / MANIFEST_NAME
         if not given.is_file():
+            said = f"--project {project}" if spelling.cli else f"{spelling.about('project')}{os.fspath(project)!r}"
             raise ProjectNotFound(
-                f"--project {project}: there is no {given}",
+                f"{said}: there is no {given}",
                 hint=f"pass the directory that holds {MANIFEST_NAME}, patches/ and overlay/",
             )
         return given
@@ -61,9 +68,12 @@ def manifest_path(
     if found is None and home is not None and (home / MANIFEST_NAME).is_file():
         found = home / MANIFEST_NAME
     if found is None:
-        raise ProjectNotFound(
-            f"no {MANIFEST_NAME} in {start} or any directory above it",
-            hint=f"run {prog()} inside a project (a directory with {MANIFEST_NAME}, patches/, overlay/), or pass "
-            f"--project DIR (or --manifest FILE, or set {MANIFEST_ENV})",
-        )
+        project_dir = f"a project (a directory with {MANIFEST_NAME}, patches/, overlay/)"
+        if spelling.cli:
+            hint = (
+                f"run {prog()} inside {project_dir}, or pass --project DIR (or --manifest FILE, or set {MANIFEST_ENV})"
+            )
+        else:
+            hint = f"pass project= (or manifest=, or set {MANIFEST_ENV}), or call it from inside {project_dir}"
+        raise ProjectNotFound(f"no {MANIFEST_NAME} in {start} or any directory above it", hint=hint)
     return found

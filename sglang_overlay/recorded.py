@@ -26,13 +26,14 @@ import re
 from pathlib import Path
 
 from .gitcmd import git
+from .spelling import Spelling
 from .state import State, digest_of
 from .switch import Contents, Outcome, exec_mode, read_current, rebuild_bases, refuse_drift
 from .transaction import Change, Transaction
 from .tree import Tree
 
 
-def revert_recorded(txn: Transaction, *, force: bool) -> tuple[Outcome, list[str]]:
+def revert_recorded(txn: Transaction, *, force: bool, spelling: Spelling) -> tuple[Outcome, list[str]]:
     """Take out everything the locked tree carries. Returns what was done and the notes for the user."""
     state, tree = txn.state, txn.tree
     found = tree.version()
@@ -47,7 +48,7 @@ def revert_recorded(txn: Transaction, *, force: bool) -> tuple[Outcome, list[str
     base = rebuild_bases(txn.store, state, current)
     edited = {f: state.files[f] for f in keep if f not in ours and current[f] != base[f]}
     if edited and not force:
-        raise refuse_drift(tree, "revert", edited)
+        raise refuse_drift(tree, "revert", edited, spelling)
     modes = _base_modes(tree, {f: base[f] for f in keep}, current)
     writes = {f: base[f] for f in keep if base[f] != current[f] or f in modes}
     new_state = State(pin_version=found or state.pin_version)
@@ -74,9 +75,10 @@ def revert_recorded(txn: Transaction, *, force: bool) -> tuple[Outcome, list[str
             + (f"; its SGLang {state.pin_version} file is saved as {backup_dir}/{copy}" if copy in kept else "")
         )
     if saved:
-        notes.append(f"--force: saved {len(saved)} hand-edited file(s) under {backup_dir}")
+        notes.append(f"{spelling.on('force')}: saved {len(saved)} hand-edited file(s) under {backup_dir}")
     # the switch's revert says the same: a file put back with no backup must not pass in silence
-    notes += [f"--force: {f} was deleted by hand; nothing to save" for f in sorted(edited) if current[f] is None]
+    gone = [f for f in sorted(edited) if current[f] is None]
+    notes += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
     outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir)
     return outcome, notes
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from .manifest import Manifest, Patch
 from .patchfile import created_exec_bits
 from .progname import prog
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
+from .spelling import CLI, Spelling
 from .state import FileRecord, ObjectStore, State, digest_of
 from .transaction import Change, Transaction
 from .tree import Tree
@@ -44,6 +44,9 @@ class Outcome:
     offsets: list[Offset] = field(default_factory=list)
     fingerprint: str | None = None
     backup_dir: Path | None = None
+    # What was done to files beyond their bytes (an exec bit the diff decides; hand edits saved or found deleted
+    # by a forced switch), for the caller to tell: printed here, they reached an API caller's stderr unasked.
+    notes: tuple[str, ...] = ()
 
 
 def identity_module(manifest: Manifest, patches: tuple[Patch, ...], fp: str) -> bytes:
@@ -62,9 +65,9 @@ def target_patches(manifest: Manifest, names: Iterable[str]) -> tuple[PatchChang
     return manifest.changes(manifest.closure(names))
 
 
-def check_gates(target: tuple[Patch, ...], added: tuple[str, ...]) -> None:
+def check_gates(target: tuple[Patch, ...], added: tuple[str, ...], spelling: Spelling = CLI) -> None:
     """Only patches being added are gated: taking one off (or keeping it) is never refused for hardware."""
-    refuse_blocked(p for p in target if p.name in added)
+    refuse_blocked((p for p in target if p.name in added), spelling.on("ignore_hardware"))
 
 
 def files_needed(target: tuple[Patch, ...], state: State) -> list[str]:
@@ -163,24 +166,27 @@ def exec_mode(tree: Tree, f: str, exists: bool, executable: bool) -> int | None:
     return with_exec_bits(mode, executable) if bool(mode & 0o100) != executable else None
 
 
-def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord]) -> Drift:
+def refuse_drift(tree: Tree, op: str, edited: Mapping[str, FileRecord], spelling: Spelling = CLI) -> Drift:
     lines = [
         f"  {f}: changed by hand since sglang-overlay wrote it (patches: {', '.join(r.patches)})"
         for f, r in sorted(edited.items())
     ]
     return Drift(
         f"refusing to {op}: {len(edited)} file(s) drifted in {tree.root}\n" + "\n".join(lines),
-        hint=drift_hint(edited, "pass --force (the edited files are saved to a backup first)"),
+        hint=drift_hint(
+            edited, f"pass {spelling.on('force')} (the edited files are saved to a backup first)", spelling
+        ),
     )
 
 
-def drift_hint(edited: Mapping[str, FileRecord], force: str) -> str:
+def drift_hint(edited: Mapping[str, FileRecord], force: str, spelling: Spelling = CLI) -> str:
     if all(r.patches == (IDENTITY_OWNER,) for r in edited.values()):
         # refresh has no patch to put an edit of the identity module in (it answers "no hand edits"), and a
         # forced command writes it again only when the set changes
         return (
             "that file is the one sglang-overlay writes for every set: undo the edit, or "
-            f"`{prog()} revert --all --force` (it is saved to a backup first) and apply the set again"
+            f"{spelling.run('revert --all --force', 'api.revert(all=True, force=True)')} (it is saved to a backup "
+            "first) and apply the set again"
         )
     return f"keep the edits in the patch with `{prog()} refresh NAME`, undo them, or {force}"
 
@@ -202,14 +208,16 @@ def switch(
     op: str,
     force: bool = False,
     ignore_hardware: bool = False,
+    spelling: Spelling = CLI,
 ) -> Outcome:
-    """Make the locked tree carry exactly `names` (plus what they require). One commit, or none."""
+    """Make the locked tree carry exactly `names` (plus what they require). One commit, or none. `spelling`: the
+    caller's words for --force and --ignore-hardware in a refusal (the API's force=True, ignore_hardware=True)."""
     state, tree = txn.state, txn.tree
     target = target_patches(manifest, names)
     added = tuple(p.name for p in target if p.name not in state.applied)
     removed = tuple(n for n in state.applied if n not in {p.name for p in target})
     if not ignore_hardware:
-        check_gates(target, added)
+        check_gates(target, added, spelling)
     needed = files_needed(target, state)
     current = read_current(tree, needed)
     base = rebuild_bases(txn.store, state, current)
@@ -217,7 +225,7 @@ def switch(
     records = file_records(target, base, contents)
     edited = keep_hand_edits(state, current, contents, records)
     if edited and not force:
-        raise refuse_drift(tree, op, edited)
+        raise refuse_drift(tree, op, edited, spelling)
     modes = target_modes(manifest, target, state, tree, current, contents)
     writes = {f: contents[f] for f in needed if contents[f] != current[f] or f in modes}
     new_state = State(
@@ -241,20 +249,19 @@ def switch(
                 modes,
             )
         )
+    notes = []
     for f in sorted(f for f in modes if current[f] is not None):
         # bytes unchanged, so no other line would say why the file was written (a patch's mode line changed,
         # an earlier version wrote it 0644, or a hand chmod)
         what = "made executable" if modes[f] & 0o100 else "no longer executable"
-        print(f"sglang-overlay: {f}: {what}, as its patch's diff says", file=sys.stderr)
+        notes.append(f"{f}: {what}, as its patch's diff says")
     if edited:
         gone = sorted(f for f in edited if current[f] is None)
         if backup_dir:
-            print(
-                f"sglang-overlay: --force: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}",
-                file=sys.stderr,
+            notes.append(
+                f"{spelling.on('force')}: saved {len(edited) - len(gone)} hand-edited file(s) under {backup_dir}"
             )
-        for f in gone:
-            print(f"sglang-overlay: --force: {f} was deleted by hand; nothing to save", file=sys.stderr)
+        notes += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
     return Outcome(
         tuple(p.name for p in target),
         added,
@@ -263,4 +270,5 @@ def switch(
         offsets,
         fp if target else None,
         backup_dir,
+        tuple(notes),
     )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from . import interrupts, scratch
-from .errors import Conflict, OSFailure, StateError, os_failure
+from .errors import WRITABLE_COPY, Conflict, OSFailure, StateError, os_failure
 from .fsio import (
     Barrier,
     atomic_write,
@@ -79,8 +79,9 @@ def _real_dir(path: Path) -> Path:
 
 
 class Transaction:
-    def __init__(self, tree: Tree, state_dir: Path):
+    def __init__(self, tree: Tree, state_dir: Path, copy: str = WRITABLE_COPY):
         self.tree = tree
+        self.copy = copy  # the fix that works on a copy of the tree, in the caller's words (errors.writable_copy)
         self.dir = state_dir
         self.state_path = state_dir / STATE_NAME
         self.journal_path = state_dir / JOURNAL_NAME
@@ -90,12 +91,13 @@ class Transaction:
 
     @classmethod
     @contextmanager
-    def open(cls, tree: Tree) -> Iterator[Transaction]:
-        """Lock the tree, roll back what a killed command left, clean up, read the state."""
+    def open(cls, tree: Tree, *, copy: str = WRITABLE_COPY) -> Iterator[Transaction]:
+        """Lock the tree, roll back what a killed command left, clean up, read the state. `copy`: how an OS
+        refusal tells its caller to work on a copy of the tree (the API's tree=, not the command line's --tree)."""
         state_dir = tree.checked_state_dir()
-        fd = lock(tree, state_dir, exclusive=True)
+        fd = lock(tree, state_dir, exclusive=True, copy=copy)
         try:
-            txn = cls(tree, state_dir)
+            txn = cls(tree, state_dir, copy)
             with interrupts.held():
                 txn.recovered = txn.recover()
                 txn.state = load_state(txn.state_path)
@@ -122,6 +124,7 @@ class Transaction:
                 e,
                 "cannot roll back an interrupted command: cannot write",
                 f"the journal {self.journal_path} is kept, and the next command tries again",
+                copy=self.copy,
             ) from None
         print(
             f"sglang-overlay: rolled back an interrupted `{journal.op}` (pid {journal.pid}): "
@@ -340,6 +343,7 @@ class Transaction:
                     OSError(code, os.strerror(code), str(d)),
                     "cannot write in",
                     "nothing was changed (found before the first write)",
+                    copy=self.copy,
                 )
         need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
         need += sum(len(d) for d in change.writes.values() if d) + sum(len(b) for b in change.bases)
@@ -403,7 +407,7 @@ class Transaction:
             raise err
         if isinstance(err, OSError):
             raise os_failure(
-                err, "cannot write", "nothing was changed: what was written so far is rolled back"
+                err, "cannot write", "nothing was changed: what was written so far is rolled back", copy=self.copy
             ) from None
         raise err
 

@@ -17,6 +17,7 @@ from .fsio import is_symlink
 from .pathlen import too_long
 from .progname import prog
 from .repopath import JOURNAL_NAME, STATE_DIR_NAME, STATE_NAME
+from .spelling import Spelling
 from .state import load_state
 
 TREE_ENV = "SGLANG_OVERLAY_TREE"
@@ -146,22 +147,22 @@ def _is_within(path: Path, root: Path) -> bool:
         return False
 
 
-def classify(path: Path, project_root: Path) -> Tree:
+def classify(path: Path, project_root: Path, spelling: Spelling) -> Tree:
     path = path.resolve()
     if (path / "python" / "sglang" / "__init__.py").is_file():
         embedded = _is_within(path, (project_root / EMBEDDED_DIR).resolve())
         return Tree(path, "embedded" if embedded else "checkout")
     if (path / "sglang" / "__init__.py").is_file():
-        return _not_inside_a_checkout(Tree(path, "installed"))
+        return _not_inside_a_checkout(Tree(path, "installed"), spelling)
     if path.name == "sglang" and (path / "__init__.py").is_file():
-        return _not_inside_a_checkout(Tree(path.parent, "installed"))
+        return _not_inside_a_checkout(Tree(path.parent, "installed"), spelling)
     raise TreeNotFound(
         f"{path}: not an SGLang tree (expected python/sglang/ for a checkout, or sglang/ for an installed package)",
-        hint="pass --tree pointing at the repository root or at site-packages",
+        hint=f"pass {spelling.arg('tree')} pointing at the repository root or at site-packages",
     )
 
 
-def _not_inside_a_checkout(tree: Tree) -> Tree:
+def _not_inside_a_checkout(tree: Tree, spelling: Spelling) -> Tree:
     """`--tree REPO/python` read as a package would keep a second state for the checkout's files: each address
     then took the other's patches for hand edits (apply through one was "does not apply cleanly" after the other).
     Refused whatever is there: a state directory under python/ had let it through, a leftover or a hand-made
@@ -175,20 +176,25 @@ def _not_inside_a_checkout(tree: Tree) -> Tree:
     here_carries = carried(here)
     if here_carries is None:
         leftover = f"; {here} carries no patch (a leftover): remove it (rm -r {here})" if os.path.lexists(here) else ""
-        raise TreeNotFound(problem, hint=f"pass --tree {repo}{leftover}")
+        again = f"--tree {repo}" if spelling.cli else f"tree={str(repo)!r}"
+        raise TreeNotFound(problem, hint=f"pass {again}{leftover}")
     at_root = carried(root)
     move = f"mv {here} {root}" if not os.path.lexists(root) else f"rm -r {root} && mv {here} {root}"
+    on_repo = f"tree={str(repo)!r}"
     first = (
         f"the checkout's own state {root} carries {', '.join(at_root)} too: take those out first "
-        f"(`{prog()} --tree {repo} revert --all`), then "
+        f"({spelling.run(f'--tree {repo} revert --all', f'api.revert(all=True, {on_repo})')}), then "
         if at_root
         else ""
     )
+    if spelling.cli:
+        after = f"use --tree {repo} (`{prog()} --tree {repo} status` shows those patches; `revert --all` there takes "
+    else:
+        after = f"pass {on_repo} (api.status({on_repo}) shows those patches; api.revert(all=True, {on_repo}) takes "
     raise TreeNotFound(
         f"{problem}; {here} holds what was applied through this address (by an earlier sglang-overlay, which "
         f"accepted it): {', '.join(here_carries)}",
-        hint=f"{first}hand that state to the checkout: `{move}`, then use --tree {repo} "
-        f"(`{prog()} --tree {repo} status` shows those patches; `revert --all` there takes them out)",
+        hint=f"{first}hand that state to the checkout: `{move}`, then {after}them out)",
     )
 
 
@@ -207,13 +213,13 @@ def embedded_path(project_root: Path, version: str) -> Path:
     return project_root / EMBEDDED_DIR / f"sglang-{version}"
 
 
-def locate(explicit: str | None, env: str | None, project_root: Path, version: str) -> Tree:
+def locate(explicit: str | None, env: str | None, project_root: Path, version: str, spelling: Spelling) -> Tree:
     """--tree, then $SGLANG_OVERLAY_TREE (`env`: its value when the Context was made), then the embedded default;
-    never a guess at site-packages."""
+    never a guess at site-packages. `spelling`: the caller's word for --tree (the API's tree=)."""
     if explicit is not None and not explicit.strip():
         raise TreeNotFound(
-            "--tree is empty (an unset shell variable?)",
-            hint="pass the tree's directory, or leave --tree out to use the embedded tree",
+            f"{spelling.about('tree')} is empty (an unset shell variable?)",
+            hint=f"pass the tree's directory, or leave {spelling.arg('tree')} out to use the embedded tree",
         )
     chosen = explicit or env
     if chosen and not explicit and too_long(chosen):
@@ -222,18 +228,18 @@ def locate(explicit: str | None, env: str | None, project_root: Path, version: s
         try:
             p = Path(chosen).expanduser()
         except RuntimeError as e:  # ~user with no such user, or ~ with no home: pathlib's words, not a crash
-            where = "--tree" if explicit else TREE_ENV
+            where = spelling.arg("tree") if explicit else TREE_ENV
             raise TreeNotFound(
                 f"{where} {chosen}: the ~ cannot be expanded ({e})", hint=f"give {where} as an absolute path"
             ) from None
         if not p.exists():
-            raise TreeNotFound(f"{p}: no such directory (from {'--tree' if explicit else TREE_ENV})")
-        return classify(p, project_root)
+            raise TreeNotFound(f"{p}: no such directory (from {spelling.arg('tree') if explicit else TREE_ENV})")
+        return classify(p, project_root, spelling)
     default = embedded_path(project_root, version)
     if (default / "python" / "sglang").is_dir():
         return Tree(default.resolve(), "embedded")
     raise TreeNotFound(
         f"no SGLang tree: {default} does not exist yet",
-        hint=f"run `{prog()} fetch` to make the pinned tree, or pass --tree DIR "
+        hint=f"run `{prog()} fetch` to make the pinned tree, or pass {'--tree DIR' if spelling.cli else 'tree='} "
         f"(or set {TREE_ENV}) for your own checkout or site-packages",
     )

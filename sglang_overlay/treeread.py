@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import StateError, os_failure
+from .errors import WRITABLE_COPY, StateError, os_failure
 from .journal import JOURNAL_FIX, read_journal
 from .repopath import JOURNAL_NAME, STATE_NAME
 from .state import FileRecord, ObjectStore, State, digest_of, load_state, parse_state
@@ -36,7 +36,8 @@ class View:
     store: ObjectStore
 
 
-def lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
+def lock(tree: Tree, state_dir: Path, *, exclusive: bool, copy: str = WRITABLE_COPY) -> int | None:
+    """`copy`: the fix that works on a copy of the tree, in the caller's words (errors.writable_copy)."""
     path = state_dir / LOCK_NAME
     if exclusive and not state_dir.is_dir():
         try:
@@ -44,7 +45,7 @@ def lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
         except FileExistsError:
             pass
         except OSError as e:
-            raise os_failure(e, "cannot create the state directory", "nothing was changed") from None
+            raise os_failure(e, "cannot create the state directory", "nothing was changed", copy=copy) from None
     flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(path, flags | os.O_RDONLY)
@@ -56,7 +57,7 @@ def lock(tree: Tree, state_dir: Path, *, exclusive: bool) -> int | None:
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and os.path.isfile(path):
             fd = os.open(path, flags | os.O_RDONLY)  # a command that ends up writing nothing still works here
         else:
-            raise os_failure(e, "cannot create the lock", "nothing was changed") from None
+            raise os_failure(e, "cannot create the lock", "nothing was changed", copy=copy) from None
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:
         try:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -283,3 +284,206 @@ def test_a_tree_variable_whose_tilde_cannot_be_expanded_stops_only_what_needs_th
     res = run_cli("--project", str(FIX), "status", env={"SGLANG_OVERLAY_TREE": "~nosuchuser-sglang-overlay/tree"})
     assert res.returncode == EXIT_BAD_INPUT and "SGLANG_OVERLAY_TREE" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+
+
+# Where the project and the tree are, in the caller's words: a caller of api.* that passed project=, manifest= or
+# tree= was told of --project, --manifest and --tree, options it never typed. The command line keeps its wording.
+# (kwargs, the API's message, the API's hint, the command line's arguments, what its stderr says)
+WHERE = [
+    (
+        {"project": ""},
+        "api.status: project= is empty",
+        "or leave project= out",
+        ["--project", ""],
+        "--project is empty",
+    ),
+    (
+        {"manifest": ""},
+        "api.status: manifest= is empty",
+        "or leave manifest= out",
+        ["--manifest", ""],
+        "--manifest is empty",
+    ),
+    (
+        {"project": FIX / "patches"},
+        f"api.status: project={str(FIX / 'patches')!r}: there is no",
+        "pass the directory that holds",
+        ["--project", str(FIX / "patches")],
+        f"--project {FIX / 'patches'}: there is no",
+    ),
+    (
+        {"manifest": "{tmp}/nowhere.yaml"},
+        "nowhere.yaml: manifest not found",
+        "pass manifest= the path of a manifest.yaml, or project=",
+        ["--manifest", "{tmp}/nowhere.yaml"],
+        "pass --manifest PATH or run from the project root",
+    ),
+    # the command line's apply.py falls back to its own project: no run of it finds no manifest
+    ({}, "no manifest.yaml in", "pass project= (or manifest=", None, None),
+    ({"tree": ""}, "api.status: tree= is empty", "or leave tree= out", ["--tree", ""], "--tree is empty"),
+    ({"tree": "{tmp}/missing"}, "no such directory (from tree=)", "", ["--tree", "{tmp}/missing"], "(from --tree)"),
+    (
+        {"tree": "{tmp}"},
+        "not an SGLang tree",
+        "pass tree= pointing at the repository root",
+        ["--tree", "{tmp}"],
+        "pass --tree pointing at the repository root",
+    ),
+    (
+        {"tree": "{sglang}/python"},
+        "is the python/ directory of the checkout",
+        "pass tree='{sglang}'",
+        ["--tree", "{sglang}/python"],
+        "pass --tree {sglang}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "said", "hint", "cli", "cli_said"), WHERE, ids=[w[1][:30] for w in WHERE])
+def test_where_to_work_is_refused_in_the_apis_words_and_the_cli_keeps_its_options(
+    sglang_tree, tmp_path, monkeypatch, kwargs, said, hint, cli, cli_said
+):
+    def fill(v):
+        return v.replace("{tmp}", str(tmp_path)).replace("{sglang}", str(sglang_tree)) if isinstance(v, str) else v
+
+    monkeypatch.chdir(tmp_path)  # no manifest.yaml here or above: the project is found only from the arguments
+    monkeypatch.delenv("SGLANG_OVERLAY_MANIFEST", raising=False)
+    kwargs = {k: fill(v) for k, v in kwargs.items()}
+    where = {k: v for k, v in (("project", FIX), ("tree", sglang_tree)) if k not in kwargs and "manifest" not in kwargs}
+    if not kwargs:
+        where = {}
+    with pytest.raises(OverlayError) as e:
+        api.status(**{**where, **kwargs})
+    text = f"{e.value}\n{e.value.hint}"
+    assert fill(said) in str(e.value) and fill(hint) in (e.value.hint or ""), text
+    assert "--" not in text and e.value.exit_code == EXIT_BAD_INPUT, text
+    if cli is None:
+        return
+    argv = [a for k, v in where.items() for a in (f"--{k}", str(v))]
+    res = run_cli(*argv, *map(fill, cli), "status", cwd=tmp_path, env={"SGLANG_OVERLAY_MANIFEST": ""}, check_rc=2)
+    assert fill(cli_said) in res.stderr, res.stderr
+
+
+def test_a_tree_carrying_an_entry_the_manifest_lost_names_api_revert(sglang_tree, tmp_path):
+    """check_carried's way out was the command line's `sglang-overlay revert --all`."""
+    project = tmp_path / "project"
+    shutil.copytree(FIX, project)
+    api.apply("fx_topk", project=project, tree=sglang_tree)
+    m = project / "manifest.yaml"
+    m.write_text(m.read_text().replace("fx_topk", "fx_topq"))
+    (project / "patches" / "fx_topk.patch").rename(project / "patches" / "fx_topq.patch")
+    with pytest.raises(OverlayError) as e:
+        api.apply("fx_args_a", project=project, tree=sglang_tree)
+    text = f"{e.value}\n{e.value.hint}"
+    assert "the tree carries fx_topk, which" in str(e.value), text
+    assert (e.value.hint or "").startswith("api.revert(all=True) takes the tree back") and "--" not in text, text
+    res = run_cli("--project", str(project), "--tree", str(sglang_tree), "apply", "fx_args_a", check_rc=2)
+    assert "revert --all` takes the tree back" in res.stderr, res.stderr
+
+
+def test_a_hardware_gate_and_a_hand_edit_name_the_apis_override(sglang_tree, monkeypatch):
+    """--ignore-hardware and --force are ignore_hardware=True and force=True to a caller of api.apply."""
+    from sglang_overlay import hardware
+    from sglang_overlay.errors import Drift
+
+    where = dict(project=FIX, tree=sglang_tree)
+    monkeypatch.setenv("SGLANG_OVERLAY_CUDA_CAPABILITY", "8.0")
+    hardware.capabilities.cache_clear()
+    try:
+        with pytest.raises(BadInput) as e:
+            api.apply("fx_topk_gated", **where)
+        res = run_cli("--project", str(FIX), "--tree", str(sglang_tree), "apply", "fx_topk_gated", check_rc=2)
+    finally:
+        hardware.capabilities.cache_clear()
+    assert e.value.hint == "leave it off on this machine, or pass ignore_hardware=True", e.value.hint
+    assert "or pass --ignore-hardware" in res.stderr, res.stderr
+    api.apply("fx_topk", **where)
+    topk = sglang_tree / "python" / "sglang" / "srt" / "layers" / "moe" / "topk.py"
+    topk.write_text(topk.read_text() + "# by hand\n")
+    with pytest.raises(Drift) as d:
+        api.revert("fx_topk", **where)
+    assert "or pass force=True (the edited files are saved to a backup first)" in (d.value.hint or ""), d.value.hint
+    assert "--" not in f"{d.value}\n{d.value.hint}"
+    res = run_cli("--project", str(FIX), "--tree", str(sglang_tree), "revert", "fx_topk", check_rc=1)
+    assert "or pass --force (the edited files are saved to a backup first)" in res.stderr, res.stderr
+
+
+def test_a_hand_edit_of_the_identity_module_names_api_revert(sglang_tree):
+    from sglang_overlay.errors import Drift
+    from sglang_overlay.repopath import IDENTITY_PATH
+
+    where = dict(project=FIX, tree=sglang_tree)
+    api.apply("fx_topk", **where)
+    identity = sglang_tree / IDENTITY_PATH
+    identity.write_text(identity.read_text() + "# reformatted\n")
+    with pytest.raises(Drift) as d:
+        api.apply(expr="none", **where)
+    assert "api.revert(all=True, force=True) (it is saved to a backup first)" in (d.value.hint or ""), d.value.hint
+    assert "--" not in f"{d.value}\n{d.value.hint}"
+
+
+def test_a_read_only_tree_names_the_apis_tree_argument(sglang_tree, monkeypatch):
+    """The fix for a read-only or full file system was to work on a writable copy with the CLI's `--tree DIR`."""
+    from sglang_overlay import transaction
+    from sglang_overlay.errors import OSFailure
+
+    before = tree_snapshot(sglang_tree)
+    monkeypatch.setattr(transaction.os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(transaction, "_read_only", lambda d: True)
+    with pytest.raises(OSFailure) as e:
+        api.apply("fx_topk", project=FIX, tree=sglang_tree)
+    text = f"{e.value}\n{e.value.hint}"
+    assert "(EROFS)" in str(e.value) and "work on a writable copy (tree=)" in (e.value.hint or ""), text
+    assert "--" not in text and tree_snapshot(sglang_tree) == before, text
+
+
+def test_a_forced_switch_returns_its_notes_and_writes_nothing_to_stderr(sglang_tree, capfd):
+    """switch printed `sglang-overlay: --force: saved ...` on the caller's stderr: a library writes there unasked.
+    The API returns the notes (SwitchResult.file_notes) in its words; the command line prints them on stderr."""
+    where = dict(project=FIX, tree=sglang_tree)
+    api.apply("fx_topk", "fx_args_a", **where)
+    topk = sglang_tree / "python" / "sglang" / "srt" / "layers" / "moe" / "topk.py"
+    topk.write_text(topk.read_text() + "# by hand\n")
+    args = sglang_tree / "python" / "sglang" / "srt" / "server_args.py"
+    args.unlink()
+    capfd.readouterr()
+    res = api.revert(all=True, force=True, **where)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", ""), err
+    assert res.backup_dir is not None and res.carried == ()
+    saved = f"force=True: saved 1 hand-edited file(s) under {res.backup_dir}"
+    gone = "force=True: python/sglang/srt/server_args.py was deleted by hand; nothing to save"
+    assert res.file_notes == (saved, gone), res.file_notes
+    assert (res.backup_dir / "python/sglang/srt/layers/moe/topk.py").read_text().endswith("# by hand\n")
+    api.apply("fx_topk", **where)
+    topk.write_text(topk.read_text() + "# by hand\n")
+    cli = run_cli("--project", str(FIX), "--tree", str(sglang_tree), "revert", "--all", "--force", check_rc=0)
+    assert "sglang-overlay: --force: saved 1 hand-edited file(s) under " in cli.stderr, cli.stderr
+    assert "force=True" not in cli.stdout + cli.stderr
+
+
+def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was_made(
+    tmp_path, sglang_tree, monkeypatch
+):
+    """$SGLANG_OVERLAY_CACHE was read at each use, relative to the cwd of the moment: after a chdir, a kept context
+    kept its parsed manifests in another directory, and check looked there for the pinned wheel (to download it)."""
+    from sglang_overlay.cachedir import cache_dir
+
+    wheel = api.locate(FIX).manifest.pin.wheel
+    real = cache_dir() / "wheels" / wheel  # the conftest's tree came from it
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", "cache")
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    (tmp_path / "cache" / "wheels" / wheel).symlink_to(real)
+    ctx = api.locate(FIX, tree=sglang_tree)
+    assert not (tmp_path / "cache" / "parsed").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", "other")  # read when the context was made, not at each use
+    assert api.status(context=ctx).applied == ()
+    assert any((tmp_path / "cache" / "parsed").rglob("*.json"))
+    assert not (elsewhere / "cache").exists() and not (elsewhere / "other").exists()
+    assert api.check(context=ctx).ok
+    assert not (elsewhere / "other").exists() and not (elsewhere / "cache").exists()
+    assert cache_dir() == Path("other")  # held for the API's calls only, not left behind for the caller

@@ -248,3 +248,40 @@ def test_a_full_disk_hint_names_the_nearest_existing_directory(tmp_path):
     err = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     hint = os_failure(err, "cannot write", "nothing changed", path=tmp_path / "a" / "b" / "x.whl").hint
     assert f"`df -h {tmp_path}`" in hint, hint
+
+
+def test_builds_of_one_wheel_in_one_process_each_finish(project, built, tmp_path):
+    """A partial file was named `<host>.<pid namespace>.<pid>`, the same for every build of a process: a second
+    build of the wheel (a caller building in threads) while the first wrote it failed "File exists", said to have
+    written no wheel. Each build's partial file has a name of its own, which the cleanup still knows as this
+    process's (tests/test_build_wheel_faults.py: a killed one is removed, a live one kept)."""
+    import threading
+
+    from sglang_overlay import partfile
+    from sglang_overlay.commands.build_wheel import build
+
+    wheel, _ = built
+    m = load_manifest(project / "manifest.yaml")
+    src = pinned_wheel(m.pin)
+    out = tmp_path / "dist"
+    first = build(m, ("overlay_identity",), src, out)
+    assert build(m, ("overlay_identity",), src, out) == first  # one after another
+    with partfile.PartFile(first) as writing:  # a build of the same wheel in this process, not finished
+        assert build(m, ("overlay_identity",), src, out) == first
+        assert writing.path.exists()
+    failed: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            build(m, ("overlay_identity",), src, out)
+        except BaseException as e:  # said by the assert below, in the test's thread
+            failed.append(e)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed == [], failed
+    assert os.listdir(out) == [first.name], os.listdir(out)
+    assert first.read_bytes() == wheel.read_bytes()  # none wrote over another's bytes

@@ -2,11 +2,12 @@
 full disk or a read-only file system is exit 1 naming the path being written (--out, or $TMPDIR) and a fix that
 applies to it (--out DIR or TMPDIR, not --tree), and leaves no partial file; a killed build's partial file is
 removed by a later build, whatever wheel that one writes, but never one a live build holds, another host's, or an
-earlier version's; two builds at once into one --out both finish; a kill or Ctrl-C during the cleanup leaves
---out usable."""
+earlier version's; two builds at once into one --out both finish; a failed fsync of --out after the rename names
+the wheel written; a kill or Ctrl-C during the cleanup leaves --out usable."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -114,7 +115,8 @@ def test_a_full_disk_hint_names_a_directory_that_exists(rig):
     assert "(`df -h .`)" in res.stderr and "df -h new" not in res.stderr, res.stderr
 
 
-# how a partial file names its build: `<host>.<pid namespace>.<pid>`, the host being this boot's kernel
+# how a partial file names its build: `<host>.<pid namespace>.<pid>.<build>`, the host being this boot's kernel, the
+# build the process's count (the version before wrote no build: still this host's)
 BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
 NS = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
 OTHER_HOST = "f" * 32
@@ -146,6 +148,7 @@ def test_a_later_build_removes_a_killed_builds_partial_file(rig):
     ended = _ended_pid()
     stale = [
         f"{WHEEL}.{BOOT}.{NS}.{ended}.part",  # this host's, its process ended
+        f"{WHEEL}.{BOOT}.{NS}.{ended}.3.part",  # the same, the fourth build of that process
         f"{WHEEL}.{BOOT}.1{NS}.{ended}.part",  # this host's other pid namespace: unlocked, and not new
     ]
     kept = [
@@ -153,6 +156,7 @@ def test_a_later_build_removes_a_killed_builds_partial_file(rig):
         f".other-1.0-py3-none-any.whl.{BOOT}.{NS}.{ended}.part",  # another distribution's: only its name is not ours
         "sglang-draft.whl.part",
         f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.part",  # a build that still runs (before it took its lock)
+        f"{WHEEL}.{BOOT}.{NS}.{os.getpid()}.1.part",  # another build of that process
     ]
     unproven = [  # may be a running build: a note names them, and the user removes them
         f"{WHEEL}.{OTHER_HOST}.{NS}.{ended}.part",  # another host's (NFS): a pid of there means nothing here
@@ -254,6 +258,30 @@ def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
     between = pts[pts.index(opened) : renamed]
     assert any(p.syscall == "fsync" and p.call.startswith(f"fsync({fd})") for p in between), between
     assert any(p.syscall == "fsync" for p in pts[renamed:]), pts[renamed:]
+
+
+@pytest.mark.parametrize("error", ["EIO", "ENOSPC"])
+def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, error):
+    """The fsync of --out that makes the wheel's new name durable failed, after the rename: the error said "no
+    wheel was written", and the wheel was there under its final name. It names the wheel written and says that
+    its directory's fsync failed (a power loss may yet lose the name), exit 1 as for other OS errors."""
+    base, proj, env = rig
+    out = base / f"out-dir-fsync-{error}"
+    pts = _points(rig, out)
+    renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
+    point = next(p for p in pts[renamed:] if p.syscall == "fsync")
+    shutil.rmtree(out)
+    res = inject(_argv(proj, out), env, base, base / "dir-fsync.log", point, f"error={error}")
+    assert res.hit, f"{point}: not injected"
+    err = res.stderr
+    assert res.rc == 1 and "Traceback" not in err, err
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.testzip() is None
+    assert f"wrote the wheel {wheel}, but could not fsync its directory {out}: " in err, err
+    assert f"{os.strerror(getattr(errno, error))} ({error})" in err and "power loss" in err, err
+    assert "no wheel was written" not in err, err
+    assert _parts(out) == [], _parts(out)
 
 
 def _leave_a_killed_builds_files(out: Path, tmp: Path) -> str:

@@ -589,10 +589,38 @@ def test_check_all_pins_reports_a_pin_it_cannot_check_and_checks_the_others(tmp_
     assert {**data["0.5.17"], "seconds": 0} == {**alone, "seconds": 0} and alone["status"] == "pass"
     for version, said in errors.items():
         entry = data[version]
-        assert sorted(entry) == ["error", "hint", "ok", "status", "version"], entry
+        assert sorted(entry) == sorted(data["0.5.17"]), entry  # one key set: test_..._gives_every_pin_the_same_keys
         assert (entry["version"], entry["ok"], entry["status"]) == (version, False, "error"), entry
         assert said in entry["error"] and entry["hint"], entry
     assert "pins 9.0.1, 9.0.3, 9.0.4 could not be checked" in res.stderr and errors["9.0.1"] in res.stderr
+
+
+def test_check_all_pins_json_gives_every_pin_the_same_keys(tmp_path, pin_source):
+    """A pin not checked had an entry of other keys than a checked one's (version, ok, status, error, hint: no
+    items, failures or seconds), so a dashboard reading every entry alike stopped at it (KeyError). Every entry
+    has one key set now, each key one type: a pin not checked has no items, one failure, said in "error" naming
+    the pin and why, the seconds spent finding that; a checked one's "error" and "hint" are null. Still exit 2."""
+    proj, own = _broken_pins(tmp_path, pin_source)
+    res = _offline(proj, own, "check", "--all-pins", "--json", rc=2)
+    _no_traceback(res)
+    data = json.loads(res.stdout)
+    keys = {version: sorted(entry) for version, entry in data.items()}
+    assert len({tuple(k) for k in keys.values()}) == 1, keys
+    checked = data["0.5.17"]
+    assert (checked["status"], checked["error"], checked["hint"]) == ("pass", None, None), checked
+    types = {k: type(v) for k, v in checked.items() if k not in ("error", "hint")}
+    reasons = {
+        "9.0.1": "could not download sglang==9.0.1",
+        "9.0.3": f"{proj / 'pins' / '9.0.3' / 'manifest.yaml'}",
+        "9.0.4": f"{proj / 'pins' / '9.0.4'} has no manifest.yaml",
+    }
+    for version, why in reasons.items():
+        entry = data[version]
+        assert {k: type(v) for k, v in entry.items() if k not in ("error", "hint")} == types, entry
+        assert (entry["version"], entry["ok"], entry["status"]) == (version, False, "error"), entry
+        assert (entry["items"], entry["offsets"], entry["failures"]) == ([], [], 1), entry
+        assert entry["seconds"] >= 0 and entry["hint"], entry
+        assert entry["error"].startswith(f"pin {version} could not be checked: ") and why in entry["error"], entry
 
 
 def test_check_all_pins_exits_with_the_worst_outcome(tmp_path, pin_source):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 
 from ..api import SwitchResult, open_tree
 from ..context import Context
 from ..fingerprint import short
 from ..patchset import PatchSet, from_options
 
-__all__ = ["add_force", "add_selection", "open_tree", "report", "selection"]
+__all__ = ["add_force", "add_selection", "open_tree", "report", "selection", "tell"]
 
 
 def add_selection(
@@ -53,7 +54,15 @@ def selection(ctx: Context, args, *, verb: str, close: bool = True) -> PatchSet 
     )
 
 
+def tell(notes: Iterable[str]) -> None:
+    """A switch's notes on what it did to files (Outcome.notes, SwitchResult.file_notes): on stderr, where they were
+    printed while the switch ran, before the summary."""
+    for note in notes:
+        print(f"sglang-overlay: {note}", file=sys.stderr)
+
+
 def report(result: SwitchResult, verb_done: str) -> None:
+    tell(result.file_notes)
     for n, why in result.left_out:
         print(f"sglang-overlay: leaving out {n}: {why}", file=sys.stderr)
     for note in result.notes:

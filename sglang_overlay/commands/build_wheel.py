@@ -34,13 +34,14 @@ from ..distinfo import wheel_local
 from ..errors import BadInput, OSFailure, os_failure
 from ..fetch import pinned_wheel
 from ..fingerprint import fingerprint
+from ..fsio import fsync_dir
 from ..patchset import resolve
 from ..pathlen import path_arg
 from ..repopath import STATE_DIR_NAME
 from ..switch import switch
 from ..transaction import Transaction
 from ..tree import Tree
-from ._common import add_selection, selection
+from ._common import add_selection, selection, tell
 
 NAME = "build-wheel"
 HELP = "build a wheel of the patched SGLang (version 0.5.17+ovl.fp<fingerprint>)"
@@ -119,6 +120,7 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
                 zin.extractall(scratch)
             with Transaction.open(Tree(scratch, "installed")) as txn:
                 outcome = switch(txn, manifest, names, op="build-wheel", ignore_hardware=True)
+            tell(outcome.notes)
             # The wheel ships the tool's state (state.json and the pristine bases), not its lock or journal: an
             # installed copy is then a managed tree (`sglang-overlay --tree SITE-PACKAGES status` names the set,
             # `revert` gives back the pristine release).
@@ -175,6 +177,10 @@ def build(manifest, names, src: Path, out_dir: Path) -> Path:
                 part.replace(target)
         except OSError as e:  # the OS names the partial file, or for a failed write() no file at all
             raise _out_failure(e, "cannot write the wheel", target) from e
+        try:
+            fsync_dir(out_dir)  # the new name's durability
+        except OSError as e:
+            raise _unsynced_failure(e, target) from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return target
@@ -187,6 +193,20 @@ def _out_failure(err: OSError, what: str, path: Path | str) -> OSFailure:
         what,
         "no wheel was written, and no tree was changed",
         path=path,
+        elsewhere="write the wheel to another directory (`--out DIR`)",
+    )
+
+
+def _unsynced_failure(err: OSError, wheel: Path) -> OSFailure:
+    # the wheel is in place under its name by now (saying none was written had been false); only that name may not
+    # outlive a power loss yet
+    return os_failure(
+        err,
+        f"wrote the wheel {wheel}, but could not fsync its directory",
+        "the wheel is there under its final name, but a power loss before the system writes that directory may "
+        "lose the name; no tree was changed",
+        path=wheel.parent,
+        where=wheel.parent,
         elsewhere="write the wheel to another directory (`--out DIR`)",
     )
 

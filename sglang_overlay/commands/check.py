@@ -73,13 +73,13 @@ def _all_pins(ctx, args) -> int:
         path = top.path if version == top.pin.version else top.project_root / PINS_DIR / version / "manifest.yaml"
         if not args.json:
             print(f"== pin {version} ({path})", flush=True)
+        started = time.monotonic()
         try:
             m, rep = _check_listed(top, version)
         except OverlayError as err:
             unchecked[version] = err
             if args.json:
-                entry = {"version": version, "ok": False, "status": "error", "error": str(err), "hint": err.hint}
-                reports[version] = entry
+                reports[version] = _unchecked_json(top, version, err, time.monotonic() - started)
             else:
                 said = str(err).replace("\n", "\n     ")
                 print(f"NOT CHECKED: {said}" + (f"\n     hint: {err.hint}" if err.hint else ""))
@@ -108,6 +108,15 @@ def _check_listed(top: Manifest, version: str) -> tuple[Manifest, api.CheckResul
         return m, api.check(manifest=m.path)
     except OSError as e:  # what the command line says of it, said of this pin alone
         raise os_failure(e, "cannot access", "this pin was not checked") from e
+
+
+def _unchecked_json(top: Manifest, version: str, err: OverlayError, seconds: float) -> dict[str, object]:
+    """A pin not checked, in a checked pin's keys and types (a dashboard reads every entry alike; one of its own
+    keys had stopped it): no items, and one failure, the pin's own, said in "error" with the pin's name, as the
+    entry may be read without its key."""
+    entry = api.CheckResult(top.pin.package, version, False, (), (), seconds).to_json()
+    said = f"pin {version} could not be checked: {err}"
+    return {**entry, "status": "error", "failures": 1, "error": said, "hint": err.hint}
 
 
 def _not_checked(

@@ -42,7 +42,7 @@ from ..switch import check_gates, drift_hint, switch, target_patches
 from ..tree import Tree
 from ..treepin import check_tree_version
 from ..treeread import drifted_files, reading
-from ._common import add_selection, open_tree, selection
+from ._common import add_selection, open_tree, selection, tell
 
 NAME = "launch"
 HELP = "apply a set and launch the patched SGLang server (args after --)"
@@ -282,6 +282,7 @@ def run(ctx, args) -> int:
         names = wanted if wanted is not None else m.closure(previous)
         refuse_hand_edits(tree, txn.state, args.force)
         outcome = switch(txn, m, names, op="launch", force=args.force, ignore_hardware=args.ignore_hardware)
+        tell(outcome.notes)
         kept = sorted(drifted_files(tree, txn.state))  # --force: the edits the switch did not overwrite
     if kept:
         print(
@@ -326,6 +327,7 @@ def run(ctx, args) -> int:
         if args.revert_on_exit:
             with open_tree(ctx) as txn:
                 back = switch(txn, m, previous, op="revert-on-exit", force=False, ignore_hardware=True)
+            tell(back.notes)
             print(
                 f"sglang-overlay: --revert-on-exit: tree carries {', '.join(back.target) or 'no patches'} again",
                 file=sys.stderr,

@@ -23,7 +23,7 @@ from ..progname import prog
 from ..switch import switch
 from ..treepin import check_tree_version
 from ..treeread import base_reader, read_file
-from ._common import open_tree
+from ._common import open_tree, tell
 
 NAME = "refresh"
 HELP = "write hand edits of a patch's files back into the patch"
@@ -70,6 +70,7 @@ def run(ctx, args) -> int:
             parse_patch_file(patch.diff.path)  # what we wrote must read back
         # Re-read the manifest so the state records the new patch content, and rewrite the identity module.
         outcome = switch(txn, load_manifest(ctx.selected_manifest_path), state.applied, op="refresh")
+        tell(outcome.notes)
     if not updates and not outcome.written:
         print(f"{patch.name}: no hand edits to capture")
         return 0

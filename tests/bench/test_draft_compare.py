@@ -434,3 +434,114 @@ def test_sequences_made_on_another_gpu_are_named_so(tmp_path, gpus, says):
     tj = _seqs_made_on(tmp_path, gpus)
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
     assert says in out.read_text()
+
+
+@pytest.mark.parametrize(
+    "plain_arms, eagle_arms",
+    [
+        # the first arm's plain namesake is not deterministic: it cannot be the baseline, and no other arm is
+        (
+            {"none": [[_m(100, 400, h1="a"), _m(100, 400, h1="b")]], "full": [[_m(100, 400)]], "p": [[_m(100, 400)]]},
+            {"none": [[_m(300, 800, 3.0, h1="x")]], "full": [[_m(300, 800, 3.0, h1="x")]], "p": [[_m(300, 800, 3.0)]]},
+        ),
+        # the first arm is an OEA arm
+        (
+            {"oea3": [[_m(100, 400, h1="o")]], "full": [[_m(100, 400)]], "p": [[_m(100, 400)]]},
+            {"oea3": [[_m(300, 800, 3.0, h1="z")]], "full": [[_m(300, 800, 3.0, h1="x")]], "p": [[_m(300, 800, 3.0)]]},
+        ),
+        # the first arm has no plain arm of its name: held against another set's plain output
+        (
+            {"full": [[_m(100, 400)]], "p": [[_m(100, 400)]]},
+            {"none": [[_m(300, 800, 3.0, h1="x")]], "full": [[_m(300, 800, 3.0, h1="x")]], "p": [[_m(300, 800, 3.0)]]},
+        ),
+    ],
+)
+def test_only_the_runs_first_arm_is_its_baseline(tmp_path, plain_arms, eagle_arms):
+    plain = _run_dir(tmp_path / "plain", plain_arms)
+    eagle = _run_dir(tmp_path / "eagle", eagle_arms)
+    if "oea3" in eagle_arms:
+        _set_env(plain, "oea3", {"SGLANG_OEA_K0": "3"})
+        _set_env(eagle, "oea3", {"SGLANG_OEA_K0": "3"})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    text = out.read_text()
+    first = next(iter(eagle_arms))
+    assert "baseline arm full" not in text and "not the set's doing" not in text
+    assert f"its first arm {first} cannot be its baseline" in text
+
+
+def _set_env(run_dir: Path, arm: str, env: dict) -> None:
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    for a in run["arms"]:
+        if a["name"] == arm:
+            a["env"] = env
+    (run_dir / "results.jsonl").write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+
+
+def test_arms_that_decode_no_one_output_are_not_said_to_share_the_baselines(tmp_path):
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]]})
+    reps = [_m(300, 800, 3.0, h1="x"), _m(300, 800, 3.0, h1="y")]
+    eagle = _run_dir(tmp_path / "eagle", {"none": [reps], "full": [reps]})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "with the same output" not in text and "not the set's doing" not in text
+    assert "not deterministic" in text.split("Where a departure comes from")[1]
+
+
+def test_each_departure_names_its_eagle_run(tmp_path):
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]]})
+    s3 = _run_dir(tmp_path / "s3" / "eagle", {"none": [[_m(3, 8, 3.0, h1="x")]], "full": [[_m(3, 8, 3.0, h1="x")]]})
+    s5 = _run_dir(tmp_path / "s5" / "eagle", {"none": [[_m(3, 8, 3.0)]], "full": [[_m(3, 8, 3.0, h1="x")]]})
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(s3), "--eagle", str(s5), "--out", str(out)]) == 1
+    said = out.read_text().split("Where a departure comes from")[1].splitlines()
+    assert any(str(s3) in x and "not the set's doing" in x for x in said)
+    assert any(str(s5) in x and "keeps plain decoding's output: it comes with full's" in x for x in said)
+
+
+@pytest.mark.parametrize(
+    "made, here, says",
+    [
+        # one GPU of the kind or eight: the same GPU, not "made on another"
+        (["NVIDIA H100 80GB HBM3, 580.1"], ["NVIDIA H100 80GB HBM3, 580.2"] * 8, "(another tree, set, server args?)"),
+        # the plain run's GPU not recorded: the GPU stays among the causes
+        (["NVIDIA H100 80GB HBM3, 580.1"], [], "(another tree, set, server args or GPU?)"),
+    ],
+)
+def test_the_gpu_is_named_only_where_it_is_known_to_differ(tmp_path, made, here, says):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    lines = (plain / "results.jsonl").read_text().splitlines()
+    run = json.loads(lines[0])
+    run["host"] = {"gpus": here}
+    (plain / "results.jsonl").write_text("\n".join([json.dumps(run), *lines[1:]]) + "\n")
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    out = tmp_path / "s.md"
+    tj = _seqs_made_on(tmp_path, made)
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert says in text and "the sequences were made on" not in text
+
+
+@pytest.mark.parametrize("gpus", [[3], "NVIDIA H100 80GB HBM3, 580.1"])
+def test_a_gpu_record_that_is_not_a_list_of_names_is_exit_2(tmp_path, capsys, gpus):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    tj = _seqs_made_on(tmp_path, gpus)
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 2
+    err = capsys.readouterr().err
+    assert str(tj) in err and "sequences.source.source.gpus: expected a list of GPU names" in err
+
+
+def test_a_first_arm_with_no_completed_start_leaves_the_run_without_a_baseline(tmp_path):
+    """The run's first arm (SPEED_ARMS: the pristine set) measured nothing: the next arm is not its baseline."""
+    plain = _run_dir(tmp_path / "plain", {"none": [[_m(100, 400)]], "full": [[_m(100, 400)]], "p": [[_m(100, 400)]]})
+    eagle = _run_dir(
+        tmp_path / "eagle", {"none": [], "full": [[_m(300, 800, 3.0, h1="x")]], "p": [[_m(300, 800, 3.0)]]}
+    )
+    out = tmp_path / "s.md"
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 1
+    text = out.read_text()
+    assert "baseline arm full" not in text
+    assert "its first arm none cannot be its baseline (no completed start)" in text

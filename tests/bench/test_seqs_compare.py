@@ -77,3 +77,57 @@ def test_no_prompt_in_common_is_exit_2(tmp_path, capsys):
     b.write_text(json.dumps(doc))
     assert main([str(a), str(b)]) == 2
     assert "no prompt in common" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "row, says",
+    [
+        (
+            {"prompt_ids": [[1]], "output_ids": [2]},
+            "sequences[0]: prompt_ids and output_ids must be lists of token ids",
+        ),
+        ({"prompt_ids": [1], "output_ids": [{"a": 1}]}, "sequences[0]: prompt_ids and output_ids must be lists of"),
+    ],
+)
+def test_ids_that_are_not_token_ids_are_exit_2(tmp_path, capsys, row, says):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": FORMAT, "sequences": [row]}))
+    good = _file(tmp_path / "a.json", [[5]])
+    assert main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and says in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("gpus", [[3], "NVIDIA H100 80GB HBM3, 580", {"name": "H100"}])
+def test_a_gpu_record_that_is_not_a_list_of_names_is_exit_2(tmp_path, capsys, gpus):
+    bad = _file(tmp_path / "bad.json", [[5]])
+    doc = json.loads(bad.read_text())
+    doc["source"]["gpus"] = gpus
+    bad.write_text(json.dumps(doc))
+    good = _file(tmp_path / "a.json", [[5]])
+    assert main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "source.gpus: expected a list of GPU names" in err
+
+
+def test_out_in_a_new_directory_is_made(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5]])
+    out = tmp_path / "new" / "s.md"
+    assert main([str(a), str(a), "--out", str(out)]) == 0
+    assert out.read_text().startswith("# Two server-seqs files")
+
+
+def test_out_that_cannot_be_written_is_exit_2(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5]])
+    (tmp_path / "f").write_text("")
+    assert main([str(a), str(a), "--out", str(tmp_path / "f" / "s.md")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "Traceback" not in err
+
+
+def test_prompts_only_one_file_holds_are_named_and_not_called_alike(tmp_path, capsys):
+    a = _file(tmp_path / "a.json", [[5, 6], [7, 8], [9, 9]])
+    b = _file(tmp_path / "b.json", [[5, 6]])
+    assert main([str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "| 1 | 1 | 1 | - |" in out and f"{a} has 2 prompt(s) the other lacks: not compared." in out

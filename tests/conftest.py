@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,13 @@ from sglang_overlay.manifest import load_manifest  # noqa: E402
 # `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
 # given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).
 collect_ignore = ["sglang_patches_0523"]
+
+# The Ctrl-C tests send SIGINT to the commands they start. A shell that starts pytest in the background (`cmd &`
+# without job control) hands it SIGINT ignored, every child inherits that, and those commands then run on and
+# exit 0: the tests would fail on the launcher, not on the code. A user's Ctrl-C comes to a process that has not
+# ignored it, so the tests' children start from Python's own handler (reset to the default by exec).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from . import store
 from .errors import RecordError
+from .hostinfo import gpu_kind
 
 _METRICS = ("accept_len_b1", "accept_len_bc", "tok_s_b1", "tok_s_bc")
 
@@ -151,10 +152,6 @@ def _unjudged(r: dict, p: dict) -> str | None:
     return None
 
 
-def _gpu(name: str) -> str:
-    return name.split(",")[0].strip()  # nvidia-smi's "name, driver" as bench.hostinfo records it
-
-
 def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str:
     gpus = seqs_source.get("gpus")
     if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
@@ -164,8 +161,8 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str
             f"them), got {gpus!r}: make the sequences again with bench server-seqs, or remove the key"
         )
     # the kinds of GPU, not the lists: hostinfo names every GPU of the host, and one H100 and eight are one kind
-    made = sorted({_gpu(g) for g in gpus or []})
-    here = sorted({_gpu(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
+    made = sorted({gpu_kind(g) for g in gpus or []})
+    here = sorted({gpu_kind(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
     if made and here and made != here:
         # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
         return (

@@ -37,6 +37,7 @@ def _gaps(target, prompts: list[list[int]], seqs: list[list[int]]) -> list[float
 def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -> list[dict]:
     import torch
 
+    from .seqs_compare import first_diff
     from .target_ref import TargetRef, dummy_weights, greedy
     from .train_draft import load_archs, tokenize
     from .workload import fixed_prompts
@@ -57,7 +58,7 @@ def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -
         parts = []
         for p, a, b in zip(toks, seqs["fp32"], seqs["bf16"]):
             ga, gb = a[len(p) :], b[len(p) :]
-            parts.append(next((i for i, (x, y) in enumerate(zip(ga, gb)) if x != y), None))
+            parts.append(first_diff(ga, gb))
         with torch.no_grad():
             gaps = _gaps(targets["fp32"], toks, seqs["fp32"])
         parted = [x for x in parts if x is not None]

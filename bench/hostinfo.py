@@ -29,10 +29,15 @@ def gpu_names() -> list[str]:
     return [ln.strip() for ln in out.splitlines() if ln.strip()]
 
 
+def gpu_kind(name: str) -> str:
+    """The GPU's model from one gpu_names() entry (nvidia-smi's "name, driver")."""
+    return name.split(",")[0].strip()
+
+
 def gpu_slug(names: list[str]) -> str:
     if not names:
         return "nogpu"
-    first = names[0].split(",")[0]
+    first = gpu_kind(names[0])
     first = re.sub(r"^NVIDIA\s+", "", first)
     slug = re.sub(r"[^A-Za-z0-9]+", "-", first).strip("-").lower()
     return f"{len(names)}x{slug}" if len(names) > 1 else slug

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DraftInputError
+from .hostinfo import gpu_kind
 from .server_seqs import read_doc
 
 
@@ -62,7 +63,7 @@ def read(path: Path) -> Seqs:
     return Seqs(path, rows, source)
 
 
-def _first_diff(a: list[int], b: list[int]) -> int | None:
+def first_diff(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
@@ -73,14 +74,14 @@ def compare(a: Seqs, b: Seqs) -> tuple[str, bool]:
     firsts, b1 = [], []
     for p in common:
         (x, batch), (y, _) = a.rows[p], b.rows[p]
-        f = _first_diff(x, y)
+        f = first_diff(x, y)
         firsts.append(f)
         if batch == "1":
             b1.append("equal" if f is None else str(f))
     differ = [f for f in firsts if f is not None]
 
     def made(s: Seqs) -> str:
-        gpus = ", ".join(g.split(",")[0] for g in s.source.get("gpus") or []) or "GPU not recorded"
+        gpus = ", ".join(gpu_kind(g) for g in s.source.get("gpus") or []) or "GPU not recorded"
         return f"{s.path} ({gpus}; {s.source.get('set', '?')})"
 
     lines = [

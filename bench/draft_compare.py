@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from . import store
-from .errors import RecordError
+from .errors import RecordError, WriteFailed
 from .hostinfo import gpu_kind
 
 _METRICS = ("accept_len_b1", "accept_len_bc", "tok_s_b1", "tok_s_bc")
@@ -375,10 +375,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"draft_compare: {e}", file=sys.stderr)
         return 2
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
+        try:
+            write_out(a.out, text)
+        except (OSError, WriteFailed) as e:
+            print(f"draft_compare: --out {a.out}: {e}", file=sys.stderr)
+            return 2
     print(text, end="")
     return 0 if lossless else 1
+
+
+def write_out(path: Path, text: str) -> None:
+    """A summary written whole (a kill leaves the previous one), its directory made first."""
+    from .derived import write_whole
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_whole(path, text.encode(), "give --out a writable place")
 
 
 if __name__ == "__main__":

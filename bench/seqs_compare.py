@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DraftInputError
+from .draft_compare import write_out
+from .errors import DraftInputError, WriteFailed
 from .hostinfo import gpu_kind
 from .server_seqs import read_doc
 
@@ -116,10 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if o.out:
         try:
-            o.out.parent.mkdir(parents=True, exist_ok=True)
-            o.out.write_text(text)
-        except OSError as e:
-            print(f"seqs_compare: --out {o.out}: cannot write ({e.strerror or e})", file=sys.stderr)
+            write_out(o.out, text)
+        except (OSError, WriteFailed) as e:
+            print(f"seqs_compare: --out {o.out}: cannot write ({getattr(e, 'strerror', None) or e})", file=sys.stderr)
             return 2
     print(text, end="")
     return 0 if equal else 1

@@ -545,3 +545,19 @@ def test_a_first_arm_with_no_completed_start_leaves_the_run_without_a_baseline(t
     text = out.read_text()
     assert "baseline arm full" not in text
     assert "its first arm none cannot be its baseline (no completed start)" in text
+
+
+def test_an_out_that_cannot_be_written_is_exit_2_and_a_kept_summary_is_replaced_whole(tmp_path, capsys):
+    plain = _run_dir(tmp_path / "plain", {"full": [[_m(100, 400)]]})
+    eagle = _run_dir(tmp_path / "eagle", {"full": [[_m(300, 800, 3.0)]]})
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(blocker / "s.md")]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 's.md'}" in err and "Traceback" not in err
+    out = tmp_path / "s.md"
+    out.write_text("old")
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--out", str(out)]) == 0
+    assert out.read_text().startswith("# EAGLE-3") and [p.name for p in tmp_path.iterdir() if "s.md" in p.name] == [
+        "s.md"
+    ]

@@ -72,6 +72,7 @@
 #   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft and plain decoding, pristine
 #                (dummy_init_normal only) and the full set, 3 starts each, no phase timing in either (the EAGLE
 #                arms of kimi_trained ran with it, the plain ones without), then kimi_speed/summary.md
+#   kimi_seqs    kimi_train's sequences only (bench server-seqs): a bare machine's cold start, without training
 #   kimi_train5  the proxy's draft trained over 5 steps of training-time test (kimi_train's sequences)
 #   kimi_speed5  kimi_speed with that draft at steps 5 / 6 draft tokens (a perfect draft then yields 6 tokens a
 #                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding
@@ -82,7 +83,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_train5|kimi_speed5|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_seqs|kimi_train5|kimi_speed5|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -91,13 +92,23 @@ SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirna
 TINY=${TINY:-/tmp/tiny}
 DUET_TREE=${DUET_TREE:-}
 KIMI=${KIMI:-/tmp/kimi}
+# DINIT=successor: the targets' dummy weights follow a fixed successor of the last token by many logits
+# (bench/dummy_init.py; normal's greedy text parts with any rounding within a few tokens); their model dirs are
+# their own (TINY-successor, KIMI-successor), so a normal dir's sequences and drafts are never taken for them
+DINIT=${DINIT:-normal}
+case "$DINIT" in
+  normal) ;;
+  successor) TINY=$TINY-$DINIT; KIMI=$KIMI-$DINIT ;;
+  *) echo "gpu_runs.sh: DINIT=$DINIT: normal or successor" >&2; exit 2 ;;
+esac
 # (re)written when a dir is missing: an older tinymodel wrote fewer drafts
 for d in target draft draft_edge draft_final draft_bad; do
   [ -f "$TINY/$d/config.json" ] || { $PY -m bench tinymodel "$TINY" >/dev/null; break; }
 done
 # every step uses the fixture manifest (the project's plus the plants), so one tree serves them all in any order
 PLANTED=tests/bench/planted/manifest.yaml
-DI=(--env SGLANG_DUMMY_INIT=normal)
+DI=(--env SGLANG_DUMMY_INIT=$DINIT)
+DSTD=$( [ "$DINIT" = successor ] && echo successor:0.02 || echo 0.02 )  # sglang_model_check's --stds
 # CUDA graphs for the batch sizes the workload runs and nothing else: decode at 1 (b1 phase) and 8 (--concurrency 8;
 # smaller tail batches pad to 8, and only entries of exactly 1 and 8 are read), prefill at token counts covering
 # its prompts (56-100 tokens each, 605 for all eight). SGLang's defaults capture decode 1, 2, 4, 8 and about 48
@@ -164,7 +175,7 @@ train_draft() {  # MODEL_DIR DRAFT [--out DIR] EXTRA...: the copy that comes bac
   local dir=$1 draft=$2 out=$1/${2}_trained name=$2; shift 2
   [ "${1:-}" = --out ] && { out=$2; name=$(basename "$2"); name=${name%_trained}; shift 2; }
   run $PY -m bench train-draft "$dir" --draft "$draft" --out "$out" --eval-prompts 32 --sequences "$dir/server_seqs.json" \
-    ${DRY:+--dry-run} "$@"
+    --dummy-init "$DINIT" ${DRY:+--dry-run} "$@"
   [ -n "${DRY:-}" ] || { mkdir -p "$OUT/train"; cp "$out/train.json" "$OUT/train/$(basename "$dir")-$name.json"; }
 }
 # ARGS = the array named ARRAY with the value after each FLAG replaced
@@ -296,6 +307,12 @@ case "$step" in
     replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
     server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}"
     train_draft "$KIMI" draft --prompts "${TRAIN_PROMPTS:-512}" --gen-batch 128 --train-seconds "${TRAIN_S:-200}" ;;
+  kimi_seqs)
+    # kimi_train's sequences alone: a bare machine's first start (JIT, 330-460 s) and the training do not fit one
+    # device call together
+    kimi_dir
+    replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"
+    server_seqs "$KIMI" $(( ${TRAIN_PROMPTS:-512} + 32 )) "${ARGS[@]}" ;;
   kimi_train5)
     # the same draft config trained over 5 steps of training-time test (kimi_speed5 serves it at steps 5), on the
     # same sequences (kimi_train's, or SEQS_FROM's)
@@ -317,7 +334,7 @@ case "$step" in
     fails=0
     mkdir -p "$OUT/draft_check"
     for m in "$TINY" "$KIMI"; do
-      run $PY tests/bench/sglang_model_check.py --device cuda --checks target_weights --stds 0.02 --strict \
+      run $PY tests/bench/sglang_model_check.py --device cuda --checks target_weights --stds "${DSTD}" --strict \
         "$SGL_PY" "$m" "$OUT/draft_check/$(basename "$m").json" | tee -a "$OUT/draft_check/summary.txt" || fails=$((fails + 1))
     done
     exit $fails ;;

@@ -6,7 +6,10 @@ greedy text parting between two GPUs within a median 3 tokens at the bench's std
 plain decoding" check measured rounding, not losslessness; a std at which greedy text survives bf16 rounding is
 the one to serve the proxy at for that check.
 
-    python -m bench greedy-ties MODEL_DIR [--std 0.02 --std 0.2 ...] [--prompts 8] [--new-tokens 64]
+    python -m bench greedy-ties MODEL_DIR [--std 0.02 --std 0.2 ...] [--dummy-init normal --dummy-init successor]
+        [--embed-std 1.0] [--prompts 8] [--new-tokens 64]
+
+The successor init (bench/dummy_init.py) is the answer to that: its greedy choice has a margin of many logits.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from .dummy_init import DEFAULT_EMBED_STD, DEFAULT_STD, MODES, DummyInit
 
 
 def _gaps(target, prompts: list[list[int]], seqs: list[list[int]]) -> list[float]:
@@ -34,20 +39,21 @@ def _gaps(target, prompts: list[list[int]], seqs: list[list[int]]) -> list[float
     return out
 
 
-def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -> list[dict]:
+def measure(model_dir: Path, inits: list[DummyInit], prompts: int, new_tokens: int) -> list[dict]:
     import torch
 
     from .seqs_compare import first_diff
-    from .target_ref import TargetRef, dummy_weights, greedy
+    from .target_ref import TargetRef, dummy_weights, greedy, successor_of
     from .train_draft import load_archs, tokenize
     from .workload import fixed_prompts
 
     _, _, ta, _ = load_archs(model_dir, "draft")
     toks = tokenize(model_dir, fixed_prompts(prompts))
     rows = []
-    for std in stds:
+    for init in inits:
         t0 = time.monotonic()
-        w16 = dummy_weights(ta, torch.bfloat16, torch.device("cpu"), std)
+        w16 = dummy_weights(ta, torch.bfloat16, torch.device("cpu"), init)
+        succ = successor_of(w16, ta.vocab)
         # the same bf16 values, computed in float32 and in bfloat16
         seqs = {}
         targets = {}
@@ -62,9 +68,13 @@ def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -
         with torch.no_grad():
             gaps = _gaps(targets["fp32"], toks, seqs["fp32"])
         parted = [x for x in parts if x is not None]
+        # how much of the text is the successor structure's (1.0: the last token alone decides)
+        pairs = [(s[i - 1], s[i]) for p, s in zip(toks, seqs["fp32"]) for i in range(len(p), len(s))]
         rows.append(
             {
-                "std": std,
+                "init": init.describe(),
+                "std": init.std,
+                "follows_successor": sum(int(succ[a]) == b for a, b in pairs) / len(pairs),
                 "equal": len(parts) - len(parted),
                 "prompts": len(parts),
                 "first_diff": parts,
@@ -79,15 +89,16 @@ def measure(model_dir: Path, stds: list[float], prompts: int, new_tokens: int) -
 
 def table(rows: list[dict], new_tokens: int) -> str:
     lines = [
-        f"| dummy-init std | greedy fp32 = bf16 ({new_tokens} tokens) | where they part (token index) "
-        "| top-1 - top-2 logit, median (logit SDs) | positions with a gap < 0.1 SD | seconds |",
-        "|---|---|---|---|---|---|",
+        f"| dummy init | greedy fp32 = bf16 ({new_tokens} tokens) | where they part (token index) "
+        "| top-1 - top-2 logit, median (logit SDs) | positions with a gap < 0.1 SD | tokens = the last one's "
+        "successor | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         where = ", ".join("-" if x is None else str(x) for x in r["first_diff"])
         lines.append(
-            f"| {r['std']:g} | {r['equal']} of {r['prompts']} | {where} | {r['gap_median']:.3f} | "
-            f"{r['gap_under_0_1']:.1%} | {r['seconds']} |"
+            f"| {r['init']} | {r['equal']} of {r['prompts']} | {where} | {r['gap_median']:.3f} | "
+            f"{r['gap_under_0_1']:.1%} | {r['follows_successor']:.1%} | {r['seconds']} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -96,14 +107,22 @@ def add_cli(sub) -> None:
     p = sub.add_parser("greedy-ties", help="how near a tie a dummy-weight model's greedy choice is, per std (CPU)")
     p.add_argument("model_dir", type=Path, help="a `bench tinymodel` dir (its target/)")
     p.add_argument("--std", type=float, action="append", default=None, help="dummy-init std (repeat; default 0.02)")
+    p.add_argument(
+        "--dummy-init",
+        choices=MODES,
+        action="append",
+        default=None,
+        help="the weights' kind (repeat; each --std is measured with each; default normal)",
+    )
+    p.add_argument("--embed-std", type=float, default=DEFAULT_EMBED_STD, help="successor's embedding std (its default)")
     p.add_argument("--prompts", type=int, default=8, help="the bench's first N prompts")
     p.add_argument("--new-tokens", type=int, default=64)
     p.set_defaults(func=_cli)
 
 
 def _cli(a: argparse.Namespace) -> int:
-    if a.prompts < 1 or a.new_tokens < 1 or any(not s > 0 for s in a.std or []):
-        print("bench greedy-ties: --prompts, --new-tokens and --std must be above 0", file=sys.stderr)
+    if a.prompts < 1 or a.new_tokens < 1 or any(not s > 0 for s in a.std or []) or not a.embed_std > 0:
+        print("bench greedy-ties: --prompts, --new-tokens, --std and --embed-std must be above 0", file=sys.stderr)
         return 2
     if not (a.model_dir / "target" / "config.json").is_file():
         print(
@@ -111,6 +130,7 @@ def _cli(a: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    rows = measure(a.model_dir, a.std or [0.02], a.prompts, a.new_tokens)
+    inits = [DummyInit(m, s, a.embed_std) for m in a.dummy_init or ["normal"] for s in a.std or [DEFAULT_STD]]
+    rows = measure(a.model_dir, inits, a.prompts, a.new_tokens)
     print(table(rows, a.new_tokens), end="")
     return 0

@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .dummy_init import ENV_NAMES as DUMMY_ENV
+from .dummy_init import DummyInit, from_env
 from .errors import DraftInputError, ServerSeqsError, run_reported
 
 FORMAT = "bench-server-seqs/1"
 BENCH_B1 = 8  # the bench's first 8 prompts (fixed_prompts(8)): every request it sends
 BENCH_B1_REQUESTS = 2  # gpu_runs.sh's --b1-requests
 BENCH_HASH_TOKENS = (64, 128)  # its --max-new-tokens (correctness runs, issue 17's runs)
-DEFAULT_STD = 0.02  # SGLANG_DUMMY_INIT_STD's default (the dummy_init_normal patch's), train-draft's --std's
 
 
 def file_sha256(path: Path) -> str | None:
@@ -70,7 +71,6 @@ def target_identity(target: Path) -> dict[str, Any]:
     }
 
 
-DUMMY_ENV = ("SGLANG_DUMMY_INIT", "SGLANG_DUMMY_INIT_STD")
 IDENTITY_KEYS = ("target_config_sha256", "tokenizer_sha256", "vocab_size")
 
 
@@ -143,10 +143,15 @@ def read_doc(path: Path, fix: str) -> dict:
 
 
 def load(
-    path: Path, model_dir: Path, prompts: int, new_tokens: int | None, min_tokens: int, std: float | None = None
+    path: Path,
+    model_dir: Path,
+    prompts: int,
+    new_tokens: int | None,
+    min_tokens: int,
+    init: DummyInit | None = None,
 ) -> Sequences:
     """The file's first `prompts` sequences, checked against the model dir (config, tokenizer, vocab), the
-    server's recorded dummy-init env against `std` (train-draft's --std), the bench's prompt texts
+    server's recorded dummy-init env against `init` (train-draft's), the bench's prompt texts
     (workload.fixed_prompts) and the lengths training needs: DraftInputError naming the file, the key and the
     fix otherwise."""
     from .workload import fixed_prompts
@@ -163,7 +168,7 @@ def load(
                 f"{theirs.get(key)!r} != {model_dir / 'target'}'s {mine[key]!r} (generated for another model)",
                 REGENERATE,
             )
-    _check_dummy_init(path, doc.get("source"), std)
+    _check_dummy_init(path, doc.get("source"), init)
     rows = doc.get("sequences")
     if not isinstance(rows, list):
         raise _bad(path, "sequences", "missing or not a list", REGENERATE)
@@ -214,31 +219,35 @@ def load(
     )
 
 
-def _check_dummy_init(path: Path, source: Any, std: float | None) -> None:
-    """The server's SGLANG_DUMMY_INIT(_STD) as recorded (None: a --url server's, unknown) against the
-    reference's: dummy_init_normal at `std`."""
+def _check_dummy_init(path: Path, source: Any, init: DummyInit | None) -> None:
+    """The server's SGLANG_DUMMY_INIT* as recorded (None: a --url server's, unknown) against the reference's."""
     dummy = source.get("dummy_init") if isinstance(source, dict) else None
-    if std is None or not isinstance(dummy, dict):
+    if init is None or not isinstance(dummy, dict):
         return
-    init, got = dummy.get("SGLANG_DUMMY_INIT"), dummy.get("SGLANG_DUMMY_INIT_STD")
-    if init != "normal":
+    recorded = {k: str(v) for k, v in dummy.items() if isinstance(k, str) and v not in (None, "")}
+    mode = recorded.get("SGLANG_DUMMY_INIT")
+    if mode != init.mode:
         raise _bad(
             path,
             "source.dummy_init.SGLANG_DUMMY_INIT",
-            f"{init!r}: the server did not draw dummy_init_normal weights, the reference does",
-            f"{REGENERATE} with --env SGLANG_DUMMY_INIT=normal",
+            f"{mode!r}: the server drew other weights than the reference ({init.mode})",
+            f"pass --dummy-init {mode} if that is the server's, or {REGENERATE} with --env SGLANG_DUMMY_INIT={init.mode}",
         )
     try:
-        theirs = float(got) if got not in (None, "") else DEFAULT_STD
-    except (TypeError, ValueError):
-        theirs = None
-    if theirs != std:
-        raise _bad(
-            path,
-            "source.dummy_init.SGLANG_DUMMY_INIT_STD",
-            f"{got!r} (the server's) != --std {std}",
-            f"pass --std {got} (or unset SGLANG_DUMMY_INIT_STD here), or {REGENERATE}",
-        )
+        theirs = from_env(recorded, where=f"{path}: source.dummy_init: ")
+    except DraftInputError as e:
+        raise DraftInputError(str(e), hint=REGENERATE) from None
+    for key, mine, got, flag in (
+        ("SGLANG_DUMMY_INIT_STD", init.std, theirs.std, "--std"),
+        ("SGLANG_DUMMY_INIT_EMBED_STD", init.embed_std, theirs.embed_std, "--embed-std"),
+    ):
+        if got != mine:
+            raise _bad(
+                path,
+                f"source.dummy_init.{key}",
+                f"{got} (the server's) != {flag} {mine}",
+                f"pass {flag} {got} (or unset {key} here), or {REGENERATE}",
+            )
 
 
 def request(url: str, text: str, new_tokens: int, timeout: float, vocab: int | None = None) -> dict:

@@ -1,5 +1,5 @@
 """The bench's DeepSeek-V3 target as the server runs it, in plain torch: the weights SGLang's dummy loader makes
-under SGLANG_DUMMY_INIT=normal, and the forward of SGLang 0.5.17's DeepseekV2ForCausalLM.
+under SGLANG_DUMMY_INIT=normal or =successor (bench/dummy_init.py), and the forward of SGLang 0.5.17's DeepseekV2ForCausalLM.
 
 Parameter names, shapes and dtypes are those of SGLang's `DeepseekV3ForCausalLM.state_dict()` at TP1 without
 shared-expert fusion (64 routed experts are not on its fusion allow-list): the dummy loader seeds each
@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-DUMMY_SEED = 1234  # initialize_dummy_weights' default, which DummyModelLoader passes on
+from .dummy_init import SEED as DUMMY_SEED
+from .dummy_init import DummyInit
+
 VOCAB_PAD = 64  # vocab_parallel_embedding.DEFAULT_VOCAB_PADDING_SIZE: embed_tokens and lm_head have padded rows
 RENORM_EPS = 1e-20  # topk.py _RENORMALIZE_SUM_EPSILON
 
@@ -161,22 +163,50 @@ class TargetArch:
         return out
 
 
-def dummy_normal(name: str, shape, dtype: torch.dtype, device, std: float, seed: int = DUMMY_SEED) -> torch.Tensor:
-    """One parameter exactly as the dummy_init_normal patch fills it (same generator kind on the same device)."""
+def _normal(name: str, shape, device, std: float, seed: int) -> torch.Tensor:
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed + zlib.crc32(name.encode()))
+    values = torch.empty(shape, dtype=torch.float32, device=device)
+    values.normal_(0.0, std, generator=generator)
+    return values
+
+
+def dummy_param(
+    name: str, shape, dtype: torch.dtype, device, init: DummyInit, vocab: int, seed: int = DUMMY_SEED
+) -> torch.Tensor:
+    """One parameter exactly as the dummy_init_normal patch fills it (same generator kind on the same device).
+    `vocab`: the config's vocab_size (the successor lm_head leaves the padded rows zero)."""
     module_path, _, leaf = name.rpartition(".")
     if leaf == "weight" and "norm" in module_path.rsplit(".", 1)[-1]:
         return torch.ones(shape, dtype=dtype, device=device)
     if leaf.endswith("bias"):
         return torch.zeros(shape, dtype=dtype, device=device)
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed + zlib.crc32(name.encode()))
-    values = torch.empty(shape, dtype=torch.float32, device=device)
-    values.normal_(0.0, std, generator=generator)
-    return values.to(dtype)
+    if init.mode == "successor" and name.endswith("lm_head.weight"):
+        embed_name = name[: -len("lm_head.weight")] + "model.embed_tokens.weight"
+        embed = _normal(embed_name, shape, device, init.embed_std, seed)[:vocab]
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed + zlib.crc32(name.encode()))
+        order = torch.randperm(vocab, generator=generator, device=device)
+        rows = torch.zeros(shape, dtype=torch.float32, device=device)
+        picked = embed[order]
+        rows[:vocab] = picked / picked.norm(dim=-1, keepdim=True)
+        return rows.to(dtype)
+    std = init.embed_std if init.mode == "successor" and name.endswith("embed_tokens.weight") else init.std
+    return _normal(name, shape, device, std, seed).to(dtype)
 
 
-def dummy_weights(arch: TargetArch, dtype: torch.dtype, device, std: float) -> dict[str, torch.Tensor]:
-    return {n: dummy_normal(n, shape, dt, device, std) for n, (shape, dt) in arch.param_specs(dtype).items()}
+def dummy_weights(arch: TargetArch, dtype: torch.dtype, device, init: DummyInit) -> dict[str, torch.Tensor]:
+    return {
+        n: dummy_param(n, shape, dt, device, init, arch.vocab) for n, (shape, dt) in arch.param_specs(dtype).items()
+    }
+
+
+def successor_of(weights: dict[str, torch.Tensor], vocab: int) -> torch.Tensor:
+    """[vocab] the token a successor-init lm_head ranks first after each token when the residual stream is that
+    token's embedding alone (the structure's intent; the layers add the rest)."""
+    embed = weights["model.embed_tokens.weight"][:vocab].float()
+    head = weights["lm_head.weight"][:vocab].float()
+    return torch.cat([(head @ chunk.T).argmax(0) for chunk in embed.split(1024)])
 
 
 def capture_layers(aux_ids: list[int]) -> list[int]:

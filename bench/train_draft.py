@@ -1,6 +1,6 @@
 """`python -m bench train-draft MODEL_DIR`: train the EAGLE-3 draft of a `bench tinymodel` dir against its target.
 
-The target is the one the server runs with `--load-format dummy` and SGLANG_DUMMY_INIT=normal (the
+The target is the one the server runs with `--load-format dummy` and SGLANG_DUMMY_INIT=normal or successor (the
 dummy_init_normal fixture): bench/target_ref.py rebuilds its weights parameter by parameter and runs SGLang's
 forward in plain torch. The dummy loader draws with the device's generator, so train on the device kind that
 serves (CPU-made weights are another model than CUDA-made ones; train.json records the device).
@@ -25,10 +25,11 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .dummy_init import MODES, DummyInit, from_env
 from .errors import DraftInputError, run_reported
 
 FIRST_TOKEN_AGREES = 0.5  # below: the sequences file was made by other weights (data_from_sequences)
@@ -50,7 +51,7 @@ class TrainOptions:
     batch: int = 16
     lr: float | None = None  # None: LR_WIDTH / the draft's hidden size
     seed: int = 0
-    std: float = 0.02
+    init: DummyInit = field(default_factory=DummyInit)  # the server's dummy weights (SGLANG_DUMMY_INIT*)
     device: str = "auto"
     gen_batch: int = 64
     draft: str = "draft"  # the draft config: MODEL_DIR/<draft>/config.json
@@ -207,7 +208,7 @@ def data_from_sequences(target, seqs, capture: list[int], gen_batch: int) -> tup
         raise DraftInputError(
             f"{seqs.path}: sequences[*].output_ids[0]: the reference's argmax is the server's first token in "
             f"{first_same} of {len(rows)} rows: these sequences were not made by this model's weights",
-            hint="the server must run MODEL_DIR's target with SGLANG_DUMMY_INIT=normal at this --std; "
+            hint="the server must run MODEL_DIR's target with this --dummy-init and --std (SGLANG_DUMMY_INIT*); "
             "write the file again with `python -m bench server-seqs MODEL_DIR --out FILE ...`",
         )
     stats = {
@@ -471,7 +472,7 @@ def plan(opts: TrainOptions) -> str:
     )
     return (
         f"train-draft plan: target {opts.model_dir / 'target'} ({ta.layers} layers, hidden {ta.hidden}, "
-        f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 dummy_init_normal weights, std {opts.std})\n"
+        f"{ta.experts} experts; {param_count(ta) * 2 / 2**30:.1f} GiB of bf16 {opts.init.describe()})\n"
         f"  data: {n} prompts (train {opts.prompts}, held out {opts.eval_prompts}) x {source}, "
         f"aux ids {list(da.aux_ids)}: up to {n * width * k * ta.hidden * 2 / 2**30:.2f} GiB of aux hidden states\n"
         f"  draft: {opts.model_dir / opts.draft} ({trainable / 1e6:.0f}M trainable, lr "
@@ -485,7 +486,7 @@ def _load_sequences(opts: TrainOptions):
 
     assert opts.sequences is not None
     return server_seqs.load(
-        opts.sequences, opts.model_dir, opts.prompts + opts.eval_prompts, opts.new_tokens, opts.steps + 1, opts.std
+        opts.sequences, opts.model_dir, opts.prompts + opts.eval_prompts, opts.new_tokens, opts.steps + 1, opts.init
     )
 
 
@@ -513,7 +514,7 @@ def run(opts: TrainOptions, log=print) -> dict:
     new_tokens = seqs.new_tokens if seqs is not None else opts.new_tokens
     assert new_tokens is not None
     # bf16 as the server holds them; on a CPU the same values are computed in float32
-    weights = dummy_weights(ta, torch.bfloat16, device, opts.std)
+    weights = dummy_weights(ta, torch.bfloat16, device, opts.init)
     if device.type == "cpu":
         weights = {k: v.float() for k, v in weights.items()}
     target = TargetRef(ta, weights)
@@ -574,7 +575,7 @@ def run(opts: TrainOptions, log=print) -> dict:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "target_config_sha256": hashlib.sha256((opts.model_dir / "target" / "config.json").read_bytes()).hexdigest(),
-        "dummy_init": {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": opts.std, "seed": 1234},
+        "dummy_init": opts.init.record(),
         "sequences": {
             "train": len(train_rows),
             "held_out": len(eval_rows),
@@ -653,7 +654,14 @@ def add_cli(sub) -> None:
         "--std",
         type=float,
         default=None,
-        help=f"the server's SGLANG_DUMMY_INIT_STD (default: that variable, else {d.std})",
+        help=f"the server's SGLANG_DUMMY_INIT_STD (default: that variable, else {d.init.std})",
+    )
+    p.add_argument(
+        "--dummy-init",
+        choices=MODES,
+        default=None,
+        help="the server's SGLANG_DUMMY_INIT (default: that variable, else normal); successor's embedding std "
+        "is SGLANG_DUMMY_INIT_EMBED_STD's, as the server's",
     )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--gen-batch", type=int, default=d.gen_batch, help="sequences per target forward")
@@ -661,22 +669,9 @@ def add_cli(sub) -> None:
     p.set_defaults(func=_cli)
 
 
-def _std(given: float | None) -> float:
-    if given is not None:
-        return given
-    env = os.environ.get("SGLANG_DUMMY_INIT_STD", "")
-    try:
-        return float(env) if env else TrainOptions.std
-    except ValueError:
-        raise DraftInputError(
-            f"SGLANG_DUMMY_INIT_STD={env!r} is not a number",
-            hint="set it to the server's value (e.g. 0.02) or pass --std",
-        ) from None
-
-
 def _cli(a) -> int:
     try:
-        std = _std(a.std)
+        init = from_env(mode=a.dummy_init, std=a.std)
     except DraftInputError as e:
         print(f"bench train-draft: {e.render()}", file=sys.stderr)
         return e.exit_code
@@ -692,7 +687,7 @@ def _cli(a) -> int:
         batch=a.batch,
         lr=a.lr,
         seed=a.seed,
-        std=std,
+        init=init,
         device=a.device,
         gen_batch=a.gen_batch,
         draft=a.draft,

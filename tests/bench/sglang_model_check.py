@@ -1,15 +1,15 @@
 """SGLang 0.5.17's own model code against bench/target_ref.py and bench/draft_ref.py (a child process: SGLang's
 distributed state and published server args are process-wide).
 
-    python sglang_model_check.py [--device cpu|cuda] [--checks A,B] [--draft-dir DIR] [--stds 0.02,0.05]
+    python sglang_model_check.py [--device cpu|cuda] [--checks A,B] [--draft-dir DIR] [--stds 0.02,0.05,successor:0.02]
                                  [--strict] SGLANG_PYTHON MODEL_DIR OUT.json
 
 SGLANG_PYTHON: the dir `import sglang` should find, of a tree carrying the full set and dummy_init_normal.
 tests/bench/test_train_draft.py runs every check on the CPU; bench/gpu_runs.sh `draft_check` runs
 target_weights on the GPU (the generator there is CUDA's, the one the server's loader uses), with --strict:
 exit 1 unless every parameter is equal. Checks, each into OUT.json:
-  target_weights    DummyModelLoader with SGLANG_DUMMY_INIT=normal (bf16; and SGLANG_DUMMY_INIT_STD=0.05) vs
-                    target_ref.dummy_weights, parameter by parameter
+  target_weights    DummyModelLoader with SGLANG_DUMMY_INIT=normal (bf16; and SGLANG_DUMMY_INIT_STD=0.05) and
+                    =successor vs target_ref.dummy_weights, parameter by parameter
   target_forward    DeepseekV3ForCausalLM.forward (float32) on an extend then a decode batch, torch_native
                     attention, vs TargetRef: logits and the aux hidden states (ids with num_hidden_layers)
   draft_load        DefaultModelLoader on DRAFT_DIR (LlamaForCausalLMEagle3): every parameter vs the file
@@ -157,14 +157,19 @@ def _maxdiff(a, b) -> float:
 
 
 def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
+    """stds: "0.02" (normal at that std) or "successor:0.02"."""
     import torch
 
-    from bench.target_ref import TargetArch, dummy_normal
+    from bench.dummy_init import DummyInit
+    from bench.target_ref import TargetArch, dummy_param
 
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
     out = {}
-    for std in stds:
-        os.environ.update(SGLANG_DUMMY_INIT="normal", SGLANG_DUMMY_INIT_STD=std)
+    for entry in stds:
+        mode, _, std = entry.rpartition(":")
+        init = DummyInit(mode or "normal", float(std))
+        os.environ.pop("SGLANG_DUMMY_INIT_EMBED_STD", None)  # the patch's default, the DummyInit's
+        os.environ.update(SGLANG_DUMMY_INIT=init.mode, SGLANG_DUMMY_INIT_STD=std)
         model, _ = rt.load(model_dir / "target", "bfloat16", "dummy")
         theirs = model.state_dict()
         specs = arch.param_specs(torch.bfloat16)
@@ -172,10 +177,10 @@ def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
         for n, (shape, dtype) in specs.items():  # one at a time: the Kimi-width target is 34 GiB
             t = theirs.get(n)
             if t is not None and not (
-                t.dtype == dtype and torch.equal(t, dummy_normal(n, shape, dtype, t.device, float(std)))
+                t.dtype == dtype and torch.equal(t, dummy_param(n, shape, dtype, t.device, init, arch.vocab))
             ):
                 unequal.append(n)
-        out[std] = {
+        out[entry] = {
             "sglang_names": list(theirs),
             "ref_names": list(specs),
             "unequal": unequal,
@@ -344,7 +349,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--draft-dir", type=Path, default=None)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--checks", default=",".join(CHECKS))
-    ap.add_argument("--stds", default="0.02,0.05")
+    ap.add_argument("--stds", default="0.02,0.05,successor:0.02", help="STD (normal) or successor:STD, comma-separated")
     ap.add_argument("--strict", action="store_true", help="exit 1 unless every target parameter is equal")
     a = ap.parse_args(argv)
     checks = a.checks.split(",")

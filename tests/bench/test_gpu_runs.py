@@ -247,7 +247,10 @@ def test_train_steps_plan_each_draft(tiny, sglang_tree, tmp_path):
         (f"{tiny}/target", "1056", "[0, 1, 2]", f"{tiny}/draft", f"{tiny}/draft_trained"),
         (f"{tiny}/target", "1056", "[0, 1, 4]", f"{tiny}/draft_edge", f"{tiny}/draft_edge_trained"),
     ]
-    assert f"--eval-prompts 32 --sequences {tiny}/server_seqs.json --dry-run --prompts 1024" in p.stderr
+    assert (
+        f"--eval-prompts 32 --sequences {tiny}/server_seqs.json --dummy-init normal --dry-run --prompts 1024"
+        in p.stderr
+    )
     kimi = tmp_path / "kimi"
     p = _dry_kimi("kimi_train", tiny, kimi, sglang_tree, tmp_path / "o")
     assert p.returncode == 0, p.stderr
@@ -435,3 +438,26 @@ def test_kimi_speed5_takes_its_arms_and_each_side_s_starts(tiny, sglang_tree, tm
     assert "--restarts 7 --max-starts 7 " in eagle and f"--out {out}/kimi_speed5/eagle " in eagle
     assert "--restarts 3 --max-starts 3 " in plain and f"--out {out}/kimi_speed/plain " in plain
     assert "1 arm(s) x 7 to 7 starts" in p.stdout and "1 arm(s) x 3 to 3 starts" in p.stdout
+
+
+def test_successor_steps_use_their_own_model_dirs_and_tell_train_draft(tiny, sglang_tree, tmp_path):
+    """DINIT=successor (bench/dummy_init.py): the proxy's server draws the successor weights, from a model dir of
+    its own (a normal dir's sequences and drafts are another model's), and train-draft's reference draws the same;
+    kimi_seqs is the sequences alone (a bare machine's cold start and the training do not fit one device call)."""
+    kimi, out = tmp_path / "kimi", tmp_path / "o"
+    p = _dry_kimi("kimi_seqs", tiny, kimi, sglang_tree, out, DINIT="successor")
+    assert p.returncode == 0, p.stderr
+    (launch,) = _launches(p.stdout)
+    assert f"-- --model-path {kimi}-successor/target --load-format dummy" in launch
+    assert "{'SGLANG_DUMMY_INIT': 'successor'}" in p.stdout and "train-draft" not in p.stderr
+    assert f"out: {kimi}-successor/server_seqs.json" in p.stdout
+    p = _dry_kimi("kimi_train5", tiny, kimi, sglang_tree, out, DINIT="successor")
+    assert p.returncode == 0, p.stderr
+    assert "--dummy-init successor" in p.stderr and f"out: {kimi}-successor/draft5_trained" in p.stdout
+    assert "successor dummy weights at std 0.02, embeddings at 1" in p.stdout
+    p = _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, DINIT="successor")
+    assert p.returncode == 0, p.stderr
+    assert all(f"--model-path {kimi}-successor/target " in x for x in _launches(p.stdout))
+    assert "--env SGLANG_DUMMY_INIT=successor" in p.stderr and "SGLANG_DUMMY_INIT=normal" not in p.stderr
+    p = _dry_kimi("kimi_seqs", tiny, kimi, sglang_tree, out, DINIT="uniform")
+    assert p.returncode == 2 and "DINIT=uniform: normal or successor" in p.stderr

@@ -43,12 +43,13 @@ def table(model_dir) -> dict[str, dict]:
     """text -> {prompt_ids, output_ids}: what the fake server decodes for each of the bench's prompts."""
     import torch
 
+    from bench.dummy_init import DummyInit
     from bench.target_ref import TargetArch, TargetRef, dummy_weights, greedy
     from bench.train_draft import tokenize
     from bench.workload import fixed_prompts
 
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
-    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()})
+    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", DummyInit()).items()})
     texts = fixed_prompts(PROMPTS + EVAL)
     prompts = tokenize(model_dir, texts)
     ref = greedy(target, prompts, FLIP + 1)
@@ -337,7 +338,11 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
     assert src["patches"] == ["overlay_identity"] and src["set"] == "overlay_identity" and len(src["fingerprint"]) > 8
     assert src["server_args"] == ["--port", str(port), "--model-path", str(model_dir / "target")]
     assert src["env"] == {"SGLANG_DUMMY_INIT": "normal"} and src["model_path"] == str(model_dir / "target")
-    assert src["dummy_init"] == {"SGLANG_DUMMY_INIT": "normal", "SGLANG_DUMMY_INIT_STD": "0.05"}
+    assert src["dummy_init"] == {
+        "SGLANG_DUMMY_INIT": "normal",
+        "SGLANG_DUMMY_INIT_STD": "0.05",
+        "SGLANG_DUMMY_INIT_EMBED_STD": None,
+    }
     assert src["gpus"] == ["NVIDIA H200, 580.159.04"]
     assert [len(r["output_ids"]) for r in doc["sequences"]] == [9, 9, 9]
     (start,) = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
@@ -347,11 +352,14 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
         sock.connect(("127.0.0.1", port))
     # train-draft's reference must draw the server's weights: its --std is checked against the recorded one
     from bench import server_seqs
+    from bench.dummy_init import DummyInit
     from bench.errors import DraftInputError
 
-    assert server_seqs.load(f, model_dir, 3, None, 4, 0.05).new_tokens == 9
-    with pytest.raises(DraftInputError, match=r"source.dummy_init.SGLANG_DUMMY_INIT_STD: '0.05' .* != --std 0.02"):
-        server_seqs.load(f, model_dir, 3, None, 4, 0.02)
+    assert server_seqs.load(f, model_dir, 3, None, 4, DummyInit(std=0.05)).new_tokens == 9
+    with pytest.raises(DraftInputError, match=r"source.dummy_init.SGLANG_DUMMY_INIT_STD: 0.05 .* != --std 0.02"):
+        server_seqs.load(f, model_dir, 3, None, 4, DummyInit())
+    with pytest.raises(DraftInputError, match=r"source.dummy_init.SGLANG_DUMMY_INIT: 'normal': the server drew other"):
+        server_seqs.load(f, model_dir, 3, None, 4, DummyInit("successor", 0.05))
 
 
 def test_no_server_is_exit_2_and_nothing_listening_is_exit_3(model_dir, tmp_path):
@@ -421,12 +429,13 @@ def test_labels_are_the_servers_tokens_where_the_reference_disagrees(seq_file, m
     import torch
 
     from bench import server_seqs
+    from bench.dummy_init import DummyInit
     from bench.target_ref import TargetArch, TargetRef, dummy_weights
     from bench.train_draft import data_from_sequences
 
     seqs = server_seqs.load(seq_file, model_dir, 3, None, 4)
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
-    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()})
+    target = TargetRef(arch, {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", DummyInit()).items()})
     data, stats = data_from_sequences(target, seqs, [0, 1, 2], 2)
     for r in range(3):
         p, out = len(seqs.prompt_ids[r]), seqs.output_ids[r]
@@ -483,11 +492,12 @@ def test_the_saved_draft_loads_and_reproduces_its_metrics(trained, seq_file, mod
 
     from bench import server_seqs
     from bench.draft_ref import DraftArch, Eagle3Draft
+    from bench.dummy_init import DummyInit
     from bench.target_ref import TargetArch, TargetRef, dummy_weights
     from bench.train_draft import data_from_sequences, evaluate
 
     arch = TargetArch.from_config(json.loads((model_dir / "target" / "config.json").read_text()))
-    w = {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", 0.02).items()}
+    w = {k: v.float() for k, v in dummy_weights(arch, torch.bfloat16, "cpu", DummyInit()).items()}
     da = DraftArch.from_config(json.loads((model_dir / "draft_trained" / "config.json").read_text()))
     draft = Eagle3Draft(da, w["model.embed_tokens.weight"][: arch.vocab], w["lm_head.weight"][: arch.vocab], seed=9)
     draft.load_sglang_state(load_file(str(model_dir / "draft_trained" / "model.safetensors")))
@@ -507,8 +517,9 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
         "config": "model.target_config_sha256",
         "tokenizer": "model.tokenizer_sha256",
         "tokenizer_config": "model.tokenizer_sha256",
-        "std": "source.dummy_init.SGLANG_DUMMY_INIT_STD: '0.05' (the server's) != --std 0.02",
-        "uniform": "source.dummy_init.SGLANG_DUMMY_INIT: None: the server did not draw dummy_init_normal",
+        "std": "source.dummy_init.SGLANG_DUMMY_INIT_STD: 0.05 (the server's) != --std 0.02",
+        "uniform": "source.dummy_init.SGLANG_DUMMY_INIT: None: the server drew other weights than the reference",
+        "successor": "source.dummy_init.SGLANG_DUMMY_INIT: 'successor': the server drew other weights than the",
         "weights": "sequences[*].output_ids[0]: the reference's argmax is the server's first token in",
         "vocab": "sequences[3].output_ids: must be a non-empty list of token ids in 0..9999",
         "text": "sequences[5].text: not the bench's prompt",
@@ -530,6 +541,8 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
     elif case in ("std", "uniform"):
         std = {"std": "0.05", "uniform": None}[case]
         doc["source"]["dummy_init"] = {"SGLANG_DUMMY_INIT": std and "normal", "SGLANG_DUMMY_INIT_STD": std}
+    elif case == "successor":
+        doc["source"]["dummy_init"] = {"SGLANG_DUMMY_INIT": "successor"}
     elif case == "weights":
         # another model's continuations (other weights): the first token is the reference's only by chance
         for row in doc["sequences"]:
@@ -560,6 +573,7 @@ def _variant(seq_file: Path, dst: Path, case: str, model: Path) -> tuple[Path, s
         "tokenizer_config",
         "std",
         "uniform",
+        "successor",
         "weights",
         "vocab",
         "text",

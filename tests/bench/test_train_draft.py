@@ -118,15 +118,17 @@ def sglang_checks(pinned_tree, model_dir, trained, tmp_path_factory) -> dict:
 
 
 # ------------------------------------------------------------------ the target the server runs
-@pytest.mark.parametrize("std", ["0.02", "0.05"])
-def test_target_weights_equal_the_patched_dummy_loader(sglang_checks, std):
-    """Every parameter of SGLang's DeepseekV3ForCausalLM after DummyModelLoader (SGLANG_DUMMY_INIT=normal, bf16)
-    equals target_ref.dummy_weights: same names in the same order, dtypes, shapes (padded vocab) and values."""
-    w = sglang_checks["target_weights"][std]
+@pytest.mark.parametrize("entry", ["0.02", "0.05", "successor:0.02"])
+def test_target_weights_equal_the_patched_dummy_loader(sglang_checks, entry):
+    """Every parameter of SGLang's DeepseekV3ForCausalLM after DummyModelLoader (SGLANG_DUMMY_INIT=normal or
+    =successor, bf16) equals target_ref.dummy_weights: same names in the same order, dtypes, shapes (padded vocab)
+    and values (successor: the embeddings at std 1 and the permuted, unit-length lm_head rows too)."""
+    w = sglang_checks["target_weights"][entry]
+    std = float(entry.rpartition(":")[2])
     assert w["sglang_names"] == w["ref_names"] and len(w["ref_names"]) == 55
     assert "model.layers.1.mlp.gate.e_score_correction_bias" in w["ref_names"]
     assert w["unequal"] == []
-    assert abs(w["sglang_std"] - float(std)) < 0.1 * float(std)  # the variable reached the patched loader
+    assert abs(w["sglang_std"] - std) < 0.1 * std  # the variable reached the patched loader
 
 
 def test_the_weight_check_fails_against_upstreams_dummy_loader(sglang_checks):
@@ -150,11 +152,12 @@ def test_target_forward_equals_sglangs(sglang_checks):
 def test_reference_target_is_deterministic_and_the_capture_rule_is_sglangs():
     import torch
 
+    from bench.dummy_init import DummyInit
     from bench.target_ref import TargetArch, capture_layers, dummy_weights
 
     arch = TargetArch.from_config(target_config(SPEC))
-    a = dummy_weights(arch, torch.bfloat16, "cpu", 0.02)
-    b = dummy_weights(arch, torch.bfloat16, "cpu", 0.02)
+    a = dummy_weights(arch, torch.bfloat16, "cpu", DummyInit())
+    b = dummy_weights(arch, torch.bfloat16, "cpu", DummyInit())
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert a["lm_head.weight"].shape == (10048, SPEC.hidden)
     assert capture_layers([1, 2, 3]) == [2, 3, 4] and capture_layers([3, 0, 1]) == [0, 1, 3]
@@ -453,4 +456,13 @@ def test_dry_run_plans_without_writing_and_a_bad_std_variable_is_exit_2(model_di
     assert sorted(x.name for x in d.iterdir()) == ["draft", "draft_bad", "target"]
     monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "abc")
     assert main(["train-draft", str(d), "--dry-run"]) == 2
-    assert "SGLANG_DUMMY_INIT_STD='abc' is not a number" in capsys.readouterr().err
+    assert "SGLANG_DUMMY_INIT_STD='abc' is not a positive number" in capsys.readouterr().err
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_STD", "0.05")
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "successor")  # the server's variable, read as the server reads it
+    assert main(["train-draft", str(d), "--dry-run", "--prompts", "8", "--eval-prompts", "2"]) == 0
+    assert (
+        "successor dummy weights at std 0.05, embeddings at 1, lm_head = embeddings permuted" in capsys.readouterr().out
+    )
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "uniform")
+    assert main(["train-draft", str(d), "--dry-run"]) == 2
+    assert "SGLANG_DUMMY_INIT='uniform' is not one of normal, successor" in capsys.readouterr().err

@@ -83,3 +83,58 @@ def test_normal_dummy_init(weight_utils, monkeypatch):
     wide = _Block()
     weight_utils.initialize_dummy_weights(wide)
     assert abs(wide.experts.float().std().item() - 0.05) < 0.005
+
+
+class _Lm(torch.nn.Module):
+    """The names the successor init reads: model.embed_tokens and lm_head, 70 rows of which 64 are the vocab."""
+
+    def __init__(self, tied: bool = False):
+        super().__init__()
+        self.config = type("Cfg", (), {"vocab_size": 64})()
+        self.model = torch.nn.Module()
+        self.model.embed_tokens = torch.nn.Embedding(70, 128, dtype=torch.bfloat16)
+        self.model.norm = torch.nn.Module()
+        self.model.norm.weight = torch.nn.Parameter(torch.empty(128, dtype=torch.bfloat16))
+        self.q_proj = torch.nn.Linear(128, 128, bias=False, dtype=torch.bfloat16)
+        self.lm_head = torch.nn.Linear(128, 70, bias=False, dtype=torch.bfloat16)
+        if tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+
+def test_successor_dummy_init(weight_utils, monkeypatch):
+    """The lm_head's vocab rows are the embedding's, unit length, in a seeded order (a permutation: every token
+    has one successor), the padded rows zero; the embeddings at SGLANG_DUMMY_INIT_EMBED_STD, the rest as normal."""
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "successor")
+    monkeypatch.delenv("SGLANG_DUMMY_INIT_STD", raising=False)
+    m = _Lm()
+    weight_utils.initialize_dummy_weights(m)
+    e, h = m.model.embed_tokens.weight.float(), m.lm_head.weight.float()
+    assert abs(e.std().item() - 1.0) < 0.05 and abs(m.q_proj.weight.float().std().item() - 0.02) < 0.003
+    assert torch.all(m.model.norm.weight == 1)
+    assert torch.all(h[64:] == 0)
+    assert torch.allclose(h[:64].norm(dim=-1), torch.ones(64), atol=1e-2)
+    unit = e[:64] / e[:64].norm(dim=-1, keepdim=True)
+    match = (h[:64] @ unit.T).argmax(-1)  # the embedding row each head row is
+    assert sorted(match.tolist()) == list(range(64)) and match.tolist() != list(range(64))
+    assert torch.allclose(h[:64], unit[match], atol=1e-2)
+    again = _Lm()
+    weight_utils.initialize_dummy_weights(again)
+    assert torch.equal(again.lm_head.weight, m.lm_head.weight)
+
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_EMBED_STD", "0.5")
+    narrow = _Lm()
+    weight_utils.initialize_dummy_weights(narrow)
+    assert abs(narrow.model.embed_tokens.weight.float().std().item() - 0.5) < 0.03
+    assert torch.equal(narrow.lm_head.weight, m.lm_head.weight)  # unit rows: the same directions
+
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "normal")
+    plain = _Lm()
+    weight_utils.initialize_dummy_weights(plain)
+    assert abs(plain.model.embed_tokens.weight.float().std().item() - 0.02) < 0.003
+    assert torch.all(plain.lm_head.weight.float()[64:] != 0)
+
+
+def test_successor_refuses_a_tied_lm_head(weight_utils, monkeypatch):
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "successor")
+    with pytest.raises(RuntimeError, match="tied to the embeddings"):
+        weight_utils.initialize_dummy_weights(_Lm(tied=True))

@@ -462,6 +462,42 @@ def test_a_forced_switch_returns_its_notes_and_writes_nothing_to_stderr(sglang_t
     assert "force=True" not in cli.stdout + cli.stderr
 
 
+def test_a_forced_revert_from_the_record_returns_its_backup_in_file_notes(tmp_path, sglang_tree, capfd):
+    """`revert(all=True, force=True)` of a tree no pin of the manifest is for (it reverts from what the tree
+    recorded, recorded.py) put its backup and the files found deleted in `.notes`, where no other revert puts them:
+    a caller reading `.file_notes` for the backup found nothing. Now they are file notes, in the API's words, and
+    the command line prints them as it prints any revert's (on stderr)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX, proj)
+    man = proj / "manifest.yaml"
+    pinned = man.read_text()
+    where = dict(project=proj, tree=sglang_tree)
+    topk = sglang_tree / "python" / "sglang" / "srt" / "layers" / "moe" / "topk.py"
+    args = sglang_tree / "python" / "sglang" / "srt" / "server_args.py"
+    api.apply("fx_topk", "fx_args_a", **where)
+    man.write_text(pinned.replace("0.5.17", "0.5.99"))  # no pin of the tree's release left
+    topk.write_text(topk.read_text() + "# by hand\n")
+    args.unlink()
+    capfd.readouterr()
+    res = api.revert(all=True, force=True, **where)
+    assert capfd.readouterr() == ("", "")
+    assert res.backup_dir is not None and res.carried == () and res.reverted == ("fx_topk", "fx_args_a")
+    saved = f"force=True: saved 1 hand-edited file(s) under {res.backup_dir}"
+    gone = "force=True: python/sglang/srt/server_args.py was deleted by hand; nothing to save"
+    assert res.file_notes == (saved, gone), res
+    assert any("reverted from the state it recorded" in n for n in res.notes), res.notes
+    assert not any("force" in n for n in res.notes), res.notes
+    assert (res.backup_dir / "python/sglang/srt/layers/moe/topk.py").read_text().endswith("# by hand\n")
+    man.write_text(pinned)
+    api.apply("fx_topk", **where)
+    man.write_text(pinned.replace("0.5.17", "0.5.99"))
+    topk.write_text(topk.read_text() + "# by hand\n")
+    cli = run_cli("--project", str(proj), "--tree", str(sglang_tree), "revert", "--all", "--force", check_rc=0)
+    assert "sglang-overlay: --force: saved 1 hand-edited file(s) under " in cli.stderr, cli.stderr
+    assert "reverted from the state it recorded" in cli.stdout and "saved" not in cli.stdout, cli.stdout
+    assert "force=True" not in cli.stdout + cli.stderr
+
+
 def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was_made(
     tmp_path, sglang_tree, monkeypatch
 ):

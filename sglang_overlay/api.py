@@ -283,11 +283,10 @@ class Fingerprint:
 def open_tree(ctx: Context) -> Iterator[Any]:
     """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
     leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
-    from .errors import WRITABLE_COPY, writable_copy
     from .fsio import tmp_path, unlink_quietly
     from .transaction import Transaction
 
-    with Transaction.open(ctx.tree, copy=WRITABLE_COPY if ctx.spelling.cli else writable_copy("tree=")) as txn:
+    with Transaction.open(ctx.tree, spelling=ctx.spelling) as txn:
         for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):

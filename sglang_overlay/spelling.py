@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import writable_copy
 from .progname import prog
 
 # The set grammar's options (patchset.py) and the API's arguments for them.
@@ -44,6 +45,19 @@ class Spelling:
     def run(self, words: str, call: str) -> str:
         """A fix to run: the command line's `sglang-overlay WORDS` (quoted as a hint writes it), or the API's call."""
         return f"`{prog()} {words}`" if self.fn is None else call
+
+    @property
+    def copy(self) -> str:
+        """The fix that works on a writable copy of the tree, naming how a tree is given (errors.writable_copy)."""
+        return writable_copy("`--tree DIR`" if self.fn is None else "tree=")
+
+    @property
+    def recover(self) -> str:
+        """What rolls back a change that stopped half-way (a failed rollback keeps its journal for it). The API has
+        no recover(): every call that changes the tree rolls back first."""
+        if self.fn is None:
+            return f"`{prog()} recover` (or any command that changes the tree)"
+        return "the next call that changes the tree (api.apply, api.revert or api.toggle)"
 
     # -- the set grammar's forms (patchset.py) -----------------------------------------------------------------
     def form(self, flag: str) -> str:

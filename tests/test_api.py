@@ -523,3 +523,38 @@ def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was
     assert api.check(context=ctx).ok
     assert not (elsewhere / "other").exists() and not (elsewhere / "cache").exists()
     assert cache_dir() == Path("other")  # held for the API's calls only, not left behind for the caller
+
+
+# -- refusals reached through the API, in its words -----------------------------------------------------------------
+def _cli_context(proj: Path, tree: Path):
+    """The context the command line makes (commands call the API with it): its refusals keep the CLI's words."""
+    from sglang_overlay.context import Context
+    from sglang_overlay.spelling import CLI
+
+    return Context(proj / "manifest.yaml", str(tree), tree_env=None, cache_env=None, spelling=CLI)
+
+
+def test_a_failed_rollback_names_what_rolls_it_back_in_the_apis_words(sglang_tree, monkeypatch):
+    """A change that stopped, and whose rollback failed too, named `sglang-overlay recover` to an API caller; the
+    API's own calls that change the tree roll it back first. Its journal is kept, and they do."""
+    from sglang_overlay import transaction
+    from sglang_overlay.errors import OSFailure
+
+    def stop(self, *args):
+        raise OSError(5, "Input/output error", "topk.py")
+
+    before = tree_snapshot(sglang_tree)
+    hints = []
+    for context in (dict(project=FIX, tree=sglang_tree), dict(context=_cli_context(FIX, sglang_tree))):
+        with monkeypatch.context() as m:
+            m.setattr(transaction.Transaction, "_replace", stop)
+            m.setattr(transaction.Transaction, "_roll_back", stop)
+            with pytest.raises(OSFailure) as e:
+                api.apply("fx_topk", **context)
+        assert "the journal" in str(e.value) and "rolling it back failed too" in str(e.value), e.value
+        hints.append(e.value.hint or "")
+        assert api.revert(all=True, project=FIX, tree=sglang_tree).carried == ()  # the journal rolled back first
+        assert tree_snapshot(sglang_tree) == before
+    said = "once the cause is fixed, the next call that changes the tree (api.apply, api.revert or api.toggle)"
+    assert hints[0] == f"{said} rolls it back", hints
+    assert hints[1].endswith(" recover` (or any command that changes the tree) rolls it back"), hints

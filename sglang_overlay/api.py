@@ -375,7 +375,7 @@ def status(
         for p in m.patches:
             detail, mine, modes = "", tuple[str, ...](), tuple[str, ...]()
             if isinstance(p, UpstreamedPatch):
-                res = prove(p, read_base)
+                res = prove(p, read_base, copy=ctx.spelling.copy)
                 st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
             elif p.name in state.applied:
                 edited = tuple(sorted(f for f, r in drift.items() if p.name in r.patches))

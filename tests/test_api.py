@@ -534,6 +534,26 @@ def _cli_context(proj: Path, tree: Path):
     return Context(proj / "manifest.yaml", str(tree), tree_env=None, cache_env=None, spelling=CLI)
 
 
+def test_a_scratch_copy_that_cannot_be_written_names_the_apis_tree_argument(sglang_tree, monkeypatch):
+    """git apply failing to write its scratch copy (a read-only file system) had its fix in the command line's
+    words, `--tree DIR`, whoever called (compose._raise_if_io)."""
+    from sglang_overlay import compose
+    from sglang_overlay.errors import OSFailure
+    from sglang_overlay.gitcmd import GitResult
+
+    def read_only(*args, cwd):
+        return GitResult(args, 1, "", "error: unable to write file topk.py: Read-only file system\n")
+
+    monkeypatch.setattr(compose, "git_outside_repo", read_only)
+    with pytest.raises(OSFailure) as e:
+        api.apply("fx_topk", project=FIX, tree=sglang_tree)
+    assert "work on a writable copy (tree=)" in (e.value.hint or ""), e.value.hint
+    assert "--" not in f"{e.value}\n{e.value.hint}"
+    with pytest.raises(OSFailure) as e:
+        api.apply("fx_topk", context=_cli_context(FIX, sglang_tree))
+    assert "work on a writable copy (`--tree DIR`)" in (e.value.hint or ""), e.value.hint
+
+
 def test_a_failed_rollback_names_what_rolls_it_back_in_the_apis_words(sglang_tree, monkeypatch):
     """A change that stopped, and whose rollback failed too, named `sglang-overlay recover` to an API caller; the
     API's own calls that change the tree roll it back first. Its journal is kept, and they do."""

@@ -534,6 +534,70 @@ def _cli_context(proj: Path, tree: Path):
     return Context(proj / "manifest.yaml", str(tree), tree_env=None, cache_env=None, spelling=CLI)
 
 
+def _other_release_project(tmp_path: Path, tree: Path, *, pin_too: bool) -> Path:
+    """A project that pins 0.5.99 and a 0.5.17 tree that carries fx_topk (applied while it pinned 0.5.17);
+    `pin_too`: the 0.5.17 set kept as the project's pin pins/0.5.17/."""
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX, proj)
+    api.apply("fx_topk", project=proj, tree=tree)
+    if pin_too:
+        shutil.copytree(FIX, proj / "pins" / "0.5.17")
+    man = proj / "manifest.yaml"
+    man.write_text(man.read_text().replace("0.5.17", "0.5.99"))
+    return proj
+
+
+def test_a_tree_of_another_release_is_refused_in_the_apis_words(tmp_path, sglang_tree):
+    """The refusal of a tree no pin of the manifest is for (treepin.py) told an API caller to run `--tree DIR
+    revert --all`, `rebase` and `fetch` as the command line's user typed them, with none of that caller's project
+    in them. Now: api.revert(all=True, tree=...), and the commands the API has no function for with the project's
+    manifest named; the command line's words are as they were."""
+    from sglang_overlay.errors import VersionMismatch
+
+    proj = _other_release_project(tmp_path, sglang_tree, pin_too=False)
+    man = proj / "manifest.yaml"
+    with pytest.raises(VersionMismatch) as e:
+        api.apply("fx_args_a", project=proj, tree=sglang_tree)
+    hint = e.value.hint or ""
+    assert f"api.revert(all=True, tree={str(sglang_tree)!r}) takes out what the tree carries" in hint, hint
+    assert f" --manifest {man} rebase 0.5.17` makes one from the 0.5.99 set" in hint, hint
+    assert f"use a 0.5.99 tree (`sglang-overlay --manifest {man} fetch` makes one)" in hint, hint
+    assert "--tree" not in f"{e.value}\n{hint}"
+    res = run_cli("--project", str(proj), "--tree", str(sglang_tree), "apply", "fx_args_a", check_rc=2)
+    assert f" --project {proj} --tree {sglang_tree} revert --all` takes out what the tree carries" in res.stderr
+    assert f" --project {proj} rebase 0.5.17` makes one" in res.stderr and "--manifest" not in res.stderr
+    assert "api." not in res.stderr, res.stderr
+    assert api.revert(all=True, tree=sglang_tree, project=proj).reverted == ("fx_topk",)  # the way out it names
+
+
+def test_a_pin_of_the_trees_release_is_named_as_a_command_line_that_works(tmp_path, sglang_tree):
+    """The API selects no pin: the pin of the tree's release is named as the command line that uses it, with the
+    manifest and the tree an API caller gave (not the command line's `--pin VERSION` alone), and it runs."""
+    import shlex
+
+    from sglang_overlay.errors import VersionMismatch
+
+    proj = _other_release_project(tmp_path, sglang_tree, pin_too=True)
+    with pytest.raises(VersionMismatch) as e:
+        api.status(project=proj, tree=sglang_tree).patch("fx_topk")
+        api.apply("fx_args_a", project=proj, tree=sglang_tree)
+    hint = e.value.hint or ""
+    said = re.search(r"this project has a pin for 0\.5\.17: `([^`]+)` \(and apply, revert, \.\.\.\)", hint)
+    assert said is not None and "--tree" not in hint.replace(said.group(1), ""), hint
+    words = shlex.split(said.group(1))
+    assert words[0] == "sglang-overlay" and words[1:] == [
+        "--manifest",
+        str(proj / "manifest.yaml"),
+        "--pin",
+        "0.5.17",
+        "--tree",
+        str(sglang_tree),
+        "status",
+    ], words
+    res = run_cli(*words[1:], cwd=tmp_path, check_rc=0)
+    assert "fx_topk" in res.stdout and "applied" in res.stdout, res.stdout
+
+
 def test_a_scratch_copy_that_cannot_be_written_names_the_apis_tree_argument(sglang_tree, monkeypatch):
     """git apply failing to write its scratch copy (a read-only file system) had its fix in the command line's
     words, `--tree DIR`, whoever called (compose._raise_if_io)."""

@@ -283,11 +283,10 @@ class Fingerprint:
 def open_tree(ctx: Context) -> Iterator[Any]:
     """The tree locked and rolled back to a finished state; also removes the temp files a killed `refresh` can
     leave beside this manifest's patch and overlay files (they are outside the tree's journal)."""
-    from .errors import WRITABLE_COPY, writable_copy
     from .fsio import tmp_path, unlink_quietly
     from .transaction import Transaction
 
-    with Transaction.open(ctx.tree, copy=WRITABLE_COPY if ctx.spelling.cli else writable_copy("tree=")) as txn:
+    with Transaction.open(ctx.tree, spelling=ctx.spelling) as txn:
         for p in ctx.manifest.changes(ctx.manifest.names):
             for src in ([p.diff.path] if p.diff is not None else []) + [p.overlay_source(f) for f in p.overlay]:
                 if os.path.lexists(tmp_path(src)):
@@ -376,7 +375,7 @@ def status(
         for p in m.patches:
             detail, mine, modes = "", tuple[str, ...](), tuple[str, ...]()
             if isinstance(p, UpstreamedPatch):
-                res = prove(p, read_base)
+                res = prove(p, read_base, copy=ctx.spelling.copy)
                 st, detail = ("upstreamed" if res.holds else "proof-failed"), f"{p.upstream.describe()}: {res.detail}"
             elif p.name in state.applied:
                 edited = tuple(sorted(f for f, r in drift.items() if p.name in r.patches))

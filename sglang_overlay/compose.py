@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import scratch as scratch_dirs
-from .errors import Conflict, os_failure
+from .errors import WRITABLE_COPY, Conflict, os_failure
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Change
@@ -48,11 +48,14 @@ class Composed:
     offsets: list[Offset] = field(default_factory=list)
 
 
-def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reverse: bool = False) -> Composed:
+def compose(
+    base: Mapping[str, bytes | None], patches: Iterable[Change], *, reverse: bool = False, copy: str = WRITABLE_COPY
+) -> Composed:
     """Apply `patches` in order to `base` (repo path -> content, None if absent).
 
     `base` must hold every file the patches touch. With reverse=True each diff is reverse-applied (to prove
-    an upstreamed change, or to strip later patches off a hand-edited file in `refresh`).
+    an upstreamed change, or to strip later patches off a hand-edited file in `refresh`). `copy`: the fix that
+    works on a copy of the tree, in the caller's words (Spelling.copy), for a scratch copy that cannot be written.
     """
     patches = list(patches)
     contents = dict(base)
@@ -73,7 +76,7 @@ def compose(base: Mapping[str, bytes | None], patches: Iterable[Change], *, reve
         for patch in patches:
             diff = patch.diff
             if diff is not None and diff.body:
-                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, diff, reverse)
+                out = outputs[patch.name] if outputs is not None else _git_apply(scratch, patch, diff, reverse, copy)
                 offsets_of(patch.name, diff, out, result.offsets, shifts)
                 for h in diff.hunks:
                     delta = len(h.added) - len(h.removed)
@@ -163,14 +166,14 @@ def _git_apply_all(scratch: Path, patches: list[Change], reverse: bool) -> dict[
     return {name: "\n".join(lines) for name, lines in parts.items()}
 
 
-def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool) -> str:
+def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool, copy: str) -> str:
     pfile = scratch.parent / "change.patch"
     write_plain(pfile, diff.applicable)
     args = ["apply", "--verbose", "--whitespace=nowarn"] + (["--reverse"] if reverse else []) + [str(pfile)]
     res = git_outside_repo(*args, cwd=scratch)
     out = res.stdout + res.stderr
     if res.returncode != 0:
-        _raise_if_io(out, scratch)
+        _raise_if_io(out, scratch, copy)
         raise Conflict(
             explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
             hint=f"the tree no longer matches what {patch.name} expects: update the patch "
@@ -205,7 +208,7 @@ IO_ERRORS = {
 }
 
 
-def _raise_if_io(git_output: str, scratch: Path) -> None:
+def _raise_if_io(git_output: str, scratch: Path, copy: str) -> None:
     """A git apply that failed to write its scratch copy is a full or read-only $TMPDIR, not a conflict."""
     for text, code in IO_ERRORS.items():
         if text in git_output:
@@ -213,6 +216,7 @@ def _raise_if_io(git_output: str, scratch: Path) -> None:
                 OSError(code, text, str(scratch)),
                 "git apply cannot write its scratch copy in",
                 "nothing was changed (set TMPDIR to a directory with room to change where it works)",
+                copy=copy,
             )
 
 

@@ -34,7 +34,8 @@ from .tree import Tree
 
 
 def revert_recorded(txn: Transaction, *, force: bool, spelling: Spelling) -> tuple[Outcome, list[str]]:
-    """Take out everything the locked tree carries. Returns what was done and the notes for the user."""
+    """Take out everything the locked tree carries. Returns what was done (with what --force did to files, in its
+    notes) and the notes on the tree for the user."""
     state, tree = txn.state, txn.tree
     found = tree.version()
     moved = state.pin_version is not None and found is not None and state.pin_version != found
@@ -74,12 +75,13 @@ def revert_recorded(txn: Transaction, *, force: bool, spelling: Spelling) -> tup
             f"left as it is: {f}: {why}"
             + (f"; its SGLang {state.pin_version} file is saved as {backup_dir}/{copy}" if copy in kept else "")
         )
-    if saved:
-        notes.append(f"{spelling.on('force')}: saved {len(saved)} hand-edited file(s) under {backup_dir}")
+    # what --force did to files is the Outcome's, as the switch's is: the API returns it in file_notes, where its
+    # callers look for a backup; in the notes it was the one revert whose backup was not there
+    forced = [f"{spelling.on('force')}: saved {len(saved)} hand-edited file(s) under {backup_dir}"] if saved else []
     # the switch's revert says the same: a file put back with no backup must not pass in silence
     gone = [f for f in sorted(edited) if current[f] is None]
-    notes += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
-    outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir)
+    forced += [f"{spelling.on('force')}: {f} was deleted by hand; nothing to save" for f in gone]
+    outcome = Outcome((), (), tuple(state.applied), tuple(sorted(writes)), [], None, backup_dir, tuple(forced))
     return outcome, notes
 
 

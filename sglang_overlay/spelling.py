@@ -8,8 +8,11 @@ Context carries the Spelling of whoever made it, and each module that words a re
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
+from .errors import writable_copy
 from .progname import prog
 
 # The set grammar's options (patchset.py) and the API's arguments for them.
@@ -41,9 +44,31 @@ class Spelling:
         """What a refusal of the argument `name` starts with: --tree, or api.status: tree=."""
         return self.arg(name) if self.fn is None else f"api.{self.fn}: {self.arg(name)}"
 
-    def run(self, words: str, call: str) -> str:
-        """A fix to run: the command line's `sglang-overlay WORDS` (quoted as a hint writes it), or the API's call."""
-        return f"`{prog()} {words}`" if self.fn is None else call
+    def run(self, words: str, call: str, *, pin: bool = True) -> str:
+        """A fix to run: the command line's `sglang-overlay WORDS` (quoted as a hint writes it), or the API's call.
+        `pin=False`: WORDS name their own pin, or need none (progname.prog)."""
+        return f"`{prog(pin=pin)} {words}`" if self.fn is None else call
+
+    def command(self, words: str, manifest: Path, *, pin: bool = True) -> str:
+        """A fix the API has no function for (fetch, rebase, a pin other than the manifest's): the command line's
+        `sglang-overlay WORDS` as the user typed it; for an API caller, who typed none, with the manifest named, so
+        that it acts on the same project from any directory."""
+        if self.fn is None:
+            return f"`{prog(pin=pin)} {words}`"
+        return f"`{prog(project=False, pin=False)} --manifest {shlex.quote(str(manifest))} {words}`"
+
+    @property
+    def copy(self) -> str:
+        """The fix that works on a writable copy of the tree, naming how a tree is given (errors.writable_copy)."""
+        return writable_copy("`--tree DIR`" if self.fn is None else "tree=")
+
+    @property
+    def recover(self) -> str:
+        """What rolls back a change that stopped half-way (a failed rollback keeps its journal for it). The API has
+        no recover(): every call that changes the tree rolls back first."""
+        if self.fn is None:
+            return f"`{prog()} recover` (or any command that changes the tree)"
+        return "the next call that changes the tree (api.apply, api.revert or api.toggle)"
 
     # -- the set grammar's forms (patchset.py) -----------------------------------------------------------------
     def form(self, flag: str) -> str:

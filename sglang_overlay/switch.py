@@ -89,9 +89,10 @@ def rebuild_bases(store: ObjectStore, state: State, current: Contents) -> Conten
 
 
 def target_contents(
-    manifest: Manifest, target: tuple[PatchChange, ...], base: Contents
+    manifest: Manifest, target: tuple[PatchChange, ...], base: Contents, copy: str
 ) -> tuple[Contents, list[Offset], str]:
-    """The bytes every needed file should hold: its base with the target composed on it, and the identity module."""
+    """The bytes every needed file should hold: its base with the target composed on it, and the identity module.
+    `copy`: the fix that works on a copy of the tree, in the caller's words (compose)."""
     fp = fingerprint(manifest, [p.name for p in target])
     contents = dict(base)
     if not target:  # back to the bases: nothing to compose, and no git or scratch directory to import for it
@@ -99,7 +100,7 @@ def target_contents(
     from .compose import compose
 
     patch_files = sorted({f for p in target for f in p.files})
-    composed = compose({f: base[f] for f in patch_files}, target)
+    composed = compose({f: base[f] for f in patch_files}, target, copy=copy)
     contents.update(composed.contents)
     contents[IDENTITY_PATH] = identity_module(manifest, target, fp)
     return contents, composed.offsets, fp
@@ -221,7 +222,7 @@ def switch(
     needed = files_needed(target, state)
     current = read_current(tree, needed)
     base = rebuild_bases(txn.store, state, current)
-    contents, offsets, fp = target_contents(manifest, target, base)
+    contents, offsets, fp = target_contents(manifest, target, base, txn.copy)
     records = file_records(target, base, contents)
     edited = keep_hand_edits(state, current, contents, records)
     if edited and not force:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from . import interrupts, scratch
-from .errors import WRITABLE_COPY, Conflict, OSFailure, StateError, os_failure
+from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (
     Barrier,
     atomic_write,
@@ -41,8 +41,8 @@ from .fsio import (
     write_tmp,
 )
 from .journal import BACKUP_NAME, Entry, Journal, read_journal
-from .progname import prog
 from .repopath import JOURNAL_NAME, REPO_PACKAGE_PREFIX, STATE_NAME
+from .spelling import CLI, Spelling
 from .state import ObjectStore, State, digest_of, load_state, sha256
 from .tree import Tree
 from .treeread import OBJECTS, lock
@@ -79,9 +79,10 @@ def _real_dir(path: Path) -> Path:
 
 
 class Transaction:
-    def __init__(self, tree: Tree, state_dir: Path, copy: str = WRITABLE_COPY):
+    def __init__(self, tree: Tree, state_dir: Path, spelling: Spelling = CLI):
         self.tree = tree
-        self.copy = copy  # the fix that works on a copy of the tree, in the caller's words (errors.writable_copy)
+        self.spelling = spelling  # whose words a refusal's fix is in: the command line's, or the API's
+        self.copy = spelling.copy  # the fix that works on a copy of the tree, in those words
         self.dir = state_dir
         self.state_path = state_dir / STATE_NAME
         self.journal_path = state_dir / JOURNAL_NAME
@@ -91,13 +92,13 @@ class Transaction:
 
     @classmethod
     @contextmanager
-    def open(cls, tree: Tree, *, copy: str = WRITABLE_COPY) -> Iterator[Transaction]:
-        """Lock the tree, roll back what a killed command left, clean up, read the state. `copy`: how an OS
-        refusal tells its caller to work on a copy of the tree (the API's tree=, not the command line's --tree)."""
+    def open(cls, tree: Tree, *, spelling: Spelling = CLI) -> Iterator[Transaction]:
+        """Lock the tree, roll back what a killed command left, clean up, read the state. `spelling`: the caller's
+        words for a refusal's fix (a copy of the tree: the API's tree=, not the command line's --tree)."""
         state_dir = tree.checked_state_dir()
-        fd = lock(tree, state_dir, exclusive=True, copy=copy)
+        fd = lock(tree, state_dir, exclusive=True, copy=spelling.copy)
         try:
-            txn = cls(tree, state_dir, copy)
+            txn = cls(tree, state_dir, spelling)
             with interrupts.held():
                 txn.recovered = txn.recover()
                 txn.state = load_state(txn.state_path)
@@ -399,8 +400,7 @@ class Transaction:
             raise OSFailure(
                 f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
                 f"{self.journal_path} is kept",
-                hint=f"once the cause is fixed, `{prog()} recover` "
-                "(or any command that changes the tree) rolls it back",
+                hint=f"once the cause is fixed, {self.spelling.recover} rolls it back",
             ) from None
         if isinstance(err, KeyboardInterrupt):
             print(f"sglang-overlay: interrupted: rolled back, {self.tree.root} is as it was", file=sys.stderr)

@@ -5,14 +5,15 @@ Such a tree is what an upgrade under applied patches leaves (`pip install -U`, `
 or the release tree of a pin that was since removed. The bare "this tree is X, the manifest pins Y" named no
 way out: `--pin X` needs a pin for X, `rebase X` refuses a tree that carries patches, and revert refused the
 version, so only `rm -rf` was left. `revert --all` now works from the tree's recorded state (recorded.py), and
-every refusal says so."""
+every refusal says so, in its caller's words (the Context's Spelling): the API has no pin, rebase or fetch, so an
+API caller is given those as command lines that name the project, and the revert as api.revert."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from .errors import VersionMismatch
-from .progname import prog
 from .tree import Tree, carried, embedded_path
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def refusal(ctx: Context) -> VersionMismatch:
             f"{tree.root}: cannot tell which SGLang version this tree holds (no python/sglang/_version.py, no "
             f"dist-info, no tag); the manifest pins {expected}"
         )
-        fixes = [f"use the pinned release (`{prog()} fetch`) or check out tag v{expected}"]
+        fixes = [f"use the pinned release ({ctx.spelling.command('fetch', m.path)}) or check out tag v{expected}"]
     else:
         what = f"{tree.root}: this tree is SGLang {found}, the manifest pins {expected}"
         fixes = [_fix_for(ctx, tree, found, expected)]
@@ -46,7 +47,7 @@ def refusal(ctx: Context) -> VersionMismatch:
     carries = carried(tree.state_dir)
     if carries:  # first: a rebase to the tree's release, the other way out, needs its tree to carry nothing
         what += f"; the tree carries {', '.join(carries)}"
-        fixes.insert(0, _revert_hint(tree))
+        fixes.insert(0, _revert_hint(ctx, tree))
     return VersionMismatch(what, hint="; ".join(fixes))
 
 
@@ -63,20 +64,23 @@ def _pins(ctx: Context) -> list[str]:
 
 
 def _fix_for(ctx: Context, tree: Tree, found: str, expected: str) -> str:
-    at = "" if tree.root == embedded_path(ctx.project_root, found).resolve() else f" --tree {tree.root}"
+    sp, top = ctx.spelling, ctx.top_manifest.path
     if found in _pins(ctx):
-        return (
-            f"this project has a pin for {found}: `{prog(pin=False)} --pin {found}{at} status` (and apply, revert, ...)"
-        )
-    pin = "" if ctx.manifest.path == ctx.top_manifest.path else f" --pin {expected}"
+        # an API caller's tree may be tree= or $SGLANG_OVERLAY_TREE, which a command line run elsewhere lacks
+        embedded = sp.cli and tree.root == embedded_path(ctx.project_root, found).resolve()
+        at = "" if embedded else f" --tree {tree.root if sp.cli else shlex.quote(str(tree.root))}"
+        run = sp.command(f"--pin {found}{at} status", top, pin=False)
+        return f"this project has a pin for {found}: {run} (and apply, revert, ...)"
+    pin = "" if ctx.manifest.path == top else f"--pin {expected} "
+    rebase, fetch = (sp.command(f"{pin}{what}", top, pin=False) for what in (f"rebase {found}", "fetch"))
     return (
-        f"no pin of this project is for {found}: `{prog(pin=False)}{pin} rebase {found}` makes one from the {expected} "
-        f"set; or use a {expected} tree (`{prog(pin=False)}{pin} fetch` makes one)"
+        f"no pin of this project is for {found}: {rebase} makes one from the {expected} set; or use a {expected} "
+        f"tree ({fetch} makes one)"
     )
 
 
-def _revert_hint(tree: Tree) -> str:
-    return (
-        f"`{prog(pin=False)} --tree {tree.root} revert --all` takes out what the tree carries, from what it recorded "
-        "(no pin of its release needed)"
+def _revert_hint(ctx: Context, tree: Tree) -> str:
+    run = ctx.spelling.run(
+        f"--tree {tree.root} revert --all", f"api.revert(all=True, tree={str(tree.root)!r})", pin=False
     )
+    return f"{run} takes out what the tree carries, from what it recorded (no pin of its release needed)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import Conflict
+from .errors import WRITABLE_COPY, Conflict
 from .manifest import UpstreamedPatch
 from .pysymbols import has_symbols
 
@@ -16,8 +16,9 @@ class ProofResult:
     detail: str
 
 
-def prove(patch: UpstreamedPatch, read: Callable[[str], bytes | None]) -> ProofResult:
-    """`read(repo_path)` gives a file of the tree to test (None if absent)."""
+def prove(patch: UpstreamedPatch, read: Callable[[str], bytes | None], *, copy: str = WRITABLE_COPY) -> ProofResult:
+    """`read(repo_path)` gives a file of the tree to test (None if absent). `copy`: the fix that works on a copy of
+    the tree, in the caller's words (compose), for a scratch copy that cannot be written."""
     problems: list[str] = []
     evidence: list[str] = []
     proof = patch.proof
@@ -39,7 +40,7 @@ def prove(patch: UpstreamedPatch, read: Callable[[str], bytes | None]) -> ProofR
 
         base = {f: read(f) for f in original.diff.files}
         try:
-            compose(base, [original], reverse=True)
+            compose(base, [original], reverse=True, copy=copy)
             evidence.append("the original change reverse-applies")
         except Conflict as e:
             problems.append(f"the original change does not reverse-apply: {str(e).splitlines()[-1].strip()}")

@@ -462,6 +462,42 @@ def test_a_forced_switch_returns_its_notes_and_writes_nothing_to_stderr(sglang_t
     assert "force=True" not in cli.stdout + cli.stderr
 
 
+def test_a_forced_revert_from_the_record_returns_its_backup_in_file_notes(tmp_path, sglang_tree, capfd):
+    """`revert(all=True, force=True)` of a tree no pin of the manifest is for (it reverts from what the tree
+    recorded, recorded.py) put its backup and the files found deleted in `.notes`, where no other revert puts them:
+    a caller reading `.file_notes` for the backup found nothing. Now they are file notes, in the API's words, and
+    the command line prints them as it prints any revert's (on stderr)."""
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX, proj)
+    man = proj / "manifest.yaml"
+    pinned = man.read_text()
+    where = dict(project=proj, tree=sglang_tree)
+    topk = sglang_tree / "python" / "sglang" / "srt" / "layers" / "moe" / "topk.py"
+    args = sglang_tree / "python" / "sglang" / "srt" / "server_args.py"
+    api.apply("fx_topk", "fx_args_a", **where)
+    man.write_text(pinned.replace("0.5.17", "0.5.99"))  # no pin of the tree's release left
+    topk.write_text(topk.read_text() + "# by hand\n")
+    args.unlink()
+    capfd.readouterr()
+    res = api.revert(all=True, force=True, **where)
+    assert capfd.readouterr() == ("", "")
+    assert res.backup_dir is not None and res.carried == () and res.reverted == ("fx_topk", "fx_args_a")
+    saved = f"force=True: saved 1 hand-edited file(s) under {res.backup_dir}"
+    gone = "force=True: python/sglang/srt/server_args.py was deleted by hand; nothing to save"
+    assert res.file_notes == (saved, gone), res
+    assert any("reverted from the state it recorded" in n for n in res.notes), res.notes
+    assert not any("force" in n for n in res.notes), res.notes
+    assert (res.backup_dir / "python/sglang/srt/layers/moe/topk.py").read_text().endswith("# by hand\n")
+    man.write_text(pinned)
+    api.apply("fx_topk", **where)
+    man.write_text(pinned.replace("0.5.17", "0.5.99"))
+    topk.write_text(topk.read_text() + "# by hand\n")
+    cli = run_cli("--project", str(proj), "--tree", str(sglang_tree), "revert", "--all", "--force", check_rc=0)
+    assert "sglang-overlay: --force: saved 1 hand-edited file(s) under " in cli.stderr, cli.stderr
+    assert "reverted from the state it recorded" in cli.stdout and "saved" not in cli.stdout, cli.stdout
+    assert "force=True" not in cli.stdout + cli.stderr
+
+
 def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was_made(
     tmp_path, sglang_tree, monkeypatch
 ):
@@ -487,3 +523,122 @@ def test_a_relative_cache_from_the_environment_is_the_cache_when_the_context_was
     assert api.check(context=ctx).ok
     assert not (elsewhere / "other").exists() and not (elsewhere / "cache").exists()
     assert cache_dir() == Path("other")  # held for the API's calls only, not left behind for the caller
+
+
+# -- refusals reached through the API, in its words -----------------------------------------------------------------
+def _cli_context(proj: Path, tree: Path):
+    """The context the command line makes (commands call the API with it): its refusals keep the CLI's words."""
+    from sglang_overlay.context import Context
+    from sglang_overlay.spelling import CLI
+
+    return Context(proj / "manifest.yaml", str(tree), tree_env=None, cache_env=None, spelling=CLI)
+
+
+def _other_release_project(tmp_path: Path, tree: Path, *, pin_too: bool) -> Path:
+    """A project that pins 0.5.99 and a 0.5.17 tree that carries fx_topk (applied while it pinned 0.5.17);
+    `pin_too`: the 0.5.17 set kept as the project's pin pins/0.5.17/."""
+    proj = tmp_path / "proj"
+    shutil.copytree(FIX, proj)
+    api.apply("fx_topk", project=proj, tree=tree)
+    if pin_too:
+        shutil.copytree(FIX, proj / "pins" / "0.5.17")
+    man = proj / "manifest.yaml"
+    man.write_text(man.read_text().replace("0.5.17", "0.5.99"))
+    return proj
+
+
+def test_a_tree_of_another_release_is_refused_in_the_apis_words(tmp_path, sglang_tree):
+    """The refusal of a tree no pin of the manifest is for (treepin.py) told an API caller to run `--tree DIR
+    revert --all`, `rebase` and `fetch` as the command line's user typed them, with none of that caller's project
+    in them. Now: api.revert(all=True, tree=...), and the commands the API has no function for with the project's
+    manifest named; the command line's words are as they were."""
+    from sglang_overlay.errors import VersionMismatch
+
+    proj = _other_release_project(tmp_path, sglang_tree, pin_too=False)
+    man = proj / "manifest.yaml"
+    with pytest.raises(VersionMismatch) as e:
+        api.apply("fx_args_a", project=proj, tree=sglang_tree)
+    hint = e.value.hint or ""
+    assert f"api.revert(all=True, tree={str(sglang_tree)!r}) takes out what the tree carries" in hint, hint
+    assert f" --manifest {man} rebase 0.5.17` makes one from the 0.5.99 set" in hint, hint
+    assert f"use a 0.5.99 tree (`sglang-overlay --manifest {man} fetch` makes one)" in hint, hint
+    assert "--tree" not in f"{e.value}\n{hint}"
+    res = run_cli("--project", str(proj), "--tree", str(sglang_tree), "apply", "fx_args_a", check_rc=2)
+    assert f" --project {proj} --tree {sglang_tree} revert --all` takes out what the tree carries" in res.stderr
+    assert f" --project {proj} rebase 0.5.17` makes one" in res.stderr and "--manifest" not in res.stderr
+    assert "api." not in res.stderr, res.stderr
+    assert api.revert(all=True, tree=sglang_tree, project=proj).reverted == ("fx_topk",)  # the way out it names
+
+
+def test_a_pin_of_the_trees_release_is_named_as_a_command_line_that_works(tmp_path, sglang_tree):
+    """The API selects no pin: the pin of the tree's release is named as the command line that uses it, with the
+    manifest and the tree an API caller gave (not the command line's `--pin VERSION` alone), and it runs."""
+    import shlex
+
+    from sglang_overlay.errors import VersionMismatch
+
+    proj = _other_release_project(tmp_path, sglang_tree, pin_too=True)
+    with pytest.raises(VersionMismatch) as e:
+        api.status(project=proj, tree=sglang_tree).patch("fx_topk")
+        api.apply("fx_args_a", project=proj, tree=sglang_tree)
+    hint = e.value.hint or ""
+    said = re.search(r"this project has a pin for 0\.5\.17: `([^`]+)` \(and apply, revert, \.\.\.\)", hint)
+    assert said is not None and "--tree" not in hint.replace(said.group(1), ""), hint
+    words = shlex.split(said.group(1))
+    assert words[0] == "sglang-overlay" and words[1:] == [
+        "--manifest",
+        str(proj / "manifest.yaml"),
+        "--pin",
+        "0.5.17",
+        "--tree",
+        str(sglang_tree),
+        "status",
+    ], words
+    res = run_cli(*words[1:], cwd=tmp_path, check_rc=0)
+    assert "fx_topk" in res.stdout and "applied" in res.stdout, res.stdout
+
+
+def test_a_scratch_copy_that_cannot_be_written_names_the_apis_tree_argument(sglang_tree, monkeypatch):
+    """git apply failing to write its scratch copy (a read-only file system) had its fix in the command line's
+    words, `--tree DIR`, whoever called (compose._raise_if_io)."""
+    from sglang_overlay import compose
+    from sglang_overlay.errors import OSFailure
+    from sglang_overlay.gitcmd import GitResult
+
+    def read_only(*args, cwd):
+        return GitResult(args, 1, "", "error: unable to write file topk.py: Read-only file system\n")
+
+    monkeypatch.setattr(compose, "git_outside_repo", read_only)
+    with pytest.raises(OSFailure) as e:
+        api.apply("fx_topk", project=FIX, tree=sglang_tree)
+    assert "work on a writable copy (tree=)" in (e.value.hint or ""), e.value.hint
+    assert "--" not in f"{e.value}\n{e.value.hint}"
+    with pytest.raises(OSFailure) as e:
+        api.apply("fx_topk", context=_cli_context(FIX, sglang_tree))
+    assert "work on a writable copy (`--tree DIR`)" in (e.value.hint or ""), e.value.hint
+
+
+def test_a_failed_rollback_names_what_rolls_it_back_in_the_apis_words(sglang_tree, monkeypatch):
+    """A change that stopped, and whose rollback failed too, named `sglang-overlay recover` to an API caller; the
+    API's own calls that change the tree roll it back first. Its journal is kept, and they do."""
+    from sglang_overlay import transaction
+    from sglang_overlay.errors import OSFailure
+
+    def stop(self, *args):
+        raise OSError(5, "Input/output error", "topk.py")
+
+    before = tree_snapshot(sglang_tree)
+    hints = []
+    for context in (dict(project=FIX, tree=sglang_tree), dict(context=_cli_context(FIX, sglang_tree))):
+        with monkeypatch.context() as m:
+            m.setattr(transaction.Transaction, "_replace", stop)
+            m.setattr(transaction.Transaction, "_roll_back", stop)
+            with pytest.raises(OSFailure) as e:
+                api.apply("fx_topk", **context)
+        assert "the journal" in str(e.value) and "rolling it back failed too" in str(e.value), e.value
+        hints.append(e.value.hint or "")
+        assert api.revert(all=True, project=FIX, tree=sglang_tree).carried == ()  # the journal rolled back first
+        assert tree_snapshot(sglang_tree) == before
+    said = "once the cause is fixed, the next call that changes the tree (api.apply, api.revert or api.toggle)"
+    assert hints[0] == f"{said} rolls it back", hints
+    assert hints[1].endswith(" recover` (or any command that changes the tree) rolls it back"), hints

@@ -82,7 +82,7 @@ def test_a_tree_whose_pin_is_gone_names_the_pins_and_reverts_from_its_record(tmp
     assert "drifted" in res.stderr and TOPK in res.stderr
     assert topk.read_text().endswith("# mine\n")
     res = cli(proj, cache, "--tree", str(tree), "revert", "--all", "--force", rc=0)
-    assert "reverted from the state it recorded" in res.stdout and "saved 1 hand-edited file(s)" in res.stdout
+    assert "reverted from the state it recorded" in res.stdout and "--force: saved 1 hand-edited file(s)" in res.stderr
     assert "reverted fx_topk, fx_args_b, fx_overlay" in res.stdout
     assert tree_is_pristine(proj, "9.0.1")
     cli(proj, cache, "rebase", "9.0.1", rc=0)  # and the pin can be made again

@@ -175,6 +175,21 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str
     )
 
 
+def _weights(recorded) -> str:
+    """What an output comparison on these weights can show (bench/dummy_init.py)."""
+    from .dummy_init import from_env
+    from .errors import DraftInputError
+
+    env = {k: str(v) for k, v in recorded.items() if v is not None} if isinstance(recorded, dict) else {}
+    try:
+        init = from_env(env)
+    except DraftInputError:
+        return f"unreadable dummy_init {recorded!r}"
+    if init.mode == "successor":
+        return f"{init.describe()}: greedy choices by many logits, so outputs differ only by a real departure"
+    return f"{init.describe()}: greedy choices near ties, so another kernel's rounding alone can change the output"
+
+
 def _bc(r: dict, p: dict) -> str:
     if len(r["hash_bc"]) == 1 and r["hash_bc"] == p["hash_bc"]:
         return "same"
@@ -314,6 +329,7 @@ def compare(
                 if server
                 else ""
             )
+            + f"; target weights: {_weights(rec.get('dummy_init'))}"
             + f"). Accept length at batch 1, in the server: {in_server or '-'}; simulated at training: the "
             f"bench's prompts {m.get('bench_prompts', {}).get('accept_length')}, held-out prompts "
             f"{m.get('held_out', {}).get('accept_length')}.",

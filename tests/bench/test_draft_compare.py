@@ -186,9 +186,22 @@ def test_a_draft_trained_on_the_servers_sequences(tmp_path, capsys):
     tj.write_text(json.dumps(rec))
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
     text = capsys.readouterr().out
-    assert "; on /tmp/tiny/server_seqs.json, the reference's argmax agreeing at 0.93)" in text
+    assert "; on /tmp/tiny/server_seqs.json, the reference's argmax agreeing at 0.93; target weights: normal dummy " in text
+    assert "std 0.02: greedy choices near ties, so another kernel's rounding alone can change the output)" in text
     assert "The training sequences' (the server's own, bench server-seqs) batch-1 greedy hash at 128 tokens: " in text
     assert "a76b6bdadb38efaf -> equal: the draft was trained on the continuation the server decodes." in text
+    # the successor weights (bench/dummy_init.py) say an output departure is a real one
+    rec["dummy_init"] = {"SGLANG_DUMMY_INIT": "successor", "SGLANG_DUMMY_INIT_STD": 0.02, "seed": 1234}
+    tj.write_text(json.dumps(rec))
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
+    text = capsys.readouterr().out
+    assert "target weights: successor dummy weights at std 0.02, embeddings at 1, lm_head = embeddings " in text
+    assert "permuted: greedy choices by many logits, so outputs differ only by a real departure)" in text
+    rec["dummy_init"] = {"SGLANG_DUMMY_INIT": "uniform"}
+    tj.write_text(json.dumps(rec))
+    assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
+    assert "target weights: unreadable dummy_init {'SGLANG_DUMMY_INIT': 'uniform'})" in capsys.readouterr().out
+    del rec["dummy_init"]
     # the hash the server itself gave when the sequences were made comes first
     rec["sequences"]["source"]["source"] = {"bench": {"hash_b1": {"128": "feedfeedfeedfeed"}}}
     tj.write_text(json.dumps(rec))

@@ -44,6 +44,10 @@ def test_the_command_prints_a_table(model_dir, capsys):
     )
     out = capsys.readouterr().out
     assert "\n| successor dummy weights at std 0.02, embeddings at 1, lm_head = embeddings permuted | 1 of 1 |" in out
+    args = ["greedy-ties", str(model_dir), "--dummy-init", "successor", "--prompts", "1", "--new-tokens", "4"]
+    assert main([*args, "--bf16-only"]) == 0
+    out = capsys.readouterr().out
+    assert "| not compared (bf16 only) | - | " in out and "| 100.0% |" in out
 
 
 def test_bad_input_is_exit_2(tmp_path, capsys):

@@ -182,6 +182,30 @@ def test_trained_draft_is_accepted_on_held_out_prompts(trained):
     assert m["bench_prompts"]["accept_length"] > after  # trained on: memorized
 
 
+def test_a_successor_target_trains_a_draft_accepted_in_full(trained, tmp_path_factory):
+    """SGLANG_DUMMY_INIT=successor (bench/dummy_init.py): the target's greedy text follows a fixed successor of the
+    last token, which the draft learns as a rule, not by heart: every draft token is accepted on prompts never
+    trained on, where the random target's draft stays near one token a step (bench/results/successor_cpu)."""
+    from bench.dummy_init import DummyInit
+    from bench.train_draft import TrainOptions, run
+
+    d = tmp_path_factory.mktemp("successor")
+    write_model_dirs(d, SPEC)
+    rec = run(
+        TrainOptions(model_dir=d, out=d / "draft_trained", init=DummyInit("successor"), **{**TRAIN, "epochs": 6}),
+        log=lambda _: None,
+    )
+    got, normal = rec["metrics"]["held_out"]["accept_length"], trained["metrics"]["held_out"]["accept_length"]
+    print(f"held-out accept length at steps 3: successor target {got}, normal target {normal}")
+    assert got >= 3.7 and got > normal + 1.5, (got, normal)
+    assert rec["dummy_init"] == {
+        "SGLANG_DUMMY_INIT": "successor",
+        "SGLANG_DUMMY_INIT_STD": 0.02,
+        "SGLANG_DUMMY_INIT_EMBED_STD": 1.0,
+        "seed": 1234,
+    }
+
+
 def test_train_json_records_the_run(trained, model_dir):
     rec = json.loads((model_dir / "draft_trained" / "train.json").read_text())
     assert rec["device"] == "cpu" and rec["dummy_init"] == {

@@ -52,6 +52,13 @@ def read(path: Path) -> Seqs:
                 f"{path}: sequences[{i}]: prompt_ids and output_ids must be lists of token ids (integers)",
                 hint="make the file again",
             )
+        if tuple(p) in rows:
+            # two continuations of one prompt: keeping either would compare a file against half of itself
+            j = next(k for k, q in enumerate(seqs) if isinstance(q, dict) and q.get("prompt_ids") == p)
+            raise DraftInputError(
+                f"{path}: sequences[{i}]: the same prompt_ids as sequences[{j}]",
+                hint="a server-seqs file holds each prompt once: make the file again",
+            )
         rows[tuple(p)] = (o, str(r.get("batch", "")))
     source = doc.get("source")
     source = source if isinstance(source, dict) else {}

@@ -1,6 +1,7 @@
 """The bench's writers outside its results store, faulted with strace (tests/faultlib.py) at their own calls:
 `bench report` (report.md, plot.png and the --adjust variants), the command.txt of `bench ab`, `bench
-server-seqs --out FILE` and `python -m bench.hostprobe --overhead N --json FILE`.
+server-seqs --out FILE`, `python -m bench.hostprobe --overhead N --json FILE` and the summaries `--out FILE` of
+`python -m bench.seqs_compare` and `python -m bench.draft_compare`.
 
 A SIGKILL at each write-side call of the command's own process leaves every file it derives byte-equal to the
 previous one or whole and new, never cut short; what else it leaves beside them is at most the package's
@@ -154,7 +155,8 @@ def _after_kill(work: Work, w: Writer, r: Injected, names_before: set[str], expl
     if set(state[0]) - set(w.outputs) and state not in explored:
         explored.add(state)
         again = work.run(w)
-        bad += [f"the run after: rc {again.returncode}\n{again.stderr[-600:]}"] if again.returncode else []
+        # the run after ends as an uninterrupted run ends (seqs_compare's answer "they differ" is exit 1)
+        bad += [f"the run after: rc {again.returncode}\n{again.stderr[-600:]}"] if again.returncode != w.ok_rc else []
         bad += [f"the run after: {b}" for b in _files(work, w, names_before, allow_tmp=False)]
         bad += [f"the run after: {rel} is not new" for rel in w.outputs if work.read(rel) == OLD]
     return bad
@@ -355,3 +357,62 @@ def test_a_kill_at_every_write_of_hostprobe_overhead_json_leaves_the_previous_re
 def test_a_full_disk_at_every_write_of_hostprobe_overhead_is_exit_1_naming_the_file(hostprobe_works):
     works, w = hostprobe_works
     assert sweep(works, w, "error=ENOSPC") >= 4
+
+
+# -- python -m bench.seqs_compare A B --out F and python -m bench.draft_compare ... --out F ------------------------
+RUN5 = ROOT / "bench" / "results" / "2026-12-01-h200-run5"
+
+
+def _compare_works(base: Path, start: Path, argv: tuple[str, ...], name: str, ok_rc: int):
+    """A summary --out whose earlier file is in place; a whole new one is the uninterrupted run's bytes."""
+    (start / "out").mkdir(parents=True)
+    (start / "out" / "summary.md").write_bytes(OLD)
+    works = _works(base, start, _env())
+    works[0].reset()
+    proc = works[0].run(Writer(name, argv, (), lambda rel, d: False, (2,), ok_rc))
+    assert proc.returncode == ok_rc, proc.stderr
+    new = works[0].read("out/summary.md")
+    assert new and new != OLD
+    return works, Writer(name, argv, ("out/summary.md",), lambda rel, data: data == new, (2,), ok_rc)
+
+
+@pytest.fixture(scope="module")
+def seqs_compare_works(tmp_path_factory):
+    """Two sequences files that part (exit 1: the answer, not a failure)."""
+    base = tmp_path_factory.mktemp("seqs-compare-faults")
+    start = base / "start"
+    start.mkdir()
+    for name, outs in (("a", [[5, 6, 7], [9, 9, 9]]), ("b", [[5, 6, 0], [9, 9, 9]])):
+        rows = [{"text": f"p{i}", "prompt_ids": [1, i], "output_ids": o, "batch": "1"} for i, o in enumerate(outs)]
+        doc = {"format": "bench-server-seqs/1", "model": {}, "source": {"set": "full"}, "sequences": rows}
+        (start / f"{name}.json").write_text(json.dumps(doc))
+    argv = (sys.executable, "-m", "bench.seqs_compare", "a.json", "b.json", "--out", "out/summary.md")
+    return _compare_works(base, start, argv, "bench.seqs_compare", 1)
+
+
+@pytest.fixture(scope="module")
+def draft_compare_works(tmp_path_factory):
+    """GPU session 5's trained step (its recorded stores and train.json)."""
+    base = tmp_path_factory.mktemp("draft-compare-faults")
+    start = base / "start"
+    for name in ("plain", "eagle"):
+        (start / name).mkdir(parents=True)
+        shutil.copyfile(RUN5 / "trained" / name / "results.jsonl", start / name / "results.jsonl")
+    shutil.copyfile(RUN5 / "train" / "tiny-draft.json", start / "train.json")
+    argv = (sys.executable, "-m", "bench.draft_compare", "--plain", "plain", "--eagle", "eagle")
+    argv += ("--train-json", "train.json", "--out", "out/summary.md")
+    return _compare_works(base, start, argv, "bench.draft_compare", 0)
+
+
+@pytest.mark.parametrize("works", ["seqs_compare_works", "draft_compare_works"])
+def test_a_kill_at_every_write_of_a_comparison_summary_leaves_the_previous_file_or_the_new(works, request):
+    works, w = request.getfixturevalue(works)
+    assert sweep(works, w, "signal=KILL") >= 4  # the temp's open, write, rename, and stdout
+
+
+@pytest.mark.parametrize("works", ["seqs_compare_works", "draft_compare_works"])
+def test_a_full_disk_at_every_write_of_a_comparison_summary_is_exit_2_naming_the_file_and_the_previous_stays(
+    works, request
+):
+    works, w = request.getfixturevalue(works)
+    assert sweep(works, w, "error=ENOSPC") >= 3

@@ -131,3 +131,16 @@ def test_prompts_only_one_file_holds_are_named_and_not_called_alike(tmp_path, ca
     assert main([str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert "| 1 | 1 | 1 | - |" in out and f"{a} has 2 prompt(s) the other lacks: not compared." in out
+
+
+def test_a_prompt_listed_twice_is_exit_2_naming_both_rows(tmp_path, capsys):
+    """Two continuations of one prompt in one file: keeping one (the last, as before) would call the file alike to
+    another that holds either; it is not a file bench server-seqs writes."""
+    a = _file(tmp_path / "a.json", [[5, 6, 7, 8], [9, 9, 9, 9], [1, 2, 3, 4]])
+    doc = json.loads(a.read_text())
+    doc["sequences"].append({**doc["sequences"][0], "output_ids": [0, 0, 0, 0]})
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(doc))
+    assert main([str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}: sequences[3]: the same prompt_ids as sequences[0]" in err and "Traceback" not in err

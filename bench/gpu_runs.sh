@@ -75,7 +75,8 @@
 #   kimi_seqs    kimi_train's sequences only (bench server-seqs): a bare machine's cold start, without training
 #   kimi_train5  the proxy's draft trained over 5 steps of training-time test (kimi_train's sequences)
 #   kimi_speed5  kimi_speed with that draft at steps 5 / 6 draft tokens (a perfect draft then yields 6 tokens a
-#                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding
+#                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding; OEA_ARM=1 adds
+#                EAGLE-3 with OEA at K0=3 (accepted on the successor weights, DINIT=successor)
 #   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
 #                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
@@ -229,16 +230,19 @@ kimi_long_args() {
 # interval needs more EAGLE starts), neither timing phases; the plain run gets what the EAGLE run left of the call
 # (a later --time-budget wins); then STEP/summary.md
 speed_pair() {  # STEP EAGLE_DIR TRAIN_JSON
-  local step=$1 eagle=$2 tj=$3 kind run_dir left t0 n spec=("${ARGS[@]}")
+  local step=$1 eagle=$2 tj=$3 kind run_dir left t0 n extra spec=("${ARGS[@]}")
   local arms=(${SPEED_ARMS:-none=dummy_init_normal full=full+dummy_init_normal})
   t0=$(date +%s)
+  # OEA_ARM=1: EAGLE-3 with OEA at K0=3 as well (the full set, held against plain full): on the successor weights
+  # its routing change cannot flip a greedy choice, so its draft is accepted and its verify saving can be measured
+  local oea=(); [ "${OEA_ARM:-}" = 1 ] && oea=(oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1)
   for kind in eagle plain; do
-    run_dir=$eagle; ARGS=("${spec[@]}"); n=${EMAXS:-${MAXS:-3}}
-    [ "$kind" = plain ] && { replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"; run_dir=$OUT/kimi_speed/plain; n=${PMAXS:-${MAXS:-3}}; }
+    run_dir=$eagle; ARGS=("${spec[@]}"); n=${EMAXS:-${MAXS:-3}}; extra=("${oea[@]}")
+    [ "$kind" = plain ] && { replace_args PLAIN --model-path="$KIMI/target" --mem-fraction-static="${KIMI_MEMF:-0.45}"; run_dir=$OUT/kimi_speed/plain; n=${PMAXS:-${MAXS:-3}}; extra=(); }
     resume_from "$run_dir"
     left=$(( BUDGET - ($(date +%s) - t0) ))
     [ "$left" -lt 120 ] && { echo "$step: ${left}s left, $kind not started: call the step again" >&2; exit 0; }
-    run $PY -m bench ab --manifest $PLANTED --arms "${arms[@]}" \
+    run $PY -m bench ab --manifest $PLANTED --arms "${arms[@]}" "${extra[@]}" \
       --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --time-budget "$left" --restarts "$n" \
       --max-starts "$n" "${RESUME[@]}" --out "$run_dir" -- "${ARGS[@]}"
   done

@@ -461,3 +461,19 @@ def test_successor_steps_use_their_own_model_dirs_and_tell_train_draft(tiny, sgl
     assert "--env SGLANG_DUMMY_INIT=successor" in p.stderr and "SGLANG_DUMMY_INIT=normal" not in p.stderr
     p = _dry_kimi("kimi_seqs", tiny, kimi, sglang_tree, out, DINIT="uniform")
     assert p.returncode == 2 and "DINIT=uniform: normal or successor" in p.stderr
+
+
+def test_oea_arm_adds_oea_at_k0_3_to_the_eagle_side_only(tiny, sglang_tree, tmp_path):
+    """OEA_ARM=1: on the successor weights OEA's routing change cannot flip a greedy choice, so its draft is
+    accepted and its verify saving measured; plain decoding is held to plain full, not run with OEA."""
+    kimi, out = tmp_path / "kimi", tmp_path / "o"
+    env = {"DINIT": "successor", "OEA_ARM": "1", "SPEED_ARMS": "full=full+dummy_init_normal"}
+    p = _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, **env)
+    assert p.returncode == 0, p.stderr
+    eagle, plain = [x for x in p.stderr.splitlines() if "-m bench ab " in x]
+    assert "--arms full=full+dummy_init_normal oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 " in eagle
+    assert (
+        "SGLANG_OEA" not in plain and "oea3" not in plain and "--arms full=full+dummy_init_normal --no-phase" in plain
+    )
+    assert "2 arm(s) x 3 to 3 starts" in p.stdout and "1 arm(s) x 3 to 3 starts" in p.stdout
+    assert "SGLANG_OEA" not in _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, DINIT="successor").stderr

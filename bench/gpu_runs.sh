@@ -76,7 +76,7 @@
 #   kimi_train5  the proxy's draft trained over 5 steps of training-time test (kimi_train's sequences)
 #   kimi_speed5  kimi_speed with that draft at steps 5 / 6 draft tokens (a perfect draft then yields 6 tokens a
 #                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding; OEA_ARM=1 adds
-#                EAGLE-3 with OEA at K0=3 (accepted on the successor weights, DINIT=successor)
+#                EAGLE-3 with OEA at K0=3 (expected to be accepted on the successor weights, DINIT=successor)
 #   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
 #                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
 # Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
@@ -234,7 +234,7 @@ speed_pair() {  # STEP EAGLE_DIR TRAIN_JSON
   local arms=(${SPEED_ARMS:-none=dummy_init_normal full=full+dummy_init_normal})
   t0=$(date +%s)
   # OEA_ARM=1: EAGLE-3 with OEA at K0=3 as well (the full set, held against plain full): on the successor weights
-  # its routing change cannot flip a greedy choice, so its draft is accepted and its verify saving can be measured
+  # its routing change is expected not to flip a greedy choice (a margin of several logit SDs), so its draft is accepted and its verify saving can be measured
   local oea=(); [ "${OEA_ARM:-}" = 1 ] && oea=(oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1)
   for kind in eagle plain; do
     run_dir=$eagle; ARGS=("${spec[@]}"); n=${EMAXS:-${MAXS:-3}}; extra=("${oea[@]}")

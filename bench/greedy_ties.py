@@ -39,9 +39,7 @@ def _gaps(target, prompts: list[list[int]], seqs: list[list[int]]) -> list[float
     return out
 
 
-def measure(
-    model_dir: Path, inits: list[DummyInit], prompts: int, new_tokens: int, fp32: bool = True
-) -> list[dict]:
+def measure(model_dir: Path, inits: list[DummyInit], prompts: int, new_tokens: int, fp32: bool = True) -> list[dict]:
     """fp32=False: bfloat16 alone (a float32 copy of a Kimi-width target is 10 GB more): gaps and the successor's
     share, no comparison (equal and first_diff None)."""
     import torch

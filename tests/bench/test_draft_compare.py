@@ -186,7 +186,10 @@ def test_a_draft_trained_on_the_servers_sequences(tmp_path, capsys):
     tj.write_text(json.dumps(rec))
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
     text = capsys.readouterr().out
-    assert "; on /tmp/tiny/server_seqs.json, the reference's argmax agreeing at 0.93; target weights: normal dummy " in text
+    assert (
+        "; on /tmp/tiny/server_seqs.json, the reference's argmax agreeing at 0.93; target weights: normal dummy "
+        in text
+    )
     assert "std 0.02: greedy choices near ties, so another kernel's rounding alone can change the output)" in text
     assert "The training sequences' (the server's own, bench server-seqs) batch-1 greedy hash at 128 tokens: " in text
     assert "a76b6bdadb38efaf -> equal: the draft was trained on the continuation the server decodes." in text

@@ -55,6 +55,7 @@ def _arms(run_dir: Path) -> tuple[dict, list[dict]]:
             "starts": len(units),
             "hash_b1": {m["hash_b1"] for m in reps},
             "hash_bc": {m["hash_bc"] for m in reps},
+            "dummy_init": env.get("SGLANG_DUMMY_INIT"),  # the weights its server drew (--env / --arm-env)
         }
         for k in _METRICS:
             # a start's value is its median repetition, the arm's the median start (bench/README.md)
@@ -175,16 +176,28 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str
     )
 
 
-def _weights(recorded) -> str:
-    """What an output comparison on these weights can show (bench/dummy_init.py)."""
+def _weights(recorded, rows: list[dict]) -> str:
+    """What an output comparison on these weights can show (bench/dummy_init.py): the draft's target as train.json
+    records it, said of the outputs only where every compared run (`rows`: plain and EAGLE arms) drew it too."""
     from .dummy_init import from_env
     from .errors import DraftInputError
 
-    env = {k: str(v) for k, v in recorded.items() if v is not None} if isinstance(recorded, dict) else {}
+    if not isinstance(recorded, dict):
+        return "not recorded in train.json"
+    env = {k: str(v) for k, v in recorded.items() if v is not None}
     try:
         init = from_env(env)
     except DraftInputError:
         return f"unreadable dummy_init {recorded!r}"
+    other = [r for r in rows if r.get("dummy_init") != init.mode]
+    if other:
+        ran = sorted({str(r.get("dummy_init")) for r in other})
+        arms = ", ".join(f"{r['run']} {r['arm']}" for r in other)
+        return (
+            f"{init.describe()}, but {arms} ran "
+            f"SGLANG_DUMMY_INIT={' / '.join(ran)} (as their records say): another model than the draft's, so "
+            "neither its accept length nor the outputs say anything of this draft"
+        )
     if init.mode == "successor":
         return f"{init.describe()}: greedy choices by many logits, so outputs differ only by a real departure"
     return f"{init.describe()}: greedy choices near ties, so another kernel's rounding alone can change the output"
@@ -329,7 +342,7 @@ def compare(
                 if server
                 else ""
             )
-            + f"; target weights: {_weights(rec.get('dummy_init'))}"
+            + f"; target weights: {_weights(rec.get('dummy_init'), [*plain, *eagle_rows])}"
             + f"). Accept length at batch 1, in the server: {in_server or '-'}; simulated at training: the "
             f"bench's prompts {m.get('bench_prompts', {}).get('accept_length')}, held-out prompts "
             f"{m.get('held_out', {}).get('accept_length')}.",

@@ -77,6 +77,7 @@ def from_env(
     *,
     mode: str | None = None,
     std: float | None = None,
+    embed_std: float | None = None,
     where: str = "",
 ) -> DummyInit:
     """The weights a server started with `environ` draws (given values win); DraftInputError names the variable."""
@@ -90,5 +91,9 @@ def from_env(
     s = std if std is not None else _number(env, ENV_STD, DEFAULT_STD, where)
     if not s > 0:
         raise DraftInputError(f"--std {s} is not a positive number", hint="e.g. --std 0.02")
-    e = _number(env, ENV_EMBED_STD, DEFAULT_EMBED_STD, where) if m == "successor" else DEFAULT_EMBED_STD
+    if m != "successor":
+        return DummyInit(m, s)  # a normal server ignores the embedding std: so does the reference
+    e = embed_std if embed_std is not None else _number(env, ENV_EMBED_STD, DEFAULT_EMBED_STD, where)
+    if not e > 0 or e == float("inf"):
+        raise DraftInputError(f"--embed-std {e} is not a positive number", hint="e.g. --embed-std 1.0")
     return DummyInit(m, s, e)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .dummy_init import ENV_NAMES as DUMMY_ENV
-from .dummy_init import DummyInit, from_env
+from .dummy_init import MODES, DummyInit, from_env
 from .errors import DraftInputError, ServerSeqsError, run_reported
 
 FORMAT = "bench-server-seqs/1"
@@ -227,11 +227,13 @@ def _check_dummy_init(path: Path, source: Any, init: DummyInit | None) -> None:
     recorded = {k: str(v) for k, v in dummy.items() if isinstance(k, str) and v not in (None, "")}
     mode = recorded.get("SGLANG_DUMMY_INIT")
     if mode != init.mode:
+        again = f"{REGENERATE} with --env SGLANG_DUMMY_INIT={init.mode}"
         raise _bad(
             path,
             "source.dummy_init.SGLANG_DUMMY_INIT",
             f"{mode!r}: the server drew other weights than the reference ({init.mode})",
-            f"pass --dummy-init {mode} if that is the server's, or {REGENERATE} with --env SGLANG_DUMMY_INIT={init.mode}",
+            # a mode train-draft has no reference for (unset: upstream's uniform weights) has no flag to pass
+            f"pass --dummy-init {mode} if that is the server's, or {again}" if mode in MODES else again,
         )
     try:
         theirs = from_env(recorded, where=f"{path}: source.dummy_init: ")

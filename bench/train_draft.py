@@ -660,8 +660,14 @@ def add_cli(sub) -> None:
         "--dummy-init",
         choices=MODES,
         default=None,
-        help="the server's SGLANG_DUMMY_INIT (default: that variable, else normal); successor's embedding std "
-        "is SGLANG_DUMMY_INIT_EMBED_STD's, as the server's",
+        help="the server's SGLANG_DUMMY_INIT (default: that variable, else normal)",
+    )
+    p.add_argument(
+        "--embed-std",
+        type=float,
+        default=None,
+        help=f"successor's embeddings: the server's SGLANG_DUMMY_INIT_EMBED_STD (default: that variable, else "
+        f"{d.init.embed_std}; a normal server ignores it)",
     )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--gen-batch", type=int, default=d.gen_batch, help="sequences per target forward")
@@ -671,7 +677,7 @@ def add_cli(sub) -> None:
 
 def _cli(a) -> int:
     try:
-        init = from_env(mode=a.dummy_init, std=a.std)
+        init = from_env(mode=a.dummy_init, std=a.std, embed_std=a.embed_std)
     except DraftInputError as e:
         print(f"bench train-draft: {e.render()}", file=sys.stderr)
         return e.exit_code

@@ -193,9 +193,11 @@ def test_a_draft_trained_on_the_servers_sequences(tmp_path, capsys):
     assert "std 0.02: greedy choices near ties, so another kernel's rounding alone can change the output)" in text
     assert "The training sequences' (the server's own, bench server-seqs) batch-1 greedy hash at 128 tokens: " in text
     assert "a76b6bdadb38efaf -> equal: the draft was trained on the continuation the server decodes." in text
-    # the successor weights (bench/dummy_init.py) say an output departure is a real one
+    # the successor weights (bench/dummy_init.py) say an output departure is a real one, where the runs drew them
     rec["dummy_init"] = {"SGLANG_DUMMY_INIT": "successor", "SGLANG_DUMMY_INIT_STD": 0.02, "seed": 1234}
     tj.write_text(json.dumps(rec))
+    _set_run_env(plain, SGLANG_DUMMY_INIT="successor")
+    _set_run_env(eagle, SGLANG_DUMMY_INIT="successor")
     assert main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)]) == 0
     text = capsys.readouterr().out
     assert "target weights: successor dummy weights at std 0.02, embeddings at 1, lm_head = embeddings " in text
@@ -577,3 +579,40 @@ def test_an_out_that_cannot_be_written_is_exit_2_and_a_kept_summary_is_replaced_
     assert out.read_text().startswith("# EAGLE-3") and [p.name for p in tmp_path.iterdir() if "s.md" in p.name] == [
         "s.md"
     ]
+
+
+def _set_run_env(run_dir: Path, **env: str) -> None:
+    """The run record's --env, as `bench ab --env K=V` records it (config.env)."""
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    for r in recs:
+        if r.get("type") == "run":
+            r["config"]["env"] = {**r["config"].get("env", {}), **env}
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_the_weights_line_is_the_runs_weights_not_only_the_drafts(tmp_path, capsys):
+    """train.json says which weights the draft was trained against; the outputs compared are the runs'. A successor
+    draft held against runs that drew normal weights (GPU session 5's records: SGLANG_DUMMY_INIT=normal) must not
+    be told its outputs "differ only by a real departure"; a train.json without the record is not called normal."""
+    plain, eagle = _gpu5(tmp_path)
+    rec = json.loads(TRAIN5.read_text())
+    tj = tmp_path / "train.json"
+    rec["dummy_init"] = {"SGLANG_DUMMY_INIT": "successor", "SGLANG_DUMMY_INIT_STD": 0.02, "seed": 1234}
+    tj.write_text(json.dumps(rec))
+    main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)])
+    text = capsys.readouterr().out
+    assert "differ only by a real departure" not in text
+    assert "but plain full, plain oea3, eagle none, eagle full, eagle oea3 ran SGLANG_DUMMY_INIT=normal" in text
+    # the runs on the draft's weights: the claim stands
+    _set_run_env(plain, SGLANG_DUMMY_INIT="successor")
+    _set_run_env(eagle, SGLANG_DUMMY_INIT="successor")
+    main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)])
+    assert "permuted: greedy choices by many logits, so outputs differ only by a real departure)" in (
+        capsys.readouterr().out
+    )
+    del rec["dummy_init"]
+    tj.write_text(json.dumps(rec))
+    main(["--plain", str(plain), "--eagle", str(eagle), "--train-json", str(tj)])
+    text = capsys.readouterr().out
+    assert "target weights: not recorded in train.json" in text and "normal dummy weights" not in text

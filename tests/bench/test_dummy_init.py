@@ -50,3 +50,58 @@ def test_a_bad_given_std_is_refused():
         from_env({}, std=0.0)
     with pytest.raises(ValueError, match="not one of"):
         DummyInit("uniform")
+
+
+def _refusal(dummy: dict, init: DummyInit) -> DraftInputError:
+    from pathlib import Path
+
+    from bench.server_seqs import _check_dummy_init
+
+    with pytest.raises(DraftInputError) as e:
+        _check_dummy_init(Path("seqs.json"), {"dummy_init": dummy}, init)
+    assert e.value.exit_code == 2
+    return e.value
+
+
+def _train_draft_args(*args: str):
+    from bench.cli import build_parser
+
+    return build_parser().parse_args(["train-draft", "MODEL_DIR", *args])
+
+
+def test_a_recorded_embed_std_the_reference_lacks_names_a_flag_train_draft_takes(monkeypatch):
+    """server-seqs' fix for an embedding-std mismatch is a train-draft flag that exists and is read."""
+    import re
+
+    from bench.train_draft import _cli
+
+    recorded = {"SGLANG_DUMMY_INIT": "successor", "SGLANG_DUMMY_INIT_STD": "0.02", "SGLANG_DUMMY_INIT_EMBED_STD": "0.5"}
+    e = _refusal(recorded, DummyInit("successor"))
+    assert "source.dummy_init.SGLANG_DUMMY_INIT_EMBED_STD: 0.5 (the server's)" in str(e)
+    flag, value = re.search(r"pass (--[a-z-]+) (\S+)", e.hint).groups()
+    a = _train_draft_args("--dry-run", "--dummy-init", "successor", flag, value)  # SystemExit if no such flag
+    seen = {}
+    monkeypatch.setattr("bench.train_draft.run_reported", lambda name, fn, *x: fn())
+    monkeypatch.setattr("bench.train_draft.plan", lambda opts: seen.setdefault("init", opts.init) and "")
+    monkeypatch.delenv("SGLANG_DUMMY_INIT_EMBED_STD", raising=False)
+    _cli(a)
+    assert seen["init"] == DummyInit("successor", 0.02, 0.5)  # the flag's value reaches the reference
+
+
+def test_a_server_without_the_variable_is_not_told_to_pass_dummy_init_none():
+    """A server started without SGLANG_DUMMY_INIT drew upstream's weights: no train-draft flag matches them."""
+    for recorded in ({"SGLANG_DUMMY_INIT": None, "SGLANG_DUMMY_INIT_STD": None}, {"SGLANG_DUMMY_INIT": "uniform"}):
+        e = _refusal(recorded, DummyInit())
+        assert "--dummy-init None" not in e.hint and "--dummy-init uniform" not in e.hint
+        assert "SGLANG_DUMMY_INIT=normal" in e.hint
+    e = _refusal({"SGLANG_DUMMY_INIT": "successor"}, DummyInit())
+    _train_draft_args("--dummy-init", "successor")  # the flag it names is one train-draft takes
+    assert "pass --dummy-init successor" in e.hint
+
+
+def test_a_given_embed_std_wins_and_a_bad_one_is_refused():
+    env = {"SGLANG_DUMMY_INIT": "successor", "SGLANG_DUMMY_INIT_EMBED_STD": "x"}
+    assert from_env(env, embed_std=0.5) == DummyInit("successor", 0.02, 0.5)
+    assert from_env({}, mode="normal", embed_std=0.5) == DummyInit()  # a normal server ignores it
+    with pytest.raises(DraftInputError, match=r"--embed-std 0\.0 is not a positive number"):
+        from_env({}, mode="successor", embed_std=0.0)

@@ -19,6 +19,8 @@ SCRIPT = ROOT / "bench" / "gpu_runs.sh"
 NO_DRY_RUN = {"oea", "importtime"}
 # no server either: they train drafts (bench train-draft --dry-run plans them), tested below
 TRAINING = {"train", "train_edge", "kimi_train", "kimi_train5", "draft_check"}
+# one server through bench server-seqs (its own plan line, not bench ab's "server starts"), tested below
+SEQS = {"kimi_seqs"}
 
 
 def _steps() -> list[str]:
@@ -50,7 +52,7 @@ def _dry(step: str, tiny: Path, tree: Path, out: Path, **extra: str) -> subproce
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN | TRAINING])
+@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN | TRAINING | SEQS])
 def test_step_plans(step, tiny, sglang_tree, tmp_path):
     p = _dry(step, tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -464,8 +466,8 @@ def test_successor_steps_use_their_own_model_dirs_and_tell_train_draft(tiny, sgl
 
 
 def test_oea_arm_adds_oea_at_k0_3_to_the_eagle_side_only(tiny, sglang_tree, tmp_path):
-    """OEA_ARM=1: on the successor weights OEA's routing change cannot flip a greedy choice, so its draft is
-    accepted and its verify saving measured; plain decoding is held to plain full, not run with OEA."""
+    """OEA_ARM=1: on the successor weights OEA's routing change is expected not to flip a greedy choice, so its
+    draft would be accepted and its verify saving measured; plain decoding is held to plain full, not with OEA."""
     kimi, out = tmp_path / "kimi", tmp_path / "o"
     env = {"DINIT": "successor", "OEA_ARM": "1", "SPEED_ARMS": "full=full+dummy_init_normal"}
     p = _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, **env)
@@ -477,3 +479,15 @@ def test_oea_arm_adds_oea_at_k0_3_to_the_eagle_side_only(tiny, sglang_tree, tmp_
     )
     assert "2 arm(s) x 3 to 3 starts" in p.stdout and "1 arm(s) x 3 to 3 starts" in p.stdout
     assert "SGLANG_OEA" not in _dry_kimi("kimi_speed5", tiny, kimi, sglang_tree, out, DINIT="successor").stderr
+
+
+def test_kimi_seqs_plans_one_normal_server_of_the_proxy(tiny, sglang_tree, tmp_path):
+    """kimi_seqs with DINIT unset: kimi_train's server-seqs call alone, on the proxy's own (normal) dir."""
+    kimi = tmp_path / "kimi"
+    p = _dry_kimi("kimi_seqs", tiny, kimi, sglang_tree, tmp_path / "o")
+    assert p.returncode == 0, p.stderr
+    (launch,) = _launches(p.stdout)
+    assert f"--tree {sglang_tree} " in launch and f"-- --model-path {kimi}/target --load-format dummy" in launch
+    assert "--mem-fraction-static 0.45 " in launch and "server-seqs plan: 544 bench prompts" in p.stdout
+    assert "{'SGLANG_DUMMY_INIT': 'normal'}" in p.stdout and f"out: {kimi}/server_seqs.json" in p.stdout
+    assert "train-draft" not in p.stderr

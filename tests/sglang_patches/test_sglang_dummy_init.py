@@ -138,3 +138,33 @@ def test_successor_refuses_a_tied_lm_head(weight_utils, monkeypatch):
     monkeypatch.setenv("SGLANG_DUMMY_INIT", "successor")
     with pytest.raises(RuntimeError, match="tied to the embeddings"):
         weight_utils.initialize_dummy_weights(_Lm(tied=True))
+
+
+def test_the_variables_read_as_the_bench_reads_them(weight_utils, monkeypatch):
+    """bench/dummy_init.from_env is what train-draft and server-seqs' files take for the server's weights: an empty
+    variable is its default and a normal server ignores SGLANG_DUMMY_INIT_EMBED_STD. The server reads them alike,
+    else an env the bench accepts (an exported empty variable, a successor-only one left set) stops the server."""
+    from bench.dummy_init import from_env
+
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "normal")
+    monkeypatch.delenv("SGLANG_DUMMY_INIT_STD", raising=False)
+    monkeypatch.delenv("SGLANG_DUMMY_INIT_EMBED_STD", raising=False)
+    ref = _Lm()
+    weight_utils.initialize_dummy_weights(ref)
+    for env in ({"SGLANG_DUMMY_INIT_STD": ""}, {"SGLANG_DUMMY_INIT_EMBED_STD": "abc"}):
+        monkeypatch.delenv("SGLANG_DUMMY_INIT_STD", raising=False)
+        monkeypatch.delenv("SGLANG_DUMMY_INIT_EMBED_STD", raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        assert from_env({"SGLANG_DUMMY_INIT": "normal", **env}) == from_env({"SGLANG_DUMMY_INIT": "normal"})
+        m = _Lm()
+        weight_utils.initialize_dummy_weights(m)
+        assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), ref.state_dict().values()))
+    monkeypatch.setenv("SGLANG_DUMMY_INIT", "successor")
+    monkeypatch.delenv("SGLANG_DUMMY_INIT_EMBED_STD", raising=False)
+    succ = _Lm()
+    weight_utils.initialize_dummy_weights(succ)
+    monkeypatch.setenv("SGLANG_DUMMY_INIT_EMBED_STD", "")
+    again = _Lm()
+    weight_utils.initialize_dummy_weights(again)
+    assert torch.equal(again.model.embed_tokens.weight, succ.model.embed_tokens.weight)

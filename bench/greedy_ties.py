@@ -15,6 +15,7 @@ The successor init (bench/dummy_init.py) is the answer to that: its greedy choic
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -135,8 +136,12 @@ def add_cli(sub) -> None:
 
 
 def _cli(a: argparse.Namespace) -> int:
-    if a.prompts < 1 or a.new_tokens < 1 or any(not s > 0 for s in a.std or []) or not a.embed_std > 0:
-        print("bench greedy-ties: --prompts, --new-tokens, --std and --embed-std must be above 0", file=sys.stderr)
+    finite = all(0 < s < math.inf for s in [*(a.std or []), a.embed_std])  # what the server's variables take
+    if a.prompts < 1 or a.new_tokens < 1 or not finite:
+        print(
+            "bench greedy-ties: --prompts, --new-tokens, --std and --embed-std must be above 0 (and finite)",
+            file=sys.stderr,
+        )
         return 2
     if not (a.model_dir / "target" / "config.json").is_file():
         print(

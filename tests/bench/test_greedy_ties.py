@@ -57,3 +57,5 @@ def test_bad_input_is_exit_2(tmp_path, capsys):
     assert "must be above 0" in capsys.readouterr().err
     assert main(["greedy-ties", str(tmp_path), "--embed-std", "-1"]) == 2
     assert "must be above 0" in capsys.readouterr().err
+    assert main(["greedy-ties", str(tmp_path), "--std", "inf"]) == 2
+    assert "must be above 0" in capsys.readouterr().err

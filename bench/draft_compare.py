@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from . import store
-from .errors import RecordError, WriteFailed
+from .dummy_init import from_env
+from .errors import DraftInputError, RecordError, WriteFailed
 from .hostinfo import gpu_kind
 
 _METRICS = ("accept_len_b1", "accept_len_bc", "tok_s_b1", "tok_s_bc")
@@ -179,9 +180,6 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str
 def _weights(recorded, rows: list[dict]) -> str:
     """What an output comparison on these weights can show (bench/dummy_init.py): the draft's target as train.json
     records it, said of the outputs only where every compared run (`rows`: plain and EAGLE arms) drew it too."""
-    from .dummy_init import from_env
-    from .errors import DraftInputError
-
     if not isinstance(recorded, dict):
         return "not recorded in train.json"
     env = {k: str(v) for k, v in recorded.items() if v is not None}

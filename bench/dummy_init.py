@@ -14,6 +14,7 @@ numerics: the margin hides small errors, which `normal` shows.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,13 +39,6 @@ class DummyInit:
         if self.mode not in MODES:
             raise ValueError(f"dummy init mode {self.mode!r} is not one of {MODES}")
 
-    def env(self) -> dict[str, str]:
-        """The server's environment for these weights."""
-        out = {ENV_MODE: self.mode, ENV_STD: repr(self.std)}
-        if self.mode == "successor":
-            out[ENV_EMBED_STD] = repr(self.embed_std)
-        return out
-
     def record(self) -> dict:
         """train.json's account (a `normal` one as earlier records wrote it)."""
         out: dict = {ENV_MODE: self.mode, ENV_STD: self.std}
@@ -58,18 +52,19 @@ class DummyInit:
         return f"{self.mode} dummy weights at std {self.std:g}{extra}"
 
 
+def _positive(value: float, what: str, example: float, hint: str) -> float:
+    if not 0 < value < math.inf:
+        raise DraftInputError(f"{what} is not a positive number", hint=f"{hint} (e.g. {example})")
+    return value
+
+
 def _number(environ: Mapping[str, str], name: str, default: float, where: str) -> float:
     raw = environ.get(name, "")
     try:
         value = float(raw) if raw else default
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise DraftInputError(
-            f"{where}{name}={raw!r} is not a positive number",
-            hint=f"set it to the server's value (e.g. {default}) or unset it",
-        )
-    return value
+        value = math.nan
+    return _positive(value, f"{where}{name}={raw!r}", default, "set it to the server's value or unset it")
 
 
 def from_env(
@@ -88,12 +83,14 @@ def from_env(
             f"{where}{ENV_MODE}={m!r} is not one of {', '.join(MODES)}",
             hint="the bench's targets run with SGLANG_DUMMY_INIT=normal or =successor (tests/bench/planted)",
         )
-    s = std if std is not None else _number(env, ENV_STD, DEFAULT_STD, where)
-    if not s > 0:
-        raise DraftInputError(f"--std {s} is not a positive number", hint="e.g. --std 0.02")
+    if std is not None:
+        s = _positive(std, f"--std {std}", DEFAULT_STD, "--std")
+    else:
+        s = _number(env, ENV_STD, DEFAULT_STD, where)
     if m != "successor":
         return DummyInit(m, s)  # a normal server ignores the embedding std: so does the reference
-    e = embed_std if embed_std is not None else _number(env, ENV_EMBED_STD, DEFAULT_EMBED_STD, where)
-    if not e > 0 or e == float("inf"):
-        raise DraftInputError(f"--embed-std {e} is not a positive number", hint="e.g. --embed-std 1.0")
+    if embed_std is not None:
+        e = _positive(embed_std, f"--embed-std {embed_std}", DEFAULT_EMBED_STD, "--embed-std")
+    else:
+        e = _number(env, ENV_EMBED_STD, DEFAULT_EMBED_STD, where)
     return DummyInit(m, s, e)

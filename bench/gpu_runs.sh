@@ -234,7 +234,8 @@ speed_pair() {  # STEP EAGLE_DIR TRAIN_JSON
   local arms=(${SPEED_ARMS:-none=dummy_init_normal full=full+dummy_init_normal})
   t0=$(date +%s)
   # OEA_ARM=1: EAGLE-3 with OEA at K0=3 as well (the full set, held against plain full): on the successor weights
-  # its routing change is expected not to flip a greedy choice (a margin of several logit SDs), so its draft is accepted and its verify saving can be measured
+  # its routing change is expected not to flip a greedy choice (a margin of several logit SDs), so its draft is
+  # accepted and its verify saving can be measured
   local oea=(); [ "${OEA_ARM:-}" = 1 ] && oea=(oea3=full+dummy_init_normal --arm-env oea3:SGLANG_OEA_K0=3 --env SGLANG_OEA_STATS=1)
   for kind in eagle plain; do
     run_dir=$eagle; ARGS=("${spec[@]}"); n=${EMAXS:-${MAXS:-3}}; extra=("${oea[@]}")

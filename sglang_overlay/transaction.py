@@ -82,13 +82,17 @@ class Transaction:
     def __init__(self, tree: Tree, state_dir: Path, spelling: Spelling = CLI):
         self.tree = tree
         self.spelling = spelling  # whose words a refusal's fix is in: the command line's, or the API's
-        self.copy = spelling.copy  # the fix that works on a copy of the tree, in those words
         self.dir = state_dir
         self.state_path = state_dir / STATE_NAME
         self.journal_path = state_dir / JOURNAL_NAME
         self.store = ObjectStore(state_dir / OBJECTS)
         self.state = State()
         self.recovered: Journal | None = None  # what the opening rollback undid, if anything
+
+    @property
+    def copy(self) -> str:
+        """The fix that works on a copy of the tree, in the caller's words."""
+        return self.spelling.copy
 
     @classmethod
     @contextmanager

@@ -84,7 +84,7 @@
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_seqs|kimi_train5|kimi_speed5|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_seqs|kimi_train5|kimi_speed5|inpatch|hostbisect|null42|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
@@ -558,6 +558,31 @@ case "$step" in
         full=full_result_host; [ "$step" = blocks_moe ] && full=full_moe_gpu
         run $PY -m bench ablate --manifest $PLANTED --base default --full $full --mode leave-out \
           "${B[@]}" "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" --max-total-tokens "${BLOCK_TOKENS:-16384}" ;;
+    esac ;;
+  inpatch|hostbisect|null42)
+    # Issue 42 on one warm machine. inpatch: bisect default -> full on a copy of the project whose real oea_topk
+    # carries a GPU-side plant (tests/bench/planted/oea_inpatch.diff: torch.cuda._sleep in maybe_apply_oea, even
+    # at K0=0); hostbisect: default -> full_result_host (a host-side busy wait in the scheduler's result
+    # processing); null42: default against itself. One --env for all three, so their default starts pool.
+    P42=(--env SGLANG_PLANTED_OEA_GPU_CYCLES="${OEA_CYCLES:-400000}" --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-300}"
+         --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-3}" --warmup-reps 1
+         --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})
+    PROJ=/tmp/proj42
+    if [ ! -f "$PROJ/manifest.yaml" ]; then
+      rm -rf "$PROJ.part" && mkdir -p "$PROJ.part" && cp -r manifest.yaml patches overlay "$PROJ.part/" \
+        && (cd "$PROJ.part" && git apply "$OLDPWD/tests/bench/planted/oea_inpatch.diff") && mv "$PROJ.part" "$PROJ"
+    fi
+    # the tree forgets the other manifest's sets first (a no-op when it carries none of them)
+    [ -n "${DRY:-}" ] || for m in "$PROJ/manifest.yaml" $PLANTED; do $PY apply.py --manifest "$m" --tree "$SGL_TREE" revert --all >/dev/null 2>&1 || true; done
+    reuse42=(); for d in inpatch hostbisect null42; do [ "$d" != "$step" ] && [ -s "$OUT/$d/results.jsonl" ] && reuse42+=(--reuse "$OUT/$d/results.jsonl"); done
+    resume_from "$OUT/$step"
+    case "$step" in
+      inpatch) run $PY -m bench bisect --manifest "$PROJ/manifest.yaml" --good default --bad full "${P42[@]}" \
+                 "${reuse42[@]}" "${RESUME[@]}" --out "$OUT/inpatch" -- "${SA[@]}" ;;
+      hostbisect) run $PY -m bench bisect --manifest $PLANTED --good default --bad full_result_host "${P42[@]}" \
+                 "${reuse42[@]}" "${RESUME[@]}" --out "$OUT/hostbisect" -- "${SA[@]}" ;;
+      null42) run $PY -m bench ab --manifest $PLANTED --arms a=default b=default --arm-env b:BENCH_NULL=1 "${P42[@]}" \
+                 "${reuse42[@]}" "${RESUME[@]}" --out "$OUT/null42" -- "${SA[@]}" ;;
     esac ;;
   profiling)
     # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install the tool, fetch the pinned SGLang release into .sglang/,
-# apply the default patch set, and show the status. Safe to run again (every step is cached or a no-op).
+# apply the default patch set, and show the status. Run again, it keeps the set the tree carries.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -10,5 +10,8 @@ fi
 # The package itself, editable (pyproject.toml: its dependencies and the sglang-overlay command in .venv/bin).
 .venv/bin/python -m pip install -q --disable-pip-version-check -e .
 .venv/bin/sglang-overlay fetch
-.venv/bin/sglang-overlay apply --set default
+# A tree that has state was set up before: its set is the user's choice, never reset here.
+if ! ls .sglang/sglang-*/.sglang-overlay/state.json >/dev/null 2>&1; then
+  .venv/bin/sglang-overlay apply --set default
+fi
 .venv/bin/sglang-overlay status

@@ -74,7 +74,7 @@ def lookup(manifest: Path) -> Any | None:
         return None
     try:
         code, inputs, loaded = pickle.loads(body[len(FORMAT) :])
-    except Exception:  # noqa: BLE001 - a memo of another version of the code: a miss, never an error
+    except Exception:  # a memo of another version of the code: a miss, never an error
         return None
     if code != _code() or any(_sig(p) != s for p, s in inputs):
         return None
@@ -104,7 +104,7 @@ def store(manifest: Path, reads: list[Path], loaded: Any) -> None:
         return
     try:
         body = FORMAT + pickle.dumps((_code(), inputs, loaded), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - something in it that pickle cannot take: no memo
+    except Exception:  # something in it that pickle cannot take: no memo
         return
     _write(_file(manifest), hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
 
@@ -150,7 +150,7 @@ def _prune(d: Path) -> None:
         else:
             entries.append((mtime, e.path))
     entries.sort(reverse=True)
-    for mtime, path in entries[KEEP:] + [x for x in entries[:KEEP] if x[0] == 0.0]:
+    for _, path in entries[KEEP:] + [x for x in entries[:KEEP] if x[0] == 0.0]:
         try:
             os.unlink(path)
         except OSError:

@@ -1,0 +1,71 @@
+"""The memo of a loaded manifest: used only while every file the load read is as it was, and never for a load
+that failed or whose inputs changed within the last seconds (a write inside one clock tick keeps its stat)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import copy_project
+
+from sglang_overlay import manifestmemo
+from sglang_overlay.errors import ManifestError, PathEscape
+from sglang_overlay.manifest import load_manifest
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
+    # the copy was made now (its ctime, which no call can set back): no racy window, so that a load is kept
+    monkeypatch.setattr(manifestmemo, "RACY_S", 0.0)
+    return copy_project(tmp_path / "proj")
+
+
+def _memos(project) -> list[str]:
+    d = project.parent / "cache" / "manifests"
+    return sorted(n for n in os.listdir(d) if not n.startswith(".")) if d.is_dir() else []
+
+
+def test_a_load_is_kept_and_given_back_while_nothing_changed(project):
+    m = load_manifest(project / "manifest.yaml")
+    assert len(_memos(project)) == 1
+    again = manifestmemo.lookup((project / "manifest.yaml").resolve())
+    assert again is not None and again == m and again.patches == m.patches
+
+
+def test_a_changed_patch_file_is_a_miss_and_its_error_is_said(project):
+    load_manifest(project / "manifest.yaml")
+    patch = next((project / "patches").glob("*.patch"))
+    text = patch.read_text()
+    patch.write_text(text.replace("Description", "Descr", 1))
+    assert manifestmemo.lookup((project / "manifest.yaml").resolve()) is None
+    with pytest.raises(ManifestError, match="no Description"):
+        load_manifest(project / "manifest.yaml")
+
+
+def test_a_fresh_write_is_not_kept(project, monkeypatch):
+    monkeypatch.setattr(manifestmemo, "RACY_S", 2.0)
+    patch = next((project / "patches").glob("*.patch"))
+    patch.write_bytes(patch.read_bytes())  # written now: its stat may not change at the next write
+    load_manifest(project / "manifest.yaml")
+    assert _memos(project) == []
+
+
+def test_a_patches_dir_replaced_by_a_link_out_is_refused_after_a_memo(project, tmp_path):
+    load_manifest(project / "manifest.yaml")
+    outside = tmp_path / "elsewhere"
+    (project / "patches").rename(outside)
+    os.symlink(outside, project / "patches")
+    with pytest.raises(PathEscape, match="must be a path inside the project"):
+        load_manifest(project / "manifest.yaml")
+
+
+def test_a_torn_or_foreign_memo_is_ignored(project):
+    m = load_manifest(project / "manifest.yaml")
+    (memo,) = _memos(project)
+    path = project.parent / "cache" / "manifests" / memo
+    blob = path.read_bytes()
+    for bad in (blob[: len(blob) // 2], b"0" * 64 + b"\n" + blob[65:], b"junk"):
+        path.write_bytes(bad)
+        assert manifestmemo.lookup((project / "manifest.yaml").resolve()) is None
+        assert load_manifest(project / "manifest.yaml") == m

@@ -2,11 +2,12 @@
 
 Every command loads the manifest, and with it every patch file: at 100 patches that was most of `status` and a
 third of `apply --all`. A memo names each path the load looked at (the manifests, every patch and overlay file,
-and the directories between them and the project) with what lstat said of it then, or that it was absent; one
-differing stat is a miss, and the manifest is loaded again. Only whole loads are kept (an error is raised again
-each time), only when no input changed in the last seconds (a write within one tick of the clock would not
-change its stat: git's racily clean files), and each memo carries a hash of its own bytes and of the code that
-made it. Best effort throughout: a memo that cannot be read or written only means a full load.
+and every directory above them) with what it was then: a file's type and the sha256 of its bytes, a link's
+target, a directory, or absent. Any difference is a miss, and the manifest is loaded again. Content, not stat
+times: a write within one tick of the clock keeps a file's stat, and the same bytes written again (a checkout,
+a restore) are the same manifest. Only whole loads are kept (an error is raised again each time), and each memo
+carries a hash of its own bytes and of the code that made it. Best effort throughout: a memo that cannot be read
+or written only means a full load.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import stat
 import time
 from contextvars import ContextVar
 from pathlib import Path
@@ -23,7 +25,6 @@ from .cachedir import cache_dir
 
 FORMAT = b"sglang-overlay manifest memo 1\n"
 KEEP = 64  # memos kept, the newest: one per manifest a user works with
-RACY_S = 2.0  # an input changed this recently may change again within the same stat: not kept
 _PACKAGE = Path(__file__).resolve().parent
 
 # the paths the load in progress depends on (None: no load is recording)
@@ -32,20 +33,31 @@ _pruned = False
 
 
 def note(*paths: Path) -> None:
-    """The load in progress looked at these paths (their directories up to the project are added on storing)."""
+    """The load in progress looked at these paths (every directory above them is added on storing)."""
     reads = _READS.get()
     if reads is not None:
         reads.extend(paths)
 
 
-def _sig(path: str) -> tuple[int, ...] | None:
+def _what(path: str) -> tuple[str, ...] | None:
+    """What is at `path` now, as a memo compares it (None: nothing there)."""
     try:
         st = os.lstat(path)
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    if (st.st_mode & 0o170000) == 0o040000:  # a directory: what matters is that it stays this directory
-        return (st.st_mode, st.st_dev, st.st_ino)
-    return (st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError as e:  # not absent: a load would say why it cannot look
+        return ("e", str(e.errno))
+    try:
+        if stat.S_ISREG(st.st_mode):  # opened without following a link, nor waiting on a FIFO put there since
+            with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
+                return ("f", oct(st.st_mode & 0o111), hashlib.sha256(f.read()).hexdigest())
+        if stat.S_ISDIR(st.st_mode):
+            return ("d",)
+        if stat.S_ISLNK(st.st_mode):
+            return ("l", os.readlink(path))
+        return ("o", oct(stat.S_IFMT(st.st_mode)))
+    except OSError as e:
+        return ("e", str(e.errno))
 
 
 def _code() -> str:
@@ -76,7 +88,7 @@ def lookup(manifest: Path) -> Any | None:
         code, inputs, loaded = pickle.loads(body[len(FORMAT) :])
     except Exception:  # a memo of another version of the code: a miss, never an error
         return None
-    if code != _code() or any(_sig(p) != s for p, s in inputs):
+    if code != _code() or any(_what(p) != s for p, s in inputs):
         return None
     return loaded
 
@@ -92,16 +104,13 @@ def stop(token: Any) -> None:
 
 
 def store(manifest: Path, reads: list[Path], loaded: Any) -> None:
-    """Keep `loaded` for `manifest` unless an input changed within RACY_S; never raises an OSError."""
+    """Keep `loaded` for `manifest`, with what it read; never raises an OSError."""
     paths: dict[str, None] = {}
     for p in [manifest, *reads]:
         paths[str(p)] = None
         for q in p.parents:  # every directory above it: one replaced by a link makes it another file
             paths[str(q)] = None
-    inputs = [(p, _sig(p)) for p in paths]
-    newest = max((max(s[4], s[5]) for _, s in inputs if s is not None and len(s) > 3), default=0)
-    if newest > (time.time() - RACY_S) * 1e9:
-        return
+    inputs = [(p, _what(p)) for p in paths]
     try:
         body = FORMAT + pickle.dumps((_code(), inputs, loaded), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # something in it that pickle cannot take: no memo

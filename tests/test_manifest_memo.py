@@ -1,5 +1,5 @@
-"""The memo of a loaded manifest: used only while every file the load read is as it was, and never for a load
-that failed or whose inputs changed within the last seconds (a write inside one clock tick keeps its stat)."""
+"""The memo of a loaded manifest: used only while every file the load read holds the bytes it held, every
+directory on the way is still one, and never for a load that failed."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from sglang_overlay.manifest import load_manifest
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
-    # the copy was made now (its ctime, which no call can set back): no racy window, so that a load is kept
-    monkeypatch.setattr(manifestmemo, "RACY_S", 0.0)
     return copy_project(tmp_path / "proj")
 
 
@@ -43,12 +41,16 @@ def test_a_changed_patch_file_is_a_miss_and_its_error_is_said(project):
         load_manifest(project / "manifest.yaml")
 
 
-def test_a_fresh_write_is_not_kept(project, monkeypatch):
-    monkeypatch.setattr(manifestmemo, "RACY_S", 2.0)
+def test_bytes_decide_not_stat_times(project):
+    m = load_manifest(project / "manifest.yaml")
     patch = next((project / "patches").glob("*.patch"))
-    patch.write_bytes(patch.read_bytes())  # written now: its stat may not change at the next write
-    load_manifest(project / "manifest.yaml")
-    assert _memos(project) == []
+    text = patch.read_bytes()
+    patch.write_bytes(text)  # the same bytes again (a checkout, a restore): the same manifest
+    assert manifestmemo.lookup((project / "manifest.yaml").resolve()) == m
+    st = patch.stat()
+    patch.write_bytes(text.replace(b"Description", b"Descriptiom", 1))  # same size, and the stat times put back
+    os.utime(patch, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert manifestmemo.lookup((project / "manifest.yaml").resolve()) is None
 
 
 def test_a_patches_dir_replaced_by_a_link_out_is_refused_after_a_memo(project, tmp_path):

@@ -71,3 +71,28 @@ def test_a_torn_or_foreign_memo_is_ignored(project):
         path.write_bytes(bad)
         assert manifestmemo.lookup((project / "manifest.yaml").resolve()) is None
         assert load_manifest(project / "manifest.yaml") == m
+
+
+class _GitCalled(Exception):
+    pass
+
+
+def test_a_composition_is_kept_and_given_back_only_for_the_same_bytes(project, pinned_tree, monkeypatch):
+    from sglang_overlay import compose as compose_mod
+
+    m = load_manifest(project / "manifest.yaml")
+    patch = next(p for p in m.patches if getattr(p, "diff", None) is not None and p.diff.body and not p.overlay)
+    with pytest.raises(compose_mod.Conflict):  # not what the patch expects: it fails, and a failure is not kept
+        compose_mod.compose({f: b"x\n" for f in patch.files}, [patch])
+    base = {f: (pinned_tree / f).read_bytes() for f in patch.files}
+    first = compose_mod.compose(base, [patch])
+
+    def git(*args, **kwargs):
+        raise _GitCalled(args)
+
+    monkeypatch.setattr(compose_mod, "git_outside_repo", git)
+    again = compose_mod.compose(base, [patch])  # kept: no git
+    assert again.contents == first.contents and again is not first
+    f = patch.files[0]
+    with pytest.raises(_GitCalled):  # another base: composed again
+        compose_mod.compose({**base, f: base[f] + b"# one more line\n"}, [patch])

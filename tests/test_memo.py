@@ -83,7 +83,7 @@ def test_a_composition_is_kept_and_given_back_only_for_the_same_bytes(project, p
     m = load_manifest(project / "manifest.yaml")
     patch = next(p for p in m.patches if getattr(p, "diff", None) is not None and p.diff.body and not p.overlay)
     with pytest.raises(compose_mod.Conflict):  # not what the patch expects: it fails, and a failure is not kept
-        compose_mod.compose({f: b"x\n" for f in patch.files}, [patch])
+        compose_mod.compose(dict.fromkeys(patch.files, b"x\n"), [patch])
     base = {f: (pinned_tree / f).read_bytes() for f in patch.files}
     first = compose_mod.compose(base, [patch])
 

@@ -359,13 +359,13 @@ def peers(a: argparse.Namespace) -> int:
                     "loadavg": os.getloadavg(),
                 }
                 _print(ps.label, op, res, rat, cpu_rat, said)
+        payload["loadavg_end"] = os.getloadavg()
+        _write(a.out, payload)  # before the clean-up, which takes minutes on a busy disk
     except SpeedError as e:
         print(f"bench speed peers: {e}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    payload["loadavg_end"] = os.getloadavg()
-    _write(a.out, payload)
     return 0
 
 

@@ -17,9 +17,7 @@ def _interrupted_at_start(
 for _sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
     _signal.signal(_sig, _interrupted_at_start)
 
-from pathlib import Path  # noqa: E402
-
-from sglang_overlay.cli import main  # noqa: E402
+from sglang_overlay.entry import main  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main(home=Path(__file__).resolve().parent))
+    raise SystemExit(main(home=os.path.dirname(os.path.realpath(__file__))))

@@ -242,11 +242,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from . import (
-        engine_speed,
         greedy_ties,
         oea_micro,
-        peer_speed,
-        rebase_speed,
         server_seqs,
         simulate_cli,
         tinymodel,
@@ -307,9 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     train_draft.add_cli(sub)
     greedy_ties.add_cli(sub)
     oea_micro.add_cli(sub)
-    engine_speed.add_cli(sub)
-    peer_speed.add_cli(sub)
-    rebase_speed.add_cli(sub)
+    sub.add_parser("speed", help="the tool against quilt and StGit, its imports, rebase (bench/speed.py)")
     simulate_cli.add_cli(sub)
     return ap
 
@@ -925,6 +920,10 @@ def _dry_run(kind, cfg, arms, extra) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["speed"]:  # its own parser (bench/speed.py)
+        from .speed import main as speed_main
+
+        return speed_main(argv[1:])
     if argv and argv[0] in ("ab", "ablate", "bisect"):
         try:
             return run_measurement(argv[0], argv[1:])

@@ -2,6 +2,6 @@ from .interrupts import exit_at_start
 
 exit_at_start()
 
-from .cli import main  # noqa: E402
+from .entry import main  # noqa: E402
 
 raise SystemExit(main())

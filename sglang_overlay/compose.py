@@ -7,6 +7,8 @@ by `git apply` with zero fuzz on scratch copies, so that any subset in any order
 from __future__ import annotations
 
 import errno
+import hashlib
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import memo
 from . import scratch as scratch_dirs
 from .errors import WRITABLE_COPY, Conflict, os_failure
 from .fsio import write_plain
@@ -25,6 +28,11 @@ from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 if TYPE_CHECKING:
     from .patchfile import Hunk, PatchFile
 
+# compositions kept between commands (memo.py): the same set on the same files, apply after revert, costs a
+# `git apply` of every diff and a scratch copy of every file otherwise
+MEMO_KIND = "composed"
+MEMO_KEEP = 32
+MEMO_MAX_BYTES = 256 << 20
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
 _FAILED_RE = re.compile(r"^error: patch failed: (.+?):(\d+)$", re.M)
@@ -58,10 +66,41 @@ def compose(
     works on a copy of the tree, in the caller's words (Spelling.copy), for a scratch copy that cannot be written.
     """
     patches = list(patches)
+    if not patches:
+        return Composed(dict(base))
+    key = _memo_key(base, patches, reverse)
+    kept = memo.read(MEMO_KIND, key)
+    if isinstance(kept, Composed):
+        return kept
+    result = _compose(base, patches, reverse, copy)
+    memo.write(MEMO_KIND, key, result, keep=MEMO_KEEP, max_bytes=MEMO_MAX_BYTES)
+    return result
+
+
+def _memo_key(base: Mapping[str, bytes | None], patches: list[Change], reverse: bool) -> str:
+    """Everything the outcome depends on: each base file's bytes, each patch's name, diff and overlay files."""
+    h = hashlib.sha256(b"reverse" if reverse else b"forward")
+    for f in sorted(base):
+        data = base[f]
+        h.update(f"\0base {f} {-1 if data is None else len(data)}\0".encode("utf-8", "surrogateescape"))
+        h.update(data or b"")
+    for patch in patches:
+        body = patch.diff.applicable if patch.diff is not None and patch.diff.body else b""
+        h.update(f"\0patch {patch.name} {len(body)} {list(patch.files)!r}\0".encode("utf-8", "surrogateescape"))
+        h.update(body)
+        for repo_path in () if reverse else patch.overlay:
+            try:
+                data = patch.overlay_source(repo_path).read_bytes()
+            except OSError:  # said by the composition itself, which is never kept
+                return f"unreadable {os.getpid()} {repo_path}"
+            h.update(f"\0overlay {repo_path} {len(data)}\0".encode("utf-8", "surrogateescape"))
+            h.update(data)
+    return h.hexdigest()
+
+
+def _compose(base: Mapping[str, bytes | None], patches: list[Change], reverse: bool, copy: str) -> Composed:
     contents = dict(base)
     result = Composed(contents)
-    if not patches:
-        return result
     holder = scratch_dirs.make("compose")
     scratch = holder / "tree"
     try:

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
 
-from . import yamlfile
+from . import manifestmemo, yamlfile
 from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
 from .pathlen import too_long
@@ -402,10 +402,20 @@ def load_manifest(path: str | Path, *, spelling: Spelling = CLI) -> Manifest:
             f"{path}: the manifest is a symbolic link that loops ({e})",
             hint="point the link at the real manifest.yaml (`ls -l` shows where it leads)",
         ) from None
-    return _load(path, seen=(), spelling=spelling)
+    hit = manifestmemo.lookup(path)
+    if hit is not None:
+        return hit
+    reads, token = manifestmemo.recording()
+    try:
+        loaded = _load(path, seen=(), spelling=spelling)
+    finally:
+        manifestmemo.stop(token)
+    manifestmemo.store(path, reads, loaded)
+    return loaded
 
 
 def _read_yaml(path: Path, spelling: Spelling) -> Any:
+    manifestmemo.note(path)
     if path.exists() and not path.is_file() and not path.is_dir():  # reading a FIFO would wait forever
         raise ManifestError(f"{path}: not a regular file (a pipe or a device)", hint="name the manifest.yaml file")
     try:
@@ -449,6 +459,7 @@ def _load(path: Path, seen: tuple[Path, ...], spelling: Spelling) -> Manifest:
     parent: Manifest | None = None
     if "extends" in data:
         rel = _path_text(ctx, "extends", ctx.string("extends", data["extends"]))
+        manifestmemo.note(path.parent / rel)  # the way there too: a link on it retargeted names another file
         parent_path = (path.parent / rel).resolve()
         if parent_path in seen or parent_path == path:
             raise ctx.fail("extends", f"{rel!r} extends itself (cycle through {parent_path})")
@@ -702,6 +713,7 @@ def _project_file(ctx: _Ctx, key: str, rel: str) -> Path:
     _path_text(ctx, key, rel)
     root = ctx.path.parent  # load_manifest resolved it
     path = root / rel
+    manifestmemo.note(path)
     try:
         real = path.resolve()
     except (OSError, RuntimeError):  # a looping link (3.11 says RuntimeError): the caller says it is no file

@@ -56,7 +56,7 @@ def test_requirement_files_agree_with_pyproject():
 
 def test_console_script_and_packages_name_real_code():
     module, func = PYPROJECT["project"]["scripts"]["sglang-overlay"].split(":")
-    assert module == "sglang_overlay.cli" and func == "main"
+    assert module == "sglang_overlay.entry" and func == "main"
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     on_disk = {
         str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "sglang_overlay").rglob("__init__.py")

@@ -1,0 +1,109 @@
+"""Results kept in the cache directory between commands (a loaded manifest, a composed set), each in one file
+that carries a hash of its own bytes and of the code that made it. Best effort throughout: a memo that cannot
+be read or written only means the work is done again; one of another version of the code is never read."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+from .cachedir import cache_dir
+
+FORMAT = b"sglang-overlay memo 1\n"
+_PACKAGE = Path(__file__).resolve().parent
+_pruned: set[str] = set()  # kinds pruned by this process (once is enough)
+
+
+def code_signature() -> str:
+    """The package's modules by name, size and mtime: a memo made by other code is another memo."""
+    h = hashlib.sha256(FORMAT)
+    with os.scandir(_PACKAGE) as it:
+        for e in sorted(it, key=lambda e: e.name):
+            if e.name.endswith(".py"):
+                st = e.stat()
+                h.update(f"{e.name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _file(kind: str, key: str) -> Path:
+    return cache_dir() / kind / hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def read(kind: str, key: str) -> Any | None:
+    """What `write(kind, key, ...)` kept, whole and made by this code; else None."""
+    try:
+        blob = _file(kind, key).read_bytes()
+    except (OSError, ValueError):  # ValueError: a path the OS cannot take; the work itself says what is wrong
+        return None
+    head, _, body = blob.partition(b"\n")
+    if len(head) != 64 or hashlib.sha256(body).hexdigest().encode() != head or not body.startswith(FORMAT):
+        return None
+    try:
+        code, kept_key, value = pickle.loads(body[len(FORMAT) :])
+    except Exception:  # a memo of another version of the code: a miss, never an error
+        return None
+    return value if code == code_signature() and kept_key == key else None
+
+
+def write(kind: str, key: str, value: Any, *, keep: int, max_bytes: int) -> None:
+    """Keep `value` under `key`; the newest `keep` memos of `kind` (at most `max_bytes` in all) stay."""
+    try:
+        body = FORMAT + pickle.dumps((code_signature(), key, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # something in it that pickle cannot take: no memo
+        return
+    if len(body) > max_bytes:
+        return
+    import tempfile
+
+    target = _file(kind, key)
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        os.replace(tmp, target)  # whole or absent: a reader never sees half a memo
+        tmp = None
+        _prune(kind, target.parent, keep, max_bytes)
+    except (OSError, ValueError):
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _prune(kind: str, d: Path, keep: int, max_bytes: int) -> None:
+    """Once a process: the newest memos that fit `keep` and `max_bytes` stay; a killed writer's temp files go."""
+    if kind in _pruned:
+        return
+    _pruned.add(kind)
+    now = time.time()
+    entries, stale = [], []
+    for e in os.scandir(d):
+        try:
+            st = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if e.name.startswith(".tmp-"):
+            if now - st.st_mtime > 60:
+                stale.append(e.path)
+        else:
+            entries.append((st.st_mtime, st.st_size, e.path))
+    entries.sort(reverse=True)
+    total = 0
+    for k, (_, size, path) in enumerate(entries):
+        total += size
+        if k >= keep or total > max_bytes:
+            stale.append(path)
+    for path in stale:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

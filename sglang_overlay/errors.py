@@ -9,6 +9,7 @@ EXIT_OK = 0
 EXIT_CONFLICT = 1  # a patch does not apply, drift, a failed check, the OS refused a write (rolled back)
 EXIT_BAD_INPUT = 2  # malformed manifest, patch, state or journal; usage; wrong version; path escape
 EXIT_INTERNAL = 3  # a bug in this tool
+EXIT_OUTPUT_LOST = 4  # the command did its work (a change is made), but its output could not be written
 EXIT_INTERRUPTED = 130
 
 

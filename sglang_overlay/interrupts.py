@@ -16,6 +16,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _depth = 0
 _pending: int | None = None
+_settled = False
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,6 +27,8 @@ class Interrupted(KeyboardInterrupt):
 
 def _on_signal(signum: int, _frame: object) -> None:
     global _pending
+    if _settled:
+        return
     if _depth:
         _pending = _pending or signum
         return
@@ -33,8 +36,22 @@ def _on_signal(signum: int, _frame: object) -> None:
 
 
 def install() -> None:
+    global _settled, _pending
+    _settled, _pending = False, None
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
+
+
+def settle() -> None:
+    """The command's outcome is decided (its exit code is known): from here to the process's end a signal is
+    ignored, so that a change that was made is not reported, or killed, as interrupted."""
+    global _settled, _pending
+    if _settled:
+        return
+    _settled, _pending = True, None
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is _on_signal:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def checkpoint() -> None:

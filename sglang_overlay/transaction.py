@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import interrupts, scratch
+from . import interrupts, output, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (
     Barrier,
@@ -255,6 +255,7 @@ class Transaction:
                     barrier.flush()  # step 4: the names
                 interrupts.checkpoint()  # the last point at which a signal still rolls the change back
                 os.unlink(self.journal_path)  # final from here on
+                output.note_change(self.tree.root)
             except BaseException as e:
                 self._abandon(e)
             self.state = change.state

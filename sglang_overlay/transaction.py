@@ -138,13 +138,19 @@ class Transaction:
         )
         return journal
 
-    def _roll_back(self, journal: Journal) -> None:
+    def _roll_back(self, journal: Journal, *, live: bool = False) -> list[Path]:
+        """`live`: this process's own commit stopped, so a file holding neither its old bytes nor the new ones
+        was edited by hand while the command ran: it is left as it is (returned), never moved aside."""
         dirs = {self.dir}
-        self._keep_later_edits(journal)
+        kept = self._edited(journal) if live else []
+        if not live:
+            self._keep_later_edits(journal)
         for entry in reversed(journal.entries):
             path = self.tree.path_of(entry.path)
             dirs.add(path.parent)
             unlink_if_present(tmp_path(path))
+            if path in kept:
+                continue
             if entry.before is None:
                 if os.path.lexists(path):
                     os.unlink(path)
@@ -174,6 +180,16 @@ class Transaction:
             fsync_dir(d)
         os.unlink(self.journal_path)
         self._flush_final()
+        return kept
+
+    def _edited(self, journal: Journal) -> list[Path]:
+        kept = []
+        for entry in journal.entries:
+            path = self.tree.path_of(entry.path)
+            now = read_bytes(path) if os.path.lexists(path) else None
+            if now is not None and digest_of(now) not in (entry.before, entry.after):
+                kept.append(path)
+        return kept
 
     def _keep_later_edits(self, journal: Journal) -> None:
         """A file that holds neither its old bytes nor the new ones was edited by hand after the kill: save it
@@ -381,7 +397,8 @@ class Transaction:
         if read_bytes(path) != change.before[f]:
             raise Conflict(
                 f"{path} changed while this command ran (edited by hand, or another program wrote it)",
-                hint="nothing was changed; run the command again",
+                hint="this command's own writes are rolled back; the edit is left in place in that file: run the "
+                "command again (it then sees the edit)",
             )
         barrier.add(path.parent)
         if change.writes[f] is None:
@@ -392,10 +409,11 @@ class Transaction:
 
     def _abandon(self, err: BaseException) -> None:
         """Roll back a commit that did not finish, then report why it stopped."""
+        kept: list[Path] = []
         try:
             journal = read_journal(self.journal_path)
             if journal is not None:
-                self._roll_back(journal)
+                kept = self._roll_back(journal, live=True)
             for name in os.listdir(self.dir):
                 if is_tmp_name(name):
                     unlink_quietly(self.dir / name)
@@ -407,6 +425,12 @@ class Transaction:
                 f"{self.journal_path} is kept",
                 hint=f"once the cause is fixed, {self.spelling.recover} rolls it back",
             ) from None
+        if kept:
+            print(
+                f"sglang-overlay: left as edited while the command ran (not rolled back, not moved): "
+                f"{', '.join(map(str, kept))}",
+                file=sys.stderr,
+            )
         if isinstance(err, KeyboardInterrupt):
             print(f"sglang-overlay: interrupted: rolled back, {self.tree.root} is as it was", file=sys.stderr)
             raise err

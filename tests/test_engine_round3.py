@@ -176,3 +176,58 @@ def test_signal_in_mains_finally_is_ignored(project, sglang_tree, env, tmp_path)
     e = dict(env, PYTHONPATH=f"{hook}:{ROOT}")
     r = ov(e, project, sglang_tree, "apply", "fx_topk")
     assert r.returncode == 0 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+
+
+# -- 4: a hand edit made while a command runs ---------------------------------------------------------------------
+def _hook(tmp_path: Path, code: str) -> str:
+    """A sitecustomize that runs `code` in the command's process: a deterministic point inside it."""
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(code)
+    return f"{hook}:{ROOT}"
+
+
+def test_hand_edit_during_the_command_stays_in_the_file(project, sglang_tree, env, tmp_path):
+    f = sglang_tree / TOPK
+    hook = _hook(
+        tmp_path,
+        "from pathlib import Path\n"
+        "import sglang_overlay.transaction as t\n"
+        "real = t.Transaction._stage\n"
+        "def stage(self, paths, *a):\n"
+        "    real(self, paths, *a)\n"
+        f"    f = Path({str(f)!r})\n"
+        "    f.write_text(f.read_text() + '# my edit meanwhile\\n')\n"
+        "t.Transaction._stage = stage\n",
+    )
+    r = ov(dict(env, PYTHONPATH=hook), project, sglang_tree, "apply", "fx_topk")
+    out = fails(r, 1, str(f), "changed while this command ran", "left in place")
+    assert "nothing was changed" not in out
+    assert f.read_text().endswith("# my edit meanwhile\n")  # not moved to backups/, not overwritten
+    assert not (sglang_tree / ".sglang-overlay/backups").exists()
+    assert carries(env, project, sglang_tree)["applied"] == []
+
+
+# -- 8: `diff` on a tree a kill left with a journal ---------------------------------------------------------------
+KILL_AFTER_FIRST_FILE = (
+    "import os, signal\n"
+    "import sglang_overlay.transaction as t\n"
+    "real = t.Transaction._replace\n"
+    "def replace(self, f, *a):\n"
+    "    real(self, f, *a)\n"
+    f"    if f == {TOPK!r}:\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "t.Transaction._replace = replace\n"
+)
+
+
+def test_diff_reads_a_killed_tree_as_status_does(project, sglang_tree, env, tmp_path):
+    killed = ov(dict(env, PYTHONPATH=_hook(tmp_path, KILL_AFTER_FIRST_FILE)), project, sglang_tree, "apply", "fx_topk")
+    assert killed.returncode == -9 and (sglang_tree / JOURNAL).exists()
+    assert "fixture" in (sglang_tree / TOPK).read_text()  # the kill left the patched file
+    st = ov(env, project, sglang_tree, "status", "--json")
+    assert st.returncode == 0 and json.loads(st.stdout)["interrupted_transaction"], st.stderr
+    d = ov(env, project, sglang_tree, "diff", "fx_topk")
+    assert d.returncode == 0, d.stderr
+    assert "+" in d.stdout and "fixture" in d.stdout and "not applied" in d.stderr
+    assert (sglang_tree / JOURNAL).exists()  # a read-only command leaves the rollback to the next change

@@ -231,3 +231,35 @@ def test_diff_reads_a_killed_tree_as_status_does(project, sglang_tree, env, tmp_
     assert d.returncode == 0, d.stderr
     assert "+" in d.stdout and "fixture" in d.stdout and "not applied" in d.stderr
     assert (sglang_tree / JOURNAL).exists()  # a read-only command leaves the rollback to the next change
+
+
+# -- 11: scratch of a killed check --------------------------------------------------------------------------------
+KILL_AFTER_SCRATCH = (
+    "import os, signal\n"
+    "import sglang_overlay.scratch as s\n"
+    "real = s.make\n"
+    "def make(*a, **k):\n"
+    "    d = real(*a, **k)\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "s.make = make\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["compose", "compose-many"])
+def test_scratch_of_a_killed_check_is_reaped_by_the_next_check(project, sglang_tree, env, tmp_path, kind):
+    scratch = Path(env["TMPDIR"])
+    killed = ov(dict(env, PYTHONPATH=_hook(tmp_path, KILL_AFTER_SCRATCH)), project, sglang_tree, "check")
+    assert killed.returncode == -9 and list(scratch.iterdir()), killed.stderr
+    # and one of each kind under a name a dead process of this namespace gave it (check --all-pins' compose-many)
+    dead = _dead_pid()
+    ns = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    (scratch / f"sglang-overlay-{kind}-{ns}.{dead}-abc123").mkdir()
+    r = ov(env, project, sglang_tree, "check")
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    assert list(scratch.iterdir()) == [], list(scratch.iterdir())
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid

@@ -373,6 +373,15 @@ class Transaction:
         need += sum(len(b) for b in (change.backup or {}).values())
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
+        files = 8 + 2 * len(change.writes) + len(change.bases) + len(change.backup or {})  # temps, copies, journal
+        if st.f_files > 0 and st.f_favail < files:
+            raise OSFailure(
+                f"no free inodes in {self.dir}: the change needs about {files} new files, {st.f_favail} can be "
+                f"made (ENOSPC); nothing was changed (found before the first write)",
+                hint=f"the file system has no free inodes left, whatever `df -h` says: `df -i {self.dir}`; remove "
+                "files there, then run the command again",
+                error=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir)),
+            )
         if free < need:
             raise OSFailure(
                 f"not enough free space in {self.dir}: the change needs about {need // 1024} KiB, "

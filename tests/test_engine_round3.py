@@ -263,3 +263,49 @@ def _dead_pid() -> int:
     p = subprocess.Popen(["true"])
     p.wait()
     return p.pid
+
+
+# -- 12: messages ---------------------------------------------------------------------------------------------------
+def test_inode_exhaustion_hints_df_i(monkeypatch, tmp_path):
+    import errno
+
+    from sglang_overlay import errors
+
+    class NoInodes:
+        f_files, f_favail, f_bavail, f_frsize, f_flag = 1000, 0, 10**6, 4096, 0
+
+    monkeypatch.setattr(errors.os, "statvfs", lambda _p: NoInodes())
+    err = errors.os_failure(OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f")), "cannot write", "x")
+    assert f"df -i {tmp_path}" in (err.hint or "") and "df -h" not in err.render().replace("whatever `df -h`", "")
+
+
+def test_empty_tree_env_is_refused_like_an_empty_tree_option(project, env):
+    for e, said in ((dict(env, SGLANG_OVERLAY_TREE=""), "SGLANG_OVERLAY_TREE"), (env, "--tree")):
+        args = ["--tree", ""] if said == "--tree" else []
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "apply.py"), "--manifest", str(project / "manifest.yaml"), *args, "status"],
+            env=e,
+            capture_output=True,
+            text=True,
+        )
+        fails(r, 2, said, "empty (an unset shell variable?)")
+
+
+def test_status_of_a_tree_of_unknown_version(project, sglang_tree, env, tmp_path):
+    copy = tmp_path / "copy"
+    subprocess.run(["git", "clone", "-q", "--no-tags", str(sglang_tree), str(copy)], check=True)
+    (copy / "python/sglang/_version.py").unlink(missing_ok=True)
+    r = ov(env, project, copy, "status")
+    out = r.stdout + r.stderr
+    assert "sglang None" not in out and "Traceback" not in out, out
+    if r.returncode == 0:
+        assert "version unknown" in r.stdout, out
+
+
+def test_a_long_manifest_without_aliases_is_no_alias_bomb(tmp_path):
+    from sglang_overlay.yamlfile import parse
+
+    entry = "  - {{name: p{0}, description: d, kind: diff, category: compat, default: false, requires: [], conflicts: []}}\n"
+    text = "schema: 1\npatches:\n" + "".join(entry.format(i) for i in range(8000))
+    data = parse(tmp_path / "manifest.yaml", text)
+    assert len(data["patches"]) == 8000

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from conftest import ROOT
-from faultlib import STRACE
+from faultlib import STRACE, inject, python_argv, trace_points
 from test_rebase import (  # noqa: F401 - cache and pin_source are fixtures
     SARGS,
     TOPK,
@@ -147,3 +147,33 @@ def test_a_progress_file_whose_source_escapes_the_project_is_refused(tmp_path, c
     for args in (["--continue"], ["--status"]):
         res = cli(proj, cache, "rebase", *args, rc=2)
         assert str(progress) in res.stderr and "'source'" in res.stderr and "inside the project" in res.stderr
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace (installed by .ci/run)")
+def test_a_kill_at_every_point_of_the_tidy_leaves_it_to_the_next_command(tmp_path, cache, pin_source):
+    """The tidy of a start killed before its progress file, killed itself at each write-side call: the next
+    rebase command finishes it."""
+    proj = _stopped(tmp_path, cache, pin_source)
+    before = project_files(proj)
+    cli(proj, cache, "rebase", "--abort", rc=0)
+    pins = proj / "pins"
+
+    def leftovers() -> None:
+        (pins / f".rebase-{V}").mkdir(parents=True, exist_ok=True)
+        (pins / f"..rebase-{V}.json.sglang-overlay-tmp").write_text("{")
+
+    env = dict(os.environ, SGLANG_OVERLAY_CACHE=str(cache))
+    env.pop("SGLANG_OVERLAY_TREE", None)
+    leftovers()
+    argv = python_argv("rebase", "--abort")
+    points, _ = trace_points(argv, env, proj, tmp_path / "trace.log")
+    points = [p for p in points if ".rebase-" in p.call or "sglang-overlay" in p.call]
+    assert points, "the tidy made no write-side call"
+    for point in points:
+        leftovers()
+        r = inject(argv, env, proj, tmp_path / "kill.log", point, "signal=KILL")
+        assert r.hit, point
+        again = cli(proj, cache, "rebase", "--abort")
+        assert again.returncode in (0, 2) and "Traceback" not in again.stderr, (point, again.stderr)
+        assert not pins.exists(), (point, sorted(p.name for p in pins.iterdir()))
+    assert project_files(proj) == {k: v for k, v in before.items() if not k.startswith("pins/")}

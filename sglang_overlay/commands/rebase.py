@@ -149,7 +149,7 @@ def _tidy_unstarted(root: Path) -> None:
                 )
         except OSError:
             continue
-        _rmdir_quietly(folder)  # pins/ too, if that start made it
+    _rmdir_quietly(folder)  # an empty pins/ too: that start made it (a kill may have come before it went)
 
 
 def _none_in_progress(root: Path, version: str, resume: bool) -> int:

@@ -19,6 +19,7 @@ class Guarded(io.TextIOBase):
         self.label = label
         self.stream = stream
         self.closed_at_start = stream is None
+        self.reserved = fd  # closed at start: the number, now on /dev/null (a child's output goes there)
         if stream is None and fd is not None:  # keep the number: a file opened later must not become stdout
             null = os.open(os.devnull, os.O_WRONLY)
             if null != fd:
@@ -65,7 +66,9 @@ class Guarded(io.TextIOBase):
 
     def fileno(self) -> int:
         if self.closed_at_start:
-            raise io.UnsupportedOperation("the descriptor was closed before the command started")
+            if self.reserved is None:
+                raise io.UnsupportedOperation("the descriptor was closed before the command started")
+            return self.reserved
         return self.stream.fileno()
 
     def writable(self) -> bool:

@@ -309,3 +309,39 @@ def test_a_long_manifest_without_aliases_is_no_alias_bomb(tmp_path):
     text = "schema: 1\npatches:\n" + "".join(entry.format(i) for i in range(8000))
     data = parse(tmp_path / "manifest.yaml", text)
     assert len(data["patches"]) == 8000
+
+
+# -- a sweep of kills and Ctrl-C around the new paths (output lost, late signals) ----------------------------------
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (installed by .ci/run)")
+@pytest.mark.parametrize("action", ["signal=KILL", "signal=INT"])
+def test_kill_or_ctrl_c_at_every_point_from_the_commit_on_of_a_change_whose_output_is_lost(project, sglang_tree, env, tmp_path, action):
+    from faultlib import inject, trace_points
+
+    f = sglang_tree / TOPK
+    pristine = f.read_bytes()
+    cmd = ["sh", "-c", 'exec "$0" "$@" >/dev/full', *argv(project, sglang_tree, "apply", "fx_topk")]
+    points, done = trace_points(cmd, env, tmp_path, tmp_path / "trace.log")
+    assert done.returncode == 4, done.stderr
+    # from just before the change becomes final (the journal's removal) to the end: where the output is lost
+    # and the late signals come (the earlier points are the engine sweep's, test_engine_faults)
+    final = next(i for i, p in enumerate(points) if p.syscall in ("unlink", "unlinkat") and "journal.json" in p.call)
+    points = points[max(final - 3, 0) :]
+    patched = f.read_bytes()
+    ov(env, project, sglang_tree, "revert", "--all").check_returncode()
+    problems, hits = [], 0
+    for point in points:
+        r = inject(cmd, env, tmp_path, tmp_path / "inject.log", point, action)
+        if not r.hit:
+            continue
+        hits += 1
+        rec = ov(env, project, sglang_tree, "recover")
+        now = f.read_bytes()
+        ok_rc = {-9} if action == "signal=KILL" else {130, 4}
+        if r.rc not in ok_rc or "Traceback" in r.stderr or rec.returncode != 0 or now not in (pristine, patched):
+            problems.append(f"{point}: rc {r.rc}, recover rc {rec.returncode}: {r.stderr[-300:]}{rec.stderr[-300:]}")
+        if r.rc == 4 and now != patched:
+            problems.append(f"{point}: exit 4 but the change is not in the tree")
+        if (sglang_tree / JOURNAL).exists():
+            problems.append(f"{point}: a journal is left after recover")
+        ov(env, project, sglang_tree, "revert", "--all").check_returncode()
+    assert hits >= 3 and not problems, f"{hits} point(s) hit\n" + "\n".join(problems[:10])

@@ -150,7 +150,7 @@ def _context(args, home: Path | None) -> Context:
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
     """`home`: the project an entry script belongs to (apply.py passes its own directory), used when no
     manifest.yaml is found from the current directory upward."""
-    interrupts.install()
+    handlers = interrupts.install()
     saved = output.guard()
     try:
         return _main(argv, home)
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
         interrupts.settle()  # the outcome is decided: a late signal cannot change it, nor kill the exit
         set_where(project=None, manifest=None, pin=None)  # the Python API's hints, later in this process
         output.unguard(saved)
+        if argv is not None:  # called with its own arguments inside another program: its handlers back
+            interrupts.restore(handlers)
 
 
 def _main(argv: list[str] | None, home: Path | None) -> int:

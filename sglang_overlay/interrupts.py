@@ -35,11 +35,19 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-def install() -> None:
+def install() -> dict[int, object]:
+    """Returns the handlers replaced, for `restore`."""
     global _settled, _pending
     _settled, _pending = False, None
-    for sig in SIGNALS:
-        signal.signal(sig, _on_signal)
+    return {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+
+
+def restore(previous: dict[int, object]) -> None:
+    """A caller that runs the CLI inside its own process (main(argv)) gets its own handlers back."""
+    global _settled
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
+    _settled = False
 
 
 def settle() -> None:

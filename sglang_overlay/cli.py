@@ -8,19 +8,28 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, commands, interrupts
+from . import __version__, commands, interrupts, output
 from .cachedir import CACHE_ENV
 from .context import Context
-from .errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, BadInput, OverlayError, os_failure
+from .errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_LOST,
+    BadInput,
+    OverlayError,
+    os_failure,
+)
 from .pathlen import path_text
-from .progname import set_from_argv, set_where
+from .progname import prog, set_from_argv, set_where
 from .project import MANIFEST_ENV, manifest_path
 from .spelling import CLI
 from .tree import TREE_ENV
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
 2 bad input or usage (also a damaged state or journal file); 3 internal error (a bug: please report it with
-the saved log); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP; a change in progress is rolled back first)"""
+the saved log); 4 done (a change is made), but its output could not be written (a full disk, a closed
+stdout or stderr); 130 interrupted (Ctrl-C, SIGTERM, SIGHUP; a change in progress is rolled back first)"""
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -141,24 +150,18 @@ def _context(args, home: Path | None) -> Context:
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
     """`home`: the project an entry script belongs to (apply.py passes its own directory), used when no
     manifest.yaml is found from the current directory upward."""
-    interrupts.install()
+    handlers = interrupts.install()
+    saved = output.guard()
     try:
         return _main(argv, home)
     except KeyboardInterrupt:  # a second signal while the first error was being reported
         return EXIT_INTERRUPTED
     finally:
+        interrupts.settle()  # the outcome is decided: a late signal cannot change it, nor kill the exit
         set_where(project=None, manifest=None, pin=None)  # the Python API's hints, later in this process
-        _drop_unwritable_output()
-
-
-def _drop_unwritable_output() -> None:
-    """Output that cannot be written (a full disk or a closed pipe behind stdout) must not turn the exit code
-    into Python's 120 at interpreter exit: what could not be said is dropped."""
-    for name in ("stdout", "stderr"):
-        try:
-            getattr(sys, name).flush()
-        except (OSError, ValueError):
-            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - kept open to the end; the interpreter's last flush then has nothing to fail on
+        output.unguard(saved)
+        if argv is not None:  # called with its own arguments inside another program: its handlers back
+            interrupts.restore(handlers)
 
 
 def _main(argv: list[str] | None, home: Path | None) -> int:
@@ -167,8 +170,9 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
         set_where(project=args.project, manifest=args.manifest, pin=args.pin)
         code = int(args._run(_context(args, home), args) or 0)
-        sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
-        return code
+        interrupts.settle()
+        lost = output.lost()  # here, not at interpreter exit, where a full disk would go unreported
+        return _output_lost(lost) if lost and code == 0 else code
     except OverlayError as e:
         _say(e.render())
         return e.exit_code
@@ -202,6 +206,24 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
         return bad.exit_code
     except Exception:
         return _crash()
+
+
+def _output_lost(lost: list[tuple[str, OSError]]) -> int:
+    """The command did its work; only what it had to say is gone. Never "nothing changed": said where stderr
+    still works, else the exit code speaks."""
+    why = "; ".join(f"{label}: {e.strerror or e} ({errno.errorcode.get(e.errno or 0, 'error')})" for label, e in lost)
+    trees = output.changed()
+    done = (
+        f"the change was made ({', '.join(map(str, dict.fromkeys(trees)))} holds it)"
+        if trees
+        else "the command completed"
+    )
+    _say(
+        f"error: {done}, but its output could not be written ({why})\n"
+        f"  hint: `{prog()} status` shows what the tree carries; free space or keep the output "
+        "open to see the report"
+    )
+    return EXIT_OUTPUT_LOST
 
 
 # requirements.txt's packages, by the module they are imported as

@@ -9,6 +9,7 @@ EXIT_OK = 0
 EXIT_CONFLICT = 1  # a patch does not apply, drift, a failed check, the OS refused a write (rolled back)
 EXIT_BAD_INPUT = 2  # malformed manifest, patch, state or journal; usage; wrong version; path escape
 EXIT_INTERNAL = 3  # a bug in this tool
+EXIT_OUTPUT_LOST = 4  # the command did its work (a change is made), but its output could not be written
 EXIT_INTERRUPTED = 130
 
 
@@ -142,10 +143,26 @@ def os_failure(
     else:
         where = _existing(os.path.dirname(path) or path) if path != "?" else "."
     fix = _FIXES.get(err.errno or 0, "fix the cause named above, then run the command again")
+    if err.errno == errno.ENOSPC and _out_of_inodes(where):
+        fix = _NO_INODES
     fix = fix.format(where=where, elsewhere=elsewhere or copy)
     if elsewhere and err.errno in _ELSEWHERE:
         fix += f"; or {elsewhere}"
     return OSFailure(f"{what} {path}: {err.strerror or err} ({name}); {outcome}", hint=fix, error=err)
+
+
+_NO_INODES = (
+    "the file system has no free inodes (files) left, whatever `df -h` says: `df -i {where}`; remove files there"
+)
+_NO_INODES += ", then run the command again"
+
+
+def _out_of_inodes(where: str) -> bool:
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return False
+    return st.f_files > 0 and st.f_favail == 0
 
 
 def _existing(where: str) -> str:

@@ -16,6 +16,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _depth = 0
 _pending: int | None = None
+_settled = False
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,15 +27,39 @@ class Interrupted(KeyboardInterrupt):
 
 def _on_signal(signum: int, _frame: object) -> None:
     global _pending
+    if _settled:
+        return
     if _depth:
         _pending = _pending or signum
         return
     raise Interrupted(signum)
 
 
-def install() -> None:
+def install() -> dict[int, object]:
+    """Returns the handlers replaced, for `restore`."""
+    global _settled, _pending
+    _settled, _pending = False, None
+    return {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+
+
+def restore(previous: dict[int, object]) -> None:
+    """A caller that runs the CLI inside its own process (main(argv)) gets its own handlers back."""
+    global _settled
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]
+    _settled = False
+
+
+def settle() -> None:
+    """The command's outcome is decided (its exit code is known): from here to the process's end a signal is
+    ignored, so that a change that was made is not reported, or killed, as interrupted."""
+    global _settled, _pending
+    if _settled:
+        return
+    _settled, _pending = True, None
     for sig in SIGNALS:
-        signal.signal(sig, _on_signal)
+        if signal.getsignal(sig) is _on_signal:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def checkpoint() -> None:

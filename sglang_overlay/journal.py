@@ -64,6 +64,7 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
         raise StateError(f"{path}: the journal is not UTF-8 text ({e})", hint=JOURNAL_FIX) from e
     data = sh.load(text)
     sh.keys(data, ("version", "op", "pid", "files", "new_dirs", "state_before", "backup"))
+    sh.present(data, ("version", "op", "pid", "files", "new_dirs", "state_before"))  # backup: null if absent
     if data.get("version") != JOURNAL_VERSION:
         raise sh.fail("'version'", f"{data.get('version')!r}, this tool reads {JOURNAL_VERSION}")
     op = sh.get(data, "op", str)
@@ -74,6 +75,8 @@ def parse_journal(raw: bytes, path: Path) -> Journal:
         if not isinstance(raw_entry, dict):
             raise sh.fail(key, f"expected an object, got {raw_entry!r:.80}")
         sh.keys(raw_entry, ("path", "before", "mode", "after"), key)
+        # 'after' absent reads as null: a rollback then keeps more edits aside, it never deletes for it
+        sh.present(raw_entry, ("path", "before", "mode"), key)
         mode = sh.get(raw_entry, "mode", int, optional=True)
         if mode is not None and not 0 <= mode <= 0o7777:
             raise sh.fail(f"{key} -> 'mode'", f"{mode!r} is not a permission mode")

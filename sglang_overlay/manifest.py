@@ -691,7 +691,10 @@ def _parse_overlay(ctx: _Ctx, where: str, raw: Any) -> tuple[str, ...]:
     overlay = tuple(
         check_patchable(p, f"{ctx.path}: {where}.overlay") for p in ctx.string_list(f"{where}.overlay", raw)
     )
-    for p in overlay:
+    for i, p in enumerate(overlay):
+        if p in overlay[:i]:
+            # a second copy of the same file looked, at apply time, like upstream shipping a file of that name
+            raise ctx.fail(f"{where}.overlay", f"{p} is listed twice", "list each file once")
         _check_overlay_source(ctx, where, ctx.path.parent / "overlay", ctx.path.parent / "overlay" / p)
         _project_file(ctx, f"{where}.overlay", f"overlay/{p}")  # overlay/ itself may be a link out
     return overlay

@@ -127,6 +127,14 @@ def refuse_linked_out(project_root: Path, version: str) -> None:
             hint=f"make {folder} a directory of the project (`rm {_q(folder)} && mkdir {_q(folder)}`, then copy in the "
             "pins it led to), then rebase again",
         )
+    staging = folder / f".rebase-{version}"
+    if os.path.islink(staging):  # the new pin is built there: through a link it would be built elsewhere
+        raise BadInput(
+            f"rebase {version}: the staging directory {staging} is a symbolic link (to {os.path.realpath(staging)}):"
+            " the rebase builds the new pin there and makes that directory itself",
+            hint=f"remove the link (`rm {_q(staging)}`; what it leads to is not touched), then `{prog()} rebase "
+            "--abort` and start again",
+        )
     if os.path.islink(target):
         real, there = os.path.realpath(target), os.path.exists(target)
         if _within(real, root) and there:

@@ -26,7 +26,8 @@ from .state import Shape, read_own_file
 PROGRESS_VERSION = 2
 PROGRESS_VERSIONS_READ = (1, 2)
 PINS_DIR = "pins"
-VERSION_RE = re.compile(r"\d+(\.\d+)+([a-z]+\d*)?(\.post\d+)?")
+# numbers without leading zeros: PyPI reads "0.5.018" as 0.5.18, which is then not the release that was named
+VERSION_RE = re.compile(r"(0|[1-9]\d*)(\.(0|[1-9]\d*))+([a-z]+\d*)?(\.post\d+)?")
 
 
 def progress_fix() -> str:
@@ -35,6 +36,11 @@ def progress_fix() -> str:
         "sglang-overlay writes this file whole and atomically, so something else changed it: "
         f"`{prog()} rebase --abort` drops the rebase (the project is as it was before it), then start again"
     )
+
+
+def _inside(rel: str) -> bool:
+    """A path the progress file names relative to the project, that stays inside it (no `..`)."""
+    return bool(rel) and not rel.startswith("/") and ".." not in rel.split("/")
 
 
 def check_version_arg(version: str) -> str:
@@ -246,12 +252,12 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         )
     source_files = {}
     for rel, digest in (sh.get(data, "source_files", dict, optional=True) or {}).items():
-        if not rel or rel.startswith("/"):
-            raise sh.fail("'source_files'", f"{rel!r:.80} is not a path relative to the project")
+        if not _inside(rel):
+            raise sh.fail("'source_files'", f"{rel!r:.80} is not a path inside the project")
         source_files[rel] = sh.digest(digest, f"'source_files' -> {rel!r:.80}", optional=False)
     source = sh.get(data, "source", str)
-    if not source or source.startswith("/"):
-        raise sh.fail("'source'", f"{source!r:.80} is not a path relative to the project")
+    if not _inside(source):
+        raise sh.fail("'source'", f"{source!r:.80} is not a path inside the project")
     return Progress(
         target,
         source,

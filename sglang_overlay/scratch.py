@@ -13,7 +13,9 @@ import tempfile
 from pathlib import Path
 
 PREFIX = "sglang-overlay-"
-_NAME_RE = re.compile(rf"^{re.escape(PREFIX)}[a-z0-9]+-(\d+)\.(\d+)-")
+# the kind may hold a hyphen itself ("compose-many"): the owner tag is the first `-NS.PID-` after it
+_NAME_RE = re.compile(rf"^{re.escape(PREFIX)}[a-z][a-z0-9-]*?-(\d+)\.(\d+)-")
+_reaped: set[Path] = set()  # the parents this process has reaped: once is enough
 
 
 def pid_namespace() -> str:
@@ -35,6 +37,11 @@ def owner_tag() -> str:
 
 
 def make(kind: str, parent: Path | None = None) -> Path:
+    """A new scratch directory; the first in a process first removes what killed commands left (a read-only
+    `check` makes scratch too, and a killed one must not leave it until some command changes a tree)."""
+    where = parent or root()
+    if where not in _reaped:
+        reap(where)
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{kind}-{owner_tag()}-", dir=parent or root()))
 
 
@@ -57,6 +64,7 @@ def alive(pid: int) -> bool:
 def reap(parent: Path | None = None) -> None:
     """Remove the scratch directories of processes that no longer run (a kill -9 leaves them behind)."""
     parent = parent or root()
+    _reaped.add(parent)
     try:
         names = os.listdir(parent)
     except OSError:

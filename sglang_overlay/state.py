@@ -115,6 +115,14 @@ class Shape:
         if extra:
             raise self.fail(key, f"unknown key(s) {', '.join(map(repr, extra))}")
 
+    def present(self, data: dict[str, Any], required: tuple[str, ...], key: str = "(top level)") -> None:
+        """Every key this tool writes must be there: a missing one read as null could mean "did not exist",
+        and a rollback or revert would delete the file."""
+        missing = [k for k in required if k not in data]
+        if missing:
+            where = "" if key == "(top level)" else f"{key} -> "
+            raise self.fail(f"{where}{missing[0]!r}", "missing")
+
     def get(self, data: dict[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
         if key not in data:
             if optional:
@@ -158,6 +166,7 @@ def parse_state(text: str, path: Path) -> State:
             f"{path}: state version {version!r}, this tool reads {STATE_VERSION}",
             hint="use the sglang-overlay version that wrote it to revert, then upgrade",
         )
+    sh.present(data, ("applied", "digests", "files"))  # pin_version, fingerprint: null if absent
     applied = tuple(sh.name(n, f"'applied'[{i}]") for i, n in enumerate(sh.get(data, "applied", list)))
     pin_version = sh.get(data, "pin_version", str, optional=True)
     fingerprint = sh.digest(data.get("fingerprint"), "'fingerprint'")
@@ -172,6 +181,7 @@ def parse_state(text: str, path: Path) -> State:
         if not isinstance(r, dict):
             raise sh.fail(key, f"expected an object, got {r!r:.80}")
         sh.keys(r, ("base", "applied", "patches"), key)
+        sh.present(r, ("base", "applied", "patches"), key)
         patches = tuple(
             n if n == IDENTITY_OWNER else sh.name(n, f"{key} -> 'patches'") for n in sh.get(r, "patches", list)
         )

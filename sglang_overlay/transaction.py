@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import interrupts, scratch
+from . import interrupts, output, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
 from .fsio import (
     Barrier,
@@ -138,13 +138,19 @@ class Transaction:
         )
         return journal
 
-    def _roll_back(self, journal: Journal) -> None:
+    def _roll_back(self, journal: Journal, *, live: bool = False) -> list[Path]:
+        """`live`: this process's own commit stopped, so a file holding neither its old bytes nor the new ones
+        was edited by hand while the command ran: it is left as it is (returned), never moved aside."""
         dirs = {self.dir}
-        self._keep_later_edits(journal)
+        kept = self._edited(journal) if live else []
+        if not live:
+            self._keep_later_edits(journal)
         for entry in reversed(journal.entries):
             path = self.tree.path_of(entry.path)
             dirs.add(path.parent)
             unlink_if_present(tmp_path(path))
+            if path in kept:
+                continue
             if entry.before is None:
                 if os.path.lexists(path):
                     os.unlink(path)
@@ -174,6 +180,16 @@ class Transaction:
             fsync_dir(d)
         os.unlink(self.journal_path)
         self._flush_final()
+        return kept
+
+    def _edited(self, journal: Journal) -> list[Path]:
+        kept = []
+        for entry in journal.entries:
+            path = self.tree.path_of(entry.path)
+            now = read_bytes(path) if os.path.lexists(path) else None
+            if now is not None and digest_of(now) not in (entry.before, entry.after):
+                kept.append(path)
+        return kept
 
     def _keep_later_edits(self, journal: Journal) -> None:
         """A file that holds neither its old bytes nor the new ones was edited by hand after the kill: save it
@@ -255,6 +271,7 @@ class Transaction:
                     barrier.flush()  # step 4: the names
                 interrupts.checkpoint()  # the last point at which a signal still rolls the change back
                 os.unlink(self.journal_path)  # final from here on
+                output.note_change(self.tree.root)
             except BaseException as e:
                 self._abandon(e)
             self.state = change.state
@@ -356,6 +373,15 @@ class Transaction:
         need += sum(len(b) for b in (change.backup or {}).values())
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
+        files = 8 + 2 * len(change.writes) + len(change.bases) + len(change.backup or {})  # temps, copies, journal
+        if st.f_files > 0 and st.f_favail < files:
+            raise OSFailure(
+                f"no free inodes in {self.dir}: the change needs about {files} new files, {st.f_favail} can be "
+                f"made (ENOSPC); nothing was changed (found before the first write)",
+                hint=f"the file system has no free inodes left, whatever `df -h` says: `df -i {self.dir}`; remove "
+                "files there, then run the command again",
+                error=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir)),
+            )
         if free < need:
             raise OSFailure(
                 f"not enough free space in {self.dir}: the change needs about {need // 1024} KiB, "
@@ -380,7 +406,8 @@ class Transaction:
         if read_bytes(path) != change.before[f]:
             raise Conflict(
                 f"{path} changed while this command ran (edited by hand, or another program wrote it)",
-                hint="nothing was changed; run the command again",
+                hint="this command's own writes are rolled back; the edit is left in place in that file: run the "
+                "command again (it then sees the edit)",
             )
         barrier.add(path.parent)
         if change.writes[f] is None:
@@ -391,10 +418,11 @@ class Transaction:
 
     def _abandon(self, err: BaseException) -> None:
         """Roll back a commit that did not finish, then report why it stopped."""
+        kept: list[Path] = []
         try:
             journal = read_journal(self.journal_path)
             if journal is not None:
-                self._roll_back(journal)
+                kept = self._roll_back(journal, live=True)
             for name in os.listdir(self.dir):
                 if is_tmp_name(name):
                     unlink_quietly(self.dir / name)
@@ -406,6 +434,12 @@ class Transaction:
                 f"{self.journal_path} is kept",
                 hint=f"once the cause is fixed, {self.spelling.recover} rolls it back",
             ) from None
+        if kept:
+            print(
+                f"sglang-overlay: left as edited while the command ran (not rolled back, not moved): "
+                f"{', '.join(map(str, kept))}",
+                file=sys.stderr,
+            )
         if isinstance(err, KeyboardInterrupt):
             print(f"sglang-overlay: interrupted: rolled back, {self.tree.root} is as it was", file=sys.stderr)
             raise err

@@ -221,6 +221,11 @@ def locate(explicit: str | None, env: str | None, project_root: Path, version: s
             f"{spelling.about('tree')} is empty (an unset shell variable?)",
             hint=f"pass the tree's directory, or leave {spelling.arg('tree')} out to use the embedded tree",
         )
+    if explicit is None and env is not None and not env.strip():  # as `--tree ""` is: never the embedded tree
+        raise TreeNotFound(
+            f"{TREE_ENV} is set but empty (an unset shell variable?)",
+            hint=f"set {TREE_ENV} to the tree's directory, or unset it to use the embedded tree",
+        )
     chosen = explicit or env
     if chosen and not explicit and too_long(chosen):
         raise TreeNotFound(f"{TREE_ENV}: {too_long(chosen)}", hint=f"set {TREE_ENV} to the tree's directory")

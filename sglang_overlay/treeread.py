@@ -13,7 +13,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import WRITABLE_COPY, StateError, os_failure
@@ -34,6 +34,8 @@ class View:
     state: State
     pending: bool  # a killed command left a journal: the next changing command rolls it back
     store: ObjectStore
+    # pending: what the rollback puts back in each file the journal names (a saved copy's hash; None: no file)
+    rolled_back: Mapping[str, str | None] = field(default_factory=dict)
 
 
 def lock(tree: Tree, state_dir: Path, *, exclusive: bool, copy: str = WRITABLE_COPY) -> int | None:
@@ -90,7 +92,8 @@ def reading(tree: Tree) -> Iterator[View]:
                         f"{store.root / e.before}: a saved copy the state needs is missing",
                         hint=JOURNAL_FIX,
                     )
-        yield View(tree, state, journal is not None, store)
+        restores = {} if journal is None else {e.path: e.before for e in journal.entries}
+        yield View(tree, state, journal is not None, store, restores)
     finally:
         if fd is not None:
             os.close(fd)
@@ -121,12 +124,18 @@ def exec_bit_drifted(tree: Tree, state: State, wanted: Mapping[str, bool]) -> tu
     return tuple(out)
 
 
-def base_reader(tree: Tree, state: State, store: ObjectStore) -> Callable[[str], bytes | None]:
-    """Read a file as it was before any patch (from the saved base when the tool manages it)."""
+def base_reader(
+    tree: Tree, state: State, store: ObjectStore, rolled_back: Mapping[str, str | None] | None = None
+) -> Callable[[str], bytes | None]:
+    """Read a file as it was before any patch (from the saved base when the tool manages it). `rolled_back`: a
+    pending journal's files (View.rolled_back), read as its rollback leaves them, not as the kill did."""
 
     def read(repo_path: str) -> bytes | None:
         rec = state.files.get(repo_path)
         if rec is None:
+            if rolled_back and repo_path in rolled_back:
+                digest = rolled_back[repo_path]
+                return store.get(digest) if digest is not None else None
             return read_file(tree, repo_path)
         return store.get(rec.base) if rec.base is not None else None
 

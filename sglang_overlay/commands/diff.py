@@ -35,7 +35,7 @@ def _show(m, tree, view, patch) -> int:
     files = sorted(set(patch.files))
     without = m.changes(applied)
     with_it = m.changes(applied + [patch.name])
-    read = base_reader(tree, state, view.store)
+    read = base_reader(tree, state, view.store, view.rolled_back)
     needed = sorted({f for p in with_it for f in p.files})
     base = {f: read(f) for f in needed}
     before = compose(base, without).contents

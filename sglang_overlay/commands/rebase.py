@@ -42,9 +42,9 @@ import yaml
 
 from ..carry import Step, carry
 from ..diffgen import make_diff
-from ..errors import BadInput, Conflict, ManifestError, StateError
+from ..errors import BadInput, Conflict, ManifestError, StateError, os_failure
 from ..fetch import WheelSource, ensure_embedded, file_sha256, pinned_wheel, release_wheel
-from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes, unlink_if_present
+from ..fsio import atomic_write, fsync_dir, is_tmp_name, read_bytes, tmp_path, unlink_if_present
 from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
@@ -55,6 +55,7 @@ from ..progname import prog
 from ..rebase_state import (
     PINS_DIR,
     PROOF_BY_HAND,
+    VERSION_RE,
     Progress,
     Result,
     Stop,
@@ -101,6 +102,7 @@ def run(ctx, args) -> int:
             raise BadInput("rebase: name the release", hint=f"e.g. `{prog()} rebase 0.5.23`")
         return _start(ctx, check_version_arg(args.version))
     readable_names(root / PINS_DIR)  # what is in progress is looked up there: an unreadable one had held none
+    _tidy_unstarted(root)
     version = _which(root, args.version)
     if args.status:
         return _status(root, version)
@@ -119,6 +121,35 @@ def run(ctx, args) -> int:
         if args.skip:
             return _skip(root, source, tree, txn, progress, args.reason)
         return _continue(root, source, tree, txn, progress)
+
+
+def _tidy_unstarted(root: Path) -> None:
+    """A start killed before its first progress file left an empty staging directory and that file's temp: no
+    rebase refers to them, so they go (under the release tree's lock, which a start holds while it makes them)."""
+    folder = root / PINS_DIR
+    if not folder.is_dir():
+        return
+    for staging in sorted(folder.glob(".rebase-*")):
+        version = staging.name[len(".rebase-") :]
+        if staging.is_symlink() or not staging.is_dir() or not VERSION_RE.fullmatch(version):
+            continue
+        tree = embedded_path(root, version)
+        if progress_path(root, version).exists() or not (tree / "python" / "sglang").is_dir():
+            continue
+        try:
+            with Transaction.open(Tree(tree.resolve(), "embedded")):
+                if progress_path(root, version).exists():
+                    continue  # a start made it meanwhile
+                unlink_if_present(tmp_path(progress_path(root, version)))
+                _drop_tmp(staging)
+                os.rmdir(staging)  # only an empty one: anything else in it is left and named by what follows
+                print(
+                    f"sglang-overlay: removed {staging}, left by a rebase to {version} killed as it began",
+                    file=sys.stderr,
+                )
+        except OSError:
+            continue
+    _rmdir_quietly(folder)  # an empty pins/ too: that start made it (a kill may have come before it went)
 
 
 def _none_in_progress(root: Path, version: str, resume: bool) -> int:
@@ -242,6 +273,14 @@ def _refuse_taken(top: Manifest, version: str) -> None:
 
 def _refuse_dirty(tree: Tree, txn: Transaction) -> None:
     changed = _changed(tree)
+    for f in changed:  # git lists a file it cannot read as changed: that is a permission to fix, not a revert
+        try:
+            with open(tree.path_of(f), "rb"):
+                pass
+        except PermissionError as e:
+            raise os_failure(e, "cannot read", "the rebase did not start; nothing was changed") from None
+        except OSError:
+            pass  # removed, or a directory: a change git names, refused below
     if txn.state.files or changed:
         raise BadInput(
             f"{tree.root}: the release tree carries changes ({', '.join(sorted(set(txn.state.files) | set(changed))[:5])}): "
@@ -640,9 +679,15 @@ def _abort(root: Path, tree: Tree | None, txn: Transaction | None, progress: Pro
     # the patches carried by hand (`--continue` after editing a stop) and a proof rewritten at the stop are the
     # user's work: kept, not removed
     by_hand = [n for n in progress.order if (r := progress.results.get(n)) is not None and _by_hand(r)]
-    if staging.exists():
+    linked = os.path.islink(staging)  # not the rebase's: only the link goes, never what it leads to
+    if staging.exists() and not linked:
         by_hand += [f"{n} (its proof, not carried yet)" for n in _proofs_edited(staging)]
-    if staging.exists() and by_hand:
+    if linked:
+        real = os.path.realpath(staging)
+        os.unlink(staging)
+        notes.append(f"removed the symbolic link {staging} (what it led to, {real}, is as it was)")
+    elif staging.exists() and by_hand:
+        _drop_tmp(staging)  # a write a kill cut short is no work of the user's
         _set_aside(staging)
     elif staging.exists():
         _rmtree_named(staging)

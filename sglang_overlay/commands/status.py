@@ -38,7 +38,8 @@ def run(ctx, args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     t = info["tree"]
-    print(f"sglang {info['pin']['version']} (pinned)   tree {t['path']} [{t['kind']}, sglang {t['version']}]")
+    version = f"sglang {t['version']}" if t["version"] is not None else "version unknown"
+    print(f"sglang {info['pin']['version']} (pinned)   tree {t['path']} [{t['kind']}, {version}]")
     print(
         f"fingerprint {short(info['fingerprint'])}   applied {len(info['applied'])} of "
         f"{sum(1 for r in info['patches'] if r['kind'] != 'upstreamed')} patches"

@@ -15,6 +15,7 @@ from .compose import Composed, compose
 from .compose_many import compose_many
 from .errors import Conflict
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
+from .pysymbols import symbol_span
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -243,7 +244,18 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
 
 
 # ---------------------------------------------------------------------------------------------- radar
-STATUSES = ("clean", "offset", "needs-3way", "conflict", "upstreamed", "upstreamed-moved", "target-missing")
+STATUSES = (
+    "clean",
+    "offset",
+    "needs-3way",
+    "conflict",
+    "upstreamed",
+    "upstreamed-moved",
+    "proof-failed",
+    "target-missing",
+)
+# Verdicts the table explains below itself (a clean or upstreamed row needs no words).
+EXPLAINED = ("conflict", "proof-failed", "target-missing", "needs-3way", "upstreamed-moved")
 
 
 @dataclass
@@ -269,12 +281,45 @@ def classify(
     status = _RADAR.get(step.status, step.status)
     if isinstance(p, UpstreamedPatch) and p.proof and release(p.proof.file) is None and step.status == "proof-failed":
         status, detail = "target-missing", f"{p.proof.file} is gone"
+    elif step.status == "proof-failed" and isinstance(p, UpstreamedPatch) and p.proof:
+        detail = step.detail + proof_hint(p, release(p.proof.file))
     else:
         detail = step.detail
     return Verdict(p.name, version, status, detail, step.max_offset, dict(step.files))
 
 
-_RADAR = {"upstream": "upstreamed", "collision": "conflict", "proof-failed": "conflict"}
+# A failed proof is not a conflict: the fix may be upstream in another spelling (the proof is what to edit).
+_RADAR = {"upstream": "upstreamed", "collision": "conflict"}
+
+
+def proof_hint(p: UpstreamedPatch, data: bytes | None) -> str:
+    """Where the proof's symbols are in the release and the release's code nearest each line the proof lacks:
+    what a person reads to tell a re-spelled fix from a lost one, and the proof to edit if it is the former."""
+    import difflib
+
+    if p.proof is None or data is None:
+        return ""
+    text = data.decode("utf-8", "replace")
+    lines = text.splitlines()
+    spans = [(s, symbol_span(text, s)) for s in p.proof.symbols]
+    start, end = next((sp for _, sp in spans if sp), (1, len(lines)))
+    said = [f"`{s}` is at {p.proof.file}:{sp[0]}-{sp[1]}" for s, sp in spans if sp]
+    for c in p.proof.contains:
+        if c in text:
+            continue
+        want = [ln.strip() for ln in c.strip().splitlines()]
+        best, at = 0.0, 0
+        for i in range(start - 1, max(start, end - len(want) + 1)):  # the window of the snippet's length
+            got = [ln.strip() for ln in lines[i : i + len(want)]]
+            ratio = difflib.SequenceMatcher(None, "\n".join(want), "\n".join(got)).ratio()
+            if ratio > best:
+                best, at = ratio, i
+        if best >= 0.6:
+            near = " / ".join(ln.strip() for ln in lines[at : at + len(want)])
+            said.append(f"nearest to {want[0]!r} there: line {at + 1}: {near!r}")
+    if not said:
+        return ""
+    return "; " + "; ".join(said) + f" (the fix may be upstream re-spelled: if so, edit {p.name}'s proof)"
 
 
 def radar(

@@ -205,7 +205,7 @@ def _main(argv: list[str] | None, home: Path | None) -> int:
 
 
 # requirements.txt's packages, by the module they are imported as
-_DEPENDENCIES = {"yaml": "PyYAML", "unidiff": "unidiff", "packaging": "packaging"}
+_DEPENDENCIES = {"yaml": "PyYAML", "unidiff": "unidiff", "packaging": "packaging", "pyflakes": "pyflakes"}
 
 
 def _check_cwd() -> None:

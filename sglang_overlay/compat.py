@@ -16,6 +16,7 @@ from .compose_many import compose_many
 from .errors import Conflict
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .pysymbols import symbol_span
+from .undefined import Known, describe
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -24,7 +25,7 @@ Reader = Callable[[str], "bytes | None"]
 # ---------------------------------------------------------------------------------------------- check (pin)
 @dataclass
 class CheckItem:
-    what: str  # "alone", "full set", "leave-one-out", "pair", "order", "compile", "upstreamed", "overlay"
+    what: str  # "alone", "full set", "leave-one-out", "pair", "order", "compile", "names", "upstreamed", "overlay"
     subject: str
     ok: bool
     detail: str = ""
@@ -179,6 +180,9 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
     rep = CheckReport(version)
     compiler = compiler or Compiler(verdict_file())
     compiled: set[bytes] = set()  # contents, not hashes: a collision must not skip a compile
+    names = 0  # versions whose names were checked (those that compile)
+    names_known = Known()
+    released: dict[str, bytes | None] = {}  # the release's file of each, to tell its undefined names from ours
     for p in m.patches:
         if isinstance(p, UpstreamedPatch):
             res = prove(p, read)
@@ -224,7 +228,23 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
                 error = compiler.error(data, f, compose_set.pristine.get(f))
                 if error is not None:
                     rep.items.append(CheckItem("compile", f"{label}: {f}", False, error))
+                    continue
+                names += 1
+                if f not in released:
+                    released[f] = read(f)
+                found = names_known.check(data, released[f])
+                if found:
+                    rep.items.append(CheckItem("names", f"{label}: {f}", False, describe(f, found)))
     compiler.save()
+    names_known.save()
+    rep.items.append(
+        CheckItem(
+            "names",
+            "all composed Python files",
+            all(i.ok for i in rep.items if i.what == "names"),
+            f"{names} distinct file version(s) use no name the release's file does not define or import",
+        )
+    )
     known = len(compiled) - compiler.compiled
     rep.items.append(
         CheckItem(

@@ -70,6 +70,7 @@ from ..rebase_step import describe_stop, env_notes, rebased_header
 from ..state import FileRecord, State, sha256
 from ..transaction import Change, Transaction
 from ..tree import Tree, embedded_path
+from ..undefined import new_undefined
 from ..upstream import prove
 
 NAME = "rebase"
@@ -551,6 +552,15 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
                     hint=f"fix it, then `{prog()} rebase --continue`",
                 ) from e
+            # a hunk merged into another function, or one the tool merged outside any marker, still compiles
+            found = new_undefined(data, release(f))
+            if found:
+                raise Conflict(
+                    f"{tree.path_of(f)}: the resolution uses names sglang {progress.target}'s file does not define: "
+                    + "; ".join(f"line {u.line}: `{u.name}`" for u in found[:8])
+                    + (f" (and {len(found) - 8} more)" if len(found) > 8 else ""),
+                    hint=f"import or define them (or move the code where they are), then `{prog()} rebase --continue`",
+                )
     if isinstance(p, UpstreamedPatch) or p.diff is None:
         raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
     diffed = [f for f in paths if f not in p.overlay]

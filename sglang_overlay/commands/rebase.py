@@ -49,6 +49,7 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
+from ..overlay_review import review
 from ..pinentry import readable_names, refuse_entry
 from ..pins import refuse_linked_out
 from ..progname import prog
@@ -271,6 +272,7 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
             continue
         p = m.patch(name)
         step = carry(p, pin_src.read, rel_src.read, rel_src.paths, version)
+        step = _reviewed(p, step, pin_src.read, rel_src.read, version)
         if step.stops:
             return _stop(root, p, step, tree, txn, progress, staging, t0)
         _stage(p, step, staging, progress.source_pin, rel_src.read)
@@ -278,6 +280,24 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
         _save(root, progress)
         print(f"  {step.status:<17}{name}" + (f": {step.detail}" if step.detail else ""))
     return _finish(root, m, tree, txn, progress, rel_src)
+
+
+def _reviewed(p: Patch, step: Step, pin, release, version: str) -> Step:
+    """An entry's overlay modules against the release (overlay_review.py): what they lean on that changed stops
+    the rebase as a conflict does, the entry's files put in the tree with its overlay files to look at."""
+    if (
+        isinstance(p, UpstreamedPatch)
+        or not p.overlay
+        or step.status not in ("clean", "offset", "needs-3way", "conflict")
+    ):
+        return step
+    findings = review(p, pin, release, version)
+    if not findings:
+        return step
+    said = "overlay review: " + "; ".join(findings)
+    if step.status == "conflict":
+        return replace(step, detail=f"{step.detail}; {said}")
+    return replace(step, status="conflict", detail=said)
 
 
 def _stage(p: Patch, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:

@@ -1,10 +1,16 @@
-"""What `check` and `rebase --continue` refuse beyond byte-compiling (issue 41, F3): a patched file that uses a
-name neither it nor the release's file defines (pyflakes' undefined-name check, counted against the release)."""
+"""What `check` and `rebase` check beyond merging and byte-compiling (issue 41): a patched file that uses a name
+neither it nor the release's file defines (F3: pyflakes' undefined-name check, counted against the release),
+overlay modules against the release (F2), and where a stop points (F5)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from conftest import copy_project, run_cli
 from test_rebase import SARGS, _conflicting_release, cache, cli, pin_source, project, tree_is_pristine  # noqa: F401
+
+from sglang_overlay.cachedir import cache_dir
 
 COMMON = "python/sglang/srt/utils/common.py"
 
@@ -44,3 +50,48 @@ def test_continue_refuses_a_resolution_that_uses_undefined_names(tmp_path, cache
     )
     cli(proj, cache, "rebase", "--continue", rc=0)
     assert tree_is_pristine(proj, "9.0.2")
+
+
+def _take_patched_side(path: Path) -> None:
+    """The F3 resolution: every conflict region resolved to the patch's side, as a hurried user would."""
+    out, side = [], None
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith(("<<<<<<< ", "||||||| ")):
+            side = "other"
+        elif line.rstrip("\n") == "=======":
+            side = "ours"
+        elif line.startswith(">>>>>>> "):
+            side = None
+        elif side in (None, "ours"):
+            out.append(line)
+    path.write_text("".join(out))
+
+
+def test_replayed_rebase_to_0523_stops_at_oea_and_refuses_the_f3_resolution(tmp_path):
+    """The real 0.5.23 wheel (from the release cache; never downloaded here): the stops before oea_topk are
+    skipped, mla_kv_step.py's review is said at flashinfer_mla's, oea_topk's stop names oea.py and what its
+    callers changed, and the patched-side resolution is refused for the names it leaves undefined."""
+    folder = cache_dir() / "releases" / "0.5.23"
+    if not (folder.is_dir() and any(folder.glob("sglang-0.5.23-*.whl"))):
+        pytest.skip("sglang 0.5.23 is not in the release cache (`apply.py check --against 0.5.23` fetches it)")
+    proj = copy_project(tmp_path / "proj")
+    said = [run_cli("rebase", "0.5.23", cwd=proj, check_rc=1).stdout]
+    while "oea_topk: conflict on sglang 0.5.23" not in said[-1] and len(said) < 8:
+        said.append(run_cli("rebase", "--skip", "--reason", "test", cwd=proj, check_rc=1).stdout)
+    stop = said[-1]
+    assert "oea_topk: conflict on sglang 0.5.23" in stop, said
+    assert "overlay review: oea.py: its caller topk.py's `select_experts` changed its parameters" in stop
+    assert "+dynamic_expert_bias" in stop
+    assert any("overlay review: mla_kv_step.py" in s for s in said), said
+    # the pointer: the hunk holding the markers, and where upstream moved get_internal_state's code
+    assert "scheduler.py hunk #1 @@ -4203,6 +4203,14 @@ in `Scheduler.get_internal_state`" in stop
+    assert "scheduler_components/internal_state.py" in stop
+    tree = proj / ".sglang" / "sglang-0.5.23"
+    marked = [p for p in (tree / "python/sglang").rglob("*.py") if "\n<<<<<<< " in p.read_text()]
+    assert marked
+    for p in marked:
+        _take_patched_side(p)
+    err = run_cli("rebase", "--continue", cwd=proj, check_rc=1).stderr
+    assert "topk.py: the resolution uses names sglang 0.5.23's file does not define" in err, err
+    assert "`get_moe_a2a_backend`" in err
+    run_cli("rebase", "--abort", cwd=proj, check_rc=0)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_project, run_cli, tree_snapshot
+from faultlib import STRACE, inject, python_argv, trace_points
 
 from sglang_overlay.manifest import load_manifest
 
@@ -153,3 +154,36 @@ def test_a_killed_import_is_finished_by_the_next(proj, sglang_tree):
     assert (
         subprocess.run(["git", "status", "--porcelain"], cwd=sglang_tree, capture_output=True, text=True).stdout == ""
     )
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is not installed")
+def test_import_killed_at_any_rename_or_unlink_is_finished_by_the_next(proj, sglang_tree, tmp_path):
+    """SIGKILL at each rename and unlink import makes (each atomic write's commit, the journal's steps): the next
+    import leaves the project naming each patch once and the tree recording it, with the edited bytes."""
+    saved = tmp_path / "proj-before"
+    shutil.copytree(proj, saved)
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    three_edits(sglang_tree)
+    edited = {f: (sglang_tree / f).read_bytes() for f in (LLAMA, QWEN2, COMMON)}
+    points, proc = trace_points(argv, env, proj, tmp_path / "trace.log", ("rename", "unlink", "unlinkat"))
+    assert proc.returncode == 0, proc.stderr
+    # the project's and the tree's files (a scratch directory's removal is no step of the import)
+    points = [p for p in points if str(proj) in p.call or str(sglang_tree) in p.call]
+    assert len(points) >= 8, points  # three patch files, the manifest, the journal, the state at least
+    for point in points:
+        subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=sglang_tree, check=True)
+        subprocess.run(["git", "clean", "-q", "-fdx"], cwd=sglang_tree, check=True)
+        shutil.rmtree(proj)
+        shutil.copytree(saved, proj)
+        three_edits(sglang_tree)
+        hit = inject(argv, env, proj, tmp_path / "inject.log", point, "signal=KILL")
+        assert hit.hit, point
+        again = run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
+        assert again.returncode == 0, (str(point), again.stderr)
+        names = [e["name"] for e in yaml.safe_load((proj / "manifest.yaml").read_text())["patches"]]
+        assert sorted(n for n in names if n in ("llama", "qwen2", "common")) == ["common", "llama", "qwen2"], point
+        assert len(names) == len(set(names)), (str(point), names)
+        status = cli(proj, sglang_tree, "status").stdout
+        assert all(f"[x] {n}" in status for n in ("llama", "qwen2", "common")), (str(point), status)
+        assert {f: (sglang_tree / f).read_bytes() for f in edited} == edited, point

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_project, run_cli
-from test_rebase import SARGS, _conflicting_release, cache, cli, pin_source, project, tree_is_pristine  # noqa: F401
+from test_rebase import (  # noqa: F401
+    SARGS,
+    _conflicting_release,
+    cache,
+    cli,
+    make_release,
+    pin_source,
+    pin_text,
+    project,
+    tree_is_pristine,
+)
 
 from sglang_overlay.cachedir import cache_dir
 
@@ -98,3 +108,26 @@ def test_replayed_rebase_to_0523_stops_at_oea_and_refuses_the_f3_resolution(tmp_
     assert "topk.py: the resolution uses names sglang 0.5.23's file does not define" in err, err
     assert "`get_moe_a2a_backend`" in err
     run_cli("rebase", "--abort", cwd=proj, check_rc=0)
+
+
+def test_a_merge_the_tool_made_that_leaves_a_name_undefined_stops(tmp_path, cache, pin_source):
+    """The patch applies as it is (an offset), but the name its line calls is gone from the release's file."""
+    topk = "python/sglang/srt/layers/moe/topk.py"
+    src = pin_text(pin_source, topk)
+    assert src.count("    get_compiler_backend,\n") == 1
+    gone = src.replace("    get_compiler_backend,\n", "").replace(
+        "backend=get_compiler_backend()", 'backend="inductor"'
+    )
+    make_release(cache, pin_source, "9.0.7", **{topk: gone.encode()})
+    proj = project(tmp_path)
+    patch = proj / "patches" / "fx_topk.patch"
+    patch.write_text(
+        patch.read_text().replace("+# fixture: marks select_experts", "+_BACKEND = get_compiler_backend()")
+    )
+    out = cli(proj, cache, "rebase", "9.0.7", rc=1).stdout
+    assert "fx_topk: conflict on sglang 9.0.7" in out, out
+    assert "names the release does not define: " in out and "undefined name `get_compiler_backend`" in out, out
+    tree_file = proj / ".sglang" / "sglang-9.0.7" / topk
+    tree_file.write_text(tree_file.read_text().replace("_BACKEND = get_compiler_backend()", '_BACKEND = "inductor"'))
+    cli(proj, cache, "rebase", "--continue", rc=0)
+    assert '+_BACKEND = "inductor"' in (proj / "pins" / "9.0.7" / "patches" / "fx_topk.patch").read_text()

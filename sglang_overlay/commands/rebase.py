@@ -283,21 +283,28 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
 
 
 def _reviewed(p: Patch, step: Step, pin, release, version: str) -> Step:
-    """An entry's overlay modules against the release (overlay_review.py): what they lean on that changed stops
-    the rebase as a conflict does, the entry's files put in the tree with its overlay files to look at."""
-    if (
-        isinstance(p, UpstreamedPatch)
-        or not p.overlay
-        or step.status not in ("clean", "offset", "needs-3way", "conflict")
-    ):
+    """An entry's overlay modules against the release (overlay_review.py), and the names of a merge the tool made
+    itself: what changed stops the rebase as a conflict does, the entry's files put in the tree to look at."""
+    if isinstance(p, UpstreamedPatch) or step.status not in ("clean", "offset", "needs-3way", "conflict"):
         return step
-    findings = review(p, pin, release, version)
-    if not findings:
+    said = []
+    findings = review(p, pin, release, version) if p.overlay else []
+    if findings:
+        said.append("overlay review: " + "; ".join(findings))
+    if step.status != "conflict":  # a merge the tool made itself compiles, and may use what the release lacks
+        names = [
+            f"{f}:{u.line}: undefined name `{u.name}`"
+            for f, data in sorted(step.contents.items())
+            if f.endswith(".py") and data is not None
+            for u in new_undefined(data, release(f))
+        ]
+        if names:
+            said.append("names the release does not define: " + "; ".join(names))
+    if not said:
         return step
-    said = "overlay review: " + "; ".join(findings)
     if step.status == "conflict":
-        return replace(step, detail=f"{step.detail}; {said}")
-    return replace(step, status="conflict", detail=said)
+        return replace(step, detail=f"{step.detail}; {'; '.join(said)}")
+    return replace(step, status="conflict", detail="; ".join(said))
 
 
 def _stage(p: Patch, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:

@@ -95,7 +95,8 @@ def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
     fields = raw.split("\0")
     for meta, path in zip(fields[0::2], fields[1::2], strict=False):
         parts = meta.split()
-        if len(parts) >= 4 and parts[0] != parts[1] and parts[0] != ":000000" and parts[1] != "000000":
+        old_mode, new_mode = (parts[0].lstrip(":"), parts[1]) if len(parts) >= 4 else ("", "")
+        if old_mode != new_mode and "000000" not in (old_mode, new_mode):
             head = _git_bytes(root, "cat-file", "blob", f"HEAD:{path}", check=False)
             if (root / path).is_file() and head == (root / path).read_bytes():
                 mode_only.append(path)

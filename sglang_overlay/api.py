@@ -676,6 +676,19 @@ def import_edits(
     from . import adopt
 
     apiargs.names("import_edits", files)
+    if groups is not None and not (
+        isinstance(groups, Mapping)
+        and all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v)
+            for k, v in groups.items()
+        )
+    ):
+        from .errors import BadInput
+
+        raise BadInput(
+            f"api.import_edits: groups= is {type(groups).__name__}, not a dict of patch name -> list of files",
+            hint='e.g. groups={"my_fix": ["python/sglang/srt/server_args.py"]}',
+        )
     ctx = _ctx("import_edits", context, project, manifest, tree)
     specs = [f"{name}={','.join(fs)}" for name, fs in (groups or {}).items()]
     done = adopt.import_edits(ctx, files, adopt.parse_groups(specs), _spelling(ctx, "import_edits"))

@@ -187,3 +187,21 @@ def test_import_killed_at_any_rename_or_unlink_is_finished_by_the_next(proj, sgl
         status = cli(proj, sglang_tree, "status").stdout
         assert all(f"[x] {n}" in status for n in ("llama", "qwen2", "common")), (str(point), status)
         assert {f: (sglang_tree / f).read_bytes() for f in edited} == edited, point
+
+
+def test_the_api_imports_as_the_command_does(proj, sglang_tree):
+    from sglang_overlay import api
+    from sglang_overlay.errors import BadInput
+
+    three_edits(sglang_tree)
+    where = {"manifest": proj / "manifest.yaml", "tree": sglang_tree}
+    with pytest.raises(BadInput, match=r"api.import_edits: groups= is list"):
+        api.import_edits(groups=["mlp=x.py"], **where)
+    got = api.import_edits(groups={"mlp_notes": [LLAMA, QWEN2]}, **where)
+    assert [(p.name, p.kind, p.files) for p in got.patches] == [
+        ("mlp_notes", "diff", (LLAMA, QWEN2)),
+        ("common", "diff", (COMMON,)),
+    ]
+    assert got.carried == ("mlp_notes", "common") and got.finished == ()
+    assert api.import_edits(**where).patches == ()  # nothing left to import
+    assert api.status(**where).applied == ("mlp_notes", "common")

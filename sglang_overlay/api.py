@@ -641,6 +641,66 @@ def check(
     )
 
 
+@dataclass(frozen=True)
+class ImportedPatch:
+    name: str
+    kind: str  # diff | overlay
+    files: tuple[str, ...]
+    overlay: tuple[str, ...]  # the new files it carries whole under overlay/
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What import_edits did: the new manifest entries (`patches`), the entries a killed import had written and
+    this one recorded as applied (`finished`), and the set the tree carries now."""
+
+    patches: tuple[ImportedPatch, ...]
+    finished: tuple[str, ...]
+    carried: tuple[str, ...]
+    fingerprint: str | None
+    manifest: Path
+
+
+@_own_call
+def import_edits(
+    *files: str,
+    groups: Mapping[str, tuple[str, ...] | list[str]] | None = None,
+    project: PathLike | None = None,
+    tree: PathLike | None = None,
+    manifest: PathLike | None = None,
+    context: Context | None = None,
+) -> ImportResult:
+    """`import`: the tree's local edits (a checkout's working changes, an installed tree's against the pinned
+    wheel) become patches of the project, one per file unless `groups={"name": ["file", ...]}` says otherwise,
+    with DEP-3 headers and manifest entries; the tree is recorded as carrying them. `files`: only these."""
+    from . import adopt
+
+    apiargs.names("import_edits", files)
+    if groups is not None and not (
+        isinstance(groups, Mapping)
+        and all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v)
+            for k, v in groups.items()
+        )
+    ):
+        from .errors import BadInput
+
+        raise BadInput(
+            f"api.import_edits: groups= is {type(groups).__name__}, not a dict of patch name -> list of files",
+            hint='e.g. groups={"my_fix": ["python/sglang/srt/server_args.py"]}',
+        )
+    ctx = _ctx("import_edits", context, project, manifest, tree)
+    specs = [f"{name}={','.join(fs)}" for name, fs in (groups or {}).items()]
+    done = adopt.import_edits(ctx, files, adopt.parse_groups(specs), _spelling(ctx, "import_edits"))
+    return ImportResult(
+        tuple(ImportedPatch(p.name, p.kind, p.files, p.overlay) for p in done.patches),
+        done.finished,
+        done.carried,
+        done.fingerprint,
+        done.manifest,
+    )
+
+
 @_own_call
 def fingerprint(
     expr: str | None = None,

@@ -20,7 +20,7 @@ from .errors import Conflict
 from .manifest import Change, Patch, Proof, UpstreamedPatch
 from .merge3 import merge_file
 from .proofmove import locate
-from .pysymbols import symbol_span
+from .pysymbols import enclosing_symbol, symbol_span
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -94,7 +94,11 @@ def carry(p: Patch, pin: Reader, release: Reader, release_paths: Callable[[], li
     bad = [m.path for m in merges if m.status == "conflict"]
     if not bad:
         return Step(p.name, "needs-3way", "merged: " + ", ".join(f for f, s in files if s == "merged"), files, contents)
-    where = [w for w in locate_conflicts(p, forward, release, pin) if w.split(" ", 1)[0] in bad]
+    where = []
+    for m in merges:
+        if m.status == "conflict":
+            marked = marked_regions(p, m.path, m.data, pin, release, release_paths)
+            where += marked or [w for w in locate_conflicts(p, forward, release, pin) if w.split(" ", 1)[0] == m.path]
     gone = [f for f in bad if base[f] is None]
     detail = "; ".join(where) or ", ".join(bad)
     if gone:
@@ -134,14 +138,119 @@ def locate_conflicts(p: Change, forward: str, release: Reader, original: Reader)
             continue
         pin_text = (original(f) or b"").decode("utf-8", "replace")
         rel_text = (release(f) or b"").decode("utf-8", "replace")
-        sym = hunk_symbol(hunk, pin_text or None)
-        where = f"{f} hunk #{hunk.index} {hunk.header}"
-        if sym:
-            pin_span = symbol_span(pin_text, sym)
-            rel_span = symbol_span(rel_text, sym)
-            where += f" in `{sym}`"
-            if pin_span:
-                where += f" (pin: lines {pin_span[0]}-{pin_span[1]}"
-            where += f"; release: lines {rel_span[0]}-{rel_span[1]})" if rel_span else "; release: gone)"
-        out.append(where)
+        out.append(_hunk_where(hunk, pin_text, rel_text))
     return out
+
+
+def _hunk_where(hunk, pin_text: str, rel_text: str) -> str:
+    sym = hunk_symbol(hunk, pin_text or None)
+    where = f"{hunk.file} hunk #{hunk.index} {hunk.header}"
+    if sym:
+        pin_span = symbol_span(pin_text, sym)
+        rel_span = symbol_span(rel_text, sym)
+        where += f" in `{sym}`"
+        if pin_span:
+            where += f" (pin: lines {pin_span[0]}-{pin_span[1]}"
+        where += f"; release: lines {rel_span[0]}-{rel_span[1]})" if rel_span else "; release: gone)"
+    return where
+
+
+def marked_regions(
+    p: Change, f: str, merged: bytes | None, pin: Reader, release: Reader, release_paths: Callable[[], list[str]]
+) -> list[str]:
+    """Where the markers are: each region's lines, the function holding it and the patch's hunk written for that
+    function (git's first failing hunk may be one the merge resolved); and where upstream moved that function's
+    code when the release's is gone or a stub of it (0.5.23 moved Scheduler.get_internal_state's body out)."""
+    if merged is None:
+        return []
+    text = merged.decode("utf-8", "replace")
+    lines = text.splitlines()
+    starts = [i for i, ln in enumerate(lines, 1) if ln.startswith("<<<<<<< ")]
+    ends = [i for i, ln in enumerate(lines, 1) if ln.startswith(">>>>>>> ")]
+    if not starts:
+        return []
+    pin_text = (pin(f) or b"").decode("utf-8", "replace")
+    rel_text = (release(f) or b"").decode("utf-8", "replace")
+    hunks = [h for h in (p.diff.hunks if p.diff is not None else ()) if h.file == f]
+    by_symbol: dict[str, list] = {}
+    for h in hunks:
+        sym = hunk_symbol(h, pin_text or None)
+        if sym:
+            by_symbol.setdefault(sym, []).append(h)
+    out = []
+    for a in starts:
+        b = next((e for e in ends if e > a), a)
+        # named as the pin has it (what the hunk was written for), from the region's base side; else the release's
+        sym = _pin_symbol(lines[a:b], pin_text)
+        if sym is None and rel_text:
+            sym = enclosing_symbol(rel_text, _release_line(lines, a))
+        if sym in by_symbol:
+            # of the hunks written for that function, those whose added lines are the region's patched side
+            ours = set(lines[next((i for i in range(a, b) if lines[i - 1] == "======="), b) : b - 1])
+            mine = [
+                h for h in by_symbol[sym] if any(ln.strip() and ln in ours for ln in h.added if ln not in h.removed)
+            ]
+            where = "; ".join(_hunk_where(h, pin_text, rel_text) for h in mine or by_symbol[sym])
+            where += f": conflict markers at lines {a}-{b}"
+        else:
+            where = f"{f}: conflict markers at lines {a}-{b}" + (f" in `{sym}`" if sym else "")
+        moved = _moved(sym, pin_text, rel_text, f, release, release_paths) if sym else None
+        out.append(f"{where}; {moved}" if moved else where)
+    return out
+
+
+def _pin_symbol(region: list[str], pin_text: str) -> str | None:
+    """The pin's function holding a conflict region's base side (the lines between ||||||| and =======)."""
+    base = region[next((i + 1 for i, ln in enumerate(region) if ln.startswith("||||||| ")), len(region)) :]
+    base = base[: next((i for i, ln in enumerate(base) if ln == "======="), len(base))]
+    block = "\n".join(base)
+    if not block.strip() or not pin_text:
+        return None
+    at = pin_text.find(block + "\n")
+    if at < 0:
+        return None
+    return enclosing_symbol(
+        pin_text, pin_text.count("\n", 0, at) + 1 + next(i for i, ln in enumerate(base) if ln.strip())
+    )
+
+
+def _release_line(merged_lines: list[str], line: int) -> int:
+    """The release's line number of merged line `line`: the merge keeps release lines outside the markers, so
+    count the lines before it that are not inside a conflict region (the release side of one counts too)."""
+    n, side = 0, "out"
+    for ln in merged_lines[: line - 1]:
+        if ln.startswith("<<<<<<< "):
+            side = "release"
+        elif ln.startswith("||||||| "):
+            side = "base"
+        elif ln == "=======":
+            side = "patched"
+        elif ln.startswith(">>>>>>> "):
+            side = "out"
+        elif side in ("out", "release"):
+            n += 1
+    return n + 1
+
+
+def _moved(
+    sym: str, pin_text: str, rel_text: str, f: str, release: Reader, release_paths: Callable[[], list[str]]
+) -> str | None:
+    """Where the body of `sym` went, when the release's is gone or under a quarter of the pin's: the files that
+    define a function of the same name (the proof-move search's question, asked of a function)."""
+    old, new = symbol_span(pin_text, sym), symbol_span(rel_text, sym)
+    if old is None or (new is not None and (new[1] - new[0] + 1) * 4 >= old[1] - old[0] + 1):
+        return None
+    last = sym.rsplit(".", 1)[-1]
+    pattern = re.compile(rb"^[ \t]*(?:async[ \t]+)?def[ \t]+" + re.escape(last.encode()) + rb"\b", re.M)
+    found = []
+    for path in release_paths():
+        if path == f or not path.endswith(".py"):
+            continue
+        data = release(path)
+        if data is not None and pattern.search(data):
+            line = data[: pattern.search(data).start()].count(b"\n") + 1
+            found.append(f"{path}:{line}")
+    if not found:
+        return None
+    said = "gone" if new is None else f"{new[1] - new[0] + 1} lines now (pin: {old[1] - old[0] + 1})"
+    return f"upstream's `{sym}` is {said}: its code may have moved to {', '.join(found[:3])}"

@@ -227,7 +227,7 @@ def _output_lost(lost: list[tuple[str, OSError]]) -> int:
 
 
 # requirements.txt's packages, by the module they are imported as
-_DEPENDENCIES = {"yaml": "PyYAML", "unidiff": "unidiff", "packaging": "packaging"}
+_DEPENDENCIES = {"yaml": "PyYAML", "unidiff": "unidiff", "packaging": "packaging", "pyflakes": "pyflakes"}
 
 
 def _check_cwd() -> None:

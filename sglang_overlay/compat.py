@@ -15,6 +15,8 @@ from .compose import Composed, compose
 from .compose_many import compose_many
 from .errors import Conflict
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
+from .pysymbols import symbol_span
+from .undefined import Known, describe
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
@@ -23,7 +25,7 @@ Reader = Callable[[str], "bytes | None"]
 # ---------------------------------------------------------------------------------------------- check (pin)
 @dataclass
 class CheckItem:
-    what: str  # "alone", "full set", "leave-one-out", "pair", "order", "compile", "upstreamed", "overlay"
+    what: str  # "alone", "full set", "leave-one-out", "pair", "order", "compile", "names", "upstreamed", "overlay"
     subject: str
     ok: bool
     detail: str = ""
@@ -178,6 +180,9 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
     rep = CheckReport(version)
     compiler = compiler or Compiler(verdict_file())
     compiled: set[bytes] = set()  # contents, not hashes: a collision must not skip a compile
+    names = 0  # versions whose names were checked (those that compile)
+    names_known = Known()
+    released: dict[str, bytes | None] = {}  # the release's file of each, to tell its undefined names from ours
     for p in m.patches:
         if isinstance(p, UpstreamedPatch):
             res = prove(p, read)
@@ -223,7 +228,23 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
                 error = compiler.error(data, f, compose_set.pristine.get(f))
                 if error is not None:
                     rep.items.append(CheckItem("compile", f"{label}: {f}", False, error))
+                    continue
+                names += 1
+                if f not in released:
+                    released[f] = read(f)
+                found = names_known.check(data, released[f])
+                if found:
+                    rep.items.append(CheckItem("names", f"{label}: {f}", False, describe(f, found)))
     compiler.save()
+    names_known.save()
+    rep.items.append(
+        CheckItem(
+            "names",
+            "all composed Python files",
+            all(i.ok for i in rep.items if i.what == "names"),
+            f"{names} distinct file version(s) use no name the release's file does not define or import",
+        )
+    )
     known = len(compiled) - compiler.compiled
     rep.items.append(
         CheckItem(
@@ -243,7 +264,18 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
 
 
 # ---------------------------------------------------------------------------------------------- radar
-STATUSES = ("clean", "offset", "needs-3way", "conflict", "upstreamed", "upstreamed-moved", "target-missing")
+STATUSES = (
+    "clean",
+    "offset",
+    "needs-3way",
+    "conflict",
+    "upstreamed",
+    "upstreamed-moved",
+    "proof-failed",
+    "target-missing",
+)
+# Verdicts the table explains below itself (a clean or upstreamed row needs no words).
+EXPLAINED = ("conflict", "proof-failed", "target-missing", "needs-3way", "upstreamed-moved")
 
 
 @dataclass
@@ -269,12 +301,45 @@ def classify(
     status = _RADAR.get(step.status, step.status)
     if isinstance(p, UpstreamedPatch) and p.proof and release(p.proof.file) is None and step.status == "proof-failed":
         status, detail = "target-missing", f"{p.proof.file} is gone"
+    elif step.status == "proof-failed" and isinstance(p, UpstreamedPatch) and p.proof:
+        detail = step.detail + proof_hint(p, release(p.proof.file))
     else:
         detail = step.detail
     return Verdict(p.name, version, status, detail, step.max_offset, dict(step.files))
 
 
-_RADAR = {"upstream": "upstreamed", "collision": "conflict", "proof-failed": "conflict"}
+# A failed proof is not a conflict: the fix may be upstream in another spelling (the proof is what to edit).
+_RADAR = {"upstream": "upstreamed", "collision": "conflict"}
+
+
+def proof_hint(p: UpstreamedPatch, data: bytes | None) -> str:
+    """Where the proof's symbols are in the release and the release's code nearest each line the proof lacks:
+    what a person reads to tell a re-spelled fix from a lost one, and the proof to edit if it is the former."""
+    import difflib
+
+    if p.proof is None or data is None:
+        return ""
+    text = data.decode("utf-8", "replace")
+    lines = text.splitlines()
+    spans = [(s, symbol_span(text, s)) for s in p.proof.symbols]
+    start, end = next((sp for _, sp in spans if sp), (1, len(lines)))
+    said = [f"`{s}` is at {p.proof.file}:{sp[0]}-{sp[1]}" for s, sp in spans if sp]
+    for c in p.proof.contains:
+        if c in text:
+            continue
+        want = [ln.strip() for ln in c.strip().splitlines()]
+        best, at = 0.0, 0
+        for i in range(start - 1, max(start, end - len(want) + 1)):  # the window of the snippet's length
+            got = [ln.strip() for ln in lines[i : i + len(want)]]
+            ratio = difflib.SequenceMatcher(None, "\n".join(want), "\n".join(got)).ratio()
+            if ratio > best:
+                best, at = ratio, i
+        if best >= 0.6:
+            near = " / ".join(ln.strip() for ln in lines[at : at + len(want)])
+            said.append(f"nearest to {want[0]!r} there: line {at + 1}: {near!r}")
+    if not said:
+        return ""
+    return "; " + "; ".join(said) + f" (the fix may be upstream re-spelled: if so, edit {p.name}'s proof)"
 
 
 def radar(

@@ -61,6 +61,26 @@ def remove_entry(text: str, name: str, where: str) -> str:
     return "".join(lines)
 
 
+def add_entries(text: str, entries: str, where: str) -> str:
+    """`entries` (blocks of `  - name: ...` lines) appended to the `patches:` list, after its last entry."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"patches:\s*(\[\s*\])?\s*(#.*)?", line.rstrip("\n"))]
+    if len(starts) != 1:
+        raise ManifestError(f"{where}: expected one top-level `patches:`", hint="declare the patches in this manifest")
+    start = starts[0]
+    if "[" in lines[start]:  # `patches: []`: the list starts here
+        lines[start] = "patches:\n"
+    end = _block(lines, start, 0)
+    if lines[end - 1].strip() and not lines[end - 1].endswith("\n"):
+        lines[end - 1] += "\n"
+    lines[end:end] = ["\n" + block if not block.startswith("\n") else block for block in _blocks(entries)]
+    return "".join(lines)
+
+
+def _blocks(entries: str) -> list[str]:
+    return ["  - name:" + b for b in entries.split("  - name:") if b.strip()]
+
+
 def set_top_key(text: str, key: str, value: object) -> str:
     """Replace (or append, or with value None remove) the top-level `key`, written as YAML; the comments inside
     the old block are not kept."""

@@ -210,9 +210,11 @@ def switch(
     force: bool = False,
     ignore_hardware: bool = False,
     spelling: Spelling = CLI,
+    bases: Mapping[str, bytes | None] | None = None,
 ) -> Outcome:
     """Make the locked tree carry exactly `names` (plus what they require). One commit, or none. `spelling`: the
-    caller's words for --force and --ignore-hardware in a refusal (the API's force=True, ignore_hardware=True)."""
+    caller's words for --force and --ignore-hardware in a refusal (the API's force=True, ignore_hardware=True).
+    `bases`: the release's bytes of files the tool does not manage yet whose edits the set now carries (import)."""
     state, tree = txn.state, txn.tree
     target = target_patches(manifest, names)
     added = tuple(p.name for p in target if p.name not in state.applied)
@@ -222,6 +224,7 @@ def switch(
     needed = files_needed(target, state)
     current = read_current(tree, needed)
     base = rebuild_bases(txn.store, state, current)
+    base.update({f: data for f, data in (bases or {}).items() if f in base and f not in state.files})
     contents, offsets, fp = target_contents(manifest, target, base, txn.copy)
     records = file_records(target, base, contents)
     edited = keep_hand_edits(state, current, contents, records)

@@ -134,7 +134,7 @@ def test_radar_upstreamed_proof_lost(fx, pin_source):
     src = text(pin_source, kimi).replace("def set_eagle3_layers_to_capture", "def set_aux_layers")
     v = classify(fx.patch("fx_kimi"), release(pin_source, **{kimi: src.encode()}), "x", pin_source.read)
     assert (
-        v.status == "conflict"
+        v.status == "proof-failed"
         and "KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture` is missing" in v.detail
     )
 

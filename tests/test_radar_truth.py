@@ -71,8 +71,8 @@ def test_server_args_glm4_moved_to_model_hook_is_upstreamed_moved(project_manife
     v = classify(project_manifest.patch("server_args_glm4"), read, "0.5.19", pin.read, paths)
     assert v.status == "upstreamed-moved", v
     assert HOOK in v.detail and "handle_model_specific_adjustments" in v.detail
-    # without the release's file list the radar can only say the proof fails, as the old radar did
-    assert classify(project_manifest.patch("server_args_glm4"), read, "0.5.19", pin.read).status == "conflict"
+    # without the release's file list the radar can only say the proof fails (not a conflict: nothing clashed)
+    assert classify(project_manifest.patch("server_args_glm4"), read, "0.5.19", pin.read).status == "proof-failed"
 
 
 def test_communicator_gate_in_add_norm_is_upstreamed_moved_not_target_missing(project_manifest, pin):

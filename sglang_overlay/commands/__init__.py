@@ -4,6 +4,7 @@ NAMES lists them without importing them: the command line imports only the one i
 e.g. `check`'s wheel reader, are no part of what `status` costs)."""
 
 import importlib
+import keyword
 
 NAMES = (
     "fetch",
@@ -13,6 +14,7 @@ NAMES = (
     "toggle",
     "diff",
     "refresh",
+    "import",
     "recover",
     "fingerprint",
     "check",
@@ -23,5 +25,6 @@ NAMES = (
 
 
 def load(name: str):
-    """The module of the command NAME (build-wheel: build_wheel.py)."""
-    return importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+    """The module of the command NAME (build-wheel: build_wheel.py; import, a Python keyword: import_.py)."""
+    module = name.replace("-", "_")
+    return importlib.import_module(f"{__name__}.{module}_" if keyword.iskeyword(module) else f"{__name__}.{module}")

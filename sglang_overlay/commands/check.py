@@ -5,7 +5,8 @@ With --all-pins, each pin on its own release; one that cannot be checked at all 
 reported as such while the rest are checked, and the exit code is the worst outcome (2 for bad input).
 
 With --against VERSION...: the release radar. Each patch is classified per release as clean, offset,
-needs-3way, conflict, upstreamed or target-missing (exit 0: the radar informs, it does not gate)."""
+needs-3way, conflict, upstreamed, upstreamed-moved, proof-failed or target-missing (exit 0: the radar informs, it
+does not gate)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import time
 
 from .. import api
-from ..compat import STATUSES, radar
+from ..compat import EXPLAINED, STATUSES, radar
 from ..errors import BadInput, CheckFailed, OverlayError, PinNotChecked, os_failure
 from ..fetch import WheelSource, latest_release, pinned_wheel, release_wheel
 from ..manifest import Manifest, load_manifest
@@ -216,7 +217,7 @@ def _radar(ctx, args) -> int:
         print("| patch | " + " | ".join(versions) + " |\n|---|" + "---|" * len(versions))
         for p in m.patches:
             print(f"| {p.name} | " + " | ".join(_cell(table[(p.name, v)]) for v in versions) + " |")
-        details = [v for v in verdicts if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved")]
+        details = [v for v in verdicts if v.status in EXPLAINED]
         if details:
             print("\n<details><summary>why</summary>\n")
             for v in details:
@@ -229,7 +230,7 @@ def _radar(ctx, args) -> int:
     for p in m.patches:
         print(f"{p.name:<{width}}  " + "  ".join(f"{_cell(table[(p.name, v)]):<17}" for v in versions))
     for v in verdicts:
-        if v.status in ("conflict", "target-missing", "needs-3way", "upstreamed-moved"):
+        if v.status in EXPLAINED:
             print(f"  {v.patch} on {v.version}: {v.status}: {v.detail}")
     print(f"radar: {len(m.patches)} patches x {len(versions)} releases classified in {elapsed:.2f}s", file=sys.stderr)
     return 0

@@ -49,6 +49,7 @@ from ..gitcmd import git
 from ..manifest import Manifest, Patch, Pin, UpstreamedPatch, load_manifest, patch_file
 from ..manifest_edit import remove_entry, set_entry_key, set_pin, set_top_key
 from ..merge3 import marker_lines
+from ..overlay_review import review
 from ..pinentry import readable_names, refuse_entry
 from ..pins import refuse_linked_out
 from ..progname import prog
@@ -71,6 +72,7 @@ from ..rebase_step import describe_stop, env_notes, rebased_header
 from ..state import FileRecord, State, sha256
 from ..transaction import Change, Transaction
 from ..tree import Tree, embedded_path
+from ..undefined import new_undefined
 from ..upstream import prove
 
 NAME = "rebase"
@@ -309,6 +311,7 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
             continue
         p = m.patch(name)
         step = carry(p, pin_src.read, rel_src.read, rel_src.paths, version)
+        step = _reviewed(p, step, pin_src.read, rel_src.read, version)
         if step.stops:
             return _stop(root, p, step, tree, txn, progress, staging, t0)
         _stage(p, step, staging, progress.source_pin, rel_src.read)
@@ -316,6 +319,31 @@ def _go(root: Path, m: Manifest, tree: Tree, txn: Transaction, progress: Progres
         _save(root, progress)
         print(f"  {step.status:<17}{name}" + (f": {step.detail}" if step.detail else ""))
     return _finish(root, m, tree, txn, progress, rel_src)
+
+
+def _reviewed(p: Patch, step: Step, pin, release, version: str) -> Step:
+    """An entry's overlay modules against the release (overlay_review.py), and the names of a merge the tool made
+    itself: what changed stops the rebase as a conflict does, the entry's files put in the tree to look at."""
+    if isinstance(p, UpstreamedPatch) or step.status not in ("clean", "offset", "needs-3way", "conflict"):
+        return step
+    said = []
+    findings = review(p, pin, release, version) if p.overlay else []
+    if findings:
+        said.append("overlay review: " + "; ".join(findings))
+    if step.status != "conflict":  # a merge the tool made itself compiles, and may use what the release lacks
+        names = [
+            f"{f}:{u.line}: undefined name `{u.name}`"
+            for f, data in sorted(step.contents.items())
+            if f.endswith(".py") and data is not None
+            for u in new_undefined(data, release(f))
+        ]
+        if names:
+            said.append("names the release does not define: " + "; ".join(names))
+    if not said:
+        return step
+    if step.status == "conflict":
+        return replace(step, detail=f"{step.detail}; {'; '.join(said)}")
+    return replace(step, status="conflict", detail="; ".join(said))
 
 
 def _stage(p: Patch, step: Step, staging: Path, from_version: str, release, *, as_upstreamed: bool = False) -> None:
@@ -590,6 +618,15 @@ def _capture(p: Patch, tree: Tree, txn: Transaction, stop: Stop, staging: Path, 
                     f"{tree.path_of(f)}: line {e.lineno}: {e.msg} (the resolution does not byte-compile)",
                     hint=f"fix it, then `{prog()} rebase --continue`",
                 ) from e
+            # a hunk merged into another function, or one the tool merged outside any marker, still compiles
+            found = new_undefined(data, release(f))
+            if found:
+                raise Conflict(
+                    f"{tree.path_of(f)}: the resolution uses names sglang {progress.target}'s file does not define: "
+                    + "; ".join(f"line {u.line}: `{u.name}`" for u in found[:8])
+                    + (f" (and {len(found) - 8} more)" if len(found) > 8 else ""),
+                    hint=f"import or define them (or move the code where they are), then `{prog()} rebase --continue`",
+                )
     if isinstance(p, UpstreamedPatch) or p.diff is None:
         raise BadInput(f"{p.name}: only an entry with a diff can stop at a conflict")
     diffed = [f for f in paths if f not in p.overlay]

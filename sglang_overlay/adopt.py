@@ -1,0 +1,437 @@
+"""Local edits of a tree -> named patches of the project (`import`): what changed against the pinned release,
+how it is grouped into patches, and the patch files and manifest entries that carry it.
+
+Nothing here writes: api.import_edits writes the plan (project files first, the manifest last, then the tree's
+state in one transaction), and a second run finishes what a killed one left (`leftovers`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .diffgen import make_diff
+from .errors import BadInput
+from .manifest import NAME_RE, Manifest
+from .progname import prog
+from .repopath import IDENTITY_PATH, STATE_DIR_NAME
+from .tree import Tree
+
+Reader = Callable[[str], "bytes | None"]
+
+PACKAGE = "python/sglang/"
+_SKIP_DIRS = ("__pycache__", STATE_DIR_NAME)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One file the tree holds otherwise than the pin plus the applied patches make it."""
+
+    path: str  # repo path, python/sglang/...
+    old: bytes | None  # what the applied set makes (the release's file when no patch touches it); None: new file
+    new: bytes | None  # the tree's file; None: deleted
+    pristine: bytes | None  # the release's file (the base the state records)
+
+
+@dataclass(frozen=True)
+class PlannedPatch:
+    name: str
+    edits: tuple[Edit, ...]
+    overlay: tuple[str, ...]  # new files carried whole under overlay/
+    body: str  # the diff of the edits to existing files ("" when only new files)
+
+    @property
+    def kind(self) -> str:
+        return "diff" if self.body else "overlay"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(e.path for e in self.edits)
+
+
+# -- what changed ----------------------------------------------------------------------------------------------
+def changed_paths(
+    tree: Tree, release_paths: Callable[[], Iterable[str]], read_release: Reader
+) -> tuple[list[str], list[str], list[str]]:
+    """Every path the tree holds otherwise than its release (git's working changes in a checkout, a walk
+    against the pinned wheel in an installed tree), and the paths it cannot carry: (paths, outside, mode_only)."""
+    if tree.is_git:
+        return _git_changes(tree.root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(tree.package_dir):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.endswith(".dist-info"))
+        for f in filenames:
+            if f.endswith((".pyc", ".pyo")):
+                continue
+            rel = Path(dirpath, f).relative_to(tree.root).as_posix()
+            repo_path = "python/" + rel
+            if read_release(repo_path) != Path(dirpath, f).read_bytes():
+                found.append(repo_path)
+    present = set(found)
+    for repo_path in release_paths():
+        if repo_path.startswith(PACKAGE) and repo_path not in present and not tree.path_of(repo_path).exists():
+            found.append(repo_path)
+    return sorted(found), [], []
+
+
+def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
+    out = _git_bytes(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    paths, outside = [], []
+    for rec in out.decode("utf-8", "surrogateescape").split("\0"):
+        if not rec:
+            continue
+        path = rec[3:]
+        if path.endswith(("/", ".pyc", ".pyo")) or "/__pycache__/" in path:
+            continue
+        if f"/{STATE_DIR_NAME}/" in f"/{path}" or path.startswith(STATE_DIR_NAME):
+            continue
+        (paths if path.startswith(PACKAGE) else outside).append(path)
+    mode_only = []
+    raw = _git_bytes(root, "diff", "--raw", "-z", "--no-renames", "HEAD").decode("utf-8", "surrogateescape")
+    fields = raw.split("\0")
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        parts = meta.split()
+        old_mode, new_mode = (parts[0].lstrip(":"), parts[1]) if len(parts) >= 4 else ("", "")
+        if old_mode != new_mode and "000000" not in (old_mode, new_mode):
+            head = _git_bytes(root, "cat-file", "blob", f"HEAD:{path}", check=False)
+            if (root / path).is_file() and head == (root / path).read_bytes():
+                mode_only.append(path)
+    return sorted(p for p in paths if p not in mode_only), sorted(outside), sorted(mode_only)
+
+
+def _git_bytes(root: Path, *args: str, check: bool = True) -> bytes:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True)
+    if check and proc.returncode != 0:
+        raise BadInput(
+            f"{root}: `git {' '.join(args)}` failed: {proc.stderr.decode('utf-8', 'replace').strip()}",
+            hint="run it by hand to see why; import reads a checkout's changes through git",
+        )
+    return proc.stdout if proc.returncode == 0 else b""
+
+
+def git_release_reader(root: Path) -> Callable[[str], bytes | None]:
+    """A checkout's files as its HEAD commit has them (the release it is checked out at)."""
+
+    def read(repo_path: str) -> bytes | None:
+        proc = subprocess.run(["git", "cat-file", "blob", f"HEAD:{repo_path}"], cwd=root, capture_output=True)
+        return proc.stdout if proc.returncode == 0 else None
+
+    return read
+
+
+def refuse_uncarried(outside: Sequence[str], mode_only: Sequence[str], binary: Sequence[str]) -> None:
+    """Anything a patch cannot carry is refused by name before anything is written (exit 2)."""
+    lines = [f"  {p}: outside python/sglang/ (a patch carries only SGLang's package)" for p in outside]
+    lines += [f"  {p}: only its mode changed (patches do not carry modes)" for p in mode_only]
+    lines += [f"  {p}: binary (a patch carries UTF-8 text)" for p in binary]
+    if lines:
+        raise BadInput(
+            f"import: {len(lines)} change(s) cannot be carried as patches:\n" + "\n".join(lines),
+            hint="undo or commit those changes (or move them out of the tree), then run import again; "
+            f"name the files to import to leave the others alone (`{prog()} import FILE...`)",
+        )
+
+
+def is_binary(data: bytes | None) -> bool:
+    if data is None:
+        return False
+    if b"\0" in data:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+# -- grouping --------------------------------------------------------------------------------------------------
+def parse_groups(specs: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """`--group NAME=FILE,FILE`, as typed: (name, files)."""
+    out = []
+    for spec in specs:
+        name, sep, files = spec.partition("=")
+        name = name.strip()
+        items = [f.strip() for f in files.split(",") if f.strip()]
+        if not sep or not items:
+            raise BadInput(
+                f"--group {spec!r}: expected NAME=FILE[,FILE...]",
+                hint="e.g. --group my_fix=python/sglang/srt/server_args.py,python/sglang/srt/models/llama.py",
+            )
+        if not NAME_RE.fullmatch(name):
+            raise BadInput(
+                f"--group {spec!r}: {name!r} is not a patch name",
+                hint="lower_snake_case, starting with a letter (e.g. my_fix)",
+            )
+        if name in (n for n, _ in out):
+            raise BadInput(f"--group {name} is given twice", hint="list all its files in one --group NAME=A,B")
+        out.append((name, items))
+    return out
+
+
+def resolve(given: str, changed: Sequence[str], tree: Tree) -> str:
+    """A file as the user named it (repo path, path in the tree, path relative to python/sglang/, or a path
+    on disk) -> the repo path of a changed file."""
+    candidates = [given, PACKAGE + given, "python/" + given]
+    p = Path(given)
+    if p.is_absolute() or p.exists():
+        try:
+            rel = p.resolve().relative_to(tree.root.resolve()).as_posix()
+            candidates.insert(0, rel if tree.kind != "installed" else "python/" + rel)
+        except ValueError:
+            pass
+    for c in candidates:
+        if c in changed:
+            return c
+    raise BadInput(
+        f"import: {given} is not among the tree's changed files",
+        hint="changed files: " + (", ".join(changed) if changed else "(none)"),
+    )
+
+
+def default_name(path: str, taken: set[str]) -> str:
+    """A patch name from a file's path: its stem, then parent_stem, then a number, whichever is free."""
+    parts = [re.sub(r"[^a-z0-9_]", "_", s.lower()) for s in Path(path).with_suffix("").parts]
+    stem = parts[-1].strip("_") or "edit"
+    tries = [stem, f"{parts[-2]}_{stem}" if len(parts) > 1 else stem]
+    for t in tries:
+        t = t if re.match(r"[a-z]", t) else f"p_{t}"
+        if t not in taken:
+            return t
+    n = 2
+    while f"{tries[-1]}_{n}" in taken:
+        n += 1
+    return f"{tries[-1]}_{n}"
+
+
+def plan(edits: Sequence[Edit], groups: Sequence[tuple[str, list[str]]], m: Manifest, tree: Tree) -> list[PlannedPatch]:
+    """One patch per file unless grouped; names checked against the manifest before anything is written."""
+    changed = [e.path for e in edits]
+    by_path = {e.path: e for e in edits}
+    taken = set(m.names)
+    chosen: list[tuple[str, list[str]]] = []
+    grouped: dict[str, str] = {}
+    for name, files in groups:
+        if name in taken:
+            raise BadInput(
+                f"--group {name}: the manifest has a patch named {name} already ({m.path})",
+                hint="choose another name (`refresh NAME` captures edits of an applied patch)",
+            )
+        paths = []
+        for f in files:
+            path = resolve(f, changed, tree)
+            if path in grouped:
+                raise BadInput(
+                    f"--group {name}: {path} is in --group {grouped[path]} already",
+                    hint="name each file in one group",
+                )
+            grouped[path] = name
+            paths.append(path)
+        taken.add(name)
+        chosen.append((name, paths))
+    for e in edits:
+        if e.path not in grouped:
+            name = default_name(e.path, taken)
+            taken.add(name)
+            chosen.append((name, [e.path]))
+    out = []
+    for name, paths in chosen:
+        mine = tuple(by_path[p] for p in paths)
+        overlay = tuple(e.path for e in mine if e.pristine is None and e.old is None)
+        diffed = [e for e in mine if e.path not in overlay]
+        body = make_diff({e.path: e.old for e in diffed}, {e.path: e.new for e in diffed})
+        out.append(PlannedPatch(name, mine, overlay, body))
+    return out
+
+
+# -- what is written -------------------------------------------------------------------------------------------
+def header(p: PlannedPatch, tree: Tree, today: datetime.date | None = None) -> str:
+    """The DEP-3 header the project's patches carry (README: "manifest.yaml")."""
+    day = (today or datetime.date.today()).isoformat()
+    return (
+        f"Description: {describe(p)}\n"
+        f" Imported by sglang-overlay from local edits in {tree.root}.\n"
+        "Origin: vendor, local edits\n"
+        "Forwarded: no\n"
+        "Applied-Upstream: no\n"
+        f"Last-Update: {day}\n"
+        "---\n"
+    )
+
+
+def describe(p: PlannedPatch) -> str:
+    names = [Path(f).name for f in p.files]
+    return "local edits of " + ", ".join(names)
+
+
+def entry_yaml(p: PlannedPatch) -> str:
+    """The manifest entry, as `- name:` block of `patches:` (manifest_edit.add_entries inserts it)."""
+    lines = [
+        f"  - name: {p.name}\n",
+        f"    description: {describe(p)}\n",
+        f"    kind: {p.kind}\n",
+        "    category: experimental\n",
+        "    default: true\n",
+    ]
+    if p.overlay:
+        lines.append(f"    overlay: [{', '.join(p.overlay)}]\n")
+    lines.append("    upstream: {status: not-forwarded}\n")
+    return "".join(lines)
+
+
+def project_files(p: PlannedPatch, source_dir: Path, tree: Tree) -> dict[Path, bytes]:
+    """patches/NAME.patch and overlay/... for one planned patch."""
+    out: dict[Path, bytes] = {}
+    if p.body:
+        out[source_dir / "patches" / f"{p.name}.patch"] = (header(p, tree) + p.body).encode()
+    by_path = {e.path: e for e in p.edits}
+    for f in p.overlay:
+        data = by_path[f].new
+        assert data is not None  # an overlay file is one the edit adds
+        out[source_dir / "overlay" / f] = data
+    return out
+
+
+def _other(path: Path, data: bytes) -> bool:
+    """A project file that is there with other bytes: import never replaces it."""
+    if not os.path.lexists(path):
+        return False
+    return not path.is_file() or path.is_symlink() or path.read_bytes() != data
+
+
+def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Reader) -> list[str]:
+    """Entries a killed import left: in the manifest, not applied, on files no applied patch touches, and the tree
+    holds exactly what they make of the release. Import records them as applied (it does not import them twice)."""
+    from .compose import compose
+    from .errors import Conflict
+
+    out = []
+    applied = set(applied)
+    busy = {f for p in m.changes(applied) for f in p.files}
+    for p in m.changes(m.names):
+        if p.name in applied or busy & set(p.files):
+            continue
+        base = {f: pristine(f) for f in p.files}
+        if all(current(f) == base[f] for f in p.files):
+            continue  # the tree does not carry it
+        try:
+            made = compose(base, [p]).contents
+        except Conflict:
+            continue
+        if all(made.get(f) == current(f) for f in p.files):
+            out.append(p.name)
+    return out
+
+
+# -- doing it --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Imported:
+    patches: tuple[PlannedPatch, ...]  # the new entries, in manifest order
+    finished: tuple[str, ...]  # entries a killed import had written, recorded as applied now
+    carried: tuple[str, ...]  # what the tree carries after it
+    fingerprint: str | None
+    manifest: Path
+
+
+def import_edits(ctx, files: Sequence[str], groups: Sequence[tuple[str, list[str]]], spelling) -> Imported:
+    """Turn the tree's local edits into patches and record the tree as carrying them. The project files are
+    written first (new names only: nothing of the project is replaced), the manifest last and atomically, then
+    the tree's state in one transaction; a kill between the manifest and the state is finished by running
+    import again (`leftovers`)."""
+    from .api import open_tree
+    from .compose import compose
+    from .fsio import atomic_write, unlink_quietly
+    from .manifest import load_manifest
+    from .manifest_edit import add_entries
+    from .switch import switch
+    from .treepin import check_tree_version
+    from .treeread import read_file
+
+    m, tree = ctx.manifest, ctx.tree
+    check_tree_version(ctx)
+    with open_tree(ctx) as txn:
+        state = txn.state
+        m.check_carried(state.applied)
+        if tree.is_git:
+            release, paths_of = git_release_reader(tree.root), list
+        else:
+            from .fetch import WheelSource, pinned_wheel
+
+            wheel = WheelSource(pinned_wheel(m.pin))
+            release, paths_of = wheel.read, wheel.paths
+        paths, outside, mode_only = changed_paths(tree, paths_of, release)
+        paths = [p for p in paths if p != IDENTITY_PATH]  # the tool writes it for every set
+        if files:  # only the named ones: the rest of the tree's changes are left alone
+            every = paths + outside + mode_only
+            named = {resolve(f, every, tree) for f in files}
+            paths, outside, mode_only = ([p for p in group if p in named] for group in (paths, outside, mode_only))
+
+        def pristine(f: str) -> bytes | None:
+            rec = state.files.get(f)
+            if rec is None:
+                return release(f)
+            return txn.store.get(rec.base) if rec.base is not None else None
+
+        applied = m.changes(state.applied)
+        managed = [f for f in paths if f in state.files]
+        made = compose({f: pristine(f) for p in applied for f in p.files}, applied).contents if managed else {}
+        edits = []
+        for f in paths:
+            now, old = read_file(tree, f), made.get(f) if f in state.files else pristine(f)
+            if now != old:
+                edits.append(Edit(f, old, now, pristine(f)))
+        refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)])
+        done = leftovers(m, state.applied, pristine, lambda f: read_file(tree, f))
+        done_files = {f for n in done for f in m.patch(n).files}
+        edits = [e for e in edits if e.path not in done_files]
+        if groups and not edits:
+            raise BadInput("import --group: the tree has no edits to group", hint="edit the files first")
+        planned = plan(edits, groups, m, tree)
+        source_dir = m.path.parent
+        written: list[Path] = []
+        if planned:
+            # a file of the same bytes is what a killed import wrote before its manifest: written again, not refused
+            taken = [f for p in planned for f, data in project_files(p, source_dir, tree).items() if _other(f, data)]
+            if taken:
+                raise BadInput(
+                    "import: the project has these files already: " + ", ".join(map(str, taken)),
+                    hint="name the patches otherwise (--group NAME=FILE), or move the files away",
+                )
+            old_text = m.path.read_text()
+            new_text = add_entries(old_text, "".join(entry_yaml(p) for p in planned), str(m.path))
+            try:
+                for p in planned:
+                    for path, data in project_files(p, source_dir, tree).items():
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        atomic_write(path, data)
+                        written.append(path)
+                atomic_write(m.path, new_text.encode())
+                try:
+                    new_m = load_manifest(m.path, spelling=ctx.spelling)
+                    for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
+                        got = compose({e.path: e.old for e in p.edits}, [new_m.patch(p.name)]).contents
+                        wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
+                        if wrong:
+                            raise BadInput(
+                                f"import: {p.name} does not give back {', '.join(wrong)} byte for byte",
+                                hint="report this; nothing was imported",
+                            )
+                except BaseException:
+                    atomic_write(m.path, old_text.encode())  # what import wrote must hold: else it is not kept
+                    raise
+            except BaseException:
+                for path in written:
+                    unlink_quietly(path)
+                raise
+        else:
+            new_m = m
+        if not planned and not done:
+            return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
+        names = (*state.applied, *done, *(p.name for p in planned))
+        bases = {e.path: e.pristine for e in edits if e.path not in state.files}
+        bases |= {f: pristine(f) for n in done for f in new_m.patch(n).files if f not in state.files}
+        outcome = switch(txn, new_m, names, op="import", spelling=spelling, bases=bases)
+    return Imported(tuple(planned), tuple(done), outcome.target, outcome.fingerprint, m.path)

@@ -20,9 +20,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +162,38 @@ def inject(
             own = [line for line in own if line.split(None, 1)[0] == main]
         hit = bool(own)
     return Injected(point, action, proc.returncode, proc.stdout, proc.stderr, hit)
+
+
+@dataclass
+class Held:
+    """A command stopped (SIGSTOP) just after one of its calls returned, until the test resumes it."""
+
+    strace: subprocess.Popen
+    pid: int  # the command's own process
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.strace.wait()
+
+
+def hold(argv: list[str], env: dict, cwd: Path, log: Path, point: Point) -> Held:
+    """Start `argv` and return once it is stopped right after `point`: a second process then acts at that
+    moment on any machine, however loaded (a delay would be a bet on speed). Only the command's own process
+    is traced, as `inject` does for a signal."""
+    action = f"inject={point.syscall}:signal=SIGSTOP:when={point.n}"
+    cmd = [STRACE, "-o", str(log), "-e", f"trace={point.syscall}", "-e", action, *argv]
+    log.unlink(missing_ok=True)  # a log of an earlier hold would say "stopped" already
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (log.is_file() and "--- stopped by SIGSTOP ---" in log.read_text()):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"{point}: never reached (rc {proc.returncode})\n{err[-1500:]}")
+        time.sleep(0.02)  # polls a condition, with no deadline: the stop comes however slow the machine
+    (pid,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return Held(proc, int(pid))
 
 
 def _main_pid(lines: list[str]) -> str | None:

@@ -25,13 +25,24 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, tree_snapshot
-from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, python_argv, record, trace_points
+from faultlib import (
+    ERRNO_TEXT,
+    STRACE,
+    Held,
+    Point,
+    error_points,
+    hold,
+    inject,
+    is_output,
+    python_argv,
+    record,
+    trace_points,
+)
 from test_rebase import SARGS, make_release, pin_text, project
 
 from sglang_overlay import scratch
@@ -432,21 +443,19 @@ def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, pha
 
 
 # -- a second process -------------------------------------------------------------------------------------------
-def _held(b: Bench, seconds: float) -> subprocess.Popen:
-    """`rebase --continue` from the stopped state, stopped for `seconds` once its first journal is in place
-    (strace's delay_exit at that rename: the release tree's lock held, a transaction in flight)."""
+def _held(b: Bench) -> Held:
+    """`rebase --continue` from the stopped state, stopped once its first journal is in place (the release
+    tree's lock held, a transaction in flight) until the test resumes it."""
     start, args, _ = b.phases["continue"]
     point = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
     b.reset(start)
-    inj = f"inject={point.syscall}:delay_exit={int(seconds * 1e6)}:when={point.n}"
-    cmd = [STRACE, "-o", str(b.base / "held.log"), "-e", f"trace={point.syscall}", "-e", inj, *python_argv(*args)]
-    first = subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
-    deadline = time.monotonic() + 60
-    while not journal.exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.02)
-    return first
+    return hold(python_argv(*args), b.env, b.proj, b.base / "held.log", point)
+
+
+def _popen(b: Bench, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        python_argv(*args), cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 SECOND = {  # the second command -> (its exit code, words it says, whether it waits for the first)
@@ -464,14 +473,23 @@ def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, pha
     held): the second command waits for the lock and then finds the rebase done, or is refused at once; either
     way the first one's result is whole, nothing lost."""
     b = benches[0]
-    first = _held(b, 4.0)
-    got = b.cli(*second)
-    out, err = first.communicate(timeout=120)
     rc, words, waits = SECOND[second]
-    assert first.returncode == 0, err
-    assert got.returncode == rc and words in got.stdout + got.stderr, (got.stdout, got.stderr)
-    assert ("waiting for another command" in got.stderr) == waits, got.stderr
-    assert "Traceback" not in got.stderr
+    first = _held(b)
+    proc = _popen(b, *second)
+    said = ""
+    if waits:  # it says it waits, and does: only once the first one goes on can it end
+        while "waiting for another command" not in said and (line := proc.stderr.readline()):
+            said += line
+        assert "waiting for another command" in said and proc.poll() is None, said
+        first.resume()
+    out, err = proc.communicate(timeout=300)  # a fail-safe: a refusal comes at once, the first one stopped
+    if not waits:
+        first.resume()
+    _, first_err = first.strace.communicate()
+    assert first.strace.returncode == 0, first_err
+    assert proc.returncode == rc and words in out + said + err, (out, said + err)
+    assert ("waiting for another command" in said + err) == waits, said + err
+    assert "Traceback" not in err
     assert b.state() == b.phases["continue"][2]
 
 
@@ -481,13 +499,16 @@ def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, 
     b = benches[0]
     tree = tmp_path / "sglang-0.5.17"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
-    first = _held(b, 6.0)
+    first = _held(b)
     for cmd in (("apply", "--set", "default"), ("status",), ("revert", "--all"), ("apply", "fx_topk")):
-        r = b.cli("--tree", str(tree), *cmd)
+        # the rebase stays stopped until they are done: one that waited for it would never end (a fail-safe)
+        r = subprocess.run(
+            python_argv("--tree", str(tree), *cmd), cwd=b.proj, env=b.env, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0 and "waiting" not in r.stderr, (cmd, r.stderr)
-    assert first.poll() is None, "the rebase was not held while they ran"
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 0, err
+    first.resume()
+    _, err = first.strace.communicate()
+    assert first.strace.returncode == 0, err
     assert b.state() == b.phases["continue"][2]
     assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout
 
@@ -496,12 +517,13 @@ def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, ph
     """A second process rewrites a source patch (as `refresh` does) while `--continue` is held mid-step: the
     rebase refuses to make the new pin of what it read before, and goes on once the file is as it was."""
     b = benches[0]
-    first = _held(b, 3.0)
+    first = _held(b)
     patch = b.proj / "patches" / "fx_common.patch"
     old = patch.read_bytes()
     patch.write_bytes(old.replace(b"Description: ", b"Description: refreshed. ", 1))
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
+    first.resume()
+    _, err = first.strace.communicate()
+    assert first.strace.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
     assert not (b.proj / "pins" / VERSION).exists()
     patch.write_bytes(old)
     done = b.cli("rebase", "--continue")

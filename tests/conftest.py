@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from faultlib import FAULT_COUNTS  # noqa: E402
+from faultlib import FAULT_COUNTS, reproduce  # noqa: E402
 
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
@@ -37,6 +37,7 @@ def pytest_terminal_summary(terminalreporter):
     if not FAULT_COUNTS:
         return
     terminalreporter.section("fault injection: points tried / passed")
+    terminalreporter.write_line(reproduce())
     for c in FAULT_COUNTS:
         terminalreporter.write_line(
             f"{c['command']:<15} {c['fault']:<14} {c['passed']:>4} / {c['points']:<4} "
@@ -85,6 +86,18 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
+
+
+def each(cases, check) -> None:
+    """A table-driven test: check(*case) for every (name, case) pair, one assertion naming every case that failed
+    (each case is still run on its own; the table is one collected test)."""
+    failed = []
+    for name, case in cases:
+        try:
+            check(*case)
+        except AssertionError as e:
+            failed.append(f"[{name}] {e}")
+    assert not failed, f"{len(failed)} case(s) failed:\n" + "\n\n".join(failed)
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -94,6 +95,54 @@ def is_output(point: Point) -> bool:
 def error_points(points: list[Point], action: str) -> list[Point]:
     """The points where the kernel can return the error `action` names ("error=ENOSPC")."""
     return [p for p in points if p.syscall in ERROR_SYSCALLS[action.split("=", 1)[1]]]
+
+
+# -- sampling ---------------------------------------------------------------------------------------------------
+# A sweep tries one point of each kind (syscall x the step it serves: the journal, the state, a tree file, its temp
+# file, a scratch directory, the output...), drawn with a seed: each run tries other points of the same kinds.
+FAULTS_ENV, SEED_ENV = "SGLANG_OVERLAY_FAULTS", "SGLANG_OVERLAY_FAULTS_SEED"
+EVERY_POINT = os.environ.get(FAULTS_ENV) == "all"
+SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(10**6))
+_STATE_FILE = re.compile(r"/\.sglang-overlay/([^/\"]+)")
+TMP_MARK = ".sglang-overlay-tmp"
+
+
+def reproduce() -> str:
+    """What a failing sweep prints: how to run the same points again, or all of them."""
+    if EVERY_POINT:
+        return f"every point was tried ({FAULTS_ENV}=all)"
+    return f"points sampled with {SEED_ENV}={SEED}: set it to try the same again, or {FAULTS_ENV}=all for every point"
+
+
+def kind(point: Point, path: str, places: dict[str, str]) -> tuple[str, str]:
+    """(syscall, step): `path` is what the call names, or the file its descriptor was opened on; `places` maps a
+    directory (the scratch $TMPDIR, the project, the cache) to its step."""
+    if is_output(point):
+        return point.syscall, "output"
+    m = _STATE_FILE.search(path)
+    if m:  # the state directory's own files, named without their digits (backups, objects, pids)
+        return point.syscall, "state " + re.sub(r"[0-9a-f]{6,}|\d+", "N", m.group(1))
+    place = next((places[d] for d in sorted(places, key=len, reverse=True) if d in path), "tree")
+    what = "temp" if TMP_MARK in path else "dir" if point.syscall in ("mkdir", "rmdir") else "file"
+    return point.syscall, f"{place} {what}"
+
+
+def sample(points: list[Point], label: str, places: dict[str, str] | None = None) -> list[Point]:
+    """One point of each kind, drawn with SEED and `label` (each sweep its own draw); all with FAULTS=all."""
+    if EVERY_POINT:
+        return points
+    fds: dict[str, str] = {}
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        path = p.call
+        if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p.call
+        elif fd := re.match(r"(?:write|fsync|fchmod)\((\d+)", p.call):
+            path = fds.get(fd.group(1), p.call)
+        groups.setdefault(kind(p, path, places or {}), []).append(p)
+    rng = random.Random(f"{SEED} {label}")
+    chosen = {(p.syscall, p.n) for group in groups.values() for p in [rng.choice(group)]}
+    return [p for p in points if (p.syscall, p.n) in chosen]
 
 
 FAULT_COUNTS: list[dict] = []  # filled by the sweeps: what each tried and what passed (conftest prints it)

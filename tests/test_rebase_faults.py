@@ -41,6 +41,8 @@ from faultlib import (
     is_output,
     python_argv,
     record,
+    reproduce,
+    sample,
     trace_points,
 )
 from test_rebase import SARGS, make_release, pin_text, project
@@ -190,6 +192,20 @@ def phases(benches):
     return out
 
 
+def _places(b: Bench) -> dict[str, str]:
+    """Where a rebase writes, for faultlib.sample: a point of each kind in each."""
+    return {
+        str(b.tmp): "scratch",
+        str(b.work / "cache"): "cache",
+        str(b.proj / "pins"): "pins",
+        str(b.proj / "pins" / f".rebase-{VERSION}.json"): "progress",
+        str(b.proj / "pins" / f".rebase-{VERSION}"): "staging",
+        str(b.proj / "pins" / VERSION): "new pin",
+        str(b.proj / ".sglang"): "release tree",
+        str(b.proj / "manifest.yaml"): "manifest",
+    }
+
+
 def _points(b: Bench, start: Path, args: list[str]):
     b.reset(start)
     pts, proc = trace_points(python_argv(*args), b.env, b.proj, b.log)
@@ -216,6 +232,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     start, args, _ = phases[0][phase]
     points = _points(benches[0], start, args)
     assert len(points) > 10, points
+    points = sample(points, f"rebase {phase} KILL", _places(benches[0]))
 
     def run(i: int) -> list[str]:
         b, problems = benches[i], []
@@ -238,7 +255,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
     record(f"rebase {phase}", "signal=KILL", points, len({f.split(": ", 1)[0] for f in failed}))
-    assert not failed, f"{len(failed)} of {len(points)} kill points failed:\n" + "\n".join(failed[:12])
+    assert not failed, f"{len(failed)} of {len(points)} kill points failed ({reproduce()}):\n" + "\n".join(failed[:12])
 
 
 def _way_on(b: Bench, phase: str, args: list[str]) -> subprocess.CompletedProcess:
@@ -402,12 +419,13 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
     return problems
 
 
-def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
+def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> list[str]:
     """`fault`: one action, or two with `|` that take turns over the points (EROFS|EACCES: the same calls fail
     with either, and the command's handling differs only in the fix it names)."""
     start, args, _ = benches[0].phases[phase]
     actions = ["error=" + e for e in fault.removeprefix("error=").split("|")] if "|" in fault else [fault]
     points = _fault_points(benches[0], start, args, actions[0], persistent)
+    points = sample(points, f"rebase {phase} {fault}{'+' if persistent else ''}", _places(benches[0]))
     turns = [(point, actions[n % len(actions)]) for n, point in enumerate(points)]
 
     def run(i: int) -> list[str]:
@@ -424,22 +442,22 @@ def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
         mine = [p for p, a in turns if a == action]
         bad = {f.split(": ", 1)[0] for f in failed if f.startswith(action + " ")}
         record(f"rebase {phase}", action + ("+" if persistent else ""), mine, len(bad))
-    assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
+    fault += "+" if persistent else ""
+    return [f"{fault}: {len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])] if failed else []
 
 
 @pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
-@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS|EACCES"])
-def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
+def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase):
     """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then
     tells the truth, `--abort` leaves the project as before, and the way on ends where an uninterrupted run
-    ends."""
-    _sweep(benches, phase, action)
-
-
-@pytest.mark.parametrize("phase", ["start", "continue"])
-def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, phase):
-    """ENOSPC from that call on (the cleanup fails too); once space is free, the way on still works."""
-    _sweep(benches, phase, "error=ENOSPC", persistent=True)
+    ends. For the start and --continue, ENOSPC from that call on too (the cleanup fails as well): once space
+    is free, the way on still works."""
+    failed = [
+        f for action in ("signal=INT", "error=ENOSPC", "error=EROFS|EACCES") for f in _sweep(benches, phase, action)
+    ]
+    if phase in ("start", "continue"):
+        failed += _sweep(benches, phase, "error=ENOSPC", persistent=True)
+    assert not failed, f"{reproduce()}\n" + "\n\n".join(failed)
 
 
 # -- a second process -------------------------------------------------------------------------------------------

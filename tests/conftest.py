@@ -20,9 +20,8 @@ from faultlib import FAULT_COUNTS, reproduce  # noqa: E402
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
-# The 0.5.23 pin's SGLang tests need their own virtualenv (torch 2.14.1, requirements-sglang-0.5.23-cpu.txt):
-# `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
-# given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).
+# The 0.5.23 pin's SGLang tests import another `sglang` than tests/sglang_patches: their own process (.ci/run
+# runs `pytest tests/sglang_patches_0523`; a path given on the command line is collected).
 collect_ignore = ["sglang_patches_0523"]
 
 # The Ctrl-C tests send SIGINT to the commands they start. A shell that starts pytest in the background (`cmd &`
@@ -70,9 +69,14 @@ def _sglang_copy(pinned_tree, tmp_path_factory) -> Path:
 @pytest.fixture
 def sglang_tree(_sglang_copy) -> Path:
     """A git checkout of the real SGLang 0.5.17 source, reset to pristine for every test."""
-    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=_sglang_copy, check=True)
-    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=_sglang_copy, check=True)
-    return _sglang_copy
+    return reset_tree(_sglang_copy)
+
+
+def reset_tree(tree: Path) -> Path:
+    """The checkout back to the pristine release (a table-driven test's cases each start from it)."""
+    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=tree, check=True)
+    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=tree, check=True)
+    return tree
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_rc: int | None = None):

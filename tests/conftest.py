@@ -15,14 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from faultlib import FAULT_COUNTS  # noqa: E402
+from faultlib import FAULT_COUNTS, reproduce  # noqa: E402
 
 from sglang_overlay.fetch import ensure_embedded  # noqa: E402
 from sglang_overlay.manifest import load_manifest  # noqa: E402
 
-# The 0.5.23 pin's SGLang tests need their own virtualenv (torch 2.14.1, requirements-sglang-0.5.23-cpu.txt):
-# `pytest tests` in the 0.5.17 virtualenv leaves them out, and .ci/run runs them in theirs, by path (a path
-# given on the command line is collected; outside their virtualenv they fail at the first fixture, never skip).
+# The 0.5.23 pin's SGLang tests import another `sglang` than tests/sglang_patches: their own process (.ci/run
+# runs `pytest tests/sglang_patches_0523`; a path given on the command line is collected).
 collect_ignore = ["sglang_patches_0523"]
 
 # The Ctrl-C tests send SIGINT to the commands they start. A shell that starts pytest in the background (`cmd &`
@@ -37,6 +36,7 @@ def pytest_terminal_summary(terminalreporter):
     if not FAULT_COUNTS:
         return
     terminalreporter.section("fault injection: points tried / passed")
+    terminalreporter.write_line(reproduce())
     for c in FAULT_COUNTS:
         terminalreporter.write_line(
             f"{c['command']:<15} {c['fault']:<14} {c['passed']:>4} / {c['points']:<4} "
@@ -69,9 +69,14 @@ def _sglang_copy(pinned_tree, tmp_path_factory) -> Path:
 @pytest.fixture
 def sglang_tree(_sglang_copy) -> Path:
     """A git checkout of the real SGLang 0.5.17 source, reset to pristine for every test."""
-    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=_sglang_copy, check=True)
-    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=_sglang_copy, check=True)
-    return _sglang_copy
+    return reset_tree(_sglang_copy)
+
+
+def reset_tree(tree: Path) -> Path:
+    """The checkout back to the pristine release (a table-driven test's cases each start from it)."""
+    subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=tree, check=True)
+    subprocess.run(["git", "clean", "-q", "-fdx"], cwd=tree, check=True)
+    return tree
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_rc: int | None = None):
@@ -85,6 +90,18 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, check_
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
+
+
+def each(cases, check) -> None:
+    """A table-driven test: check(*case) for every (name, case) pair, one assertion naming every case that failed
+    (each case is still run on its own; the table is one collected test)."""
+    failed = []
+    for name, case in cases:
+        try:
+            check(*case)
+        except AssertionError as e:
+            failed.append(f"[{name}] {e}")
+    assert not failed, f"{len(failed)} case(s) failed:\n" + "\n\n".join(failed)
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

@@ -18,11 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +97,54 @@ def error_points(points: list[Point], action: str) -> list[Point]:
     return [p for p in points if p.syscall in ERROR_SYSCALLS[action.split("=", 1)[1]]]
 
 
+# -- sampling ---------------------------------------------------------------------------------------------------
+# A sweep tries one point of each kind (syscall x the step it serves: the journal, the state, a tree file, its temp
+# file, a scratch directory, the output...), drawn with a seed: each run tries other points of the same kinds.
+FAULTS_ENV, SEED_ENV = "SGLANG_OVERLAY_FAULTS", "SGLANG_OVERLAY_FAULTS_SEED"
+EVERY_POINT = os.environ.get(FAULTS_ENV) == "all"
+SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(10**6))
+_STATE_FILE = re.compile(r"/\.sglang-overlay/([^/\"]+)")
+TMP_MARK = ".sglang-overlay-tmp"
+
+
+def reproduce() -> str:
+    """What a failing sweep prints: how to run the same points again, or all of them."""
+    if EVERY_POINT:
+        return f"every point was tried ({FAULTS_ENV}=all)"
+    return f"points sampled with {SEED_ENV}={SEED}: set it to try the same again, or {FAULTS_ENV}=all for every point"
+
+
+def kind(point: Point, path: str, places: dict[str, str]) -> tuple[str, str]:
+    """(syscall, step): `path` is what the call names, or the file its descriptor was opened on; `places` maps a
+    directory (the scratch $TMPDIR, the project, the cache) to its step."""
+    if is_output(point):
+        return point.syscall, "output"
+    m = _STATE_FILE.search(path)
+    if m:  # the state directory's own files, named without their digits (backups, objects, pids)
+        return point.syscall, "state " + re.sub(r"[0-9a-f]{6,}|\d+", "N", m.group(1))
+    place = next((places[d] for d in sorted(places, key=len, reverse=True) if d in path), "tree")
+    what = "temp" if TMP_MARK in path else "dir" if point.syscall in ("mkdir", "rmdir") else "file"
+    return point.syscall, f"{place} {what}"
+
+
+def sample(points: list[Point], label: str, places: dict[str, str] | None = None) -> list[Point]:
+    """One point of each kind, drawn with SEED and `label` (each sweep its own draw); all with FAULTS=all."""
+    if EVERY_POINT:
+        return points
+    fds: dict[str, str] = {}
+    groups: dict[tuple[str, str], list[Point]] = {}
+    for p in points:
+        path = p.call
+        if p.syscall == "openat" and (fd := re.search(r"= (\d+)$", p.call)):
+            fds[fd.group(1)] = p.call
+        elif fd := re.match(r"(?:write|fsync|fchmod)\((\d+)", p.call):
+            path = fds.get(fd.group(1), p.call)
+        groups.setdefault(kind(p, path, places or {}), []).append(p)
+    rng = random.Random(f"{SEED} {label}")
+    chosen = {(p.syscall, p.n) for group in groups.values() for p in [rng.choice(group)]}
+    return [p for p in points if (p.syscall, p.n) in chosen]
+
+
 FAULT_COUNTS: list[dict] = []  # filled by the sweeps: what each tried and what passed (conftest prints it)
 
 
@@ -160,6 +211,38 @@ def inject(
             own = [line for line in own if line.split(None, 1)[0] == main]
         hit = bool(own)
     return Injected(point, action, proc.returncode, proc.stdout, proc.stderr, hit)
+
+
+@dataclass
+class Held:
+    """A command stopped (SIGSTOP) just after one of its calls returned, until the test resumes it."""
+
+    strace: subprocess.Popen
+    pid: int  # the command's own process
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.strace.wait()
+
+
+def hold(argv: list[str], env: dict, cwd: Path, log: Path, point: Point) -> Held:
+    """Start `argv` and return once it is stopped right after `point`: a second process then acts at that
+    moment on any machine, however loaded (a delay would be a bet on speed). Only the command's own process
+    is traced, as `inject` does for a signal."""
+    action = f"inject={point.syscall}:signal=SIGSTOP:when={point.n}"
+    cmd = [STRACE, "-o", str(log), "-e", f"trace={point.syscall}", "-e", action, *argv]
+    log.unlink(missing_ok=True)  # a log of an earlier hold would say "stopped" already
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (log.is_file() and "--- stopped by SIGSTOP ---" in log.read_text()):
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"{point}: never reached (rc {proc.returncode})\n{err[-1500:]}")
+        time.sleep(0.02)  # polls a condition, with no deadline: the stop comes however slow the machine
+    (pid,) = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return Held(proc, int(pid))
 
 
 def _main_pid(lines: list[str]) -> str | None:

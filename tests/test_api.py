@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, run_cli, tree_snapshot
+from conftest import copy_project, each, run_cli, tree_snapshot
 
 from sglang_overlay import api
 from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError, PatchSetError
@@ -118,19 +118,20 @@ WRONG_TYPES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("fn", "args", "kwargs", "arg", "fix"), WRONG_TYPES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(WRONG_TYPES)]
-)
-def test_a_wrong_argument_type_is_a_usage_error_naming_it(sglang_tree, fn, args, kwargs, arg, fix):
-    where = {} if fn == "locate" or "context" in kwargs else {"project": FIX}
-    if fn not in ("locate", "check") and "tree" not in kwargs and "context" not in kwargs:
-        where["tree"] = sglang_tree
+def test_a_wrong_argument_type_is_a_usage_error_naming_it(sglang_tree):
     before = tree_snapshot(sglang_tree)
-    with pytest.raises(BadInput) as e:
-        getattr(api, fn)(*args, **{**where, **kwargs})
-    text = f"{e.value}\n{e.value.hint}"
-    assert e.value.exit_code == EXIT_BAD_INPUT and f"api.{fn}" in text and arg in text and fix in text, text
-    assert tree_snapshot(sglang_tree) == before
+
+    def check(fn, args, kwargs, arg, fix) -> None:
+        where = {} if fn == "locate" or "context" in kwargs else {"project": FIX}
+        if fn not in ("locate", "check") and "tree" not in kwargs and "context" not in kwargs:
+            where["tree"] = sglang_tree
+        with pytest.raises(BadInput) as e:
+            getattr(api, fn)(*args, **{**where, **kwargs})
+        text = f"{e.value}\n{e.value.hint}"
+        assert e.value.exit_code == EXIT_BAD_INPUT and f"api.{fn}" in text and arg in text and fix in text, text
+        assert tree_snapshot(sglang_tree) == before
+
+    each(((f"{c[0]}-{c[3]}-{i}", c) for i, c in enumerate(WRONG_TYPES)), check)
 
 
 def test_locate_holds_absolute_paths_that_survive_a_chdir(tmp_path, sglang_tree, monkeypatch):
@@ -214,43 +215,46 @@ def test_an_empty_patches_list_is_refused_in_the_apis_words(sglang_tree, fn):
     assert e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before
 
 
-@pytest.mark.parametrize(
-    "call, said, fix",
-    [
-        (lambda w: api.apply("fx_topk", all=True, **w), "api.apply: names and all=True both name a set", "expr="),
-        (lambda w: api.apply(expr="default", patches="fx_topk", **w), "expr= and patches= both name a set", "names"),
-        (lambda w: api.apply(**w), "api.apply: name patches, or pass all=True, expr= or patches=", "api.apply("),
-        (lambda w: api.revert(**w), "api.revert: name patches, or pass all=True", "api.revert("),
-        (
-            lambda w: api.apply(expr="default+fx_tpok", **w),
-            "api.apply(expr='default+fx_tpok'): 'fx_tpok' is neither",
-            "presets: args, default",
-        ),
-        (lambda w: api.apply(expr="+x", **w), "api.apply(expr='+x'): cannot parse it", "write PRESET, a,b"),
-        (lambda w: api.fingerprint("default-fx_overlay", **w), "api.fingerprint(expr='default-fx_overlay'):", "take"),
-        (
-            lambda w: api.apply(patches="default", **w),
-            "api.apply(patches='default'): 'default' is not a patch name",
-            "a preset or an expression goes to expr=",
-        ),
-        (
-            lambda w: api.fingerprint(patches="fx_args_a,bogus", **w),
-            "api.fingerprint(patches='fx_args_a,bogus'): no patch named 'bogus'",
-            "patches: fx_topk",
-        ),
-        (lambda w: api.apply("default", **w), "api.apply('default'): 'default' is not a patch name", "expr="),
-        (lambda w: api.revert("fx_topk,", **w), "api.revert('fx_topk,'): holds an empty patch name", "name the"),
-    ],
-)
-def test_a_bad_selection_is_refused_in_the_apis_words(sglang_tree, call, said, fix):
+BAD_SELECTIONS = [
+    (lambda w: api.apply("fx_topk", all=True, **w), "api.apply: names and all=True both name a set", "expr="),
+    (lambda w: api.apply(expr="default", patches="fx_topk", **w), "expr= and patches= both name a set", "names"),
+    (lambda w: api.apply(**w), "api.apply: name patches, or pass all=True, expr= or patches=", "api.apply("),
+    (lambda w: api.revert(**w), "api.revert: name patches, or pass all=True", "api.revert("),
+    (
+        lambda w: api.apply(expr="default+fx_tpok", **w),
+        "api.apply(expr='default+fx_tpok'): 'fx_tpok' is neither",
+        "presets: args, default",
+    ),
+    (lambda w: api.apply(expr="+x", **w), "api.apply(expr='+x'): cannot parse it", "write PRESET, a,b"),
+    (lambda w: api.fingerprint("default-fx_overlay", **w), "api.fingerprint(expr='default-fx_overlay'):", "take"),
+    (
+        lambda w: api.apply(patches="default", **w),
+        "api.apply(patches='default'): 'default' is not a patch name",
+        "a preset or an expression goes to expr=",
+    ),
+    (
+        lambda w: api.fingerprint(patches="fx_args_a,bogus", **w),
+        "api.fingerprint(patches='fx_args_a,bogus'): no patch named 'bogus'",
+        "patches: fx_topk",
+    ),
+    (lambda w: api.apply("default", **w), "api.apply('default'): 'default' is not a patch name", "expr="),
+    (lambda w: api.revert("fx_topk,", **w), "api.revert('fx_topk,'): holds an empty patch name", "name the"),
+]
+
+
+def test_a_bad_selection_is_refused_in_the_apis_words(sglang_tree):
     """The refusals of the set grammar named the command line's options (--set X:, --patches X:, NAME and --all)
     to a caller that wrote expr=, patches=, names or all=True."""
     before = tree_snapshot(sglang_tree)
-    with pytest.raises(OverlayError) as e:
-        call(dict(project=FIX, tree=sglang_tree))
-    text = f"{e.value}\n{e.value.hint}"
-    assert said in str(e.value) and fix in (e.value.hint or ""), text
-    assert "--" not in text and e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before, text
+
+    def check(call, said, fix) -> None:
+        with pytest.raises(OverlayError) as e:
+            call(dict(project=FIX, tree=sglang_tree))
+        text = f"{e.value}\n{e.value.hint}"
+        assert said in str(e.value) and fix in (e.value.hint or ""), text
+        assert "--" not in text and e.value.exit_code == EXIT_BAD_INPUT and tree_snapshot(sglang_tree) == before, text
+
+    each(((c[1][:40], c) for c in BAD_SELECTIONS), check)
 
 
 def test_a_revert_a_carried_patch_needs_names_the_api_call(sglang_tree):

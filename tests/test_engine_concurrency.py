@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
-from faultlib import STRACE, trace_points
+from faultlib import STRACE, Held, hold, trace_points
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
 ENV = {"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"}
@@ -136,58 +135,39 @@ def test_a_reader_never_sees_half_a_change(sglang_tree):
         cli(sglang_tree, "apply", "--set", "default")
 
 
-def _held_in_its_change(tree: Path, *args: str, seconds: int = 30) -> tuple[subprocess.Popen, int]:
-    """Start a command that stops for `seconds` inside its change (journal written, first file not yet renamed
-    into the tree), holding the lock. Returns (strace process, pid of the command)."""
+def _held_in_its_change(tree: Path, *args: str) -> Held:
+    """Start a command and return once it is stopped inside its change (journal written, the first file's new
+    bytes opened beside it, not yet renamed into the tree), holding the lock, until the test resumes or kills it."""
     log = tree.parent / "hold.log"
     cli(tree, "apply", "--set", "default")
     pts, _ = trace_points(argv(tree, *args), env(), tree.parent, log)
     subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=tree, check=True)
     subprocess.run(["git", "clean", "-q", "-fdx"], cwd=tree, check=True)
     cli(tree, "apply", "--set", "default")
-    point = next(p for p in pts if p.syscall == "rename" and "/python/sglang/" in p.call.split(",")[1])
-    proc = subprocess.Popen(
-        [
-            STRACE,
-            "-f",
-            "--seccomp-bpf",
-            "-o",
-            str(log),
-            "-e",
-            "trace=rename",
-            "-e",
-            f"inject=rename:delay_enter={seconds}s:when={point.n}",
-            *argv(tree, *args),
-        ],
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    journal = tree / ".sglang-overlay" / "journal.json"
-    for _ in range(200):
-        if journal.exists():
-            break
-        time.sleep(0.05)
-    assert journal.exists(), "the command never reached its change"
-    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-    return proc, int(children[0])
+    first = next(i for i, p in enumerate(pts) if p.syscall == "rename" and "/python/sglang/" in p.call.split(",")[1])
+    held = hold(argv(tree, *args), env(), tree.parent, log, pts[first - 1])
+    assert (tree / ".sglang-overlay" / "journal.json").exists(), "held before its change"
+    return held
+
+
+def _waiting(tree: Path, *args: str) -> subprocess.Popen:
+    """A second command, returned once it says it waits for the lock (it cannot end before: the holder is stopped)."""
+    proc = subprocess.Popen(argv(tree, *args), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = ""
+    while "waiting for another command" not in said and (line := proc.stderr.readline()):
+        said += line
+    assert "waiting for another command" in said and proc.poll() is None, said
+    return proc
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace (installed by .ci/run)")
 def test_a_waiting_command_takes_over_from_one_killed_mid_change(sglang_tree, ref_tree):
-    first, pid = _held_in_its_change(sglang_tree, "apply", "fx_args_b", "fx_overlay")
-    second = subprocess.Popen(
-        argv(sglang_tree, "revert", "fx_topk"), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    time.sleep(1.0)
-    assert second.poll() is None, "the second command did not wait for the lock"
-    os.kill(pid, signal.SIGKILL)
-    first.kill()  # strace itself would sit out the delay
-    first.wait()
-    out, err = second.communicate(timeout=60)
+    first = _held_in_its_change(sglang_tree, "apply", "fx_args_b", "fx_overlay")
+    second = _waiting(sglang_tree, "revert", "fx_topk")
+    first.kill()
+    out, err = second.communicate(timeout=300)  # a fail-safe: it goes on once the lock is free
     assert second.returncode == 0, err
-    assert "waiting for another command" in err and "rolled back an interrupted `apply`" in err
+    assert "rolled back an interrupted `apply`" in err
     # decided on the state after the rollback: the killed apply left no trace, the revert took effect
     assert applied(sglang_tree) == {"fx_args_a"}
     assert managed(sglang_tree) == reference(ref_tree, frozenset({"fx_args_a"}))
@@ -195,19 +175,14 @@ def test_a_waiting_command_takes_over_from_one_killed_mid_change(sglang_tree, re
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace (installed by .ci/run)")
 def test_ctrl_c_while_waiting_for_the_lock(sglang_tree):
-    first, pid = _held_in_its_change(sglang_tree, "apply", "fx_overlay")
+    first = _held_in_its_change(sglang_tree, "apply", "fx_overlay")
     before_state = (sglang_tree / ".sglang-overlay" / "journal.json").read_bytes()
-    second = subprocess.Popen(
-        argv(sglang_tree, "revert", "--all"), env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    time.sleep(1.0)
+    second = _waiting(sglang_tree, "revert", "--all")
     second.send_signal(signal.SIGINT)
-    out, err = second.communicate(timeout=20)
+    out, err = second.communicate(timeout=300)
     assert second.returncode == 130 and "Traceback" not in err and "interrupted" in err, err
     assert (sglang_tree / ".sglang-overlay" / "journal.json").read_bytes() == before_state  # it changed nothing
-    os.kill(pid, signal.SIGKILL)
     first.kill()
-    first.wait()
     cli(sglang_tree, "recover")
     assert applied(sglang_tree) == START
 
@@ -215,11 +190,12 @@ def test_ctrl_c_while_waiting_for_the_lock(sglang_tree):
 @pytest.mark.skipif(STRACE is None, reason="needs strace (installed by .ci/run)")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_mid_change_rolls_back_and_exits_130(sglang_tree, sig):
-    first, pid = _held_in_its_change(sglang_tree, "apply", "fx_args_b", "fx_overlay", seconds=3)
+    first = _held_in_its_change(sglang_tree, "apply", "fx_args_b", "fx_overlay")
     before = managed(sglang_tree)
-    os.kill(pid, sig)  # arrives while the change is half made; acted on at the next step
-    out, err = first.communicate(timeout=30)
-    assert first.returncode == 130 and "Traceback" not in err, err
+    os.kill(first.pid, sig)  # arrives while the change is half made; acted on at the next step
+    first.resume()
+    out, err = first.strace.communicate(timeout=300)
+    assert first.strace.returncode == 130 and "Traceback" not in err, err
     assert "interrupted: rolled back" in err
     assert not (sglang_tree / ".sglang-overlay" / "journal.json").exists()
     assert managed(sglang_tree) == before and applied(sglang_tree) == START

@@ -2,8 +2,9 @@
 
 For each command (from a starting tree where it has real work to do, an exec bit alone included) strace lists
 every rename, fsync, unlink, unlinkat, rmdir, mkdir, fchmod (chmod, fchmodat), write, and open-for-write its own
-process makes; the command is then run again once per call with a SIGKILL, a SIGINT (Ctrl-C) or an error
-(ENOSPC, EROFS, EACCES) injected at exactly that call. After each: SIGINT and errors have rolled back by
+process makes; the command is then run again with a SIGKILL, a SIGINT (Ctrl-C) or an error (ENOSPC, EROFS,
+EACCES) injected at exactly one call, for one call of each kind drawn with a seed (faultlib.sample; every
+call with SGLANG_OVERLAY_FAULTS=all). After each: SIGINT and errors have rolled back by
 themselves (exit 130 / exit 1 naming the OS error), a SIGKILL is rolled back by the next command (`recover`);
 then the tree is byte-equal to the state before or after the command (modes included), the state describes
 it, and nothing is left anywhere (temp files, journal, unused saved copies, new directories, scratch in
@@ -39,6 +40,8 @@ from faultlib import (
     leftovers,
     python_argv,
     record,
+    reproduce,
+    sample,
     trace_points,
 )
 
@@ -360,10 +363,14 @@ def points_of(name: str, workers) -> list[Point]:
     return _points[name]
 
 
-def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
+def sweep(workers, name: str, action: str, persistent: bool = False) -> list[str]:
+    """The sampled points of one fault (faultlib.sample), on the workers: what failed, worded."""
+    fault = action + ("+" if persistent else "")
     pts = points_of(name, workers)
     if action.startswith("error="):
         pts = error_points(pts, action)
+    w = workers[0]
+    pts = sample(pts, f"{name} {fault}", {str(w.tmpdir): "scratch", str(w.project): "project"})
 
     def run(i: int) -> list[list[str]]:
         return [workers[i].run_point(name, p, action, persistent) for p in pts[i::WORKERS]]
@@ -371,45 +378,31 @@ def sweep(workers, name: str, action: str, persistent: bool = False) -> None:
     with ThreadPoolExecutor(WORKERS) as pool:
         results = [r for chunk in pool.map(run, range(WORKERS)) for r in chunk]
     failed = [r for r in results if r]
-    record(name, action + ("+" if persistent else ""), pts, len(failed))
-    assert not failed, (
-        f"{len(failed)} of {len(pts)} points failed:\n"
-        + "\n".join(f[0] for f in failed[:15])
-        + "\n\n"
-        + "\n".join(failed[0])
-    )
-
-
-# A case whose other sweeps would repeat another's: a new 100755 file is written as `apply --all` writes its new
-# files, but for the mode given to its fchmod, which a kill and an error there cover.
-ONLY = {"apply new 100755": ("signal=KILL", "error=EROFS")}
-
-
-def cases(actions: list[str]) -> list:
-    return [
-        pytest.param(name, action, id=f"{action}-{name}")
-        for action in actions
-        for name in COMMANDS
-        if action in ONLY.get(name, actions)
+    record(name, fault, pts, len(failed))
+    if not failed:
+        return []
+    return [f"{fault}: {len(failed)} of {len(pts)} points failed:\n" + "\n".join(f[0] for f in failed[:15])] + [
+        "\n".join(failed[0])
     ]
 
 
-@pytest.mark.parametrize(("name", "action"), cases(["signal=KILL", "signal=INT"]))
-def test_signal_at_every_point(workers, name, action):
-    sweep(workers, name, action)
+ACTIONS = ("signal=KILL", "signal=INT", "error=ENOSPC", "error=EROFS", "error=EACCES")
+# A case whose other sweeps would repeat another's: a new 100755 file is written as `apply --all` writes its new
+# files, but for the mode given to its fchmod, which a kill and an error there cover.
+ONLY = {"apply new 100755": ("signal=KILL", "error=EROFS")}
+# an error that goes on from its call (a disk that stays full): where rollback itself fails
+LASTING = {"apply --all", "revert --all", "revert --all recorded", "recover"}
 
 
-@pytest.mark.parametrize(("name", "action"), cases(["error=ENOSPC", "error=EROFS", "error=EACCES"]))
-def test_os_error_at_every_point(workers, name, action):
-    sweep(workers, name, action)
-
-
-@pytest.mark.parametrize("name", ["apply --all", "revert --all", "revert --all recorded", "recover"])
-@pytest.mark.parametrize("action", ["error=ENOSPC", "error=EROFS"])
-def test_lasting_os_error_from_every_point(workers, name, action):
-    """The error goes on from that call (a disk that stays full): rollback fails too, the journal is kept, and
-    once the condition is gone the next command rolls back."""
-    sweep(workers, name, action, persistent=True)
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_fault_at_every_kind_of_point(workers, name):
+    """A SIGKILL, a SIGINT and each OS error at one call of each kind; for LASTING commands ENOSPC and EROFS
+    from that call on too (rollback fails as well, the journal is kept, and once the condition is gone the next
+    command rolls back)."""
+    failed = [f for action in ONLY.get(name, ACTIONS) for f in sweep(workers, name, action)]
+    if name in LASTING:
+        failed += [f for action in ("error=ENOSPC", "error=EROFS") for f in sweep(workers, name, action, True)]
+    assert not failed, f"{reproduce()}\n" + "\n\n".join(failed)
 
 
 def test_ctrl_c_at_start_up(workers):
@@ -423,6 +416,9 @@ def test_ctrl_c_at_start_up(workers):
     start = max(i for i, p in enumerate(opens) if p.call.split(",")[1].strip().strip('"').endswith("/apply.py"))
     stop = next(i for i, p in enumerate(opens) if "/.sglang-overlay/lock" in p.call)
     points = opens[start + 1 : stop + 1]
+    assert len(points) > 100, points
+    # one open per directory read from (the interpreter's modules, each package of the tool's, the project)
+    points = sample(points, "INT at start-up", {d: d for p in points for d in [os.path.dirname(p.call.split('"')[1])]})
 
     def run(i: int) -> list[str]:
         out = []
@@ -445,7 +441,7 @@ def test_ctrl_c_at_start_up(workers):
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [f for chunk in pool.map(run, range(WORKERS)) for f in chunk]
     record("apply --all", "INT at start-up", points, len(failed))
-    assert len(points) > 100 and not failed, "\n".join(failed[:10])
+    assert not failed, f"{reproduce()}\n" + "\n".join(failed[:10])
 
 
 def _all_opens(w: Worker, case: Prepared) -> list[Point]:

@@ -94,12 +94,11 @@ def launcher(project: Path, tree: Path, *args, env: dict, server_args=()) -> sub
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def read_ready(proc: subprocess.Popen, timeout: float = 30) -> dict[str, str]:
-    """The three lines launch prints once healthy: {'url': ..., 'fingerprint': ..., 'log': ...}."""
+def read_ready(proc: subprocess.Popen) -> dict[str, str]:
+    """The three lines launch prints once healthy: {'url': ..., 'fingerprint': ..., 'log': ...} (read as they
+    come: however slow the start, a launch that ends early ends the read)."""
     out = {}
-    deadline = time.monotonic() + timeout
     while len(out) < 3:
-        assert time.monotonic() < deadline, "launch did not report ready"
         line = proc.stdout.readline()
         if not line:
             pytest.fail(f"launch ended early rc={proc.wait()}\nstderr:\n{proc.stderr.read()}")
@@ -109,7 +108,7 @@ def read_ready(proc: subprocess.Popen, timeout: float = 30) -> dict[str, str]:
 
 
 def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=60) as r:
         return json.loads(r.read())
 
 
@@ -236,12 +235,15 @@ def test_launch_env_identity_signal_forwarding_and_revert_on_exit(project, sglan
         assert info["pgid"] == info["pid"] != os.getpgid(0)  # its own process group
 
         proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=30)
+        rc = proc.wait(timeout=300)
         stderr = proc.stderr.read()
         assert rc == 7, stderr  # the server's own exit code
         assert "forwarding SIGTERM" in stderr
-        time.sleep(0.2)
-        assert not pid_alive(info["grandchild_pid"]), "the signal did not reach the whole process group"
+        # the grandchild ignores nothing: it ends once the signal reaches it (a fail-safe bound, not a bet)
+        deadline = time.monotonic() + 300
+        while pid_alive(info["grandchild_pid"]):
+            assert time.monotonic() < deadline, "the signal did not reach the whole process group"
+            time.sleep(0.05)
         assert tree_snapshot(sglang_tree) == pristine  # --revert-on-exit
     finally:
         if proc.poll() is None:
@@ -265,10 +267,10 @@ def test_sigint_then_sigkill_after_grace_when_the_server_ignores_it(project, sgl
         info = get_json(ready["url"] + "/get_server_info")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=30)
+        rc = proc.wait(timeout=300)  # a fail-safe: the server ignores SIGINT, only the SIGKILL ends it
         stderr = proc.stderr.read()
         assert rc == 128 + signal.SIGKILL, stderr
-        assert 0.9 < time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 > 0.9  # not before the grace
         assert "forwarding SIGINT" in stderr and "SIGKILL" in stderr
         assert not pid_alive(info["pid"]) and not pid_alive(info["grandchild_pid"])
         # without --revert-on-exit the tree keeps the set
@@ -360,10 +362,10 @@ def test_a_port_that_already_answers_is_refused_before_the_tree_changes(project,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while True:  # until it answers, however slow its start
+            assert other.poll() is None, "the other server ended"
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
                 break
             except OSError:
                 time.sleep(0.2)

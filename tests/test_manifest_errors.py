@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, run_cli
+from conftest import ROOT, each, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 
@@ -261,14 +261,17 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_manifest_error(project, case):
-    change, expected = CASES[case]
-    path = edit_manifest(project, change)
-    err = status_fails(project)
-    assert str(path) in err, err
-    for text in expected:
-        assert text in err, f"{case}: {text!r} not in:\n{err}"
+def test_manifest_error(tmp_path):
+    def check(n: int, change, expected) -> None:
+        project = tmp_path / f"case{n}" / "proj"
+        shutil.copytree(FIX, project)
+        path = edit_manifest(project, change)
+        err = status_fails(project)
+        assert str(path) in err, err
+        for text in expected:
+            assert text in err, f"{text!r} not in:\n{err}"
+
+    each(((case, (n, *CASES[case])) for n, case in enumerate(sorted(CASES))), check)
 
 
 def test_yaml_syntax_error_names_line(project):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import each, run_cli
 
 from sglang_overlay.errors import EXIT_BAD_INPUT, PatchSetError
 from sglang_overlay.manifest import load_manifest
@@ -24,53 +24,57 @@ def m():
     return load_manifest(FIX)
 
 
-@pytest.mark.parametrize(
-    "expr, patches, preset",
-    [
-        ("default", ("fx_topk", "fx_args_a"), "default"),
-        ("fx_args_b,fx_topk", ("fx_topk", "fx_args_b"), None),  # manifest order
-        ("fx_common", ("fx_args_a", "fx_common"), None),  # closed over requires
-        ("default-fx_topk", ("fx_args_a",), None),
-        ("default-fx_topk-fx_args_a", (), None),
-        ("default+fx_overlay", ("fx_topk", "fx_args_a", "fx_overlay"), None),
-        ("default+fx_overlay,fx_args_b", ("fx_topk", "fx_args_a", "fx_args_b", "fx_overlay"), None),
-        ("default+args", ("fx_topk", "fx_args_a", "fx_args_b"), None),  # a preset as a term
-        ("default+args-fx_topk", ("fx_args_a", "fx_args_b"), None),
-        ("none", (), None),
-        ("pristine", (), None),
-        (" default ", ("fx_topk", "fx_args_a"), "default"),
-    ],
-)
-def test_every_form_resolves(m, expr, patches, preset):
-    got = resolve(m, expr)
-    assert got.patches == patches and got.preset == preset
-    flags = ["--set", preset] if preset else ["--patches", ",".join(patches)] if patches else ["--set", "none"]
-    assert got.launch_flags() == flags
+FORMS = [
+    ("default", ("fx_topk", "fx_args_a"), "default"),
+    ("fx_args_b,fx_topk", ("fx_topk", "fx_args_b"), None),  # manifest order
+    ("fx_common", ("fx_args_a", "fx_common"), None),  # closed over requires
+    ("default-fx_topk", ("fx_args_a",), None),
+    ("default-fx_topk-fx_args_a", (), None),
+    ("default+fx_overlay", ("fx_topk", "fx_args_a", "fx_overlay"), None),
+    ("default+fx_overlay,fx_args_b", ("fx_topk", "fx_args_a", "fx_args_b", "fx_overlay"), None),
+    ("default+args", ("fx_topk", "fx_args_a", "fx_args_b"), None),  # a preset as a term
+    ("default+args-fx_topk", ("fx_args_a", "fx_args_b"), None),
+    ("none", (), None),
+    ("pristine", (), None),
+    (" default ", ("fx_topk", "fx_args_a"), "default"),
+]
 
 
-@pytest.mark.parametrize(
-    "expr, token, fix",
-    [
-        ("defualt", "'defualt' is neither a patch nor a preset", "did you mean 'default'?"),
-        ("default+fx_tpok", "'fx_tpok' is neither a patch nor a preset", "did you mean 'fx_topk'?"),
-        ("+fx_topk", "cannot parse it", "write PRESET, a,b, PRESET+x, PRESET-x or none"),
-        ("default-", "cannot parse it", "write PRESET"),
-        ("fx_topk,,fx_args_a", "an empty name", "write PRESET"),
-        ("", "the set is empty", "none: the pristine tree"),
-        ("default-fx_overlay", "cannot take out fx_overlay: not in the set so far", "take out only"),
-        (
-            "fx_common,fx_args_a-fx_args_a",
-            "fx_args_a cannot be left out: it is required by fx_common",
-            "take out fx_common too",
-        ),
-        ("fx_common,fx_topk_gated", "fx_common conflicts with fx_topk_gated", ""),
-    ],
-)
-def test_bad_expressions_name_the_token_and_the_fix(m, expr, token, fix):
-    with pytest.raises(PatchSetError) as e:
-        resolve(m, expr)
-    assert token in str(e.value) and fix in (e.value.hint or "") + str(e.value)
-    assert e.value.exit_code == EXIT_BAD_INPUT
+def test_every_form_resolves(m):
+    def check(expr, patches, preset) -> None:
+        got = resolve(m, expr)
+        assert got.patches == patches and got.preset == preset
+        flags = ["--set", preset] if preset else ["--patches", ",".join(patches)] if patches else ["--set", "none"]
+        assert got.launch_flags() == flags
+
+    each(((repr(c[0]), c) for c in FORMS), check)
+
+
+BAD_EXPRESSIONS = [
+    ("defualt", "'defualt' is neither a patch nor a preset", "did you mean 'default'?"),
+    ("default+fx_tpok", "'fx_tpok' is neither a patch nor a preset", "did you mean 'fx_topk'?"),
+    ("+fx_topk", "cannot parse it", "write PRESET, a,b, PRESET+x, PRESET-x or none"),
+    ("default-", "cannot parse it", "write PRESET"),
+    ("fx_topk,,fx_args_a", "an empty name", "write PRESET"),
+    ("", "the set is empty", "none: the pristine tree"),
+    ("default-fx_overlay", "cannot take out fx_overlay: not in the set so far", "take out only"),
+    (
+        "fx_common,fx_args_a-fx_args_a",
+        "fx_args_a cannot be left out: it is required by fx_common",
+        "take out fx_common too",
+    ),
+    ("fx_common,fx_topk_gated", "fx_common conflicts with fx_topk_gated", ""),
+]
+
+
+def test_bad_expressions_name_the_token_and_the_fix(m):
+    def check(expr, token, fix) -> None:
+        with pytest.raises(PatchSetError) as e:
+            resolve(m, expr)
+        assert token in str(e.value) and fix in (e.value.hint or "") + str(e.value)
+        assert e.value.exit_code == EXIT_BAD_INPUT
+
+    each(((repr(c[0]), c) for c in BAD_EXPRESSIONS), check)
 
 
 def test_a_name_taken_out_then_named_again_is_in(m):
@@ -115,39 +119,41 @@ def test_fingerprint_takes_the_grammar(flag):
     assert out["patches"] == ["fx_args_a"]
 
 
-@pytest.mark.parametrize(
-    "args, token, fix",
-    [
-        (
-            ["apply", "--set", "default+fx_tpok"],
-            "--set default+fx_tpok: 'fx_tpok' is neither",
-            "did you mean 'fx_topk'",
-        ),
-        (
-            ["apply", "default"],
-            "apply default: 'default' is not a patch name",
-            "a preset or an expression goes to --set",
-        ),
-        (["apply", "fx_topk", "--all"], "apply: NAME and --all both name a set", "one of NAME..., --all"),
-        (["apply", "fx_topk,,fx_args_a"], "holds an empty patch name", "name the patches"),
-        (["revert"], "revert: name patches, or give one of --all", "revert deepseek_v2"),
-        (["launch", "--dry-run", "--set", "+x"], "--set '+x': cannot parse it", "write PRESET, a,b"),
-        (["launch", "--dry-run", "--set", "default", "--patches", "fx_topk"], "--set and --patches both", "one of"),
-        (
-            ["build-wheel", "--patches", "fx_args_a,bogus"],
-            "--patches fx_args_a,bogus: no patch named 'bogus'",
-            "patches: fx_topk",
-        ),
-        (["fingerprint", "--set", "default-fx_overlay"], "cannot take out fx_overlay", "take out only"),
-    ],
-)
-def test_bad_selection_on_every_command_is_exit_2(args, token, fix):
-    res = _cli(*args, rc=2)
-    assert token in res.stderr and fix in res.stderr and "Traceback" not in res.stderr, res.stderr
+BAD_SELECTIONS = [
+    (
+        ["apply", "--set", "default+fx_tpok"],
+        "--set default+fx_tpok: 'fx_tpok' is neither",
+        "did you mean 'fx_topk'",
+    ),
+    (
+        ["apply", "default"],
+        "apply default: 'default' is not a patch name",
+        "a preset or an expression goes to --set",
+    ),
+    (["apply", "fx_topk", "--all"], "apply: NAME and --all both name a set", "one of NAME..., --all"),
+    (["apply", "fx_topk,,fx_args_a"], "holds an empty patch name", "name the patches"),
+    (["revert"], "revert: name patches, or give one of --all", "revert deepseek_v2"),
+    (["launch", "--dry-run", "--set", "+x"], "--set '+x': cannot parse it", "write PRESET, a,b"),
+    (["launch", "--dry-run", "--set", "default", "--patches", "fx_topk"], "--set and --patches both", "one of"),
+    (
+        ["build-wheel", "--patches", "fx_args_a,bogus"],
+        "--patches fx_args_a,bogus: no patch named 'bogus'",
+        "patches: fx_topk",
+    ),
+    (["fingerprint", "--set", "default-fx_overlay"], "cannot take out fx_overlay", "take out only"),
+]
 
 
-@pytest.mark.parametrize("cmd", [["apply"], ["launch", "--dry-run"], ["build-wheel"], ["fingerprint"]])
-@pytest.mark.parametrize("empty", ["", " "])
+def test_bad_selection_on_every_command_is_exit_2():
+    def check(args, token, fix) -> None:
+        res = _cli(*args, rc=2)
+        assert token in res.stderr and fix in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+    each(((repr(c[0]), c) for c in BAD_SELECTIONS), check)
+
+
+# one option parser for every command: one command with each spelling of empty (build-wheel and launch: the same)
+@pytest.mark.parametrize(("cmd", "empty"), [(["apply"], ""), (["fingerprint"], " ")])
 def test_an_empty_patches_is_refused_like_an_empty_set(cmd, empty):
     """`--patches "$P"` with P unset is a shell mistake, not a request for the pristine tree: refused as
     `--set ""` is, naming what to write for the empty set instead."""

@@ -14,7 +14,8 @@ traceback; then `rebase --status` tells the truth (a patch it calls done has its
 stopped is in the release tree), `--abort` leaves the project as before the rebase, and the way on ends where
 an uninterrupted run ends. Points: the calls after which the disk looks different for a kill; every call of
 the kinds the kernel fails with that error for the others; calls that look alike (in scratch directories,
-the release cache, an unpacking, a removal) once each. The sweeps run on three workers."""
+the release cache, an unpacking, a removal) once each; of those, one of each kind drawn with a seed
+(faultlib.sample; all with SGLANG_OVERLAY_FAULTS=all). The sweeps run on three workers."""
 
 from __future__ import annotations
 
@@ -25,13 +26,26 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, tree_snapshot
-from faultlib import ERRNO_TEXT, STRACE, Point, error_points, inject, is_output, python_argv, record, trace_points
+from faultlib import (
+    ERRNO_TEXT,
+    STRACE,
+    Held,
+    Point,
+    error_points,
+    hold,
+    inject,
+    is_output,
+    python_argv,
+    record,
+    reproduce,
+    sample,
+    trace_points,
+)
 from test_rebase import SARGS, make_release, pin_text, project
 
 from sglang_overlay import scratch
@@ -179,6 +193,20 @@ def phases(benches):
     return out
 
 
+def _places(b: Bench) -> dict[str, str]:
+    """Where a rebase writes, for faultlib.sample: a point of each kind in each."""
+    return {
+        str(b.tmp): "scratch",
+        str(b.work / "cache"): "cache",
+        str(b.proj / "pins"): "pins",
+        str(b.proj / "pins" / f".rebase-{VERSION}.json"): "progress",
+        str(b.proj / "pins" / f".rebase-{VERSION}"): "staging",
+        str(b.proj / "pins" / VERSION): "new pin",
+        str(b.proj / ".sglang"): "release tree",
+        str(b.proj / "manifest.yaml"): "manifest",
+    }
+
+
 def _points(b: Bench, start: Path, args: list[str]):
     b.reset(start)
     pts, proc = trace_points(python_argv(*args), b.env, b.proj, b.log)
@@ -205,6 +233,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     start, args, _ = phases[0][phase]
     points = _points(benches[0], start, args)
     assert len(points) > 10, points
+    points = sample(points, f"rebase {phase} KILL", _places(benches[0]))
 
     def run(i: int) -> list[str]:
         b, problems = benches[i], []
@@ -227,7 +256,7 @@ def test_a_kill_at_every_step_of_a_rebase_is_recovered(benches, phases, phase):
     with ThreadPoolExecutor(WORKERS) as pool:
         failed = [p for chunk in pool.map(run, range(WORKERS)) for p in chunk]
     record(f"rebase {phase}", "signal=KILL", points, len({f.split(": ", 1)[0] for f in failed}))
-    assert not failed, f"{len(failed)} of {len(points)} kill points failed:\n" + "\n".join(failed[:12])
+    assert not failed, f"{len(failed)} of {len(points)} kill points failed ({reproduce()}):\n" + "\n".join(failed[:12])
 
 
 def _way_on(b: Bench, phase: str, args: list[str]) -> subprocess.CompletedProcess:
@@ -391,12 +420,13 @@ def _fault(b: Bench, phase: str, point: Point, action: str, persistent: bool, ex
     return problems
 
 
-def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
+def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> list[str]:
     """`fault`: one action, or two with `|` that take turns over the points (EROFS|EACCES: the same calls fail
     with either, and the command's handling differs only in the fix it names)."""
     start, args, _ = benches[0].phases[phase]
     actions = ["error=" + e for e in fault.removeprefix("error=").split("|")] if "|" in fault else [fault]
     points = _fault_points(benches[0], start, args, actions[0], persistent)
+    points = sample(points, f"rebase {phase} {fault}{'+' if persistent else ''}", _places(benches[0]))
     turns = [(point, actions[n % len(actions)]) for n, point in enumerate(points)]
 
     def run(i: int) -> list[str]:
@@ -413,40 +443,38 @@ def _sweep(benches, phase: str, fault: str, persistent: bool = False) -> None:
         mine = [p for p, a in turns if a == action]
         bad = {f.split(": ", 1)[0] for f in failed if f.startswith(action + " ")}
         record(f"rebase {phase}", action + ("+" if persistent else ""), mine, len(bad))
-    assert not failed, f"{len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])
+    fault += "+" if persistent else ""
+    return [f"{fault}: {len(failed)} problems at {len(points)} points:\n" + "\n".join(failed[:12])] if failed else []
 
 
 @pytest.mark.parametrize("phase", ["start", "continue", "skip", "abort"])
-@pytest.mark.parametrize("action", ["signal=INT", "error=ENOSPC", "error=EROFS|EACCES"])
-def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase, action):
+def test_ctrl_c_or_an_os_error_at_every_step_of_a_rebase(benches, phases, phase):
     """Exit 130 on Ctrl-C, 1 naming the error and a fix on an OS error, never a traceback; `--status` then
     tells the truth, `--abort` leaves the project as before, and the way on ends where an uninterrupted run
-    ends."""
-    _sweep(benches, phase, action)
-
-
-@pytest.mark.parametrize("phase", ["start", "continue"])
-def test_a_disk_that_stays_full_from_every_step_of_a_rebase(benches, phases, phase):
-    """ENOSPC from that call on (the cleanup fails too); once space is free, the way on still works."""
-    _sweep(benches, phase, "error=ENOSPC", persistent=True)
+    ends. For the start and --continue, ENOSPC from that call on too (the cleanup fails as well): once space
+    is free, the way on still works."""
+    failed = [
+        f for action in ("signal=INT", "error=ENOSPC", "error=EROFS|EACCES") for f in _sweep(benches, phase, action)
+    ]
+    if phase in ("start", "continue"):
+        failed += _sweep(benches, phase, "error=ENOSPC", persistent=True)
+    assert not failed, f"{reproduce()}\n" + "\n\n".join(failed)
 
 
 # -- a second process -------------------------------------------------------------------------------------------
-def _held(b: Bench, seconds: float) -> subprocess.Popen:
-    """`rebase --continue` from the stopped state, stopped for `seconds` once its first journal is in place
-    (strace's delay_exit at that rename: the release tree's lock held, a transaction in flight)."""
+def _held(b: Bench) -> Held:
+    """`rebase --continue` from the stopped state, stopped once its first journal is in place (the release
+    tree's lock held, a transaction in flight) until the test resumes it."""
     start, args, _ = b.phases["continue"]
     point = next(p for p in _points(b, start, args) if p.syscall == "rename" and "journal.json" in p.call)
     b.reset(start)
-    inj = f"inject={point.syscall}:delay_exit={int(seconds * 1e6)}:when={point.n}"
-    cmd = [STRACE, "-o", str(b.base / "held.log"), "-e", f"trace={point.syscall}", "-e", inj, *python_argv(*args)]
-    first = subprocess.Popen(cmd, cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    journal = b.proj / ".sglang" / f"sglang-{VERSION}" / ".sglang-overlay" / "journal.json"
-    deadline = time.monotonic() + 60
-    while not journal.exists():
-        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-        time.sleep(0.02)
-    return first
+    return hold(python_argv(*args), b.env, b.proj, b.base / "held.log", point)
+
+
+def _popen(b: Bench, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        python_argv(*args), cwd=b.proj, env=b.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 SECOND = {  # the second command -> (its exit code, words it says, whether it waits for the first)
@@ -464,14 +492,23 @@ def test_a_second_rebase_command_while_one_runs_waits_or_is_refused(benches, pha
     held): the second command waits for the lock and then finds the rebase done, or is refused at once; either
     way the first one's result is whole, nothing lost."""
     b = benches[0]
-    first = _held(b, 4.0)
-    got = b.cli(*second)
-    out, err = first.communicate(timeout=120)
     rc, words, waits = SECOND[second]
-    assert first.returncode == 0, err
-    assert got.returncode == rc and words in got.stdout + got.stderr, (got.stdout, got.stderr)
-    assert ("waiting for another command" in got.stderr) == waits, got.stderr
-    assert "Traceback" not in got.stderr
+    first = _held(b)
+    proc = _popen(b, *second)
+    said = ""
+    if waits:  # it says it waits, and does: only once the first one goes on can it end
+        while "waiting for another command" not in said and (line := proc.stderr.readline()):
+            said += line
+        assert "waiting for another command" in said and proc.poll() is None, said
+        first.resume()
+    out, err = proc.communicate(timeout=300)  # a fail-safe: a refusal comes at once, the first one stopped
+    if not waits:
+        first.resume()
+    _, first_err = first.strace.communicate()
+    assert first.strace.returncode == 0, first_err
+    assert proc.returncode == rc and words in out + said + err, (out, said + err)
+    assert ("waiting for another command" in said + err) == waits, said + err
+    assert "Traceback" not in err
     assert b.state() == b.phases["continue"][2]
 
 
@@ -481,13 +518,16 @@ def test_apply_revert_and_status_on_the_source_pin_run_beside_a_rebase(benches, 
     b = benches[0]
     tree = tmp_path / "sglang-0.5.17"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
-    first = _held(b, 6.0)
+    first = _held(b)
     for cmd in (("apply", "--set", "default"), ("status",), ("revert", "--all"), ("apply", "fx_topk")):
-        r = b.cli("--tree", str(tree), *cmd)
+        # the rebase stays stopped until they are done: one that waited for it would never end (a fail-safe)
+        r = subprocess.run(
+            python_argv("--tree", str(tree), *cmd), cwd=b.proj, env=b.env, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0 and "waiting" not in r.stderr, (cmd, r.stderr)
-    assert first.poll() is None, "the rebase was not held while they ran"
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 0, err
+    first.resume()
+    _, err = first.strace.communicate()
+    assert first.strace.returncode == 0, err
     assert b.state() == b.phases["continue"][2]
     assert "[x] fx_topk" in b.cli("--tree", str(tree), "status").stdout
 
@@ -496,12 +536,13 @@ def test_a_refresh_of_the_source_pin_while_a_rebase_runs_is_not_lost(benches, ph
     """A second process rewrites a source patch (as `refresh` does) while `--continue` is held mid-step: the
     rebase refuses to make the new pin of what it read before, and goes on once the file is as it was."""
     b = benches[0]
-    first = _held(b, 3.0)
+    first = _held(b)
     patch = b.proj / "patches" / "fx_common.patch"
     old = patch.read_bytes()
     patch.write_bytes(old.replace(b"Description: ", b"Description: refreshed. ", 1))
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
+    first.resume()
+    _, err = first.strace.communicate()
+    assert first.strace.returncode == 1 and "the source pin changed" in err and "patches/fx_common.patch" in err, err
     assert not (b.proj / "pins" / VERSION).exists()
     patch.write_bytes(old)
     done = b.cli("rebase", "--continue")

@@ -19,7 +19,9 @@ sys.path.insert(0, str(HERE))
 import _nccl_child  # noqa: E402
 
 
-def _spawn(target, *args, timeout=240):
+def _spawn(target, *args, timeout=900):
+    """`timeout`, and the wait for the child's exit, are fail-safes: importing SGLang in a fresh interpreter
+    takes minutes on a loaded machine (a 30 s wait for the exit killed a child that was still shutting down)."""
     ctx = mp.get_context("spawn")  # what SGLang uses for its scheduler processes
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=target, args=(*args, writer))
@@ -30,7 +32,7 @@ def _spawn(target, *args, timeout=240):
             pytest.fail("spawned child sent nothing")
         return reader.recv()
     finally:
-        proc.join(30)
+        proc.join(timeout)
         if proc.is_alive():
             proc.kill()
         assert proc.exitcode == 0, f"child exit code {proc.exitcode}"

@@ -1,17 +1,13 @@
-"""`bench tinymodel OUT`: a tiny DeepSeek-V3/Kimi target and its EAGLE-3 drafts (configs and tokenizer, no weights:
-SGLang's `--load-format dummy` makes them).
-
-Defaults are the values known to run on an H200 with sglang 0.5.17 (shared/notes/sglang-0.5.17-targets.md):
-kv_lora_rank 512 and rope dim 64 for FlashInfer's MLA kernels, vocab 32768 (bench_one_batch draws ids below
-10000), 64 routed experts (256 fails), Kimi-K2's routing. `--profile kimi-width`: 7 layers at Kimi-K2's width
-(GPU-bound, verify >> decode). Written: OUT/{target,draft,draft_edge,draft_final,draft_bad}/ and OUT/tinymodel.json.
+"""`bench tinymodel OUT [--profile tiny|kimi-width]`: a tiny DeepSeek-V3/Kimi target and its EAGLE-3 drafts (configs
+and tokenizer; SGLang's `--load-format dummy` makes the weights), at values known to run with sglang 0.5.17
+(shared/notes/sglang-0.5.17-targets.md): MLA dims FlashInfer has kernels for, vocab >= 10000, 64 experts.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -48,18 +44,14 @@ class TinyModelSpec:
         return [0, (n - 1) // 2, n - 2] if n >= 4 else list(range(max(1, n - 1)))
 
     def validate(self) -> None:
-        errs = [
-            f"hidden {self.hidden} not divisible by heads {self.heads}" if self.hidden % self.heads else "",
-            f"experts_per_tok {self.experts_per_tok} must be in [1, {self.routed_experts}]"
-            if not 1 <= self.experts_per_tok <= self.routed_experts
-            else "",
-            f"first_k_dense {self.first_k_dense} must leave a MoE layer of {self.layers}"
-            if not 0 <= self.first_k_dense < self.layers
-            else "",
-            "vocab < 10000 crashes sglang.bench_one_batch (random ids below 10000)" if self.vocab < 10000 else "",
-        ]
-        if any(errs):
-            raise ValueError("; ".join(e for e in errs if e))
+        for bad, why in (
+            (self.hidden % self.heads, f"hidden {self.hidden} not divisible by heads {self.heads}"),
+            (not 1 <= self.experts_per_tok <= self.routed_experts, f"experts_per_tok {self.experts_per_tok} > experts"),
+            (not 0 <= self.first_k_dense < self.layers, f"first_k_dense {self.first_k_dense} leaves no MoE layer"),
+            (self.vocab < 10000, "vocab < 10000 crashes sglang.bench_one_batch (random ids below 10000)"),
+        ):
+            if bad:
+                raise ValueError(why)
 
 
 def _shared_config(s: TinyModelSpec) -> dict:
@@ -233,8 +225,6 @@ def write_model_dirs(out: Path, spec: TinyModelSpec) -> dict[str, Path]:
             ("special_tokens_map.json", special),
         ):
             (d / file).write_text(json.dumps(doc, indent=2) + "\n")
-    record = {"spec": asdict(spec), "aux_ids": spec.aux_ids(), "paths": {k: str(v) for k, v in paths.items()}}
-    (Path(out) / "tinymodel.json").write_text(json.dumps(record, indent=2) + "\n")
     return paths
 
 

@@ -310,7 +310,7 @@ def test_a_started_server_through_the_real_launch(sglang_tree, model_dir, tmp_pa
     assert start["env"]["SGLANG_RECORD_STEP_TIME"] == "1"
     with socket.socket() as sock, pytest.raises(ConnectionRefusedError):  # stopped: nothing listens there
         sock.connect(("127.0.0.1", port))
-    # train-draft's reference must draw the server's weights: its --std is checked against the recorded one
+    # train-draft's reference must draw the server's weights: its SGLANG_DUMMY_INIT_STD is checked against the file's
     from bench import server_seqs
     from bench.dummy_init import DummyInit
     from bench.errors import DraftInputError

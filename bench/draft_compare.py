@@ -1,22 +1,7 @@
-"""EAGLE-3 runs with a trained draft against plain decoding, from their stores (bench/gpu_runs.sh's trained
-steps): accept length, tok/s and its ratio to plain decoding at batch 1 and the concurrent batch, and whether
-each arm's greedy outputs are plain decoding's, token for token.
-
-    python -m bench.draft_compare --plain RUN_DIR --eagle RUN_DIR [--eagle RUN_DIR ...] [--train-json F] [--out F]
-
-An EAGLE arm is held against the plain arm of its name (same patches and variables), else the plain run's
-first arm. The lossless check is the batch-1 phase's greedy hash: one hash over every repetition, plain
-decoding's. The concurrent batch's outputs are shown but not judged: which requests share a step depends on
-their arrival, and a batch's kernels round otherwise, so they vary between repetitions even within one arm
-of plain decoding. An OEA arm (SGLANG_OEA_K0 > 0) routes each MoE call on the union of its batch's top-k0
-experts, so a verify batch (4 tokens) routes otherwise than decode (1): its EAGLE-3 output is not expected to
-be plain decoding's, and it is reported so, not failed.
-Where arms depart, each EAGLE run's first arm is its baseline (the pristine set): an arm that departs with the
-baseline's very output is not its patches' doing, one that departs while the baseline does not is.
-Exit 0 when every other EAGLE arm's batch-1 outputs equal its plain arm's, 1 otherwise (2: bad input).
-With --train-json (bench train-draft's record) it also sets the in-server accept length beside the simulated
-one, and says whether the plain server's batch-1 greedy hash is that of the sequences the draft was trained
-on (bench server-seqs: the server's own; else the reference's).
+"""`python -m bench.draft_compare --plain RUN --eagle RUN... [--train-json F] [--out F]`: EAGLE-3 runs with a
+trained draft against plain decoding: accept length, tok/s ratio, and whether each arm's batch-1 greedy output is
+plain decoding's (one hash over every repetition; concurrent outputs vary with arrival: shown, not judged; OEA
+arms route verify otherwise: not expected equal). Exit 0 lossless, 1 not, 2 bad input.
 """
 
 from __future__ import annotations
@@ -75,14 +60,11 @@ def _k0(value) -> int:
 
 
 OEA_NOTE = "not expected to be equal (OEA routes per batch)"
-
-
 PLAIN_NONDET = "plain decoding is not deterministic here"
 
 
 def _verdict(r: dict, p: dict) -> tuple[str, bool]:
-    """(the batch-1 outputs' cell, whether it fails the run). Greedy batch-1 decoding gives one output over
-    every repetition in any arm, OEA's included: more than one is a bug, not OEA's routing."""
+    """(the batch-1 outputs' cell, whether it fails). One output over the repetitions in any arm, OEA's too."""
     if r["oea_k0"] > 0:
         if len(r["hash_b1"]) > 1:
             return f"**NO**: {len(r['hash_b1'])} distinct over its repetitions (not deterministic)", True
@@ -95,13 +77,10 @@ def _verdict(r: dict, p: dict) -> tuple[str, bool]:
 
 
 def _departures(run: Path, judged: list[tuple[dict, bool, str | None]], first: str | None = None) -> list[str]:
-    """What one EAGLE run's arms say of a departure from plain decoding, held against its first arm (the
-    baseline: bench/gpu_runs.sh's SPEED_ARMS puts the pristine set first). Only the baseline can clear a set:
-    an arm that departs exactly as the baseline does is not its patches' doing, one that departs while the
-    baseline keeps plain decoding's output is, and two different departures leave the set's share unknown.
-    `judged`: (arm, whether it departs, why it has no one plain output of its own to be held to, or None); the
-    run's first arm is the baseline or none is (another arm put in its place had been called the baseline).
-    `first`: the run's first arm as recorded, which `judged` lacks where it completed no start."""
+    """Where one EAGLE run's departures come from, held against its first arm (SPEED_ARMS puts the pristine set
+    first): a departure the baseline shares is not the set's, one it lacks is. `judged`: (arm, departs, why it
+    has no plain output of its own, or None); `first`: the recorded first arm, which `judged` lacks where it
+    completed no start."""
     if len(judged) < 2 or not any(failed for _, failed, why in judged if why is None):
         return []
     (base, base_failed, base_why), rest = judged[0], [x for x in judged[1:] if x[2] is None]
@@ -114,37 +93,27 @@ def _departures(run: Path, judged: list[tuple[dict, bool, str | None]], first: s
         ]
     out = []
     for r, failed, _ in rest:
-        a = r["arm"]
+        a, odd = r["arm"], [f"{x['arm']} ({len(x['hash_b1'])} outputs)" for x in (base, r) if len(x["hash_b1"]) > 1]
         if not failed:
-            if base_failed:
-                out.append(f"{run}: {a} keeps plain decoding's output while the baseline arm {b} departs")
+            says = f"keeps plain decoding's output while the baseline arm {b} departs" if base_failed else ""
         elif not base_failed:
-            out.append(
-                f"{run}: {a} departs while the baseline arm {b} keeps plain decoding's output: it comes with {a}'s "
-                f"patches (bisect between the two arms' sets)"
-            )
-        elif len(base["hash_b1"]) > 1 or len(r["hash_b1"]) > 1:
-            shy = [f"{x['arm']} ({len(x['hash_b1'])} outputs)" for x in (base, r) if len(x["hash_b1"]) > 1]
-            out.append(
-                f"{run}: {a} and the baseline arm {b} both depart, and {' and '.join(shy)} not deterministic over "
-                "its repetitions: the set's share cannot be told apart"
-            )
+            says = f"departs while the baseline arm {b} keeps plain decoding's output: it comes with {a}'s patches "
+            says += "(bisect between the two arms' sets)"
+        elif odd:
+            says = f"and the baseline arm {b} both depart, and {' and '.join(odd)} not deterministic over its "
+            says += "repetitions: the set's share cannot be told apart"
         elif r["hash_b1"] == base["hash_b1"]:
-            out.append(
-                f"{run}: {a} departs as the baseline arm {b} does, with the same output: not the set's doing "
-                "(SGLang's EAGLE-3 departs on this model without it)"
-            )
+            says = f"departs as the baseline arm {b} does, with the same output: not the set's doing (SGLang's "
+            says += "EAGLE-3 departs on this model without it)"
         else:
-            out.append(
-                f"{run}: {a} and the baseline arm {b} both depart, with different outputs: the baseline departs "
-                f"without the set, and {a}'s patches change EAGLE-3's output further; the set's share cannot be "
-                "told apart"
-            )
+            says = f"and the baseline arm {b} both depart, with different outputs: the baseline departs without the "
+            says += f"set, and {a}'s patches change EAGLE-3's output further; the set's share cannot be told apart"
+        out += [f"{run}: {a} {says}"] if says else []
     return out
 
 
 def _unjudged(r: dict, p: dict) -> str | None:
-    """Why an EAGLE arm has no one plain output of its own to be held to in _departures (None: it has)."""
+    """Why an EAGLE arm has no plain output of its own to be held to (None: it has)."""
     if r["oea_k0"] > 0:
         return f"an OEA arm (K0={r['oea_k0']}), not expected to decode as plain decoding does"
     if p["arm"] != r["arm"]:
@@ -157,16 +126,14 @@ def _unjudged(r: dict, p: dict) -> str | None:
 def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str:
     gpus = seqs_source.get("gpus")
     if gpus is not None and not (isinstance(gpus, list) and all(isinstance(g, str) for g in gpus)):
-        # else a traceback, or a string's letters named as GPUs
         raise ValueError(
             f"{train_json}: sequences.source.source.gpus: expected a list of GPU names (as bench.hostinfo records "
             f"them), got {gpus!r}: make the sequences again with bench server-seqs, or remove the key"
         )
-    # the kinds of GPU, not the lists: hostinfo names every GPU of the host, and one H100 and eight are one kind
+    # kinds, not lists: one H100 and eight are one kind
     made = sorted({gpu_kind(g) for g in gpus or []})
     here = sorted({gpu_kind(g) for g in (plain_run.get("host") or {}).get("gpus") or []})
-    if made and here and made != here:
-        # a dummy-weight model's top logits are often near ties, and another GPU's kernels round otherwise
+    if made and here and made != here:  # near ties: another GPU's kernels round otherwise
         return (
             f"differs: the sequences were made on {', '.join(made)}, this plain run ran on {', '.join(here)}; "
             "make them on this machine (bench server-seqs) for a draft that follows this server."
@@ -178,8 +145,7 @@ def _made_elsewhere(seqs_source: dict, plain_run: dict, train_json: Path) -> str
 
 
 def _weights(recorded, rows: list[dict]) -> str:
-    """What an output comparison on these weights can show (bench/dummy_init.py): the draft's target as train.json
-    records it, said of the outputs only where every compared run (`rows`: plain and EAGLE arms) drew it too."""
+    """What an output comparison on the draft's weights (train.json's) can show, where every run drew them too."""
     if not isinstance(recorded, dict):
         return "not recorded in train.json"
     env = {k: str(v) for k, v in recorded.items() if v is not None}
@@ -214,8 +180,8 @@ def _fmt(x, nd=2) -> str:
 def ratio_interval(
     eagle: list[float], plain: list[float], confidence: float = 0.95
 ) -> tuple[float, float, float] | None:
-    """The ratio of the two arms' geometric means of start values, with Welch's interval on the logs: the start
-    is the unit (bench/README.md), so two starts a side are the least that has a spread; None below that."""
+    """The ratio of geometric means of start values with Welch's interval on the logs (the start is the unit,
+    bench/README.md); None below two starts a side."""
     if len(eagle) < 2 or len(plain) < 2 or min(eagle + plain) <= 0:
         return None
     import numpy as np
@@ -262,8 +228,6 @@ def _speed_lines(pairs: list[tuple[dict, dict]], target: float | None) -> list[s
 def compare(
     plain_dir: Path, eagle_dirs: list[Path], train_json: Path | None = None, target: float | None = None
 ) -> tuple[str, bool]:
-    """Each EAGLE arm against the plain arm of the same name (plain decoding under the same patches and
-    variables, e.g. OEA's K0), else against the plain run's first arm."""
     plain_run, plain = _arms(plain_dir)
     if not plain:
         raise ValueError(f"{plain_dir}: no completed start of plain decoding")
@@ -322,14 +286,12 @@ def compare(
         server = src.get("generated_by", "").startswith("the server")
         what = "training sequences' (the server's own, bench server-seqs)" if server else "reference target's"
         bench = (src.get("source") or {}).get("bench") or {}
-        # files before b1_requests was recorded asked for server_seqs.BENCH_B1_REQUESTS (2)
-        b1n, want_b1n = bench.get("b1_requests", 2), wl.get("b1_requests")
+        b1n, want_b1n = bench.get("b1_requests", 2), wl.get("b1_requests")  # older files asked for 2
         made = bench.get("hash_b1", {}).get(n) if want_b1n in (None, b1n) else None
         unrecorded = server and made is None and bool(bench)  # without a bench record: the sequences' own hash
         if unrecorded:
             ref = None
-        if server and made:
-            # the server's own text and ids when the sequences were made, hashed as the bench hashes them
+        if server and made:  # the server's own reply when the sequences were made
             ref, what = made, "plain server's (when bench server-seqs made the training sequences)"
         in_server = ", ".join(f"{r['arm']} {_fmt(r['accept_len_b1'])}" for r in eagle_rows)
         lines += [
@@ -379,23 +341,20 @@ def compare(
     return "\n".join(lines) + "\n", lossless
 
 
+def _ratio(s: str) -> float:
+    if not float(s) > 0:  # a ValueError or this: argparse's exit 2 names the flag
+        raise argparse.ArgumentTypeError(f"{s}: give a ratio above 0 (e.g. 1.5)")
+    return float(s)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.draft_compare", description=__doc__.split("\n\n")[0])
     ap.add_argument("--plain", type=Path, required=True)
     ap.add_argument("--eagle", type=Path, action="append", required=True)
     ap.add_argument("--train-json", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument(
-        "--target-ratio",
-        type=float,
-        default=None,
-        metavar="R",
-        help="say whether each arm's batch-1 tok/s is shown to be at least R x plain decoding's (issue 17: 1.5)",
-    )
+    ap.add_argument("--target-ratio", type=_ratio, default=None, metavar="R", help="is tok/s b1 shown >= R x plain?")
     a = ap.parse_args(argv)
-    if a.target_ratio is not None and not a.target_ratio > 0:
-        print(f"draft_compare: --target-ratio {a.target_ratio:g}: give a ratio above 0 (e.g. 1.5)", file=sys.stderr)
-        return 2
     try:
         text, lossless = compare(a.plain, a.eagle, a.train_json, a.target_ratio)
     except (OSError, ValueError, KeyError, RecordError) as e:  # exit 1 is the answer "not lossless"

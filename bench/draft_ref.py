@@ -1,17 +1,6 @@
-"""The EAGLE-3 draft head as SGLang 0.5.17's LlamaForCausalLMEagle3 computes it, in plain torch and trainable,
-with the paper's training-time test (arXiv 2503.01840): step k feeds the draft its own output hidden state
-of step k-1.
-
-One decoder layer: fc over the target's packed aux hidden states (step 0 only: later steps get the draft's
-own pre-norm hidden state, which has the draft's width), hidden_norm on that, input_layernorm on the token
-embedding (the target's, shared at load by set_embed), their concatenation into qkv_proj, NeoX RoPE, GQA,
-o_proj, post_attention_layernorm with the residual, SwiGLU, the final norm, lm_head.
-
-Positions and attention mirror the server's draft loop: the draft-extend writes step-0 K/V at every verified
-position i (input: target aux at i, token i+1); draft decode step k for the chain that starts at i runs at
-position i + k and sees the step-0 K/V of positions <= i plus its own chain's K/V of steps 1..k. So one
-training forward over a whole sequence evaluates every chain at once: step-0 keys causal, later steps'
-keys on the diagonal.
+"""SGLang 0.5.17's LlamaForCausalLMEagle3 draft head in plain torch, trainable with the training-time test (arXiv
+2503.01840). Step k of the chain from position i runs at i + k and sees step-0 keys <= i plus its own chain's, so
+one forward evaluates every chain: step-0 keys causal, later steps' on the diagonal.
 """
 
 from __future__ import annotations
@@ -25,6 +14,20 @@ from torch import nn
 from .target_ref import ConfigProblem, apply_rope, rms_norm, rope_cos_sin
 
 _UNSUPPORTED = ("fc_norm", "use_aux_norm", "norm_before_fc", "norm_output", "bias")
+
+
+# Eagle3Draft's parameter -> SGLang's checkpoint name (q/k/v and gate/up are fused here, split there)
+_NAMES = {
+    "fc": "fc.weight",
+    "o": "layers.0.self_attn.o_proj.weight",
+    "down": "layers.0.mlp.down_proj.weight",
+    "input_norm": "layers.0.input_layernorm.weight",
+    "hidden_norm": "layers.0.hidden_norm.weight",
+    "post_norm": "layers.0.post_attention_layernorm.weight",
+    "norm": "norm.weight",
+}
+_QKV = [f"layers.0.self_attn.{x}_proj.weight" for x in "qkv"]
+_GATE_UP = ["layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,7 @@ class DraftArch:
 
 
 class Eagle3Draft(nn.Module):
-    """Parameters named as LlamaForCausalLMEagle3.named_parameters(); embed_tokens (the target's) is frozen,
-    and lm_head too when the config lets SGLang share the target's."""
+    """Parameters named as LlamaForCausalLMEagle3's; embed_tokens (the target's) frozen, lm_head too when shared."""
 
     embed: torch.Tensor  # a registered buffer: declared so it reads as a tensor, not Tensor | Module
 
@@ -107,61 +109,30 @@ class Eagle3Draft(nn.Module):
         self.lm_head = nn.Parameter(head.detach().float().clone(), requires_grad=a.own_head)
 
     def sglang_state(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-        """The checkpoint SGLang's load_weights reads: q/k/v and gate/up unfused (its stacked mapping fuses them),
-        names without "model." (it adds the prefix)."""
+        """The checkpoint SGLang's load_weights reads: q/k/v and gate/up unfused, names without "model."."""
         a = self.arch
         q, kv = a.heads * a.head_dim, a.kv_heads * a.head_dim
-        wq, wk, wv = self.qkv.detach().split([q, kv, kv])
-        gate, up = self.gate_up.detach().chunk(2)
-        out = {
-            "embed_tokens.weight": self.embed,
-            "fc.weight": self.fc,
-            "layers.0.self_attn.q_proj.weight": wq,
-            "layers.0.self_attn.k_proj.weight": wk,
-            "layers.0.self_attn.v_proj.weight": wv,
-            "layers.0.self_attn.o_proj.weight": self.o,
-            "layers.0.mlp.gate_proj.weight": gate,
-            "layers.0.mlp.up_proj.weight": up,
-            "layers.0.mlp.down_proj.weight": self.down,
-            "layers.0.input_layernorm.weight": self.input_norm,
-            "layers.0.hidden_norm.weight": self.hidden_norm,
-            "layers.0.post_attention_layernorm.weight": self.post_norm,
-            "norm.weight": self.norm,
-        }
+        out = {"embed_tokens.weight": self.embed, **{name: getattr(self, mine) for mine, name in _NAMES.items()}}
+        out.update(zip(_QKV, self.qkv.detach().split([q, kv, kv])))
+        out.update(zip(_GATE_UP, self.gate_up.detach().chunk(2)))
         if a.own_head:
             out["lm_head.weight"] = self.lm_head
         return {k: v.detach().to(dtype).contiguous().cpu() for k, v in out.items()}
 
     @torch.no_grad()
     def load_sglang_state(self, state: dict[str, torch.Tensor]) -> None:
-        """The inverse of sglang_state (a saved draft back into this module, for evaluation)."""
+        """The inverse of sglang_state."""
         s = {k: v.float() for k, v in state.items()}
-        self.qkv.copy_(
-            torch.cat(
-                [
-                    s["layers.0.self_attn.q_proj.weight"],
-                    s["layers.0.self_attn.k_proj.weight"],
-                    s["layers.0.self_attn.v_proj.weight"],
-                ]
-            )
-        )
-        self.gate_up.copy_(torch.cat([s["layers.0.mlp.gate_proj.weight"], s["layers.0.mlp.up_proj.weight"]]))
-        for mine, name in (
-            (self.fc, "fc.weight"),
-            (self.o, "layers.0.self_attn.o_proj.weight"),
-            (self.down, "layers.0.mlp.down_proj.weight"),
-            (self.input_norm, "layers.0.input_layernorm.weight"),
-            (self.hidden_norm, "layers.0.hidden_norm.weight"),
-            (self.post_norm, "layers.0.post_attention_layernorm.weight"),
-            (self.norm, "norm.weight"),
-        ):
-            mine.copy_(s[name])
+        self.qkv.copy_(torch.cat([s[n] for n in _QKV]))
+        self.gate_up.copy_(torch.cat([s[n] for n in _GATE_UP]))
+        for mine, name in _NAMES.items():
+            getattr(self, mine).copy_(s[name])
         if self.arch.own_head:
             self.lm_head.copy_(s["lm_head.weight"])
 
     def forward(self, aux: torch.Tensor, tokens: list[torch.Tensor], start: int = 0) -> list[torch.Tensor]:
-        """aux [B, T, K*Ht]; tokens[k] [B, T]: step k's input token at each chain start i (step 0: token i+1).
-        Returns each step's logits [B, T, V] (float32): step k at i predicts the target's token at i + k + 2."""
+        """aux [B, T, K*Ht]; tokens[k] [B, T]: step k's input at each chain start i (step 0: token i+1).
+        Returns each step's logits [B, T, V] (float32): step k at i predicts the token at i + k + 2."""
         a = self.arch
         b, t, _ = aux.shape
         dev = aux.device
@@ -174,13 +145,8 @@ class Eagle3Draft(nn.Module):
         for k, tok in enumerate(tokens):
             pos = (base + start + k).expand(b, t)
             residual = hidden
-            x = torch.cat(
-                [
-                    rms_norm(F.embedding(tok, self.embed).to(hidden.dtype), self.input_norm, a.eps),
-                    rms_norm(hidden, self.hidden_norm, a.eps),
-                ],
-                dim=-1,
-            )
+            emb = rms_norm(F.embedding(tok, self.embed).to(hidden.dtype), self.input_norm, a.eps)
+            x = torch.cat([emb, rms_norm(hidden, self.hidden_norm, a.eps)], dim=-1)
             q, key, val = F.linear(x, self.qkv).split([q_size, kv_size, kv_size], dim=-1)
             cos, sin = rope_cos_sin(a.head_dim, a.rope_theta, pos)
             q = apply_rope(q.view(b, t, a.heads, a.head_dim), cos, sin, neox=True).transpose(1, 2)
@@ -202,11 +168,9 @@ class Eagle3Draft(nn.Module):
 
 
 def chain_inputs(seqs_tokens: torch.Tensor, nxt: torch.Tensor, steps: int):
-    """Per-step input tokens, labels and validity for right-padded rows.
-
-    seqs_tokens [B, T] (the sequences), nxt [B, T] (the target's greedy token after each position, -1 past a
-    row's end). At chain start i: step 0 reads token i+1, step k >= 1 the target's token at i+k (what an
-    accepted chain holds there); step k's label is the target's token after position i+k+1."""
+    """Per-step input tokens and labels (-1: none) for right-padded rows. nxt [B, T]: the target's greedy token
+    after each position. At chain start i step 0 reads token i+1, step k the target's token at i+k (what an
+    accepted chain holds); step k's label is the target's token after i+k+1."""
     b, t = seqs_tokens.shape
     tokens, labels = [], []
     pad = torch.zeros(b, steps + 1, dtype=torch.long, device=nxt.device) - 1
@@ -215,7 +179,7 @@ def chain_inputs(seqs_tokens: torch.Tensor, nxt: torch.Tensor, steps: int):
     for k in range(steps):
         tokens.append((ext_tok[:, 1 : t + 1] if k == 0 else ext_nxt[:, k : t + k]).clamp(min=0))
         labels.append(ext_nxt[:, k + 1 : t + k + 1])
-    return tokens, labels  # label -1: no target token there (past the row's end)
+    return tokens, labels
 
 
 def chain_lengths(logits: list[torch.Tensor], labels: list[torch.Tensor]) -> torch.Tensor:
@@ -229,9 +193,8 @@ def chain_lengths(logits: list[torch.Tensor], labels: list[torch.Tensor]) -> tor
 
 
 def simulated_accept(chains: list[int], first: int, new_tokens: int) -> tuple[int, int]:
-    """The server's (completion tokens, verify steps) for one request decoding new_tokens tokens, from the
-    accepted-chain length at each position: the first token comes from the prefill, each verify step adds
-    its accepted draft tokens plus the target's own."""
+    """The server's (completion tokens, verify steps) for one request, from the accepted chain at each position:
+    the prefill gives the first token, each verify step its accepted draft tokens plus the target's own."""
     produced, steps, i = 1, 0, first
     while produced < new_tokens:
         a = chains[i] if i < len(chains) else 0

@@ -1,15 +1,6 @@
-"""The bench's DeepSeek-V3 target as the server runs it, in plain torch: the weights SGLang's dummy loader makes
-under SGLANG_DUMMY_INIT=normal or =successor (bench/dummy_init.py), and the forward of SGLang 0.5.17's DeepseekV2ForCausalLM.
-
-Parameter names, shapes and dtypes are those of SGLang's `DeepseekV3ForCausalLM.state_dict()` at TP1 without
-shared-expert fusion (64 routed experts are not on its fusion allow-list): the dummy loader seeds each
-parameter by its name, so the same names on the same device kind give the same values
-(tests/bench/test_train_draft.py compares them, and this forward, with SGLang's own on the CPU).
-
-The forward is the MHA formulation of MLA (k/v expanded through kv_b_proj), the one SGLang itself runs for a
-prefill; decode's absorbed form is the same arithmetic. Aux hidden states are captured where SGLang captures
-them for EAGLE-3: the residual stream at a layer's input, in layer order, and with the deepseek_v2 patch id
-num_hidden_layers = the last layer's output before the final norm.
+"""The bench's DeepSeek-V3 target in plain torch: the weights SGLang's dummy loader draws (named as its state_dict,
+seeded by name) and DeepseekV2ForCausalLM's forward, MLA in its MHA form (tests/bench/test_train_draft.py checks
+both against SGLang's). Aux hidden states: the residual at a layer's input; id num_hidden_layers the last output.
 """
 
 from __future__ import annotations
@@ -30,27 +21,28 @@ RENORM_EPS = 1e-20  # topk.py _RENORMALIZE_SUM_EPSILON
 
 
 class ConfigProblem(ValueError):
-    """A model config this reference cannot mirror: the message names the key and the fix."""
+    """A model config this reference cannot mirror (the message names the key)."""
 
 
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_rope_head_dim",
-    "qk_nope_head_dim",
-    "v_head_dim",
-    "intermediate_size",
-    "moe_intermediate_size",
-    "n_routed_experts",
-    "num_experts_per_tok",
-    "n_shared_experts",
-    "first_k_dense_replace",
-    "routed_scaling_factor",
-)
+# TargetArch's field -> the config key it needs
+_REQUIRED = {
+    "vocab": "vocab_size",
+    "hidden": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "q_lora": "q_lora_rank",
+    "kv_lora": "kv_lora_rank",
+    "rope_dim": "qk_rope_head_dim",
+    "nope_dim": "qk_nope_head_dim",
+    "v_dim": "v_head_dim",
+    "inter": "intermediate_size",
+    "moe_inter": "moe_intermediate_size",
+    "experts": "n_routed_experts",
+    "topk": "num_experts_per_tok",
+    "shared": "n_shared_experts",
+    "first_dense": "first_k_dense_replace",
+    "scaling": "routed_scaling_factor",
+}
 
 
 @dataclass(frozen=True)
@@ -70,53 +62,32 @@ class TargetArch:
     topk: int
     shared: int
     first_dense: int
-    moe_freq: int
-    n_group: int
-    topk_group: int
     scaling: float
     norm_topk: bool
     eps: float
     rope_theta: float
-    max_pos: int
 
     @classmethod
     def from_config(cls, cfg: dict) -> TargetArch:
-        missing = [k for k in _REQUIRED if cfg.get(k) is None]
+        missing = [k for k in _REQUIRED.values() if cfg.get(k) is None]
         if missing:
             raise ConfigProblem(
                 f"missing or null {', '.join(missing)} (write the dir with `python -m bench tinymodel`)"
             )
         if cfg.get("scoring_func", "softmax") != "sigmoid" or cfg.get("topk_method") != "noaux_tc":
             raise ConfigProblem("scoring_func must be sigmoid and topk_method noaux_tc (Kimi-K2/DeepSeek-V3 routing)")
+        if any(cfg.get(k, 1) != 1 for k in ("n_group", "topk_group", "moe_layer_freq")):
+            raise ConfigProblem("n_group, topk_group and moe_layer_freq must be 1, as `bench tinymodel` writes them")
         if cfg.get("rope_scaling"):
             raise ConfigProblem("rope_scaling must be null: the reference has no YaRN")
         if cfg.get("hidden_act", "silu") != "silu" or cfg.get("tie_word_embeddings"):
             raise ConfigProblem("hidden_act must be silu and tie_word_embeddings false")
         theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0))
         return cls(
-            vocab=cfg["vocab_size"],
-            hidden=cfg["hidden_size"],
-            layers=cfg["num_hidden_layers"],
-            heads=cfg["num_attention_heads"],
-            q_lora=cfg["q_lora_rank"],
-            kv_lora=cfg["kv_lora_rank"],
-            rope_dim=cfg["qk_rope_head_dim"],
-            nope_dim=cfg["qk_nope_head_dim"],
-            v_dim=cfg["v_head_dim"],
-            inter=cfg["intermediate_size"],
-            moe_inter=cfg["moe_intermediate_size"],
-            experts=cfg["n_routed_experts"],
-            topk=cfg["num_experts_per_tok"],
-            shared=cfg["n_shared_experts"],
-            first_dense=cfg["first_k_dense_replace"],
-            moe_freq=cfg.get("moe_layer_freq", 1),
-            n_group=cfg.get("n_group", 1),
-            topk_group=cfg.get("topk_group", 1),
-            scaling=float(cfg["routed_scaling_factor"]),
+            **{field: cfg[key] for field, key in _REQUIRED.items()},
             norm_topk=bool(cfg.get("norm_topk_prob", True)),
             eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=float(theta),
-            max_pos=int(cfg.get("max_position_embeddings", 4096)),
         )
 
     @property
@@ -124,20 +95,18 @@ class TargetArch:
         return -(-self.vocab // VOCAB_PAD) * VOCAB_PAD
 
     def is_moe(self, layer: int) -> bool:
-        return layer >= self.first_dense and layer % self.moe_freq == 0
+        return layer >= self.first_dense
 
     def param_specs(self, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        """name -> (shape, dtype), SGLang's state_dict order."""
+        """name -> (shape, dtype) in SGLang's state_dict order."""
         qk = self.nope_dim + self.rope_dim
         out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {
             "model.embed_tokens.weight": ((self.vocab_padded, self.hidden), dtype)
         }
         for i in range(self.layers):
             p = f"model.layers.{i}."
-            out[p + "self_attn.fused_qkv_a_proj_with_mqa.weight"] = (
-                (self.q_lora + self.kv_lora + self.rope_dim, self.hidden),
-                dtype,
-            )
+            qkv_a = self.q_lora + self.kv_lora + self.rope_dim
+            out[p + "self_attn.fused_qkv_a_proj_with_mqa.weight"] = ((qkv_a, self.hidden), dtype)
             out[p + "self_attn.q_a_layernorm.weight"] = ((self.q_lora,), dtype)
             out[p + "self_attn.q_b_proj.weight"] = ((self.heads * qk, self.q_lora), dtype)
             out[p + "self_attn.kv_b_proj.weight"] = ((self.heads * (self.nope_dim + self.v_dim), self.kv_lora), dtype)
@@ -163,19 +132,20 @@ class TargetArch:
         return out
 
 
+def _generator(name: str, device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed + zlib.crc32(name.encode()))
+
+
 def _normal(name: str, shape, device, std: float, seed: int) -> torch.Tensor:
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed + zlib.crc32(name.encode()))
-    values = torch.empty(shape, dtype=torch.float32, device=device)
-    values.normal_(0.0, std, generator=generator)
-    return values
+    return torch.empty(shape, dtype=torch.float32, device=device).normal_(
+        0.0, std, generator=_generator(name, device, seed)
+    )
 
 
 def dummy_param(
     name: str, shape, dtype: torch.dtype, device, init: DummyInit, vocab: int, seed: int = DUMMY_SEED
 ) -> torch.Tensor:
-    """One parameter exactly as the dummy_init_normal patch fills it (same generator kind on the same device).
-    `vocab`: the config's vocab_size (the successor lm_head leaves the padded rows zero)."""
+    """One parameter as the dummy_init_normal patch fills it; `vocab`: the unpadded rows (successor's lm_head)."""
     module_path, _, leaf = name.rpartition(".")
     if leaf == "weight" and "norm" in module_path.rsplit(".", 1)[-1]:
         return torch.ones(shape, dtype=dtype, device=device)
@@ -184,11 +154,8 @@ def dummy_param(
     if init.mode == "successor" and name.endswith("lm_head.weight"):
         embed_name = name[: -len("lm_head.weight")] + "model.embed_tokens.weight"
         embed = _normal(embed_name, shape, device, init.embed_std, seed)[:vocab]
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed + zlib.crc32(name.encode()))
-        order = torch.randperm(vocab, generator=generator, device=device)
+        picked = embed[torch.randperm(vocab, generator=_generator(name, device, seed), device=device)]
         rows = torch.zeros(shape, dtype=torch.float32, device=device)
-        picked = embed[order]
         rows[:vocab] = picked / picked.norm(dim=-1, keepdim=True)
         return rows.to(dtype)
     std = init.embed_std if init.mode == "successor" and name.endswith("embed_tokens.weight") else init.std
@@ -202,22 +169,21 @@ def dummy_weights(arch: TargetArch, dtype: torch.dtype, device, init: DummyInit)
 
 
 def successor_of(weights: dict[str, torch.Tensor], vocab: int) -> torch.Tensor:
-    """[vocab] the token a successor-init lm_head ranks first after each token when the residual stream is that
-    token's embedding alone (the structure's intent; the layers add the rest)."""
+    """[vocab] the token a successor lm_head ranks first after each token's embedding alone."""
     embed = weights["model.embed_tokens.weight"][:vocab].float()
     head = weights["lm_head.weight"][:vocab].float()
     return torch.cat([(head @ chunk.T).argmax(0) for chunk in embed.split(1024)])
 
 
 def capture_layers(aux_ids: list[int]) -> list[int]:
-    """The layers SGLang captures for these draft ids (set_eagle3_layers_to_capture: a list starting at 1 is
-    shifted by +1), in the order the packed aux tensor holds them (the layer loop's, the final output last)."""
+    """The layers SGLang captures for these draft ids, in packing order (set_eagle3_layers_to_capture shifts a
+    list starting at 1 by +1)."""
     ids = [i + 1 for i in aux_ids] if aux_ids and aux_ids[0] == 1 else list(aux_ids)
     return sorted(ids)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float, residual: torch.Tensor | None = None):
-    """SGLang's RMSNorm.forward_native: float32 inside, the residual sum kept in the input dtype."""
+    """SGLang's RMSNorm.forward_native: float32 inside, the residual sum in the input dtype."""
     dtype = x.dtype
     xf = x.float()
     if residual is not None:
@@ -235,7 +201,7 @@ def rope_cos_sin(dim: int, theta: float, positions: torch.Tensor) -> tuple[torch
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> torch.Tensor:
-    """x [..., heads, dim]; cos/sin [..., dim/2] broadcast over heads; float32 inside."""
+    """x [..., heads, dim]; cos/sin [..., dim/2]; float32 inside."""
     dtype, xf = x.dtype, x.float()
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
     if neox:
@@ -248,8 +214,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, neox: bool
 
 
 class KVCache:
-    """Per-layer K/V of B sequences indexed by position; a query sees the keys at positions <= its own."""
-
     def __init__(self, layers: int, batch: int, heads: int, length: int, qk_dim: int, v_dim: int, dtype, device):
         self.k = [torch.zeros(batch, heads, length, qk_dim, dtype=dtype, device=device) for _ in range(layers)]
         self.v = [torch.zeros(batch, heads, length, v_dim, dtype=dtype, device=device) for _ in range(layers)]
@@ -262,8 +226,6 @@ class KVCache:
 
 
 class TargetRef:
-    """The forward of SGLang's DeepseekV2ForCausalLM over weights named as its state_dict."""
-
     def __init__(self, arch: TargetArch, weights: dict[str, torch.Tensor]):
         self.arch, self.w = arch, weights
         self.dtype = weights["model.embed_tokens.weight"].dtype
@@ -303,17 +265,12 @@ class TargetRef:
         return F.linear(F.silu(g) * u, down)
 
     def _route(self, i: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """biased_grouped_topk_impl: sigmoid scores + correction bias choose, the scores themselves weigh."""
+        """biased_grouped_topk_impl: sigmoid scores + correction bias choose, the scores weigh."""
         a, p = self.arch, f"model.layers.{i}.mlp.gate."
         # the GPU gate is a bf16 x bf16 -> fp32 GEMM (linear_bf16_fp32)
         scores = F.linear(x.float(), self.w[p + "weight"].float()).sigmoid()
         choice = scores + self.w[p + "e_score_correction_bias"].float()
-        n = choice.shape[0]
-        group_scores = choice.view(n, a.n_group, -1).topk(min(2, a.experts // a.n_group), dim=-1)[0].sum(-1)
-        group_idx = group_scores.topk(a.topk_group, dim=-1, sorted=False)[1]
-        group_mask = torch.zeros_like(group_scores).scatter_(1, group_idx, 1)
-        score_mask = group_mask.unsqueeze(-1).expand(n, a.n_group, a.experts // a.n_group).reshape(n, -1)
-        ids = choice.masked_fill(~score_mask.bool(), float("-inf")).topk(a.topk, dim=-1, sorted=False)[1]
+        ids = choice.topk(a.topk, dim=-1, sorted=False)[1]  # one expert group (from_config)
         weights = scores.gather(1, ids)
         if a.norm_topk:
             weights = weights / (weights.sum(-1, keepdim=True) + RENORM_EPS)
@@ -342,17 +299,8 @@ class TargetRef:
             )
         return out.reshape(shape)
 
-    def forward(
-        self,
-        ids: torch.Tensor,
-        positions: torch.Tensor,
-        cache: KVCache,
-        capture: Sequence[int] = (),
-        logits: str = "last",
-    ):
-        """ids, positions [B, T]. Returns (logits or None, aux [B, T, len(capture) * hidden] or None).
-
-        logits: "last" (the last position of each row), "all", or "none"."""
+    def forward(self, ids, positions, cache: KVCache, capture: Sequence[int] = (), logits: str = "last"):
+        """ids, positions [B, T] -> (logits of the "last" position of each row or of "all", aux [B, T, K*H])."""
         a = self.arch
         h = F.embedding(ids, self.w["model.embed_tokens.weight"])
         residual, aux = None, []
@@ -375,8 +323,6 @@ class TargetRef:
         if a.layers in capture:
             aux.append(residual)
         aux_out = torch.cat(aux, dim=-1) if aux else None
-        if logits == "none":
-            return None, aux_out
         if logits == "last":
             x = x[:, -1]
         # the logits processor drops the padded rows' logits
@@ -385,9 +331,8 @@ class TargetRef:
 
 @torch.no_grad()
 def greedy(target: TargetRef, prompts: list[list[int]], new_tokens: int) -> list[list[int]]:
-    """Each prompt followed by its greedy continuation of exactly new_tokens tokens (no EOS stop, as the bench's
-    ignore_eos requests). Right-padded prompts in one batch: a row's pad positions are overwritten by its own
-    decoded tokens before any query of that row can see them."""
+    """Each prompt and its greedy continuation of new_tokens tokens (ignore_eos). Right-padded in one batch: a row's
+    pad positions are overwritten by its own tokens before any of its queries sees them."""
     b, lens = len(prompts), [len(p) for p in prompts]
     width = max(lens)
     dev = target.device
@@ -411,8 +356,7 @@ def greedy(target: TargetRef, prompts: list[list[int]], new_tokens: int) -> list
 
 @torch.no_grad()
 def features(target: TargetRef, seqs: list[list[int]], capture: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Aux hidden states [B, T, K*H] and the target's greedy next token at every position [B, T] (-1 past a
-    row's end) for right-padded sequences, in one forward."""
+    """Aux hidden states [B, T, K*H] and the greedy next token at every position [B, T] (-1 past a row's end)."""
     b, width, dev = len(seqs), max(len(s) for s in seqs), target.device
     ids = torch.zeros(b, width, dtype=torch.long, device=dev)
     nxt = torch.full((b, width), -1, dtype=torch.long, device=dev)

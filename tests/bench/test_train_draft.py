@@ -1,23 +1,22 @@
-"""bench train-draft on a tiny CPU configuration: the target weights and forward against SGLang 0.5.17's own
-model code (DummyModelLoader with the dummy_init_normal fixture, DeepseekV3ForCausalLM), training (the loss
-falls, held-out chains get accepted), the saved draft in SGLang's LlamaForCausalLMEagle3 (every parameter,
-its draft-extend + draft-decode chain), and the command's failure modes (bad input, a full disk, a kill
-between the renames, Ctrl-C)."""
+"""bench train-draft on a tiny CPU configuration: the target's weights and forward against SGLang 0.5.17's own
+code, a trained draft accepted on held-out prompts, the saved draft in SGLang's LlamaForCausalLMEagle3, and the
+command's failure modes (bad input, a full disk, a kill between the renames, Ctrl-C)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from bench.tinymodel import TinyModelSpec, draft_config, target_config, write_model_dirs
+from bench.tinymodel import TinyModelSpec, draft_config, write_model_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = ROOT / "tests" / "bench" / "planted" / "manifest.yaml"
@@ -55,12 +54,7 @@ def model_dir(tmp_path_factory) -> Path:
 def trained(model_dir):
     from bench.train_draft import TrainOptions, run
 
-    logs: list[str] = []
-    t0 = time.monotonic()
-    rec = run(TrainOptions(model_dir=model_dir, out=model_dir / "draft_trained", **TRAIN), log=logs.append)
-    rec["_wall_s"] = time.monotonic() - t0
-    print("\n".join(logs))
-    return rec
+    return run(TrainOptions(model_dir=model_dir, out=model_dir / "draft_trained", **TRAIN), log=print)
 
 
 def _check(tree: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -118,7 +112,7 @@ def sglang_checks(pinned_tree, model_dir, trained, tmp_path_factory) -> dict:
 
 
 # ------------------------------------------------------------------ the target the server runs
-@pytest.mark.parametrize("entry", ["0.02", "0.05", "successor:0.02"])
+@pytest.mark.parametrize("entry", ["0.05", "successor:0.02"])
 def test_target_weights_equal_the_patched_dummy_loader(sglang_checks, entry):
     """Every parameter of SGLang's DeepseekV3ForCausalLM after DummyModelLoader (SGLANG_DUMMY_INIT=normal or
     =successor, bf16) equals target_ref.dummy_weights: same names in the same order, dtypes, shapes (padded vocab)
@@ -149,37 +143,31 @@ def test_target_forward_equals_sglangs(sglang_checks):
         assert f[k] < 1e-4, (k, f[k])
 
 
-def test_reference_target_is_deterministic_and_the_capture_rule_is_sglangs():
-    import torch
-
-    from bench.dummy_init import DummyInit
-    from bench.target_ref import TargetArch, capture_layers, dummy_weights
-
-    arch = TargetArch.from_config(target_config(SPEC))
-    a = dummy_weights(arch, torch.bfloat16, "cpu", DummyInit())
-    b = dummy_weights(arch, torch.bfloat16, "cpu", DummyInit())
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert a["lm_head.weight"].shape == (10048, SPEC.hidden)
-    assert capture_layers([1, 2, 3]) == [2, 3, 4] and capture_layers([3, 0, 1]) == [0, 1, 3]
-
-
 # ------------------------------------------------------------------ training
-def test_training_lowers_the_loss(trained):
-    h = trained["history"]
-    assert len(h) == TRAIN["epochs"]
-    assert h[-1]["loss"] < 0.5 * h[0]["loss"], [r["loss"] for r in h]
+def test_a_trained_draft_is_accepted_on_held_out_prompts_and_train_json_says_how(trained, model_dir):
+    """Simulated accept length (steps 3, topk 1) on prompts never trained on: above one token a verify step and
+    above the untrained draft's, the loss fallen; train.json records the weights, the data and the timings."""
+    h, m = trained["history"], trained["metrics"]
+    assert len(h) == TRAIN["epochs"] and h[-1]["loss"] < 0.5 * h[0]["loss"], [r["loss"] for r in h]
     assert all(h[-1]["step_accuracy"][k] > h[0]["step_accuracy"][k] + 0.2 for k in range(3))
-
-
-def test_trained_draft_is_accepted_on_held_out_prompts(trained):
-    """Simulated server accept length (steps 3, topk 1) on prompts never trained on: clearly above one token per
-    verify step, and above the untrained draft's."""
-    m = trained["metrics"]
     before, after = m["held_out_before"]["accept_length"], m["held_out"]["accept_length"]
-    print(f"held-out accept length: untrained {before}, trained {after}; bench prompts {m['bench_prompts']}")
-    assert before < 1.1
-    assert after >= 1.25 and after > before + 0.2
+    assert before < 1.1 and after >= 1.25 and after > before + 0.2, m
     assert m["bench_prompts"]["accept_length"] > after  # trained on: memorized
+    rec = json.loads((model_dir / "draft_trained" / "train.json").read_text())
+    assert rec["device"] == "cpu" and rec["dummy_init"] == {
+        "SGLANG_DUMMY_INIT": "normal",
+        "SGLANG_DUMMY_INIT_STD": 0.02,
+        "seed": 1234,
+    }
+    assert set(rec["seconds"]) >= {"target_weights_s", "generate_and_features_s", "train_s", "eval_s"}
+    assert rec["sequences"] == {
+        "train": 64,
+        "held_out": 12,
+        "tokens": rec["sequences"]["tokens"],
+        "new_tokens": 48,
+        "source": {"generated_by": "the reference (bench/target_ref.py greedy)"},
+    }
+    assert rec["reference_hash_b1"] == {}  # 48-token continuations: shorter than the bench's 64 and 128
 
 
 def test_a_successor_target_trains_a_draft_accepted_in_full(trained, tmp_path_factory):
@@ -204,25 +192,6 @@ def test_a_successor_target_trains_a_draft_accepted_in_full(trained, tmp_path_fa
         "SGLANG_DUMMY_INIT_EMBED_STD": 1.0,
         "seed": 1234,
     }
-
-
-def test_train_json_records_the_run(trained, model_dir):
-    rec = json.loads((model_dir / "draft_trained" / "train.json").read_text())
-    assert rec["device"] == "cpu" and rec["dummy_init"] == {
-        "SGLANG_DUMMY_INIT": "normal",
-        "SGLANG_DUMMY_INIT_STD": 0.02,
-        "seed": 1234,
-    }
-    assert set(rec["seconds"]) >= {"target_weights_s", "generate_and_features_s", "train_s", "eval_s"}
-    assert rec["sequences"] == {
-        "train": 64,
-        "held_out": 12,
-        "tokens": rec["sequences"]["tokens"],
-        "new_tokens": 48,
-        "source": {"generated_by": "the reference (bench/target_ref.py greedy)"},
-    }
-    assert rec["reference_hash_b1"] == {}  # 48-token continuations: shorter than the bench's 64 and 128
-    print(f"CPU: {rec['seconds']} ({trained['_wall_s']:.0f} s wall)")
 
 
 def test_reference_hash_is_the_bench_workloads_output_hash(model_dir):
@@ -291,45 +260,25 @@ def _copy_dirs(model_dir: Path, dst: Path) -> Path:
     return dst
 
 
-def _edit(path: Path, **changes):
-    cfg = json.loads(path.read_text())
-    cfg.update(changes)
-    path.write_text(json.dumps(cfg))
-
-
-@pytest.mark.parametrize("case", ["missing", "malformed", "no_key", "vocab", "aux_ids", "moe_routing", "tokenizer"])
+@pytest.mark.parametrize("case", ["no_key", "aux_ids", "tokenizer"])
 def test_bad_model_dir_exits_2_naming_file_and_key(model_dir, tmp_path, case):
     from bench.cli import main
 
     d = _copy_dirs(model_dir, tmp_path / "m")
     expect = {
-        "missing": "target/config.json: not found",
-        "malformed": "target/config.json: unreadable JSON",
         "no_key": "target/config.json: missing or null kv_lora_rank",
-        "vocab": "draft/config.json: draft_vocab_size 4096",
         "aux_ids": "draft/config.json: eagle_config.eagle_aux_hidden_state_layer_ids [0, 1, 5]",
-        "moe_routing": "target/config.json: scoring_func must be sigmoid",
         "tokenizer": "/target: no usable tokenizer",
     }[case]
-    if case == "missing":
-        shutil.rmtree(d / "target")
-    elif case == "malformed":
-        (d / "target" / "config.json").write_text('{"vocab_size": 10')
-    elif case == "no_key":
-        _edit(d / "target" / "config.json", kv_lora_rank=None)
-    elif case == "vocab":
-        _edit(d / "draft" / "config.json", draft_vocab_size=4096)
+    if case == "no_key":
+        cfg = json.loads((d / "target" / "config.json").read_text())
+        (d / "target" / "config.json").write_text(json.dumps({**cfg, "kv_lora_rank": None}))
     elif case == "aux_ids":
         shutil.rmtree(d / "draft")
         (d / "draft_bad").rename(d / "draft")  # ids [0, mid, L + 1]
-    elif case == "moe_routing":
-        _edit(d / "target" / "config.json", scoring_func="softmax")
     else:
         for f in ("tokenizer.json", "tokenizer_config.json"):
             (d / "target" / f).unlink()
-    import contextlib
-    import io
-
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         rc = main(["train-draft", str(d), "--device", "cpu"])
@@ -343,12 +292,13 @@ def test_real_cli_exit_code_and_unwritable_out(model_dir, tmp_path):
     be written fails before any training."""
     p = _cli(tmp_path / "nothing")
     assert p.returncode == 2 and "nothing/target/config.json: not found" in p.stderr and "Traceback" not in p.stderr
+    p = _cli(tmp_path / "nothing", "--prompts", "0")
+    assert p.returncode == 2 and "argument --prompts: '0': give a whole number >= 1" in p.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    t0 = time.monotonic()
     p = _cli(model_dir, "--out", blocker / "draft", "--device", "cpu")
     assert p.returncode == 2 and f"--out {blocker}/draft: cannot write there" in p.stderr, p.stderr
-    assert time.monotonic() - t0 < 60 and "epoch" not in p.stdout
+    assert "epoch" not in p.stdout  # refused before any training
 
 
 def _fake_draft(out: Path, marker: str) -> None:
@@ -487,6 +437,3 @@ def test_dry_run_plans_without_writing_and_a_bad_std_variable_is_exit_2(model_di
     assert (
         "successor dummy weights at std 0.05, embeddings at 1, lm_head = embeddings permuted" in capsys.readouterr().out
     )
-    monkeypatch.setenv("SGLANG_DUMMY_INIT", "uniform")
-    assert main(["train-draft", str(d), "--dry-run"]) == 2
-    assert "SGLANG_DUMMY_INIT='uniform' is not one of normal, successor" in capsys.readouterr().err

@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import bisect as bis
-from . import duet
-from .duet import DuetLab
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import (
@@ -88,40 +86,6 @@ def run_ab(lab: Lab, arms: Sequence[ArmSpec], pairs: Sequence[tuple[str, ArmSpec
         "kind": "ab",
         "metric": s.metric,
         "comparisons": rows,
-        "budget_exhausted": budget.exhausted,
-        "budget_message": budget.message,
-    }
-
-
-def run_duet(lab: DuetLab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> dict:
-    """ab of two arms by duets (bench.duet): initial duets, then one more while the primary metric is undecided,
-    up to max_starts duets; every metric's comparison is recorded."""
-    pol = s.policy
-    budget = _Budget()
-
-    def go() -> None:
-        # read only at the planned looks (Policy.at_look, as replicate_until): the boundary of a look read again
-        # between looks is an unplanned look, and a null pair is named more often than alpha
-        while True:
-            n = lab.n_duets()
-            if pol.at_look(n) and duet.compare(lab.pairs(s.metric), s.metric, pol).verdict in DECIDED:
-                return
-            if n >= pol.grid[-1]:
-                return
-            lab.add_duet()
-
-    budget.run(go)
-    c = duet.compare(lab.pairs(s.metric), s.metric, pol)
-    others = {m: duet.compare(lab.pairs(m), m, pol).to_dict() for m, _, _ in METRICS if m != s.metric and lab.pairs(m)}
-    return {
-        "type": "conclusion",
-        "kind": "ab",
-        "method": "duet",
-        "metric": s.metric,
-        "comparisons": [
-            {"section": "duet", "ref": ref.name, "arm": arm.name, "verdict": c.verdict, "comparison": c.to_dict()}
-        ],
-        "other_metrics": others,
         "budget_exhausted": budget.exhausted,
         "budget_message": budget.message,
     }

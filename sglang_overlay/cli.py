@@ -138,6 +138,13 @@ def _context(args, home: Path | None) -> Context:
     )
 
 
+def _bench_context(args, home: Path | None) -> Context | None:
+    try:
+        return _context(args, home)
+    except OverlayError:
+        return None
+
+
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
     """`home`: the project an entry script belongs to (apply.py passes its own directory), used when no
     manifest.yaml is found from the current directory upward."""
@@ -164,9 +171,15 @@ def _drop_unwritable_output() -> None:
 def _main(argv: list[str] | None, home: Path | None) -> int:
     try:
         _check_cwd()
-        args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        split = commands.load("bench").split_argv(argv) if "bench" in argv else None
+        args = build_parser(set_from_argv(sys.argv[0])).parse_args(split[0] if split else argv)
         set_where(project=args.project, manifest=args.manifest, pin=args.pin)
-        code = int(args._run(_context(args, home), args) or 0)
+        if split:  # the bench's arguments are its own; a project is optional for it
+            args.bench_args = split[1]
+            code = int(args._run(_bench_context(args, home), args) or 0)
+        else:
+            code = int(args._run(_context(args, home), args) or 0)
         sys.stdout.flush()  # here, not at interpreter exit, where a signal or a full pipe would go unreported
         return code
     except OverlayError as e:

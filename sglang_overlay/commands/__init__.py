@@ -19,6 +19,7 @@ NAMES = (
     "rebase",
     "launch",
     "build-wheel",
+    "bench",
 )
 
 

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench import hoststate
 from bench.simulate import probed_units, switching_starts
+
+from bench import hoststate
 from bench.stats import IMPROVEMENT, REGRESSION
 
 

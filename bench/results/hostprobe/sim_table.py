@@ -10,11 +10,11 @@ import statistics
 from collections import Counter
 
 import test_hostprobe as t  # type: ignore[import-not-found]  # tests/bench on PYTHONPATH (the docstring)
+from bench.sets import PatchSet
 
 from bench.launcher import ArmSpec
 from bench.plans import Settings, run_ab
 from bench.replication import Policy
-from bench.sets import PatchSet
 
 
 def main() -> None:

@@ -49,147 +49,54 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--manifest", default="manifest.yaml", help="manifest for set names (passed to the tool)")
     g.add_argument("--tree", default=None, help="SGLang tree (passed to the tool's --tree)")
     g.add_argument("--pin", default=None, metavar="VERSION", help="another pin's patch set (the tool's --pin)")
-    g.add_argument(
-        "--launcher",
-        default=" ".join(shlex.quote(x) for x in DEFAULT_LAUNCHER),
-        help="command that implements the `launch` contract (default: %(default)s)",
-    )
+    launcher = " ".join(shlex.quote(x) for x in DEFAULT_LAUNCHER)
+    g.add_argument("--launcher", default=launcher, help="command with the `launch` contract (default: %(default)s)")
     g.add_argument("--health-timeout", type=float, default=900.0)
-    g.add_argument(
-        "--env", type=_kv, action="append", default=[], metavar="K=V", help="extra environment for every server"
-    )
-    g.add_argument("--arm-env", action="append", default=[], metavar="ARM:K=V", help="environment for one arm")
-    g.add_argument(
-        "--no-phase-timing",
-        action="store_true",
-        help="do not set SGLANG_EAGLE_PHASE_TIMING=1 (it is set by default; no effect without the "
-        "eagle_profiling patch)",
-    )
+    g.add_argument("--env", type=_kv, action="append", default=[], metavar="K=V", help="environment of every server")
+    g.add_argument("--arm-env", action="append", default=[], metavar="ARM:K=V", help="environment of one arm")
+    g.add_argument("--no-phase-timing", action="store_true", help="do not set SGLANG_EAGLE_PHASE_TIMING=1")
     g.add_argument(
         "--cpu-placement",
         choices=MODES,
         default="spread",
-        help="after each start, pin the scheduler's main thread to a core of its own and the other "
-        "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)",
+        help="spread: the scheduler's main thread on a core of its own (default; BENCH_CPU_PLACEMENT per arm)",
     )
-    m = p.add_argument_group(
-        "method: the server start is the unit; verdicts read start values (geometric means of their repetitions)"
-    )
+    m = p.add_argument_group("method: the server start is the unit; a start's value is its repetitions' geomean")
+    m.add_argument("--restarts", type=int, default=3, metavar="N", help="starts per arm before the first look (3)")
     m.add_argument(
-        "--restarts",
-        type=int,
-        default=3,
-        metavar="N",
-        help="server starts per arm before the first look (default %(default)s; fewer than 3 are "
-        "never read: more are added)",
+        "--max-starts", type=int, default=None, metavar="N", help="starts per arm at most (8); then 'cannot tell'"
     )
-    m.add_argument(
-        "--max-starts",
-        type=int,
-        default=None,
-        metavar="N",
-        help="starts per arm at most: undecided comparisons get one more start per round until "
-        "decided or N (default 8, or --restarts when that is more); then 'cannot tell'",
-    )
-    m.add_argument(
-        "--reps-per-start",
-        type=int,
-        default=5,
-        help="measured repetitions per start (their median is the start's value)",
-    )
-    m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start")
-    m.add_argument(
-        "--no-warmup-start",
-        action="store_true",
-        help="skip the invocation's throwaway first start (it pays JIT and graph caches)",
-    )
+    m.add_argument("--reps-per-start", type=int, default=5, help="measured repetitions per start (5)")
+    m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start (2)")
+    m.add_argument("--no-warmup-start", action="store_true", help="skip the throwaway first start (JIT, graphs)")
     m.add_argument("--max-new-tokens", type=int, default=128)
     m.add_argument("--b1-requests", type=int, default=2)
     m.add_argument("--concurrency", type=int, default=8)
+    m.add_argument("--ttft-requests", type=int, default=4, help="one-token requests per repetition (prefill); 0: none")
+    metrics = [x for x, _, _ in METRICS]
+    m.add_argument("--metric", default="step_ms_b1", choices=metrics, help="primary metric (eagle_*: eagle_profiling)")
+    m.add_argument("--no-follow", action="store_true", help="bisect: do not follow another metric that regressed")
+    m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (0.05)")
+    m.add_argument("--spending", choices=["obf", "pocock", "bonferroni"], default="pocock", help="alpha over looks")
+    m.add_argument("--look-step", type=int, default=1, metavar="N", help="starts per arm between looks (1)")
     m.add_argument(
-        "--ttft-requests",
-        type=int,
-        default=4,
-        help="one-token requests per repetition that time the first token (the prefill path); 0: none",
+        "--confirm", choices=["shared", "fresh"], default="shared", help="bisect: fresh measures good and bad again"
     )
-    m.add_argument(
-        "--metric",
-        default="step_ms_b1",
-        choices=[x for x, _, _ in METRICS],
-        help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)",
-    )
-    m.add_argument(
-        "--no-follow",
-        action="store_true",
-        help="bisect: do not switch to another metric when only that one regressed at the endpoints",
-    )
-    m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (default %(default)s)")
-    m.add_argument(
-        "--spending",
-        choices=["obf", "pocock", "bonferroni"],
-        default="pocock",
-        help="how alpha is spent over the looks at a comparison (bench/sequential.py): Lan-DeMets "
-        "O'Brien-Fleming or Pocock type, or the earlier alpha/looks at each (default %(default)s)",
-    )
-    m.add_argument(
-        "--look-step",
-        type=int,
-        default=1,
-        metavar="N",
-        help="starts per arm between planned looks (default %(default)s: a look after every round)",
-    )
-    m.add_argument(
-        "--confirm",
-        choices=["shared", "fresh"],
-        default="shared",
-        help="bisect: read confirmations against every start of good and bad and reuse a probe's starts of the "
-        "same set (shared), or measure good and bad again in a block of their own (fresh: cancels drift over "
-        "the session, costs 2 x --restarts starts per block) (default %(default)s)",
-    )
-    m.add_argument(
-        "--min-effect",
-        type=float,
-        default=0.02,
-        help="relative; 0.02 = 2%%: a change is called when its interval lies beyond it, 'same' when inside",
-    )
-    m.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        metavar="S",
-        help="stop before a server start that would end past S seconds (keeps data; --resume later)",
-    )
+    m.add_argument("--min-effect", type=float, default=0.02, help="smallest change called (0.02 = 2%%)")
+    m.add_argument("--time-budget", type=float, default=None, metavar="S", help="stop before a start past S seconds")
     m.add_argument(
         "--warm-start-estimate",
         type=float,
         default=WARM_START_ESTIMATE_S,
         metavar="S",
-        help="what --time-budget takes a warm start to cost while only the machine's first (cold) start has been "
-        "seen (default %(default)s)",
+        help="seconds a warm start is taken to cost before one was seen (%(default)s)",
     )
     o = p.add_argument_group("results")
+    o.add_argument("--out", type=Path, default=None, help="run dir (PROJECT/bench/results/DATE-GPU/KIND-TIME)")
+    o.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue a run (its recorded command)")
+    o.add_argument("--dry-run", action="store_true", help="print the arms, commands and server starts; run nothing")
     o.add_argument(
-        "--out", type=Path, default=None, help="run dir (default PROJECT/bench/results/<date>-<gpu>/<kind>-<time>)"
-    )
-    o.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="continue an interrupted run with its recorded command",
-    )
-    o.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the arms, their sets and launch commands, and the number of server starts; run nothing",
-    )
-    o.add_argument(
-        "--reuse",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="JSONL",
-        help="pool completed starts of identical arms from another store (same workload/server args)",
+        "--reuse", type=Path, action="append", default=[], metavar="JSONL", help="pool starts from another store"
     )
     p.epilog = "Server arguments for `python -m sglang.launch_server` go after `--`."
 
@@ -232,8 +139,7 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
 
 
 def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
-    """The options of a --resume call whose values differ from the recorded command's, as `--opt value` (its
-    --out and --time-budget aside: the one is the run dir, the other this call's own)."""
+    """A --resume call's options that differ from the recorded command's (--out and --time-budget aside)."""
 
     def options(xs: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -254,8 +160,7 @@ def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
 
 
 def _reuse_store(given: str) -> Path:
-    """A --reuse path as a store file: a run directory stands for its results.jsonl; a path that names no store
-    is refused (a typo had quietly reused nothing, and the run measured everything again)."""
+    """A --reuse path as a store file (a run dir: its results.jsonl); a path that names none is refused."""
     p = Path(given)
     if p.is_dir():
         p = p / "results.jsonl"

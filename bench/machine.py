@@ -244,12 +244,7 @@ def _pin(pid: int, cpus: set[int], others: set[int] | None = None) -> int:
 
 
 def assign(groups: list[list[int]], procs: dict[int, str]) -> dict[int, tuple[set[int], set[int]]] | str:
-    """pid -> (CPUs of its main thread, CPUs of its other threads) for `spread`, or why it cannot be done.
-
-    groups: the usable CPUs by physical core; procs: pid -> role (bench.placement.role). A scheduler's main
-    thread gets a core alone; its other threads (about 70 on 0.5.17, the overlap scheduler's forward thread
-    among them) two cores where there are enough, one otherwise; the tokenizer and detokenizer likewise.
-    """
+    """pid -> (CPUs of its main thread, CPUs of its other threads) for `spread`, or why it cannot be done."""
     if len(groups) > 4:
         groups = groups[1:]  # core 0 takes most interrupts and housekeeping
     scheds = sorted(p for p, r in procs.items() if r == "scheduler")

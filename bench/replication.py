@@ -22,7 +22,6 @@ from typing import Protocol
 from .launcher import ArmSpec
 from .stats import DECIDED, MIN_STARTS, Comparison, compare_starts
 
-# (metric, label, lower is better): every metric a comparison reports; the primary one is chosen per run
 # What a warm start is taken to cost before an invocation has seen one (an H200 served the tiny model's warm
 # starts in 57-83 s, bench/results/2026-12-01-h200-run4): --time-budget's guess after only a cold start.
 WARM_START_ESTIMATE_S = 120.0

@@ -535,28 +535,6 @@ def _startup_comparison(ref: ArmRow, arm: ArmRow, pol: Policy) -> Comparison | N
     )
 
 
-def _rank(xs: list[float], ys: list[float]) -> str:
-    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return "- (too few values)"
-    from scipy import stats as sst
-
-    r = sst.spearmanr(xs, ys)
-    return f"{float(r.statistic):+.2f} (p = {float(r.pvalue):.2g}, n = {len(xs)})"
-
-
-def _centred(groups: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """Log pairs of every group, each group centred on its own means."""
-    out = []
-    for g in groups:
-        g = [(y, p) for y, p in g if y > 0 and p > 0]
-        if not g:
-            continue
-        ly, lp = [math.log(y) for y, _ in g], [math.log(p) for _, p in g]
-        my, mp = statistics.fmean(ly), statistics.fmean(lp)
-        out += [(a - my, b - mp) for a, b in zip(ly, lp)]
-    return out
-
-
 def _startup(v: store.StoreView) -> list[str]:
     units = list(v.units.values())
     if not units and not v.warmup_units:

@@ -4,14 +4,10 @@ A start goes through the tool's `launch` (bench.launcher), waits for the url lin
 processes on CPUs (bench.machine), runs `warmup_reps` discarded and `reps_per_start` measured repetitions
 (bench.workload), records where the start-up seconds went (bench.machine) and stops the server.
 
-StoreLab is the bench.replication.Lab over this: plans ask for "one more start of these arms" and read start
-values; the lab serves them from the store when they are already there (a --resume, or --reuse of another
-run's starts under the same measurement signature) and measures only what is missing. Before its first real
-start in an invocation it runs one throwaway start: a machine's first start pays FlashInfer JIT and CUDA-graph
-compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's. A resumed
-invocation on a machine that served a start of the same measurement minutes ago (a marker in the machine's temp
-dir, keyed by signature and boot id: a fresh machine has neither) skips it: its caches are what the throwaway
-would warm, and a session's budget holds only about 13 starts.
+StoreLab is the bench.replication.Lab over this: it serves starts from the store when they are there (--resume,
+--reuse) and measures only what is missing. An invocation's first real start follows one throwaway start (a
+machine's first start pays JIT and CUDA-graph compilation: 361 s against 62-77 s warm on an H200), unless this
+boot served a start of the same measurement minutes ago (a marker keyed by signature and boot id).
 """
 
 from __future__ import annotations
@@ -35,24 +31,16 @@ from .replication import WARM_START_ESTIMATE_S
 from .stats import START_VALUE, cv
 from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
-# Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
-# when the eagle_profiling patch is applied).
+# Every measured server: step times in /server_info; EAGLE phase timing (with the eagle_profiling patch).
 STEP_TIME_ENV = {"SGLANG_RECORD_STEP_TIME": "1"}
 PHASE_TIMING_ENV = {"SGLANG_EAGLE_PHASE_TIMING": "1"}
-# A fixed hash seed: set and dict iteration orders (and with them code paths and allocation order) then match
-# between starts; ASLR and the rest still vary, which is what several starts per arm are for.
+# Set and dict orders then match between starts; ASLR and the rest still vary (several starts per arm).
 HASH_SEED_ENV = {"PYTHONHASHSEED": "0"}
-# Our SIGTERM reaches the scheduler first, so SGLang's tokenizer manager takes the stop for a crash and sleeps
-# 5 s "to let GPU activity settle" before py-spy and CUDA-coredump diagnostics (seen on every stop of the H200
-# record, 2026-12-01): that is stop time, not measured time.
+# Our SIGTERM reaches the scheduler first; SGLang takes it for a crash and sleeps 5 s before its diagnostics.
 QUIET_STOP_ENV = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
-# Bytecode. A start imports SGLang and its dependencies in three processes (tokenizer, scheduler, detokenizer).
-# Where PYTHONDONTWRITEBYTECODE is set (the GPU machines and CI set it) or a tree is read-only, each of them
-# compiles every module from source again at every start: run9's start logs show one torchao SyntaxWarning, which
-# only compiling emits, three times per start on a warm machine; on a CPU the scheduler module imports in 30-32 s
-# from source against 13-16 s from bytecode (bench/results/pycache_cpu). The bench keeps bytecode in a cache of
-# its own, so the SGLang tree stays as fetched; the same code runs, only the imports get shorter. A prefix the
-# user set is kept, and an arm's or the run's --env may still set PYTHONDONTWRITEBYTECODE (it is applied after).
+# Bytecode: where PYTHONDONTWRITEBYTECODE is set or a tree is read-only, each server process compiles SGLang again
+# at every start (30-32 s against 13-16 s on a CPU: bench/results/pycache_cpu). The bench keeps a cache of its own;
+# a prefix the user set is kept, and --env may still set PYTHONDONTWRITEBYTECODE.
 PYCACHE_DIR_ENV = "SGLANG_OVERLAY_BENCH_PYCACHE"  # where the bench's bytecode cache is (tests point it elsewhere)
 
 
@@ -137,9 +125,7 @@ def launch_fingerprinter(manifest: str | None):
 
 def patch_env_in_effect(manifest: str | None, environ: dict[str, str] | None = None) -> dict[str, str] | None:
     """The manifest's declared patch variables (SGLANG_OEA_K0, a plant's delay, ...) that the bench's own
-    environment sets: every server inherits them, and neither the arms' fingerprints nor --env record them, so a
-    run measured with SGLANG_PLANTED_RESULT_DELAY_US=400 exported read like one at the default 180 (the first
-    blocks_ablate record). None when the manifest does not load here."""
+    environment sets: every server inherits them, and neither the arms' fingerprints nor --env record them, so a"""
     import os
 
     try:
@@ -189,11 +175,9 @@ def plan_differences(prev_run: dict, plan: dict) -> list[str]:
         if k == "config":
             old = prev_run.get("config", {})
             if "initial_starts" in old:
-                # a record of the adaptive method from before the group-sequential looks was decided so
                 old = {**PRE_SEQUENTIAL, **old}
             if "metric" in old:
-                # a record made before start values were geometric means read start medians: its replay would
-                # not take its decisions again
+                # older records read start medians: a replay would not take their decisions again
                 old = {"start_value": "median", **old}
             out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
         elif k in prev_run and norm(prev_run[k]) != norm(v):
@@ -222,12 +206,7 @@ def nccl_env_lines(logs: list[Path], console: Path, limit: int = 64) -> list[str
 
 
 def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> list[str]:
-    """Does the running server say it carries what this arm asked for? (overlay_identity patch)
-
-    `apply.py launch` prints the launch fingerprint (set + env profile), which the server reports as
-    overlay.launch_fingerprint; overlay.fingerprint is the tree's. Mismatches are recorded and shown in the
-    report rather than aborting: the launcher made the tree carry the set itself, and GPU time is scarce.
-    """
+    """Does the running server say it carries what this arm asked for? (overlay_identity patch)"""
     if not isinstance(overlay, dict):
         return ["server_info has no overlay identity (is the overlay_identity patch in this set?)"]
     if "error" in overlay:
@@ -288,8 +267,7 @@ class Runner:
                 )
             differs = plan_differences(prev[0], self.plan(extra_run_fields))
             if differs:
-                # One run dir, one plan: the report reads the first run record (arm names, alpha, min effect),
-                # so a second plan in it would print verdicts that contradict its own conclusion.
+                # one run dir, one plan: a second plan's verdicts would contradict the first run record's
                 raise RunAborted(
                     f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
                     f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
@@ -308,9 +286,7 @@ class Runner:
         self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
         if resumed:
             stale = self._stale(self.view())
-            # the unchanged arms' starts first: a kill after them leaves the edited arm's starts unmarked, so the
-            # next resume finds them stale again and sets aside what is left; the other order would leave that
-            # resume no stale start to act on, and the first invocation's starts compared with the new ones
+            # the unchanged arms' first: a kill after them leaves the edited arm's stale for the next resume
             self._set_aside_unpaired(stale)
             for u, now in stale:
                 self._set_aside(u, now)
@@ -397,12 +373,7 @@ class Runner:
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
-        """Copy completed units measured under the same signature from other stores into this one.
-
-        Each imported unit gets the next free round of its arm: the view keeps one unit per (arm, round), so two
-        stores that both measured an arm would otherwise lose one store's starts. A start already here (a store
-        that itself reused another one given too) is imported once: counting it twice would fake replication.
-        """
+        """Copy completed units measured under the same signature from other stores into this one."""
         have = store.view(store.read(self.cfg.store_path))
         seen = {u.start_id for u in have.units.values()}
         next_round: dict[str, int] = {}
@@ -499,8 +470,7 @@ class Runner:
         env.update(QUIET_STOP_ENV)
         if self.cfg.phase_timing:
             env.update(PHASE_TIMING_ENV)
-            # The timer's window (default 1000 steps) would mix the b1 and concurrent phases: keep it shorter
-            # than one phase so each snapshot describes the phase that just ran.
+            # shorter than one phase: each snapshot then describes the phase that just ran
             env["SGLANG_EAGLE_PHASE_TIMING_WINDOW"] = str(max(16, self.cfg.workload.max_new_tokens // 2))
         env.update(self.cfg.env)
         env.update(dict(arm.env))
@@ -514,11 +484,6 @@ class Runner:
     def units_started(self) -> int:
         """Servers this invocation started (throwaway and failed launches included); counted by start_server."""
         return self._units_started
-
-    @property
-    def started_ids(self) -> frozenset[str]:
-        """Start ids of the servers this invocation started; recorded by start_server."""
-        return frozenset(self._started_ids)
 
     def check_budget(self, arm: ArmSpec) -> None:
         """BudgetExhausted when one more start would overrun the budget. An invocation's first start always
@@ -779,15 +744,7 @@ def unit_estimate(
 
 
 class StoreLab:
-    """bench.replication.Lab over a Runner: starts come from the store first, new ones are measured.
-
-    Each arm has a cursor: the plan sees the arm's first `cursor` completed starts, in round order. Asking
-    for one more start moves the cursor onto a stored unit when there is one, and measures it otherwise, so
-    a replay over a store takes the plan's earlier decisions again without a server. Starts reused from other
-    stores (--reuse: the first rounds) are all seen from the first look: they were there before the plan began,
-    and a plan that read only the first few had stopped on whichever store was named first, while the report
-    read them all.
-    """
+    """bench.replication.Lab over a Runner: starts come from the store first, new ones are measured."""
 
     def __init__(self, runner: Runner):
         self.runner = runner

@@ -1,26 +1,16 @@
 """Verdicts from server starts: the start is the replication unit.
 
-Why not the repetitions: repetitions inside one server start share its memory layout, CUDA-graph pool, process
-placement and JIT state, so they sample the noise *within* a start and say nothing about what varies *between*
-starts (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
-variance is). On this stack the start-to-start spread is the larger one (the same set gave 4.66 ms and 3.9 ms per
-step in two starts of an H200), so a rank test over pooled repetitions, with one start per arm, turned start
-noise into p < 0.001 verdicts on the wrong patch.
+Repetitions inside one start share its memory layout, CUDA-graph pool, placement and JIT state: they say
+nothing about what varies between starts (Kalibera & Jones, ISMM 2013). On this stack the start-to-start spread
+is the larger one (4.66 ms and 3.9 ms per step in two starts of one set on an H200). So each start gives one
+value per metric (start_value), and two arms are compared on those in logs: Welch's t interval for the ratio
+of the arms' geometric means (the two-stage analysis of a hierarchical design; honest with 3-5 starts).
 
-So each start contributes one number per metric, the geometric mean of its measured repetitions (start_value
-says why not their median), and two arms are compared on those start values, in logs: Welch's t interval
-for the difference of mean log start values (unequal variances, Welch-Satterthwaite degrees of freedom, the
-quantile from scipy.stats.t) gives a confidence interval for the ratio of the arms' geometric means. This is the two-stage ("summary statistics") analysis
-of a hierarchical design; with the small, balanced numbers of starts we can afford it is exact under
-normality at the start level and, unlike a cluster bootstrap, honest with 3-5 clusters (a bootstrap over 3
-starts gives intervals far too narrow). Its t quantile with few degrees of freedom is what makes 3 starts
-per arm expensive to convince, as it should be.
-
-The verdict reads the interval against a minimum effect d (an equivalence-test design):
+The verdict reads the interval against a minimum effect d (an equivalence design):
   regression / improvement  the whole interval lies beyond +d / -d (in the metric's bad / good direction)
   same                      the whole interval lies inside (-d, +d)
-  cannot tell               the interval straddles a boundary: more starts, or a larger budget, may decide
-  too few starts            fewer than MIN_STARTS per arm: no interval is computed at all
+  cannot tell               the interval straddles a boundary: more starts may decide
+  too few starts            fewer than MIN_STARTS per arm: no interval
 """
 
 from __future__ import annotations
@@ -269,47 +259,6 @@ def log_contrast(groups: Sequence[Sequence[float]], coefs: Sequence[float], conf
 
     h = float(sst.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(se2)
     return Contrast(est, est - h, est + h, df)
-
-
-@dataclass(frozen=True)
-class MedianCI:
-    n: int
-    median: float
-    low: float  # NaN when n < 3: a bootstrap of 1-2 values says nothing
-    high: float
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> MedianCI:
-    """Median with a percentile bootstrap CI (scipy.stats.bootstrap), for describing one start's repetitions.
-
-    Percentile rather than BCa: BCa's jackknife acceleration is degenerate for the median of small samples with
-    ties (it returns NaN). Never used for a verdict: verdicts come from compare_starts.
-    """
-    xs = clean(samples)
-    if not xs:
-        return MedianCI(0, math.nan, math.nan, math.nan, confidence)
-    med = statistics.median(xs)
-    if len(xs) < 3:
-        return MedianCI(len(xs), med, math.nan, math.nan, confidence)
-    if min(xs) == max(xs):
-        return MedianCI(len(xs), med, med, med, confidence)  # scipy warns on a degenerate sample
-    import numpy as np
-    from scipy import stats as sst
-
-    res = sst.bootstrap(
-        (np.asarray(xs),),
-        np.median,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-        vectorized=True,
-    )
-    return MedianCI(len(xs), med, float(res.confidence_interval.low), float(res.confidence_interval.high), confidence)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from scipy import stats as sst
 from bench import plans
 from bench.errors import BudgetExhausted
 from bench.replication import Policy, decide_pairs
-from bench.simulate import Plant, SimLab, World, bisect_rates, gpu_hidden, host_slowdown, sim_arm
+from simlab import Plant, SimLab, World, bisect_rates, gpu_hidden, host_slowdown, sim_arm
 
 GOOD = ("g",)
 CANDS = ("p0", "p1", "p2")

@@ -11,7 +11,7 @@ from scipy import stats as sst
 from bench import sequential as seq
 from bench import stats
 from bench.replication import Policy, compare, decide_pairs
-from bench.simulate import SimLab, World, host_slowdown, sim_arm
+from simlab import SimLab, World, host_slowdown, sim_arm
 
 
 def _crossing_by_look(fracs, bounds) -> list[float]:

@@ -588,10 +588,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench", context: 
 
 
 def _main(argv: list[str], prog: str, context: Context) -> int:
-    if argv and argv[0] in MEASURE:
+    if argv[:1] and argv[0] in (*MEASURE, "report"):
         import numpy  # noqa: F401  # the extra, asked for before any server starts
         import scipy  # noqa: F401
-
+    if argv and argv[0] in MEASURE:
         try:
             return run_measurement(argv[0], argv[1:], prog, context)
         except (UsageError, RecordError) as e:  # bad arguments or store: the message and exit 2, never a traceback

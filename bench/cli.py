@@ -575,9 +575,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench", context: 
     argv = list(sys.argv[1:] if argv is None else argv)
     context = context or Context()
     if argv[:1] == ["speed"]:  # its own parser (bench/speed.py); loaded only when asked for
-        from . import speed
+        import importlib
 
-        return speed.main(argv[1:])
+        return importlib.import_module(".speed", __package__).main(argv[1:])
     try:
         return _main(argv, prog, context)
     except ImportError as e:

@@ -68,7 +68,14 @@ def run(ctx, args) -> int:
             end = bench_argv.index("--") if "--" in bench_argv else len(bench_argv)
             own = {o.partition("=")[0] for o in bench_argv[1:end]}
             bench_argv[1:1] = [x for k in _PASSED if (v := given[k]) and k not in own for x in (k, str(v))]
+    from ..progname import prog
+
     try:
-        return int(main(bench_argv, prog="sglang-overlay bench", context=from_bench.Context(project=project)) or 0)
+        return int(
+            main(
+                bench_argv, prog=f"{prog(project=False, pin=False)} bench", context=from_bench.Context(project=project)
+            )
+            or 0
+        )
     except SystemExit as e:  # argparse's --help and usage errors
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)

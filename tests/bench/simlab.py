@@ -26,7 +26,7 @@ from typing import Any
 from bench.errors import BudgetExhausted
 from bench.launcher import ArmSpec, PatchSet
 from bench.stats import start_value
-from bench.store import LATE, Unit, late_from
+from bench.store import LATE, late_from
 
 BASE = {
     "step_ms_b1": 4.0,

@@ -20,8 +20,8 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass

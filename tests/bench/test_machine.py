@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,8 @@ def test_spread_gives_the_scheduler_a_core_of_its_own():
 def _wait_for_exec(pid: int, limit_s: float = 60.0) -> None:
     """Until the child's command line is the exec'ed one (Popen may return a moment before /proc shows it)."""
     end = time.monotonic() + limit_s
-    while b"sglang::" not in open(f"/proc/{pid}/cmdline", "rb").read():
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    while b"sglang::" not in cmdline.read_bytes():
         assert time.monotonic() < end, "the child never exec'ed"
         time.sleep(0.01)
 

@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m bench", context: 
 
 
 def _main(argv: list[str], prog: str, context: Context) -> int:
-    if argv[:1] and argv[0] in (*MEASURE, "report"):
+    if argv[:1] and argv[0] in (*MEASURE, "report") and not {"-h", "--help"} & set(argv):
         import numpy  # noqa: F401  # the extra, asked for before any server starts
         import scipy  # noqa: F401
     if argv and argv[0] in MEASURE:

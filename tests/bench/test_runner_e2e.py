@@ -459,7 +459,11 @@ def test_dry_run_prints_plan_and_starts_nothing(tmp_path, manifest, launcher_arg
     text = capsys.readouterr().out
     assert starts == [] and recs == [] and not out.exists()
     assert "launch --set base" in text and "launch --set full" in text
-    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 8 starts" in text
+    # the endpoints' starts at least; at most theirs and every probe's and confirmation's, at 120 s a start
+    assert (
+        "server starts: 1 throwaway + 6 to 56 measured (2 arm(s) x 3 to 8 starts; more only for undecided "
+        "comparisons); at 120 s a start (--warm-start-estimate) that is 14 to 114 min"
+    ) in text
     assert "up to 3 search probe(s) + 2 confirmations" in text
 
 

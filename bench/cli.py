@@ -1,4 +1,4 @@
-"""Argument parsing and the ab / ablate / bisect / report commands (`python -m bench ...`)."""
+"""Measure what each patch does to a real SGLang server: ab, ablate, bisect, report (and the GPU checks' tools)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,28 @@ import argparse
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sglang_overlay.errors import OverlayError
+from sglang_overlay.errors import EXIT_BAD_INPUT, OverlayError
 
 from .errors import EXIT_ABORTED, EXIT_BUDGET, RecordError, UsageError
-from .placement import MODES
+from .launcher import DEFAULT_LAUNCHER
+from .machine import MODES
 from .replication import METRICS, WARM_START_ESTIMATE_S
 
-RESULTS_ROOT = Path(__file__).resolve().parent / "results"
+PIP_EXTRA = "pip install 'sglang-overlay[bench]'"
+# What the [bench] extra brings: a missing one is exit 2 naming PIP_EXTRA, never a traceback.
+EXTRA_MODULES = ("scipy", "numpy", "matplotlib", "tokenizers", "transformers", "safetensors")
+MEASURE = ("ab", "ablate", "bisect")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the tool's `bench` command knows: the project dir (default --out goes under PROJECT/bench/results)."""
+
+    project: Path | None = None
 
 
 def _split_server_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -34,223 +46,65 @@ def _kv(s: str) -> tuple[str, str]:
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tool and server")
-    g.add_argument("--manifest", default="manifest.yaml", help="manifest for set names (and passed to apply.py)")
-    g.add_argument("--tree", default=None, help="passed to apply.py --tree")
-    g.add_argument(
-        "--launcher",
-        default=f"{shlex.quote(sys.executable)} apply.py",
-        help="command that implements the `launch` contract (default: %(default)s)",
-    )
+    g.add_argument("--manifest", default="manifest.yaml", help="manifest for set names (passed to the tool)")
+    g.add_argument("--tree", default=None, help="SGLang tree (passed to the tool's --tree)")
+    g.add_argument("--pin", default=None, metavar="VERSION", help="another pin's patch set (the tool's --pin)")
+    launcher = " ".join(shlex.quote(x) for x in DEFAULT_LAUNCHER)
+    g.add_argument("--launcher", default=launcher, help="command with the `launch` contract (default: %(default)s)")
     g.add_argument("--health-timeout", type=float, default=900.0)
-    g.add_argument(
-        "--env", type=_kv, action="append", default=[], metavar="K=V", help="extra environment for every server"
-    )
-    g.add_argument("--arm-env", action="append", default=[], metavar="ARM:K=V", help="environment for one arm")
-    g.add_argument(
-        "--no-phase-timing",
-        action="store_true",
-        help="do not set SGLANG_EAGLE_PHASE_TIMING=1 (it is set by default; no effect without the "
-        "eagle_profiling patch)",
-    )
+    g.add_argument("--env", type=_kv, action="append", default=[], metavar="K=V", help="environment of every server")
+    g.add_argument("--arm-env", action="append", default=[], metavar="ARM:K=V", help="environment of one arm")
+    g.add_argument("--no-phase-timing", action="store_true", help="do not set SGLANG_EAGLE_PHASE_TIMING=1")
     g.add_argument(
         "--cpu-placement",
         choices=MODES,
         default="spread",
-        help="after each start, pin the scheduler's main thread to a core of its own and the other "
-        "server processes apart (default %(default)s; an arm's BENCH_CPU_PLACEMENT overrides it)",
+        help="spread: the scheduler's main thread on a core of its own (default; BENCH_CPU_PLACEMENT per arm)",
     )
-    m = p.add_argument_group(
-        "method: the server start is the unit; verdicts read start values (geometric means of their repetitions)"
-    )
+    m = p.add_argument_group("method: the server start is the unit; a start's value is its repetitions' geomean")
+    m.add_argument("--restarts", type=int, default=3, metavar="N", help="starts per arm before the first look (3)")
     m.add_argument(
-        "--restarts",
-        type=int,
-        default=3,
-        metavar="N",
-        help="server starts per arm before the first look (default %(default)s; fewer than 3 are "
-        "never read: more are added)",
+        "--max-starts", type=int, default=None, metavar="N", help="starts per arm at most (8); then 'cannot tell'"
     )
-    m.add_argument(
-        "--max-starts",
-        type=int,
-        default=None,
-        metavar="N",
-        help="starts per arm at most: undecided comparisons get one more start per round until "
-        "decided or N (default 8, or --restarts when that is more); then 'cannot tell'",
-    )
-    m.add_argument(
-        "--reps-per-start",
-        type=int,
-        default=5,
-        help="measured repetitions per start (their median is the start's value)",
-    )
-    m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start")
-    m.add_argument(
-        "--no-warmup-start",
-        action="store_true",
-        help="skip the invocation's throwaway first start (it pays JIT and graph caches)",
-    )
+    m.add_argument("--reps-per-start", type=int, default=5, help="measured repetitions per start (5)")
+    m.add_argument("--warmup-reps", type=int, default=2, help="discarded repetitions after each start (2)")
+    m.add_argument("--no-warmup-start", action="store_true", help="skip the throwaway first start (JIT, graphs)")
     m.add_argument("--max-new-tokens", type=int, default=128)
     m.add_argument("--b1-requests", type=int, default=2)
     m.add_argument("--concurrency", type=int, default=8)
+    m.add_argument("--ttft-requests", type=int, default=4, help="one-token requests per repetition (prefill); 0: none")
+    metrics = [x for x, _, _ in METRICS]
+    m.add_argument("--metric", default="step_ms_b1", choices=metrics, help="primary metric (eagle_*: eagle_profiling)")
+    m.add_argument("--no-follow", action="store_true", help="bisect: do not follow another metric that regressed")
+    m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (0.05)")
+    m.add_argument("--spending", choices=["obf", "pocock", "bonferroni"], default="pocock", help="alpha over looks")
+    m.add_argument("--look-step", type=int, default=1, metavar="N", help="starts per arm between looks (1)")
     m.add_argument(
-        "--ttft-requests",
-        type=int,
-        default=4,
-        help="one-token requests per repetition that time the first token (the prefill path); 0: none",
+        "--confirm", choices=["shared", "fresh"], default="shared", help="bisect: fresh measures good and bad again"
     )
-    m.add_argument(
-        "--metric",
-        default="step_ms_b1",
-        choices=[x for x, _, _ in METRICS],
-        help="primary metric for verdicts and bisect (eagle_*: needs eagle_profiling + phase timing)",
-    )
-    m.add_argument(
-        "--no-follow",
-        action="store_true",
-        help="bisect: do not switch to another metric when only that one regressed at the endpoints",
-    )
-    m.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (default %(default)s)")
-    m.add_argument(
-        "--spending",
-        choices=["obf", "pocock", "bonferroni"],
-        default="pocock",
-        help="how alpha is spent over the looks at a comparison (bench/sequential.py): Lan-DeMets "
-        "O'Brien-Fleming or Pocock type, or the earlier alpha/looks at each (default %(default)s)",
-    )
-    m.add_argument(
-        "--look-step",
-        type=int,
-        default=1,
-        metavar="N",
-        help="starts per arm between planned looks (default %(default)s: a look after every round)",
-    )
-    m.add_argument(
-        "--confirm",
-        choices=["shared", "fresh"],
-        default="shared",
-        help="bisect: read confirmations against every start of good and bad and reuse a probe's starts of the "
-        "same set (shared), or measure good and bad again in a block of their own (fresh: cancels drift over "
-        "the session, costs 2 x --restarts starts per block) (default %(default)s)",
-    )
-    m.add_argument(
-        "--min-effect",
-        type=float,
-        default=0.02,
-        help="relative; 0.02 = 2%%: a change is called when its interval lies beyond it, 'same' when inside",
-    )
-    m.add_argument(
-        "--time-budget",
-        type=float,
-        default=None,
-        metavar="S",
-        help="stop before a server start that would end past S seconds (keeps data; --resume later)",
-    )
+    m.add_argument("--min-effect", type=float, default=0.02, help="smallest change called (0.02 = 2%%)")
+    m.add_argument("--time-budget", type=float, default=None, metavar="S", help="stop before a start past S seconds")
     m.add_argument(
         "--warm-start-estimate",
         type=float,
         default=WARM_START_ESTIMATE_S,
         metavar="S",
-        help="what --time-budget takes a warm start to cost while only the machine's first (cold) start has been "
-        "seen (default %(default)s)",
-    )
-    m.add_argument(
-        "--host-probe",
-        action="store_true",
-        help="run bench.hostprobe (a fixed Python work unit at ~10%% of one spare CPU) beside every measured start "
-        "and record its speed per repetition",
-    )
-    m.add_argument(
-        "--host-probe-at",
-        choices=["spare", "scheduler"],
-        default="spare",
-        help="where the probe runs: spare (a CPU kept from the server) or scheduler (the scheduler's own CPU, a "
-        "small unit at ~1%% duty: this host's vCPUs change speed each on their own). Default %(default)s",
-    )
-    m.add_argument(
-        "--adjust",
-        choices=["none", "host", "steal", "wait", "state"],
-        default="none",
-        help="verdicts at a fixed host speed: host (the probe's work-unit time; needs --host-probe), steal (the "
-        "scheduler CPU's steal), wait (the scheduler's run-queue wait); a mixed model over repetitions, random "
-        "intercept per start (bench.covariate); refused per comparison when the covariate differs between its "
-        "arms; state (start values over the repetitions the probe found in the host's fast state, "
-        "bench.hoststate; needs --host-probe --host-probe-at scheduler). Default %(default)s",
-    )
-    b = p.add_argument_group("blocks: every arm's server at once on one GPU, repetitions interleaved (bench/blocks.py)")
-    b.add_argument(
-        "--concurrent",
-        action="store_true",
-        help="each round is one block: its arms' servers start together (one tree each, port + 500 k, "
-        "--sleep-on-idle added), share the same CPUs and serve short repetitions in turn; verdicts from the "
-        "per-block ratios (needs --mem-fraction-static <= 0.45 and --max-total-tokens N after `--`; ab and ablate)",
-    )
-    b.add_argument(
-        "--block-analysis",
-        choices=["pooled", "paired"],
-        default="pooled",
-        help="--concurrent: read comparisons with one residual variance for all the blocks' arms (the analysis of a "
-        "block design, bench/rcbd.py: more degrees of freedom, unless the arms' spread differs) or each on its own "
-        "blocks (default %(default)s)",
-    )
-    b.add_argument(
-        "--block-pairs",
-        action="store_true",
-        help="--concurrent: one block per comparison, its reference and its arm only (two servers at once, a round "
-        "of K comparisons takes K blocks, each as short as one start): on the H200 a ratio varied 4.0-9.7 %% block to "
-        "block in blocks of two, as much as in blocks of six, all of it the repetitions' own spread "
-        "(bench/results/2026-12-03-h200-pairs)",
-    )
-    b.add_argument(
-        "--trees",
-        default=None,
-        metavar="DIR,DIR,...",
-        help="--concurrent: the sglang trees of a block's positions, one per arm of the largest block (default: "
-        "pristine trees made once from the pinned wheel under --tree-pool)",
-    )
-    b.add_argument(
-        "--tree-pool",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="--concurrent: where the bench keeps the trees it makes (default $TMPDIR/sglang-overlay-bench-trees)",
+        help="seconds a warm start is taken to cost before one was seen (%(default)s)",
     )
     o = p.add_argument_group("results")
-    o.add_argument("--out", type=Path, default=None, help="run dir (default bench/results/<date>-<gpu>/<kind>-<time>)")
+    o.add_argument("--out", type=Path, default=None, help="run dir (PROJECT/bench/results/DATE-GPU/KIND-TIME)")
+    o.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="continue a run (its recorded command)")
+    o.add_argument("--dry-run", action="store_true", help="print the arms, commands and server starts; run nothing")
     o.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="continue an interrupted run with its recorded command",
-    )
-    o.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the arms, their sets and launch commands, and the number of server starts; run nothing",
-    )
-    o.add_argument(
-        "--reuse",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="JSONL",
-        help="pool completed starts of identical arms from another store (same workload/server args)",
+        "--reuse", type=Path, action="append", default=[], metavar="JSONL", help="pool starts from another store"
     )
     p.epilog = "Server arguments for `python -m sglang.launch_server` go after `--`."
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import (
-        greedy_ties,
-        oea_micro,
-        server_seqs,
-        simulate_cli,
-        tinymodel,
-        train_draft,
-    )
+def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
+    from . import server_seqs, tinymodel, train_draft
 
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("ab", help="compare named arms (first arm is the reference)")
     p.add_argument(
@@ -258,27 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         required=True,
         metavar="NAME=SET[@PROFILE]",
-        help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: apply.py --env-profile",
+        help="SET: preset | a,b | preset-a | preset+b | none; @PROFILE: the tool's --env-profile",
     )
     _add_run_options(p)
-    d = p.add_argument_group("duet: both arms' servers at once, repetitions alternating (bench/duet.py)")
-    d.add_argument(
-        "--duet",
-        metavar="TREE_B",
-        default=None,
-        help="two arms only: each unit starts both servers, one on --tree, one on TREE_B (another sglang tree) on "
-        "port + 500, and serves their repetitions in ABBA order; the arms swap trees every other unit; verdicts "
-        "from the per-unit ratio (needs --mem-fraction-static <= 0.45 after `--`)",
-    )
-    d.add_argument(
-        "--duet-value",
-        choices=["medians", "pairs"],
-        # pairs: run7's machine switched state every few repetitions, where the ratio of two medians of 5 moves by
-        # the whole slow/fast step (simulated: 19 % duet to duet against 1.7 % for pairs; no worse when it holds)
-        default="pairs",
-        help="a duet's ratio: of the two start medians, or the median ratio of adjacent A/B repetitions "
-        "(robust to a machine state that switches within a duet) (default %(default)s)",
-    )
     p = sub.add_parser("ablate", help="each patch alone on the base set, and each left out of the full set")
     p.add_argument("--base", default="none", help="set the single patches are added to (default: pristine)")
     p.add_argument("--full", default="full")
@@ -293,25 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p = sub.add_parser("report", help="(re)write report.md + plot.png of a run dir")
     p.add_argument("run_dir", type=Path)
-    p.add_argument(
-        "--adjust",
-        choices=["none", "host", "steal", "wait", "state"],
-        default=None,
-        help="read the verdicts this way instead of the run's own (written to report-adjust-<X>.md beside report.md)",
+    sub.add_parser(
+        "speed", help="the tool's own speed against quilt, StGit and git (bench speed --help)", add_help=False
     )
     tinymodel.add_cli(sub)
     server_seqs.add_cli(sub)
     train_draft.add_cli(sub)
-    greedy_ties.add_cli(sub)
-    oea_micro.add_cli(sub)
     sub.add_parser("speed", help="the tool against quilt and StGit, its imports, rebase (bench/speed.py)")
-    simulate_cli.add_cli(sub)
     return ap
 
 
 def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
-    """The options of a --resume call whose values differ from the recorded command's, as `--opt value` (its
-    --out and --time-budget aside: the one is the run dir, the other this call's own)."""
+    """A --resume call's options that differ from the recorded command's (--out and --time-budget aside)."""
 
     def options(xs: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -332,8 +161,7 @@ def _options_not_taken(given: list[str], recorded: list[str]) -> list[str]:
 
 
 def _reuse_store(given: str) -> Path:
-    """A --reuse path as a store file: a run directory stands for its results.jsonl; a path that names no store
-    is refused (a typo had quietly reused nothing, and the run measured everything again)."""
+    """A --reuse path as a store file (a run dir: its results.jsonl); a path that names none is refused."""
     p = Path(given)
     if p.is_dir():
         p = p / "results.jsonl"
@@ -342,20 +170,27 @@ def _reuse_store(given: str) -> Path:
     return p
 
 
-def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
-    from .hostinfo import gpu_names, gpu_slug
+def default_out(kind: str, project: Path, now: datetime | None = None) -> Path:
+    """PROJECT/bench/results/DATE-GPU/KIND-TIME: the project's, wherever the bench is installed."""
+    from .machine import gpu_names, gpu_slug
+
+    now = now or datetime.now()
+    return project / "bench" / "results" / f"{now:%Y-%m-%d}-{gpu_slug(gpu_names())}" / f"{kind}-{now:%H%M%S}"
+
+
+def _make_config(kind: str, a, server_args: list[str], argv: list[str], context: Context):
     from .launcher import LaunchConfig
     from .runner import RunConfig
     from .workload import Workload
 
     out = a.resume or a.out
     if out is None:
-        now = datetime.now()
-        out = RESULTS_ROOT / f"{now:%Y-%m-%d}-{gpu_slug(gpu_names())}" / f"{kind}-{now:%H%M%S}"
+        out = default_out(kind, context.project or Path(a.manifest).resolve().parent)
     launch = LaunchConfig(
         launcher=tuple(shlex.split(a.launcher)),
         tree=a.tree,
         manifest=a.manifest,
+        pin=a.pin,
         server_args=tuple(server_args),
         health_timeout_s=a.health_timeout,
         start_timeout_s=a.health_timeout + 60,
@@ -395,14 +230,6 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         raise UsageError(f"--health-timeout {a.health_timeout:g}: give seconds above 0")
     if a.ttft_requests < 0:
         raise UsageError("--ttft-requests must be >= 0 (0: no time-to-first-token phase)")
-    if a.host_probe_at != "spare" and not a.host_probe:
-        raise UsageError("--host-probe-at needs --host-probe")
-    if a.adjust == "host" and not a.host_probe:
-        raise UsageError("--adjust host needs --host-probe (the covariate is the probe's speed per start)")
-    if a.adjust == "state" and (not a.host_probe or a.host_probe_at != "scheduler"):
-        raise UsageError(
-            "--adjust state needs --host-probe --host-probe-at scheduler (the state is the scheduler's vCPU's)"
-        )
     return RunConfig(
         kind=kind,
         out_dir=Path(out),
@@ -427,125 +254,7 @@ def _make_config(kind: str, a, server_args: list[str], argv: list[str]):
         reuse=[Path(x) for x in a.reuse] if a.resume else [_reuse_store(x) for x in a.reuse],  # a resume imports none
         time_budget_s=a.time_budget,
         warm_start_estimate_s=a.warm_start_estimate,
-        host_probe=a.host_probe,
-        host_probe_at=a.host_probe_at,
-        adjust=a.adjust,
-        duet_tree=getattr(a, "duet", None),
-        duet_value=getattr(a, "duet_value", "pairs"),
-        concurrent=a.concurrent,
-        block_analysis=a.block_analysis,
-        block_pairs=a.block_pairs,
     )
-
-
-def _check_duet(cfg, arms) -> None:
-    """What a duet run needs: two arms, two trees, two servers' memory on one GPU, nothing read per start."""
-    from .duet import check_server_args
-
-    if len(arms) != 2:
-        raise UsageError(f"--duet compares exactly two arms (reference and candidate); got {len(arms)}")
-    if not cfg.launch.tree:
-        raise UsageError(
-            "--duet TREE_B needs --tree A with A != TREE_B: two live servers cannot share one tree "
-            "(`apply.py launch` switches a tree's patches); make a second one with `apply.py fetch --wheel`"
-        )
-    for flag, t in (("--tree", cfg.launch.tree), ("--duet", cfg.duet_tree)):
-        if not os.path.isdir(t):
-            raise UsageError(f"{flag} {t}: not a directory (an sglang tree: `apply.py fetch --wheel --tree DIR`)")
-    # one tree under two spellings (a symlink, a trailing slash, a relative path): the second launch would switch
-    # the patches of the tree the first server runs from, and its lazily imported modules would be the other arm's
-    if os.path.samefile(cfg.launch.tree, cfg.duet_tree):
-        raise UsageError(
-            f"--tree {cfg.launch.tree} and --duet {cfg.duet_tree} are the same directory: two live servers "
-            "cannot share one tree (`apply.py launch` switches a tree's patches); make a second one with "
-            "`apply.py fetch --wheel`"
-        )
-    check_server_args(cfg.launch.server_args)
-    _check_paired(cfg, "--duet", "duet")
-
-
-def _check_paired(cfg, flag: str, unit: str) -> None:
-    """What a paired design (a duet, a block) refuses: a host covariate (its arms share the host), starts pooled
-    from elsewhere (its starts are one unit), and fewer than 3 units first: its first verdict needs 3 (a t
-    interval over 2 has one degree of freedom), and its look boundaries are solved from there
-    (bench.sequential.paired_t_quantiles)."""
-    from .stats import MIN_STARTS
-
-    if cfg.host_probe or cfg.adjust != "none":
-        raise UsageError(f"{flag} reads no host covariate: drop --host-probe / --adjust (a {unit} shares the host)")
-    if cfg.reuse:
-        raise UsageError(f"{flag} cannot --reuse sequential starts: a {unit}'s starts are one unit")
-    if cfg.initial_starts < MIN_STARTS:
-        raise UsageError(
-            f"{flag} reads its first verdict at {MIN_STARTS} units: give --restarts {MIN_STARTS} or more "
-            f"(got {cfg.initial_starts})"
-        )
-
-
-def _check_block_ports(kind: str, cfg, arms, extra) -> None:
-    """Every position's port and NCCL port must be ports: refused before any server starts."""
-    from .blocks import NCCL_PORT_OFFSET
-    from .duet import PORT_OFFSET, first_port
-
-    n = block_size(kind, arms, extra, cfg.block_pairs)
-    last = first_port(cfg.launch.server_args) + (n - 1) * PORT_OFFSET + NCCL_PORT_OFFSET
-    if last > 65535:
-        raise UsageError(
-            f"--port {first_port(cfg.launch.server_args)}: a block of {n} servers takes ports up to {last} "
-            f"(+{PORT_OFFSET} per position, NCCL +{NCCL_PORT_OFFSET}); give a --port below "
-            f"{65535 - (n - 1) * PORT_OFFSET - NCCL_PORT_OFFSET + 1}"
-        )
-
-
-def _check_concurrent(kind: str, cfg, a) -> None:
-    """What a block run needs: a plan whose comparisons a block pairs, servers that fit on one GPU together,
-    one tree per position, nothing read per start."""
-    from .blocks import check_server_args
-
-    if kind == "bisect":
-        raise UsageError(
-            "bisect chooses its probes one at a time and reads them against the midpoint of good and bad, which "
-            "--concurrent does not pair: use `ablate --concurrent --base GOOD --full BAD --mode leave-out` (each "
-            "patch left out of the bad set, every one in the same block; a mover is confirmed alone on the good set)"
-        )
-    if cfg.duet_tree:
-        raise UsageError("--concurrent and --duet are two designs: a block of two arms is the duet with shared CPUs")
-    if cfg.launch.tree:
-        raise UsageError(
-            "--concurrent runs each arm from a tree of its own: drop --tree (the bench makes pristine trees from the "
-            "pinned wheel) or name your trees with --trees DIR,DIR,..."
-        )
-    check_server_args(cfg.launch.server_args)
-    _check_paired(cfg, "--concurrent", "block")
-    if a.trees is not None and not [t for t in a.trees.split(",") if t]:
-        raise UsageError("--trees needs DIR,DIR,...: one sglang tree per arm of the largest block")
-
-
-def block_size(kind: str, arms, extra: dict, block_pairs: bool = False) -> int:
-    """The most servers one block of this plan can hold, in distinct arms (a set that cannot exist is no arm):
-    every arm of ab; ablate's blocks of each side (a patch's arm with its reference, and the base with the full
-    set, whose blocks hold the base as its reference), the mode's first side and its confirmation's alike."""
-    keys = {x.key for x in arms}
-    if block_pairs:
-        return min(2, len(keys))
-    if kind != "ablate" or extra.get("mode", "both") == "both":
-        return len(keys)
-    by_name = {x.name: x for x in arms}
-    base, full = by_name["base"], by_name["full"]
-    leave = {base.key, full.key} | {x.key for x in extra["leave"].values() if x is not None}
-    alone = {base.key} | {x.key for x in extra["alone"].values() if x is not None}
-    return max(len(leave), len(alone))
-
-
-def _block_trees(kind: str, a, cfg, arms, extra: dict) -> list[str]:
-    from .block_trees import check_trees, pool_trees
-
-    n = block_size(kind, arms, extra, cfg.block_pairs)
-    if a.trees:
-        trees = [t for t in a.trees.split(",") if t]
-        check_trees(trees, n)
-        return trees
-    return pool_trees(cfg.launch.manifest or "manifest.yaml", n, a.tree_pool)
 
 
 def _arm_env(a, name: str) -> tuple[tuple[str, str], ...]:
@@ -570,8 +279,7 @@ def _refuse_unknown_arm_env(a, arms) -> None:
 
 def _arms_and_comparisons(kind: str, a, catalog):
     """(arms, comparisons as (section, ref name, arm name), plan extras) for the kind."""
-    from .launcher import ArmSpec
-    from .sets import SetError, resolve
+    from .launcher import ArmSpec, SetError, resolve
 
     def arm(name: str, expr: str, profile=None) -> ArmSpec:
         if profile is not None:
@@ -656,20 +364,16 @@ def _settings(cfg):
         cfg.min_effect,
         cfg.spending,
         cfg.look_step,
-        adjust=cfg.adjust,
     )
     return Settings(pol, cfg.metric, cfg.follow, cfg.confirm)
 
 
 def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
     from . import plans
-    from .launcher import ArmSpec
-    from .sets import PatchSet
+    from .launcher import ArmSpec, PatchSet
 
     s = _settings(runner.cfg)
     by_name = {x.name: x for x in arms}
-    if runner.cfg.duet_tree:
-        return plans.run_duet(lab, arms[0], arms[1], s)
     if kind == "ab":
         return plans.run_ab(lab, arms, [(sec, by_name[r], by_name[x]) for sec, r, x in comps], s)
     if kind == "ablate":
@@ -689,15 +393,17 @@ def _run_plan(kind: str, runner, lab, catalog, arms, comps, extra) -> dict:
     return plans.run_bisect(lab, good, bad, make_arm, catalog.dependents, s)
 
 
-def run_measurement(kind: str, argv_full: list[str]) -> int:
-    from . import run_lock, store
-    from .block_runner import BlockStoreLab
+def run_measurement(
+    kind: str, argv_full: list[str], prog: str = "python -m bench", context: Context = Context()
+) -> int:
+    from . import store
     from .errors import BudgetExhausted, RunAborted, SetError, WriteFailed
+    from .launcher import Catalog
     from .report import write_report
     from .runner import Runner, StoreLab, progress
-    from .sets import Catalog
 
-    ap = build_parser()
+    ap = build_parser(prog)
+    again = f"{prog} {kind} --resume"
     own, server_args = _split_server_args(argv_full)
     if "--resume" in own:
         # Everything comes from the recorded command but the run dir and this call's --time-budget (a budget is
@@ -707,7 +413,7 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
             raise UsageError("--resume needs the run dir")
         resume_dir = Path(own[i + 1]).resolve()
         given = own[:i] + own[i + 2 :]
-        only_budget = argparse.ArgumentParser(prog=f"python -m bench {kind}", add_help=False)
+        only_budget = argparse.ArgumentParser(prog=f"{prog} {kind}", add_help=False)
         only_budget.add_argument("--time-budget", type=float, default=None)
         budget = only_budget.parse_known_args(given)[0].time_budget
         recs = [r for r in store.read(resume_dir / "results.jsonl") if r.get("type") == "run"]
@@ -715,7 +421,7 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
             raise UsageError(f"--resume {resume_dir}: no results.jsonl with a run record there")
         if recs[0].get("kind") not in (None, kind):
             raise UsageError(f"--resume {resume_dir}: that directory holds a `{recs[0]['kind']}` run, not `{kind}`")
-        argv_full = recs[0]["argv"][4:]  # [python, -m, bench, kind, ...]
+        argv_full = _recorded_args(recs[0]["argv"], kind)
         given_server = server_args
         own, server_args = _split_server_args(argv_full)
         ignored = _options_not_taken(given, own)
@@ -743,73 +449,38 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except SetError as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
-    argv = [sys.executable, "-m", "bench", kind, *argv_full]
-    cfg = _make_config(kind, a, server_args, argv)
-    if cfg.duet_tree:
-        _check_duet(cfg, arms)
-    trees: list[str] = []
-    if cfg.concurrent:
-        from dataclasses import replace
-
-        from .blocks import block_server_args
-
-        _check_concurrent(kind, cfg, a)
-        _check_block_ports(kind, cfg, arms, extra)
-        cfg.launch = replace(cfg.launch, server_args=block_server_args(cfg.launch.server_args))
-        if not a.dry_run:
-            trees = _block_trees(kind, a, cfg, arms, extra)
-    elif a.trees is not None or a.tree_pool is not None or a.block_pairs:
-        raise UsageError(
-            "--trees, --tree-pool and --block-pairs are the block design's: add --concurrent, or drop them"
-        )
+    head = [sys.executable, "-m", "bench"] if prog == "python -m bench" else shlex.split(prog)
+    argv = [*head, kind, *argv_full]
+    cfg = _make_config(kind, a, server_args, argv, context)
     if a.dry_run:
         return _dry_run(kind, cfg, arms, extra)
     record_extra = {k: v for k, v in extra.items() if k in ("ablated", "skipped", "mode")}
-    run_lock.hold(cfg.out_dir)  # before the first write into it: a second process is refused, not interleaved
+    store.hold_run_dir(cfg.out_dir)  # before the first write into it: a second process is refused, not interleaved
     try:
         runner = Runner(cfg, arms, comps, extra_run_fields=record_extra)
     except (RunAborted, WriteFailed) as e:
         print(f"bench: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # while the run dir's records were written: each is whole (store.append)
-        print(f"bench: interrupted; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr)
+        print(f"bench: interrupted; continue with `{again} {cfg.out_dir}`", file=sys.stderr)
         return 130
     for s in extra.get("skipped", []):
         progress(f"skipped arm {s}")
     progress(
-        f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} "
-        + (
-            "duets, both arms in each"
-            if cfg.duet_tree
-            else "blocks, all arms of a round live at once"
-            if cfg.concurrent
-            else "starts each"
-        )
-        + f", {cfg.reps_per_start} rep(s) per start"
-        + (", after one throwaway start)" if cfg.warmup_start else ")")
+        f"run dir {cfg.out_dir} ({len(arms)} arms, {cfg.initial_starts} to {cfg.max_starts} starts each, "
+        f"{cfg.reps_per_start} rep(s) per start" + (", after one throwaway start)" if cfg.warmup_start else ")")
     )
-    if cfg.duet_tree:
-        from .duet_runner import DuetStoreLab
-
-        lab: StoreLab | DuetStoreLab | BlockStoreLab = DuetStoreLab(runner, arms[0], arms[1])
-    elif cfg.concurrent:
-        lab = BlockStoreLab(runner, trees)
-    else:
-        lab = StoreLab(runner)
+    lab = StoreLab(runner)
     rc = 0
     try:
         conclusion = _run_plan(kind, runner, lab, catalog, arms, comps, extra)
-        if cfg.concurrent:
-            conclusion["method"] = "block"
-            conclusion["block_rounds"] = list(lab.consumed)  # type: ignore[union-attr]  # what the plan read
         conclusion["server_starts_this_run"] = runner.units_started
         conclusion["elapsed_s"] = round(runner.elapsed(), 1)
         runner.rec(conclusion)
         progress(_summary(conclusion))
         if conclusion.get("budget_exhausted"):
             print(
-                f"bench: time budget: {conclusion['budget_message']}; continue with "
-                f"`python -m bench {kind} --resume {cfg.out_dir}`",
+                f"bench: time budget: {conclusion['budget_message']}; continue with `{again} {cfg.out_dir}`",
                 file=sys.stderr,
             )
             rc = EXIT_BUDGET
@@ -820,14 +491,11 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
         print(f"bench: {e}", file=sys.stderr)
         rc = e.exit_code
     except BudgetExhausted as e:  # a start refused outside a plan's own handling
-        print(
-            f"bench: time budget: {e}; continue with `python -m bench {kind} --resume {cfg.out_dir}`", file=sys.stderr
-        )
+        print(f"bench: time budget: {e}; continue with `{again} {cfg.out_dir}`", file=sys.stderr)
         rc = EXIT_BUDGET
     except KeyboardInterrupt:
         print(
-            f"bench: interrupted; what was measured is in {cfg.store_path}; continue with "
-            f"`python -m bench {kind} --resume {cfg.out_dir}`",
+            f"bench: interrupted; what was measured is in {cfg.store_path}; continue with `{again} {cfg.out_dir}`",
             file=sys.stderr,
         )
         rc = 130
@@ -836,10 +504,8 @@ def run_measurement(kind: str, argv_full: list[str]) -> int:
     except WriteFailed as e:  # what was measured is in the store: the report can be written again from it
         print(f"bench: {e}", file=sys.stderr)
         return rc or e.exit_code
-    except KeyboardInterrupt:  # the report is written whole or not at all (bench.derived): the previous one stays
-        print(
-            f"bench: interrupted writing the report; `python -m bench report {cfg.out_dir}` writes it", file=sys.stderr
-        )
+    except KeyboardInterrupt:  # the report is written whole or not at all (store.write_whole)
+        print(f"bench: interrupted writing the report; `{prog} report {cfg.out_dir}` writes it", file=sys.stderr)
         return 130
     progress(f"report {report}")
     return rc
@@ -869,78 +535,79 @@ def _dry_run(kind, cfg, arms, extra) -> int:
             + (f" env {dict(a.env)}" if a.env else "")
         )
         print("   " + " ".join(shlex.quote(c) for c in launch_command(cfg.launch, a, Path("LOG"))))
-        if cfg.duet_tree:  # alternate duets put the arm on the second tree, on the second server's port
-            from dataclasses import replace
-
-            from .duet import second_server_args
-
-            b = replace(cfg.launch, tree=cfg.duet_tree, server_args=second_server_args(cfg.launch.server_args))
-            print("   " + " ".join(shlex.quote(c) for c in launch_command(b, a, Path("LOG"))))
     for s in extra.get("skipped", []):
         print(f"skipped {s}")
     first = len({a.key for a in arms})
     if kind == "ablate" and extra.get("mode") != "both":
         first = 1 + len(extra["ablated"])
-    if cfg.concurrent:
-        first = block_size(kind, arms, extra)
-    lines = [
-        f"server starts: {1 if cfg.warmup_start else 0} throwaway + {first} arm(s) x {cfg.initial_starts} to "
-        f"{cfg.max_starts} starts (adaptive: more only for undecided comparisons)"
-        + (
-            f"; a block holds up to {block_size(kind, arms, extra, cfg.block_pairs)} servers at once"
-            if cfg.concurrent
-            else ""
-        )
-    ]
+    lo, hi = first * cfg.initial_starts, first * cfg.max_starts
+    more = ""
     if kind == "bisect":
         cands = candidates_between(arms[0].pset.patches, arms[1].pset.patches)
         probes = (len(cands) - 1).bit_length() if len(cands) > 1 else 0
-        lines.append(
-            f"candidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
+        hi += (probes + 2) * cfg.max_starts
+        more = (
+            f"\ncandidates: {', '.join(cands) or '(none)'}; up to {probes} search probe(s) + 2 confirmations "
             f"(+ a partner search for an interaction), each {cfg.initial_starts} to {cfg.max_starts} starts"
         )
-    if cfg.duet_tree:
-        lines.append(
-            f"duets: each unit is one start of both arms, live together (the --tree server first, then "
-            f"{cfg.duet_tree}), repetitions in ABBA order, trees swapped every other unit; ratio of "
-            f"{cfg.duet_value}"
-        )
-    if cfg.concurrent:
-        lines.append(
-            "blocks: each round's arms (and the references they are compared with) start together, one tree each "
-            "(--trees, or pristine trees made from the pinned wheel), ports + 500 k, --sleep-on-idle, all on the "
-            f"same CPUs; repetitions served round by round; ratio of {cfg.duet_value} per block"
-            + ("; --block-pairs: one block per comparison, its two arms only" if cfg.block_pairs else "")
-        )
-    if cfg.host_probe:
-        lines.append(f"host probe beside every measured start (bench.hostprobe); verdicts: adjust {cfg.adjust}")
-    print("\n".join(lines) + f"; {cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each; out: {cfg.out_dir}")
+    warm = 1 if cfg.warmup_start else 0
+    each = cfg.warm_start_estimate_s
+    print(
+        f"server starts: {warm} throwaway + {lo} to {hi} measured ({first} arm(s) x {cfg.initial_starts} to "
+        f"{cfg.max_starts} starts; more only for undecided comparisons); at {each:.0f} s a start "
+        f"(--warm-start-estimate) that is {(warm + lo) * each / 60:.0f} to {(warm + hi) * each / 60:.0f} min"
+        f"{more}\n{cfg.reps_per_start} rep(s) + {cfg.warmup_reps} warm-up each; out: {cfg.out_dir}"
+    )
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["speed"]:  # its own parser (bench/speed.py)
-        from .speed import main as speed_main
+def _recorded_args(argv: list[str], kind: str) -> list[str]:
+    """The arguments after KIND of a recorded command (`python -m bench KIND ...`, or the tool's)."""
+    return argv[argv.index(kind) + 1 :] if kind in argv else argv[4:]
 
-        return speed_main(argv[1:])
-    if argv and argv[0] in ("ab", "ablate", "bisect"):
+
+def _missing_extra(e: ImportError) -> str | None:
+    name = (e.name or "").partition(".")[0]
+    return name if name in EXTRA_MODULES else None
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m bench", context: Context | None = None) -> int:
+    """The bench's command line; `prog` and `context` are the tool's when `sglang-overlay bench` calls it."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    context = context or Context()
+    if argv[:1] == ["speed"]:  # its own parser (bench/speed.py); loaded only when asked for
+        import importlib
+
+        return importlib.import_module(".speed", __package__).main(argv[1:])
+    try:
+        return _main(argv, prog, context)
+    except ImportError as e:
+        if (name := _missing_extra(e)) is None:
+            raise
+        print(f"bench: this command needs {name}, from the bench extra: {PIP_EXTRA}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _main(argv: list[str], prog: str, context: Context) -> int:
+    if argv[:1] and argv[0] in (*MEASURE, "report") and not {"-h", "--help"} & set(argv):
+        import numpy  # noqa: F401  # the extra, asked for before any server starts
+        import scipy  # noqa: F401
+    if argv and argv[0] in MEASURE:
         try:
-            return run_measurement(argv[0], argv[1:])
+            return run_measurement(argv[0], argv[1:], prog, context)
         except (UsageError, RecordError) as e:  # bad arguments or store: the message and exit 2, never a traceback
             print(f"bench: {e}", file=sys.stderr)
             return e.exit_code
     # server-seqs starts a server too: its args after `--` are the server's, as for ab
     own, server_args = _split_server_args(argv) if argv[:1] == ["server-seqs"] else (argv, [])
-    a = build_parser().parse_args(own)
+    a = build_parser(prog).parse_args(own)
     if server_args:
         a.server_args = server_args
-
     try:
         if a.cmd == "report":
             from .report import write_report
 
-            print(write_report(a.run_dir, a.adjust))
+            print(write_report(a.run_dir))
             return 0
         return a.func(a)
     except OverlayError as e:  # every subcommand's bad input or failure: the message, not a traceback

@@ -15,7 +15,7 @@ from pathlib import Path
 from . import store
 from .dummy_init import from_env
 from .errors import DraftInputError, RecordError, WriteFailed
-from .hostinfo import gpu_kind
+from .machine import gpu_kind
 
 _METRICS = ("accept_len_b1", "accept_len_bc", "tok_s_b1", "tok_s_bc")
 
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_out(path: Path, text: str) -> None:
     """A summary written whole (a kill leaves the previous one), its directory made first."""
-    from .derived import write_whole
+    from .store import write_whole
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_whole(path, text.encode(), "give --out a writable place")

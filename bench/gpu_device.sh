@@ -2,8 +2,8 @@
 # Device-side driver for the recorded GPU runs (the commands themselves are in bench/gpu_runs.sh).
 #
 #   bash bench/gpu_device.sh setup                       # once, after the wheel bundles are installed
-#   CALL_S=540 bash bench/gpu_device.sh run 0:validate,plain 1:fp8,bisect ...
-#   RESUME_FROM=bench/results/2026-12-01-h200-run2 CALL_S=540 bash bench/gpu_device.sh run 0:moe  # go on with a record
+#   CALL_S=540 bash bench/gpu_device.sh run 0:validate,plain 1:fp8,fp8plain ...
+#   RESUME_FROM=bench/results/2026-12-01-h200-run2 CALL_S=540 bash bench/gpu_device.sh run 0:inpatch  # go on with a record
 #
 # `run` takes streams GPU[SLOT]:STEP[,STEP...]; streams run in parallel, each stream's steps in order.
 # GPU 0 patches the installed sglang (/tmp/site, an "installed" tree); GPU 1 an embedded tree made from the
@@ -11,7 +11,7 @@
 # Two streams on one GPU (slots a, b) are for correctness runs only: they perturb each other's timings, and
 # SGLang's memory profiling counts the other server's memory (0.25 each failed on an H200: see
 # bench/results/2026-11-30-h200x2/validate): start such servers one after the other, not together.
-# Results persist in /tmp/results while the machine stays warm (bisect reuses ablate's starts) and are
+# Results persist in /tmp/results while the machine stays warm (inpatch reuses null42's starts) and are
 # packed into $OUT/<stream>.tgz for the trip back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -89,7 +89,7 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
       stream=${spec%%:*}; steps=${spec#*:}; gpu=${stream:0:1}; slot=${stream:1:1}
       case "$gpu" in 0) tree=/tmp/site ;; *) tree=$EMB ;; esac
       [ "$stream" = "01" ] && gpu=0,1 && tree=/tmp/site
-      # 5000 apart per GPU: a block's servers take port + 500 per position (bench/blocks.py)
+      # apart per GPU and slot: two streams never share a port
       port=$((30000 + ${gpu%%,*} * 5000 + $( [ "$slot" = b ] && echo 500 || echo 0 )))
       memf=${MEMF:-$( [ -n "$slot" ] && echo 0.25 || echo 0.6 )}
       (
@@ -101,9 +101,7 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
           [ "$left" -lt 150 ] && { echo "=== skip $step: ${left}s left"; continue; }
           # timeout: a step that overruns is interrupted (SIGINT: the bench stops its server and keeps its
           # store) so the results are still packed before the device call's own limit kills everything
-          # DUET_TREE: the other tree, for the duet steps' second server (their two servers share this GPU)
           CUDA_VISIBLE_DEVICES=$gpu PORT=$port MEMF=$memf SGL_TREE=$tree OUT=$RES BUDGET=$left \
-            DUET_TREE=$( [ "$tree" = "$EMB" ] && echo /tmp/site || echo "$EMB" ) \
             REUSE=${REUSE:-} timeout -s INT -k 20 "$left" bash bench/gpu_runs.sh "$step"
           rc=$?  # before any command substitution below resets $?
           echo "=== $(date +%T) stream $stream step $step exit $rc after $(( $(date +%s) - start )) s of GPU time"

@@ -1,97 +1,37 @@
 #!/usr/bin/env bash
-# The recorded GPU runs, one H200 (tp2: two). Each step is one or more `python -m bench` commands guarded by
-# --time-budget; results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
+# The recorded GPU runs, one H200 (tp2: two). Each step is one or more bench commands guarded by --time-budget;
+# results go to $OUT/<step>/ and belong in bench/results/<date>-<gpu>/ afterwards.
 #
-# Issue 12 (the start is the unit; adaptive starts; throwaway first start; confirmation before a culprit):
-#   importtime   what the 51 s of two processes importing sglang are: python -X importtime of the scheduler's
-#                imports, from /tmp/site and from a copy in /dev/shm (is it the disk?)
+# Start-up and noise (issue 12):
 #   cold         the machine's first start (FlashInfer JIT, Triton, graph capture): its seconds, recorded
 #   warm         two single starts on a warm machine (the second with the bench's bytecode cache filled)
-#   oldargs      one warm start with the graph arguments of the earlier records: the "before" of the start time
 #   variance     one set, three arms (CPU placement spread twice: a null pair; none): start-to-start CV
-#   moe          bisect default -> full + planted_moe_gpu (a GPU-side delay in every routing call: the
-#                regression the old bench blamed on oea_topk); reuses variance's starts of the default set
-#   kimi_moe     the same bisect on the Kimi-width proxy (KIMI model dir), GPU-bound regime
-#   profiling    eagle_profiling on / applied but off / not applied
-#   kimi_profiling  eagle_profiling on / applied but off / not applied on the Kimi-width proxy (run7: host-bound too)
-#   profhost     eagle_profiling on / not applied, 3 starts each, with the host-speed covariate (bench.hostprobe)
-#   hostprobe    one set, two arms (a null pair), 4 starts each, with bench.hostprobe beside every start: does the
-#                host's speed track the slow stretches, and what is the start-to-start CV at a fixed host speed?
-#   schedprobe   the probe on the scheduler's own CPU (--host-probe-at scheduler): base against full_result_host
-#                (its plant at PLANT_US, 400 us), REPS repetitions a start: does the step track its own vCPU's speed?
-#   schednull    the default set twice (a null pair) and full_result_host, MAXS (5) starts each, interleaved, the
-#                probe on the scheduler's CPU: >= 9 starts of one set, the CV raw, adjusted and in the host's fast
-#                state (report --adjust host, --adjust state), a null and a plant
-#   stateab      ab default against full_result_host read in the fast state (--adjust state), 4 to MAXS (12)
-#                starts a side: the schednull plant with the new reading driving the adaptive starts
-#   statebisect  bisect default -> full_result_host (its plant at PLANT_US) read in the host's fast state
-#                (--host-probe-at scheduler --adjust state): the planted-regression target on the new reading
-#   hostcov      the covariates' validation: the probe's overhead in 12 ABBA rounds (a verdict), then a null pair
-#                of the default set with the probe and the kernel's counters per repetition, 3 starts each (MAXS
-#                a second call resumes one the time budget stopped), and the report read four ways (--adjust)
-# The duet design (bench/duet.py: both arms' servers live at once, repetitions in ABBA order, the per-duet ratio
-# the unit), for run7's machine-wide slow stretches that sequential starts cannot cancel; DUET_TREE is the second
-# sglang tree (gpu_device.sh: the other of /tmp/site and its embedded tree), DUET_MEMF each server's share:
-#   duet         tiny model, a null pair of the default set: the duet-to-duet CV of the ratio beside each arm's
-#                start-to-start CV (the report shows both ratios, of medians and of adjacent pairs)
-#   duet_profiling  tiny model, eagle_profiling on against not applied, by duets
-#   duet_off     tiny model, eagle_profiling applied but off against not applied (issue 16: "within noise")
-# The block design (bench/blocks.py: every arm of a round live at once on one GPU, each on a pristine tree the bench
-# makes from the pinned wheel, all on the same CPUs, --sleep-on-idle, short repetitions served round by round;
-# a fixed KV pool, BLOCK_TOKENS): the noise probe (bench/results/2026-12-03-h200-noise) found each vCPU's speed its
-# own, so a block shares one vCPU between its arms instead of one moment between two halves of the CPUs:
-#   blocks_profiling  tiny model, four arms in every block: eagle_profiling not applied (the reference), on,
-#                applied but off, and a null arm (not applied again, a harmless env): issue 16's "< 3 %" and
-#                "off = not applied", and a null comparison, in the same blocks
-#   blocks_ablate  tiny model, ablate --mode leave-out of full_result_host (planted_result_host: a host-side
-#                delay in the scheduler's result processing, outside every EAGLE phase) against default: every
-#                leave-one-out in one block with the full set and the base; the mover confirmed alone
-#   blocks_moe   the same for full_moe_gpu (a GPU-side delay in every routing call, captured into the graphs)
-#                PAIRS=1: --block-pairs (one block per comparison, two servers each) for the three blocks_ steps
-# Issue 16: envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
+# Issue 42 on one warm machine (PROJ42: the project copy whose oea_topk carries a GPU-side plant):
+#   inpatch      bisect default -> full on that copy
+#   hostbisect   bisect default -> full_result_host (a host-side delay in the scheduler's result processing)
+#   null42       default against itself
+# Earlier issues' correctness and configuration runs: validate, plain, edge, before, fp8, fp8plain, tp2,
+#   envrespect (a user-set CUDA_DEVICE_MAX_CONNECTIONS with and without engine_env_respect at TP1).
 # Issue 17 (drafts that agree: bench train-draft trains them against the dummy_init_normal target):
-#   train        the tiny model's draft (aux ids 0,1,2); train_edge its draft_edge (0,1,4: the final layer's output);
-#                each first asks one plain server for its greedy continuations (bench server-seqs), then trains on them
-#   kimi_train   the Kimi-width proxy's draft, the same way
-#   draft_check  SGLang's own DummyModelLoader on this GPU (full + dummy_init_normal applied to the tree) against
-#                train-draft's reconstruction, parameter by parameter, for both targets
-#   trained      tiny, accepted runs: none / full / OEA K0=3 with the trained draft, then plain decoding, one start
-#                each; trained/summary.md: accept length, tok/s x plain, outputs = plain (bench.draft_compare)
-#   trained_speed  tiny, full with the trained draft vs plain decoding, three starts each
-#   trained_edge tiny, the trained edge draft (deepseek_v2's final-layer capture) and fp8 KV (flashinfer_mla)
-#                over accepted runs, against trained's plain outputs
-#   kimi_trained Kimi-width, full and OEA K0=3 with the trained draft, two starts each
-#   kimi_plain   Kimi-width plain decoding, two starts, then kimi_trained/summary.md
-#   kimi_null    Kimi-width, the full set with the trained draft twice (a null pair), MAXS (5) starts each,
-#                interleaved, the probe on the scheduler's CPU: issue 12's Kimi-width start-to-start CV over >= 9
-#                starts of one set, and a null comparison, read raw and in the host's fast state
-#   kimi_statebisect  issue 12's planted-regression target on the Kimi-width proxy with its trained draft: bisect
-#                default -> full_moe_gpu (a GPU-side delay in every routing call), both with dummy_init_normal (the
-#                weights the draft was trained against), read in the host's fast state, up to MAXS (12) starts a
-#                side (simulated on kimi_null's starts: 96 % named at 12, bench/results/simulate/kimi-record.md)
-#   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft and plain decoding, pristine
-#                (dummy_init_normal only) and the full set, 3 starts each, no phase timing in either (the EAGLE
-#                arms of kimi_trained ran with it, the plain ones without), then kimi_speed/summary.md
-#   kimi_seqs    kimi_train's sequences only (bench server-seqs): a bare machine's cold start, without training
-#   kimi_train5  the proxy's draft trained over 5 steps of training-time test (kimi_train's sequences)
-#   kimi_speed5  kimi_speed with that draft at steps 5 / 6 draft tokens (a perfect draft then yields 6 tokens a
-#                step, not 4, for a verify over 6 tokens), against kimi_speed's plain decoding; OEA_ARM=1 adds
-#                EAGLE-3 with OEA at K0=3 (expected to be accepted on the successor weights, DINIT=successor)
-#   kimi_stateprof  issue 16's eagle_profiling on / applied but off / not applied on the same proxy and draft,
-#                read in the host's fast state (its CV 2.0 % in kimi_null): "< 3 %" and "off = not applied"
-# Earlier issues' steps (same commands, the new method): ablate, bisect, oea, tp2, validate, plain, edge,
-# before, fp8, fp8plain.
+#   draft_check  SGLang's own DummyModelLoader against train-draft's reconstruction, parameter by parameter
+#   train        the tiny model's draft; train_edge its draft_edge; each first asks one plain server for its
+#                greedy continuations (bench server-seqs), then trains on them
+#   kimi_seqs    the Kimi-width proxy's sequences only (a bare machine's cold start, without training)
+#   kimi_train   the proxy's draft; kimi_train5 over 5 steps of training-time test
+#   trained      tiny: none / full / OEA K0=3 with the trained draft, then plain decoding; trained/summary.md
+#   kimi_trained the proxy, full and OEA K0=3 with the trained draft; kimi_plain its plain decoding
+#   kimi_speed   issue 17's 1.5x on the proxy: EAGLE-3 with the trained draft against plain decoding
+#   kimi_speed5  the same with kimi_train5's draft at steps 5 / 6 draft tokens
 #
 # DRY=1 prints the plan (sets, launch commands, number of starts) without starting anything.
 set -euo pipefail
-step=${1:?usage: gpu_runs.sh importtime|cold|warm|oldargs|variance|moe|kimi_moe|profiling|kimi_profiling|profhost|hostprobe|schedprobe|schednull|stateab|statebisect|hostcov|duet|duet_profiling|duet_off|blocks_profiling|blocks_ablate|blocks_moe|envrespect|train|train_edge|kimi_train|draft_check|trained|trained_speed|trained_edge|kimi_trained|kimi_plain|kimi_null|kimi_statebisect|kimi_stateprof|kimi_speed|kimi_seqs|kimi_train5|kimi_speed5|inpatch|hostbisect|null42|ablate|bisect|oea|tp2|validate|plain|edge|before|fp8|fp8plain}
+step=${1:?usage: gpu_runs.sh cold|warm|variance|inpatch|hostbisect|null42|validate|plain|edge|before|fp8|fp8plain|envrespect|tp2|draft_check|train|train_edge|kimi_seqs|kimi_train|kimi_train5|trained|kimi_trained|kimi_plain|kimi_speed|kimi_speed5}
 OUT=${OUT:-bench/results/manual}
 PY=${PYTHON:-python}
 BUDGET=${BUDGET:-500}
 # The tree the tool patches: the sglang installed in this interpreter (site-packages), found without importing it.
 SGL_TREE=${SGL_TREE:-$($PY -c "import importlib.util as u,os;print(os.path.dirname(os.path.dirname(u.find_spec('sglang').origin)))")}
 TINY=${TINY:-/tmp/tiny}
-DUET_TREE=${DUET_TREE:-}
 KIMI=${KIMI:-/tmp/kimi}
 # DINIT=successor: the targets' dummy weights follow a fixed successor of the last token by many logits
 # (bench/dummy_init.py; normal's greedy text parts with any rounding within a few tokens); their model dirs are
@@ -250,24 +190,7 @@ speed_pair() {  # STEP EAGLE_DIR TRAIN_JSON
   TARGET_RATIO=1.5 compare "$OUT/kimi_speed/plain" "$tj" "$OUT/$step/summary.md" "$eagle"  # issue 17's target
 }
 resume_from() { RESUME=(); [ -s "$1/results.jsonl" ] && RESUME=(--resume "$1"); return 0; }
-# the runs read in the host's fast state on the proxy (bench.hoststate; after kimi_train)
-KS=(--host-probe --host-probe-at scheduler --adjust state --tree "$SGL_TREE" --restarts 3 --reps-per-start "${REPS:-5}"
-    --warmup-reps "${WREPS:-2}" --max-new-tokens 128 --b1-requests 2 --concurrency 8 --time-budget "$BUDGET"
-    ${DRY:+--dry-run})
 case "$step" in
-  importtime)
-    [ -n "${DRY:-}" ] && { echo "importtime: no server"; exit 0; }
-    mkdir -p "$OUT/importtime"
-    imp="import sglang.launch_server, sglang.srt.managers.scheduler"
-    for i in 1 2; do  # the first pass may still write bytecode
-      TIMEFORMAT="site pass $i: %R s wall"
-      time $PY -X importtime -c "$imp" 2> "$OUT/importtime/site-$i.txt" || true
-    done
-    rm -rf /dev/shm/site && cp -a "$SGL_TREE" /dev/shm/site
-    TIMEFORMAT="same imports from /dev/shm: %R s wall"
-    time env PYTHONPATH=/dev/shm/site $PY -X importtime -c "$imp" 2> "$OUT/importtime/shm.txt" || true
-    # the 25 slowest modules (cumulative microseconds) of the second pass
-    sort -t'|' -k2 -n -r "$OUT/importtime/site-2.txt" | head -25 | tee "$OUT/importtime/top25.txt" ;;
   cold)
     # the machine's first start (FlashInfer JIT, Triton, page cache): what a throwaway start absorbs
     one_start cold --no-warmup-start -- "${SA[@]}" ;;
@@ -276,10 +199,6 @@ case "$step" in
     # still compile this tree's bytecode into the bench's cache (bench.runner.bytecode_env)
     one_start warm1 --no-warmup-start -- "${SA[@]}"
     one_start warm2 --no-warmup-start -- "${SA[@]}" ;;
-  oldargs)
-    # a warm start with the graph arguments of the earlier records: the "before" of issue 12's <= 20 s target
-    GRAPHS=("${OLD_GRAPHS[@]}"); spec_args "$TINY" "${MEMF:-0.6}"
-    one_start before --no-warmup-start -- "${SA[@]}" ;;
   variance)
     # Start-to-start variance of one set: CPU placement spread (two arms: a null pair, 10 starts of one
     # configuration between them) against none. Every arm carries the same patches.
@@ -289,18 +208,6 @@ case "$step" in
                                   --arm-env none:BENCH_CPU_PLACEMENT=none)
     run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" \
       "${M[@]}" --restarts "${VRESTARTS:-4}" --max-starts "${VMAXS:-5}" --out "$OUT/variance" -- "${SA[@]}" ;;
-  moe)
-    # The regression issue 12's bench blamed on oea_topk: a GPU-side delay in select_experts, captured into the
-    # CUDA graphs, in another file. Candidates: oea_topk (K0 unset: off), nccl_env_log, planted_moe_gpu.
-    V=$OUT/variance/results.jsonl
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu ${REUSE:+--reuse "$REUSE"} \
-      $( [ -f "$V" ] && [ ! -d "$OUT/moe" ] && echo "--reuse $V" ) "${M[@]}" --out "$OUT/moe" -- "${SA[@]}" ;;
-  kimi_moe)
-    # The same on the Kimi-width proxy (bench tinymodel --profile kimi-width): GPU-bound, verify >> decode.
-    kimi_dir
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_moe_gpu \
-      "${M[@]}" --out "$OUT/kimi_moe" -- "${SA[@]}" ;;
   train|train_edge)
     # One device call: a warm server start (~85 s on the H200; a machine's first start ~450 s: run `cold` or
     # another server step first), ~20 s of generation, then training (features ~10 s, --train-seconds 150)
@@ -355,26 +262,6 @@ case "$step" in
       --arm-env oea3:SGLANG_OEA_K0=3 --no-phase-timing --metric tok_s_b1 "${DI[@]}" "${TR[@]}" --restarts 1 \
       --max-starts 1 --out "$OUT/trained/plain" -- "${PLAIN[@]}"
     compare "$OUT/trained/plain" "$TINY/draft_trained/train.json" "$OUT/trained/summary.md" "$OUT/trained/eagle" ;;
-  trained_speed)
-    with_trained "$TINY" draft
-    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal "${DI[@]}" "${TR[@]}" \
-      --restarts 3 --max-starts 3 --out "$OUT/trained_speed/eagle" -- "${ARGS[@]}"
-    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal --no-phase-timing --metric tok_s_b1 \
-      "${DI[@]}" "${TR[@]}" --restarts 3 --max-starts 3 --out "$OUT/trained_speed/plain" -- "${PLAIN[@]}"
-    compare "$OUT/trained_speed/plain" "$TINY/draft_trained/train.json" "$OUT/trained_speed/summary.md" \
-      "$OUT/trained_speed/eagle" ;;
-  trained_edge)
-    # deepseek_v2's final-layer capture (draft_edge: aux id 4 = num_hidden_layers) over accepted runs, against
-    # trained's plain decoding; flashinfer_mla's fp8 rows under target-verify with accepts: pristine vs the
-    # fixes, whose greedy outputs must be equal (the run's report; fp8 KV is not bf16 plain decoding).
-    with_trained "$TINY" draft_edge
-    run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal "${DI[@]}" "${TR[@]}" \
-      --restarts 1 --max-starts 1 --out "$OUT/trained_edge/edge" -- "${ARGS[@]}"
-    with_trained "$TINY" draft
-    run $PY -m bench ab --manifest $PLANTED --arms none=dummy_init_normal fixes=fixes+dummy_init_normal "${DI[@]}" \
-      "${TR[@]}" --restarts 1 --max-starts 1 --out "$OUT/trained_edge/fp8" -- "${ARGS[@]}" --kv-cache-dtype fp8_e4m3
-    compare "$OUT/trained/plain" "$TINY/draft_edge_trained/train.json" "$OUT/trained_edge/summary.md" \
-      "$OUT/trained_edge/edge" ;;
   kimi_trained)
     kimi_trained_args
     run $PY -m bench ab --manifest $PLANTED --arms full=full+dummy_init_normal oea3=full+dummy_init_normal \
@@ -388,23 +275,6 @@ case "$step" in
       --max-starts 2 --out "$OUT/kimi_plain" -- "${ARGS[@]}"
     [ -s "$OUT/kimi_trained/results.jsonl" ] || [ -n "${DRY:-}" ] || { echo "kimi_plain: no kimi_trained run to compare with" >&2; exit 0; }
     compare "$OUT/kimi_plain" "$KIMI/draft_trained/train.json" "$OUT/kimi_trained/summary.md" "$OUT/kimi_trained" ;;
-  kimi_null)
-    kimi_trained_args
-    resume_from "$OUT/kimi_null"
-    run $PY -m bench ab --manifest $PLANTED --arms a=full+dummy_init_normal null=full+dummy_init_normal \
-      --arm-env null:BENCH_NULL=1 "${DI[@]}" --host-probe --host-probe-at scheduler "${TR[@]}" \
-      --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" "${RESUME[@]}" --out "$OUT/kimi_null" -- "${ARGS[@]}"
-    for adj in state; do
-      if [ -n "${DRY:-}" ]; then echo "kimi_null: report: $PY -m bench report $OUT/kimi_null --adjust $adj"
-      elif [ -s "$OUT/kimi_null/results.jsonl" ]; then run $PY -m bench report "$OUT/kimi_null" --adjust $adj; fi
-    done ;;
-  kimi_statebisect)
-    # kimi_null's fast-state reading resolved +-5.9 % at 3-4 starts a side (raw: +-12.2 % at 5): the proxy's
-    # verify is GPU work, so a GPU-side plant moves the step by more than the host's states do
-    kimi_trained_args
-    resume_from "$OUT/kimi_statebisect"
-    run $PY -m bench bisect --manifest $PLANTED --good default+dummy_init_normal --bad full_moe_gpu+dummy_init_normal \
-      "${DI[@]}" "${KS[@]}" --max-starts "${MAXS:-12}" "${RESUME[@]}" --out "$OUT/kimi_statebisect" -- "${ARGS[@]}" ;;
   kimi_speed)
     kimi_trained_args
     speed_pair kimi_speed "$OUT/kimi_speed/eagle" "$KIMI/draft_trained/train.json" ;;
@@ -413,152 +283,6 @@ case "$step" in
     # 6 draft tokens; plain decoding is kimi_speed's run (resumed, so a call finds it done or finishes it)
     kimi_long_args
     speed_pair kimi_speed5 "$OUT/kimi_speed5/eagle" "$KIMI/draft5_trained/train.json" ;;
-  kimi_stateprof)
-    kimi_trained_args
-    resume_from "$OUT/kimi_stateprof"
-    run $PY -m bench ab --manifest $PLANTED --arms notapplied=default-eagle_profiling+dummy_init_normal \
-      on=default+dummy_init_normal off=default+dummy_init_normal --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
-      "${DI[@]}" "${KS[@]}" --max-starts "${MAXS:-8}" "${RESUME[@]}" --out "$OUT/kimi_stateprof" -- "${ARGS[@]}" ;;
-  ablate)
-    run $PY -m bench ablate --manifest $PLANTED --full full_planted --mode leave-out \
-      --patches planted_slow_verify,oea_topk,eagle_profiling "${M[@]}" --out "$OUT/ablate" -- "${SA[@]}" ;;
-  bisect)
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_planted \
-      ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/bisect" -- "${SA[@]}" ;;
-  hostprobe)
-    # The host-speed covariate (issue 12 item 7): a null pair of the default set, 4 starts each, no adaptive starts,
-    # the probe on a CPU spread keeps from the server. Verdicts stay unadjusted (the report shows what --adjust host
-    # would read: `python -m bench report DIR --adjust host` writes report-adjust-host.md; or ADJUST=host here).
-    # First, on this VM, whether the probe slows a host-bound process on the scheduler's CPU (10 paired rounds, ~45 s;
-    # once per output dir: a resumed call skips it).
-    if [ -n "${DRY:-}" ]; then echo "hostprobe: overhead check: $PY -m bench.hostprobe --overhead 10 --json $OUT/hostprobe/overhead.json"
-    elif [ ! -f "$OUT/hostprobe/overhead.txt" ]; then
-      mkdir -p "$OUT/hostprobe"; run $PY -m bench.hostprobe --overhead 10 --json "$OUT/hostprobe/overhead.json" | tee "$OUT/hostprobe/overhead.txt"
-    fi
-    run $PY -m bench ab --manifest $PLANTED --arms spread=default null=default --arm-env null:BENCH_NULL=1 \
-      --host-probe --adjust "${ADJUST:-none}" ${REUSE:+--reuse "$REUSE"} "${M[@]}" --restarts 4 --max-starts 4 \
-      --out "$OUT/hostprobe" -- "${SA[@]}" ;;
-  schedprobe)
-    # Issue 12 item 7, the probe where the step's speed is: the noise probe found each vCPU's speed its own
-    # (bench/results/2026-12-03-h200-noise), and the earlier probe ran on a spare CPU (r = +0.72 per repetition,
-    # the start-to-start CV only 28.5 -> 21.6 %). Here it shares the scheduler's CPU (a 600-iteration unit at 1 %):
-    # base against full_result_host with its plant at PLANT_US (a known regression beside the null question), then
-    # the report read adjusted. A second call resumes a run the time budget stopped.
-    resume=()
-    [ -s "$OUT/schedprobe/results.jsonl" ] && resume=(--resume "$OUT/schedprobe")
-    run $PY -m bench ab --manifest $PLANTED --arms base=default full=full_result_host \
-      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler \
-      --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-4}" --reps-per-start "${REPS:-12}" --warmup-reps "${WREPS:-2}" \
-      --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" \
-      ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/schedprobe" -- "${SA[@]}"
-    if [ -n "${DRY:-}" ]; then echo "schedprobe: report: $PY -m bench report $OUT/schedprobe --adjust host"
-    elif [ -s "$OUT/schedprobe/results.jsonl" ]; then
-      run $PY -m bench report "$OUT/schedprobe" --adjust host
-    fi ;;
-  schednull)
-    # Issue 12 item 7's target with the probe that tracks the step (schedprobe's first call: r = 0.87-0.98 between a
-    # start's repetitions): the default set twice (a null pair, the second with a harmless env), MAXS starts each,
-    # so >= 9 starts of one set, and full_result_host (its plant at PLANT_US) as a third arm, all interleaved;
-    # the start-to-start CV raw and at a fixed scheduler-vCPU speed (the report read adjusted). No adaptive starts
-    # (--restarts = --max-starts): a second call resumes a run the time budget stopped.
-    resume=()
-    [ -s "$OUT/schednull/results.jsonl" ] && resume=(--resume "$OUT/schednull")
-    run $PY -m bench ab --manifest $PLANTED --arms a=default null=default full=full_result_host --arm-env null:BENCH_NULL=1 \
-      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler \
-      --tree "$SGL_TREE" --restarts "${MAXS:-5}" --max-starts "${MAXS:-5}" --reps-per-start "${REPS:-10}" \
-      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
-      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/schednull" -- "${SA[@]}"
-    for adj in host state; do
-      if [ -n "${DRY:-}" ]; then echo "schednull: report: $PY -m bench report $OUT/schednull --adjust $adj"
-      elif [ -s "$OUT/schednull/results.jsonl" ]; then run $PY -m bench report "$OUT/schednull" --adjust $adj; fi
-    done ;;
-  stateab)
-    # The plant of schednull read in the fast state from the start: ab default against full_result_host (its plant
-    # at PLANT_US) with --adjust state driving the adaptive starts, up to MAXS (12) a side; what one session's
-    # device time can hold (~53 s a warm start). A second call resumes it.
-    resume=()
-    [ -s "$OUT/stateab/results.jsonl" ] && resume=(--resume "$OUT/stateab")
-    run $PY -m bench ab --manifest $PLANTED --arms base=default full=full_result_host \
-      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler --adjust state \
-      --tree "$SGL_TREE" --restarts 4 --max-starts "${MAXS:-12}" --reps-per-start "${REPS:-10}" \
-      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
-      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/stateab" -- "${SA[@]}" ;;
-  statebisect)
-    # Issue 12's planted-regression target read in the host's fast state (bench.hoststate, schednull's finding):
-    # bisect default -> full_result_host (planted_result_host at PLANT_US among its four extra patches) with the
-    # probe on the scheduler's CPU and --adjust state driving the adaptive starts, the probe placements and the
-    # culprit's confirmations; REPS repetitions a start (more fast ones per start). A second call resumes it.
-    resume=()
-    [ -s "$OUT/statebisect/results.jsonl" ] && resume=(--resume "$OUT/statebisect")
-    run $PY -m bench bisect --manifest $PLANTED --good default --bad full_result_host \
-      --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-400}" --host-probe --host-probe-at scheduler --adjust state \
-      --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-8}" --reps-per-start "${REPS:-10}" \
-      --warmup-reps "${WREPS:-2}" --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 \
-      --time-budget "$BUDGET" ${DRY:+--dry-run} "${resume[@]}" --out "$OUT/statebisect" -- "${SA[@]}" ;;
-  hostcov)
-    # Issue 12 item 7, session 5's follow-up: is the probe a clean covariate here (overhead.json's verdict), do
-    # steal / run-queue wait (free to read, cannot perturb) track the slow stretches, and which adjustment lowers
-    # the start-to-start CV of a null pair (report-adjust-*.md). A second call resumes a run the budget stopped.
-    if [ -n "${DRY:-}" ]; then
-      echo "hostcov: overhead check: $PY -m bench.hostprobe --overhead 12 --json $OUT/hostcov/overhead.json"
-    elif [ ! -f "$OUT/hostcov/overhead.json" ]; then
-      mkdir -p "$OUT/hostcov"
-      run $PY -m bench.hostprobe --overhead 12 --json "$OUT/hostcov/overhead.json" | tee "$OUT/hostcov/overhead.txt"
-    fi
-    resume=()
-    [ -s "$OUT/hostcov/results.jsonl" ] && resume=(--resume "$OUT/hostcov")
-    run $PY -m bench ab --manifest $PLANTED --arms a=default null=default --arm-env null:BENCH_NULL=1 \
-      --host-probe --adjust none "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" "${resume[@]}" \
-      --out "$OUT/hostcov" -- "${SA[@]}"
-    for adj in host steal wait; do
-      if [ -n "${DRY:-}" ]; then echo "hostcov: report: $PY -m bench report $OUT/hostcov --adjust $adj"
-      else run $PY -m bench report "$OUT/hostcov" --adjust $adj; fi
-    done ;;
-  profhost)
-    # eagle_profiling on against not applied with the host-speed covariate beside every start: issue 16's "< 3 %"
-    # (applied-but-off does a subset of on's work) and issue 12's test of the covariate on real slow stretches,
-    # 3 starts each. The overhead check is short (4 paired rounds) when the step runs first in a dir.
-    if [ -n "${DRY:-}" ]; then echo "profhost: overhead check: $PY -m bench.hostprobe --overhead 4 --json $OUT/profhost/overhead.json"
-    elif [ ! -f "$OUT/profhost/overhead.txt" ]; then
-      mkdir -p "$OUT/profhost"; run $PY -m bench.hostprobe --overhead 4 --json "$OUT/profhost/overhead.json" | tee "$OUT/profhost/overhead.txt"
-    fi
-    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling \
-      --host-probe --adjust "${ADJUST:-none}" "${M[@]}" --restarts 3 --max-starts "${MAXS:-3}" \
-      --out "$OUT/profhost" -- "${SA[@]}" ;;
-  duet|duet_profiling|duet_off)
-    # Two servers on one GPU: each takes --mem-fraction-static of the memory free when it starts (SGLang 0.5.17's
-    # KV budget is charged against its own pre-load free memory), so the second gets about 0.3 x 0.7 of the GPU
-    # here; the Kimi-width proxy's ~40 GB of weights would not fit a second server at the duet's cap of 0.45.
-    [ -n "$DUET_TREE" ] || { echo "$step: set DUET_TREE to a second sglang tree (apply.py fetch --wheel makes one)" >&2; exit 2; }
-    spec_args "$TINY" "${DUET_MEMF:-0.3}"
-    ARMS=(a=default null=default --arm-env null:BENCH_NULL=1)
-    [ "$step" = duet_profiling ] && ARMS=(on=default notapplied=default-eagle_profiling)
-    [ "$step" = duet_off ] && ARMS=(notapplied=default-eagle_profiling off=default
-                                    --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0)
-    resume=()
-    [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
-    run $PY -m bench ab --manifest $PLANTED --arms "${ARMS[@]}" --duet "$DUET_TREE" "${M[@]}" \
-      "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" ;;
-  blocks_profiling|blocks_ablate|blocks_moe)
-    # One GPU for the whole block: each server's share is a bound, not what it takes (the pool is BLOCK_TOKENS);
-    # short repetitions (one 64-token request at batch 1, eight at once, two first tokens), so that an arm's
-    # j-th repetition and the reference's are seconds apart on the same vCPU.
-    spec_args "$TINY" "${BLOCK_MEMF:-0.3}"
-    B=(--concurrent --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-8}" --warmup-reps "${WREPS:-2}"
-       --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run}
-       ${PAIRS:+--block-pairs})
-    resume=()
-    [ -z "${DRY:-}" ] && [ -s "$OUT/$step/results.jsonl" ] && resume=(--resume "$OUT/$step")
-    case "$step" in
-      blocks_profiling)
-        run $PY -m bench ab --manifest $PLANTED --arms notapplied=default-eagle_profiling on=default off=default \
-          null=default-eagle_profiling --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 --arm-env null:BENCH_NULL=1 \
-          "${B[@]}" "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" --max-total-tokens "${BLOCK_TOKENS:-16384}" ;;
-      *)
-        full=full_result_host; [ "$step" = blocks_moe ] && full=full_moe_gpu
-        run $PY -m bench ablate --manifest $PLANTED --base default --full $full --mode leave-out \
-          "${B[@]}" "${resume[@]}" --out "$OUT/$step" -- "${SA[@]}" --max-total-tokens "${BLOCK_TOKENS:-16384}" ;;
-    esac ;;
   inpatch|hostbisect|null42)
     # Issue 42 on one warm machine. inpatch: bisect default -> full on a copy of the project whose real oea_topk
     # carries a GPU-side plant (tests/bench/planted/oea_inpatch.diff: torch.cuda._sleep in maybe_apply_oea, even
@@ -567,7 +291,7 @@ case "$step" in
     P42=(--env SGLANG_PLANTED_OEA_GPU_CYCLES="${OEA_CYCLES:-400000}" --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-300}"
          --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-3}" --warmup-reps 1
          --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})
-    PROJ=/tmp/proj42
+    PROJ=${PROJ42:-/tmp/proj42}
     if [ ! -f "$PROJ/manifest.yaml" ]; then
       rm -rf "$PROJ.part" && mkdir -p "$PROJ.part" && cp -r manifest.yaml patches overlay "$PROJ.part/" \
         && (cd "$PROJ.part" && git apply "$OLDPWD/tests/bench/planted/oea_inpatch.diff") && mv "$PROJ.part" "$PROJ"
@@ -584,21 +308,6 @@ case "$step" in
       null42) run $PY -m bench ab --manifest $PLANTED --arms a=default b=default --arm-env b:BENCH_NULL=1 "${P42[@]}" \
                  "${reuse42[@]}" "${RESUME[@]}" --out "$OUT/null42" -- "${SA[@]}" ;;
     esac ;;
-  profiling)
-    # eagle_profiling's cost: on, applied but off (SGLANG_EAGLE_PHASE_TIMING=0), not applied.
-    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
-      --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 \
-      ${REUSE:+--reuse "$REUSE"} "${M[@]}" --out "$OUT/profiling" -- "${SA[@]}" ;;
-  kimi_profiling)
-    # The same on the Kimi-width proxy. Issue 12 measured its plain decode step at a CV of 0.04 %, but with EAGLE-3
-    # at batch 1 it is host-bound on the H200 VM too: start-to-start CV 11-20 %, as much within starts (run7).
-    kimi_dir
-    spec_args "$KIMI" "${KIMI_MEMF:-0.45}"
-    run $PY -m bench ab --manifest $PLANTED --arms on=default notapplied=default-eagle_profiling off=default \
-      --arm-env off:SGLANG_EAGLE_PHASE_TIMING=0 "${M[@]}" --out "$OUT/kimi_profiling" -- "${SA[@]}" ;;
-  oea)
-    run $PY -m bench oea "$OUT/oea" --experts 384 --topk 8 --hidden 7168 --moe-intermediate 2048 \
-      --batches 1,4,16,64 --k0 off,3,4,5,6 --iters 200 ;;
   validate)
     # Issue 3 on a GPU: patches that must not change results (deepseek_v2, llama_eagle3, eagle_profiling,
     # flashinfer_mla with bf16 KV, oea_topk with K0=0) give the pristine greedy outputs; OEA with K0=3 runs.

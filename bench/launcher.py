@@ -5,7 +5,8 @@ Contract (apply.py): `python apply.py [--tree DIR] [--manifest PATH] launch (--s
 exactly that set, starts the server, waits for /health, prints `sglang-overlay: url URL`,
 `sglang-overlay: fingerprint HEX`, `sglang-overlay: log PATH`, stays in the foreground and forwards
 SIGINT/SIGTERM to the server's process group. `launch_command` is the one place that builds this command, so
-tests substitute a stand-in (tests/bench/fake_apply.py) through `LaunchConfig.launcher`.
+tests substitute a stand-in (tests/bench/fake_apply.py) through `LaunchConfig.launcher`. An arm's set is
+read in the package's one patch-set grammar (PRESET, a,b, PRESET-x, PRESET+x,y, none) through Catalog.
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_overlay.errors import OverlayError, PatchSetError
+from sglang_overlay.manifest import Manifest, UpstreamedPatch, load_manifest
+from sglang_overlay.patchset import PatchSet
+from sglang_overlay.patchset import resolve as _resolve
 from sglang_overlay.server import Announcements, start_group, stop_group
 
-from .sets import PatchSet
+from .errors import SetError
+
+__all__ = ["ArmSpec", "Catalog", "LaunchConfig", "PatchSet", "SetError", "launch_command", "resolve"]
+
+# The installed tool, whatever the current directory (not an apply.py beside it).
+DEFAULT_LAUNCHER = (sys.executable, "-m", "sglang_overlay")
 
 
 class LaunchError(RuntimeError):
@@ -27,9 +37,10 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    launcher: tuple[str, ...] = (sys.executable, "apply.py")  # replaced in tests by a stand-in script
+    launcher: tuple[str, ...] = DEFAULT_LAUNCHER  # replaced in tests by a stand-in script
     tree: str | None = None
     manifest: str | None = None
+    pin: str | None = None
     server_args: tuple[str, ...] = ()
     health_timeout_s: float = 900.0
     start_timeout_s: float = 960.0  # our own bound on seeing the url line, a little above health_timeout
@@ -61,6 +72,8 @@ def launch_command(cfg: LaunchConfig, arm: ArmSpec, log_path: Path | None) -> li
         cmd += ["--tree", cfg.tree]
     if cfg.manifest:
         cmd += ["--manifest", cfg.manifest]
+    if cfg.pin:
+        cmd += ["--pin", cfg.pin]
     cmd += ["launch", *arm.pset.launch_flags()]
     if arm.env_profile:
         cmd += ["--env-profile", arm.env_profile]
@@ -100,8 +113,7 @@ def start(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Pat
 
 
 def spawn(cfg: LaunchConfig, arm: ArmSpec, env: dict[str, str], console_log: Path) -> Server:
-    """Launch without waiting for it (a block starts all its servers at once: bench.block_runner); wait_ready
-    waits for it."""
+    """Launch without waiting for it; wait_ready waits for it."""
     console_log.parent.mkdir(parents=True, exist_ok=True)
     cmd = launch_command(cfg, arm, console_log.with_suffix(".server.log"))
     t0 = time.monotonic()
@@ -153,3 +165,56 @@ def stop(srv: Server, cfg: LaunchConfig) -> int | None:
     stop_group(srv.proc, cfg.stop_timeout_s)
     srv.output.join(timeout=10)
     return srv.proc.returncode
+
+
+# -- arms' sets ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The loaded manifest, with the facts the bench asks of it."""
+
+    manifest: Manifest
+
+    @classmethod
+    def from_manifest(cls, path: str | Path) -> Catalog:
+        try:
+            return cls(load_manifest(path))
+        except OverlayError as e:  # ManifestError and friends: one clear line, not a traceback
+            raise SetError(f"{e}" + (f" ({e.hint})" if e.hint else "")) from e
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.manifest.names
+
+    @property
+    def presets(self):
+        return self.manifest.presets
+
+    def closure(self, names) -> tuple[str, ...]:
+        """`names` plus what they require, in manifest order (conflicts refused)."""
+        return resolve(self, ",".join(names) or "none").patches
+
+    def dependents(self, name: str) -> set[str]:
+        """The patches that require `name`, directly or through others (they cannot stay when it leaves)."""
+        req = {p.name: set(p.requires) for p in self.manifest.patches}
+        out: set[str] = set()
+        todo = [name]
+        while todo:
+            x = todo.pop()
+            for n, r in req.items():
+                if x in r and n not in out:
+                    out.add(n)
+                    todo.append(n)
+        return out
+
+    def changing(self, names) -> tuple[str, ...]:
+        """The members that change code (upstreamed entries apply nothing: measuring them wastes GPU time)."""
+        return tuple(n for n in names if not isinstance(self.manifest.patch(n), UpstreamedPatch))
+
+
+def resolve(catalog: Catalog, expr: str) -> PatchSet:
+    try:
+        return _resolve(catalog.manifest, expr, flag="set")
+    except PatchSetError as e:
+        raise SetError(f"{e}" + (f" ({e.hint})" if e.hint else "")) from e

@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import bisect as bis
-from . import duet
-from .duet import DuetLab
 from .errors import BudgetExhausted
 from .launcher import ArmSpec
 from .replication import (
@@ -45,10 +43,8 @@ class Settings:
     # bisect: when the primary metric does not regress but another metric does (at a Bonferroni-adjusted
     # confidence over the other metrics), bisect that one and say so
     follow: bool = True
-    # bisect's confirmations: "fresh" measures good and bad again in a block of their own, interleaved with the
-    # sets it confirms, and reads them against those only (drift since the search cannot fake them); "shared"
-    # reads them against every start of the endpoints and reuses a search probe's starts of the same set
-    # (fewer starts; drift over the session is then not cancelled: bench/results/simulate/README.md)
+    # bisect's confirmations: "fresh" measures good and bad again beside them (drift cannot fake them); "shared"
+    # reads every start of the endpoints and reuses a probe's starts of the same set (fewer starts)
     confirm: str = "shared"
 
 
@@ -88,40 +84,6 @@ def run_ab(lab: Lab, arms: Sequence[ArmSpec], pairs: Sequence[tuple[str, ArmSpec
         "kind": "ab",
         "metric": s.metric,
         "comparisons": rows,
-        "budget_exhausted": budget.exhausted,
-        "budget_message": budget.message,
-    }
-
-
-def run_duet(lab: DuetLab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> dict:
-    """ab of two arms by duets (bench.duet): initial duets, then one more while the primary metric is undecided,
-    up to max_starts duets; every metric's comparison is recorded."""
-    pol = s.policy
-    budget = _Budget()
-
-    def go() -> None:
-        # read only at the planned looks (Policy.at_look, as replicate_until): the boundary of a look read again
-        # between looks is an unplanned look, and a null pair is named more often than alpha
-        while True:
-            n = lab.n_duets()
-            if pol.at_look(n) and duet.compare(lab.pairs(s.metric), s.metric, pol).verdict in DECIDED:
-                return
-            if n >= pol.grid[-1]:
-                return
-            lab.add_duet()
-
-    budget.run(go)
-    c = duet.compare(lab.pairs(s.metric), s.metric, pol)
-    others = {m: duet.compare(lab.pairs(m), m, pol).to_dict() for m, _, _ in METRICS if m != s.metric and lab.pairs(m)}
-    return {
-        "type": "conclusion",
-        "kind": "ab",
-        "method": "duet",
-        "metric": s.metric,
-        "comparisons": [
-            {"section": "duet", "ref": ref.name, "arm": arm.name, "verdict": c.verdict, "comparison": c.to_dict()}
-        ],
-        "other_metrics": others,
         "budget_exhausted": budget.exhausted,
         "budget_message": budget.message,
     }
@@ -266,11 +228,7 @@ def clearest(regressed: Sequence[Comparison]) -> Comparison:
 
 
 def regressed_elsewhere(lab: Lab, ref: ArmSpec, arm: ArmSpec, s: Settings) -> tuple[list[Comparison], int]:
-    """The metrics but the primary one on which `arm` regressed against `ref`, and k, the number of others read.
-
-    Each is read at confidence 1 - (1 - c) / k for c the per-look confidence (Bonferroni over metrics and
-    looks), since picking the ones that moved out of k is a multiple comparison.
-    """
+    """The metrics but the primary one on which `arm` regressed against `ref`, and k, the number of others read."""
     others = [m for m, _, _ in METRICS if m != s.metric and lab.start_values(ref, m) and lab.start_values(arm, m)]
     if not others:
         return [], 0
@@ -409,18 +367,9 @@ def run_bisect(
         confirmed: dict[str, tuple[ArmSpec, ArmSpec]] = {}  # confirmation role -> (its good reference, its set)
 
         def confirm(items: list[tuple[tuple[str, ...], str, str]]) -> list[Place]:
-            """The confirmations of a suspect (or of an interaction's pair), measured as one block.
-
-            shared (the default): read against every start of good and bad, reusing a search probe's starts
-            of the same set: 2 x initial starts fewer per block, and a set fewer when the search probed it.
-            Shared evidence may confirm but never refute: drift over the session moves both sets of a block
-            (measured interleaved, at the same time) the same way against the earlier references, so it
-            cannot make `bad - c` look good *and* `good + c` look bad; but it can make `good + c` look good,
-            which would send the search after a partner and report an interaction that is not there (14% of
-            runs of a session 0.2% faster per start: tests/bench/test_adversary.py). So when the shared
-            confirmations do not both hold, the block is measured again fresh, and that decides.
-            fresh: good and bad measured again in this block, each set read against those only (drift since
-            the endpoints, or a new machine on --resume, cannot fake a confirmation)."""
+            """The confirmations of a suspect (or of an interaction's pair), measured as one block."""
+            # shared evidence may confirm, never refute: drift can fake `good + c` looking good (14 % of runs of a
+            # drifting session), so shared confirmations that do not both hold are measured again fresh
             if s.confirm == "shared":
                 places = measure_block(items, shared=True)
                 if all(pl.value == expect for pl, (_, _, expect) in zip(places, items)) or budget.exhausted:

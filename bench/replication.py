@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .launcher import ArmSpec
-from .stats import DECIDED, MIN_STARTS, TOO_FEW, Comparison, compare_contrast, compare_paired, compare_starts
+from .stats import DECIDED, MIN_STARTS, Comparison, compare_starts
 
-# (metric, label, lower is better): every metric a comparison reports; the primary one is chosen per run
 # What a warm start is taken to cost before an invocation has seen one (an H200 served the tiny model's warm
 # starts in 57-83 s, bench/results/2026-12-01-h200-run4): --time-budget's guess after only a cold start.
 WARM_START_ESTIMATE_S = 120.0
@@ -79,9 +78,6 @@ class Policy:
     # "obf" / "pocock" Lan-DeMets spending, "bonferroni" the earlier alpha / looks at every look.
     spending: str = "pocock"
     step: int = 1  # starts per arm between planned looks
-    # "host" / "steal" / "wait": verdicts at a fixed probe speed, steal or run-queue wait (bench.covariate.COVARIATES);
-    # "state": on the repetitions in the host's fast state (bench.hoststate)
-    adjust: str = "none"
 
     @property
     def grid(self) -> tuple[int, ...]:
@@ -95,11 +91,8 @@ class Policy:
         return len(self.grid)
 
     def at_look(self, n: int) -> bool:
-        """Whether n starts (duets) per arm is a planned look: the one definition both designs read verdicts
-        by (replicate_until here, bench.plans.run_duet). The boundaries spend alpha at the planned looks only;
-        a verdict read between them (at a look's boundary again, with more data) is an unplanned look, and
-        with --look-step 2 that called a null pair a change in 57 of 1000 seeded runs at alpha 5%, 44 once read
-        at the planned looks only (tests/bench/test_sequential.py)."""
+        """Whether n starts per arm is a planned look. Reading between looks is an unplanned look: with
+        --look-step 2 it called a null pair a change in 57 of 1000 seeded runs (tests/bench/test_sequential.py)."""
         return n in self.grid
 
     def look_confidence(self, counts: Sequence[int] = (), coefs: Sequence[float] = (1.0, -1.0)) -> float:
@@ -121,85 +114,9 @@ class Policy:
     def pair_confidence(self, n_ref: int, n_arm: int) -> float:
         return self.look_confidence((n_ref, n_arm))
 
-    def paired_confidence(self, n: int) -> float:
-        """The confidence of the duet's one-sample t interval over n duets (bench.sequential.paired_t_quantiles:
-        its boundaries are solved for t statistics, not converted from the Z boundaries look by look, which
-        at 2-7 degrees of freedom called a null pair a change in 5.8% of runs at alpha 5%)."""
-        from .sequential import paired_look_confidence
-
-        return paired_look_confidence(
-            n,
-            initial=self.initial,
-            max_starts=self.max_starts,
-            step=self.step,
-            confidence=self.confidence,
-            spending=self.spending,
-        )
-
-
-class BlockLab(Lab, Protocol):
-    block_analysis: str  # "pooled" (bench.rcbd) or "paired" (each comparison's own blocks)
-
-    def block_pairs(self, ref: ArmSpec, arm: ArmSpec, metric: str) -> list[tuple[float, float]]:
-        """(reference value, arm value) of each block holding both arms (bench.block_runner), in block order."""
-        ...
-
-    def block_values(self, metric: str) -> list[dict[str, float]]:
-        """Every block's {arm key: value} (bench.rcbd.block_values), in block order."""
-        ...
-
-
-BLOCK_ANALYSES = ("pooled", "paired")
-
-
-def is_blocked(lab: Lab) -> bool:
-    """Whether the lab pairs its arms block by block (bench.blocks): then every comparison reads the blocks'
-    paired values, never two arms' start values side by side."""
-    return callable(getattr(lab, "block_pairs", None))
-
-
-def compare_blocks(
-    pairs: list[tuple[float, float]],
-    metric: str,
-    policy: Policy,
-    confidence: float | None = None,
-    pooled: tuple[list[dict[str, float]], str, str] | None = None,
-) -> Comparison:
-    """A comparison over blocks at the per-look confidence of the paired design for the number of blocks holding
-    both arms (the duet's: Policy.paired_confidence) unless told otherwise: the one-sample t interval of
-    log(arm / reference) over those blocks, or, with `pooled` = (every block's values, reference key, arm key),
-    the block design's least-squares contrast with the residual variance of all the blocks' arms (bench.rcbd),
-    unless their spread differs between arms."""
-    conf = policy.paired_confidence(len(pairs)) if confidence is None else confidence
-    lib = lower_is_better(metric)
-    paired = compare_paired(pairs, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect)
-    if pooled is None or paired.verdict == TOO_FEW:
-        return paired
-    from . import rcbd
-
-    values, ref_key, arm_key = pooled
-    f = rcbd.fit(values)
-    c = rcbd.contrast(f, ref_key, arm_key) if f is not None else None
-    if f is None or c is None:
-        return paired
-    if f.hetero_p < rcbd.HETERO_P:
-        from dataclasses import replace
-
-        return replace(
-            paired,
-            note=f"the arms' spread differs (Brown-Forsythe p = {f.hetero_p:.3f}): read on its own blocks, not pooled",
-        )
-    est, se, df = c
-    a, b = [x for x, _ in pairs], [y for _, y in pairs]
-    return compare_contrast(
-        est, se, df, a, b, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect
-    )
-
 
 def look_confidence_of(lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy) -> float:
     """The per-look confidence a comparison of these arms is read at now."""
-    if is_blocked(lab):
-        return policy.paired_confidence(len(lab.block_pairs(ref, arm, metric)))  # type: ignore[attr-defined]
     return policy.pair_confidence(len(lab.start_values(ref, metric)), len(lab.start_values(arm, metric)))
 
 
@@ -207,14 +124,6 @@ def compare(
     lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
 ) -> Comparison:
     """A comparison as a stopping decision reads it: at the policy's per-look confidence unless told otherwise."""
-    if is_blocked(lab):
-        bl: BlockLab = lab  # type: ignore[assignment]
-        pooled = (bl.block_values(metric), ref.key, arm.key) if bl.block_analysis == "pooled" else None
-        return compare_blocks(bl.block_pairs(ref, arm, metric), metric, policy, confidence, pooled)
-    if policy.adjust != "none":
-        adjusted = compare_host_adjusted(lab, ref, arm, metric, policy, confidence)
-        if adjusted is not None:
-            return adjusted
     a, b = lab.start_values(ref, metric), lab.start_values(arm, metric)
     return compare_starts(
         a,
@@ -226,51 +135,9 @@ def compare(
     )
 
 
-def compare_host_adjusted(
-    lab: Lab, ref: ArmSpec, arm: ArmSpec, metric: str, policy: Policy, confidence: float | None = None
-) -> Comparison | None:
-    """compare() with the policy's covariate (bench.covariate), from a lab that has the starts' repetitions
-    (`units`) or (start value, probe) pairs (`paired`); None where it cannot be."""
-    from .covariate import compare_adjusted, compare_host
-
-    units, paired = getattr(lab, "units", None), getattr(lab, "paired", None)
-    lib = lower_is_better(metric)
-    if units is not None:
-        a, b = units(ref), units(arm)
-        conf = policy.pair_confidence(len(a), len(b)) if confidence is None else confidence
-        return compare_host(
-            a, b, policy.adjust, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect
-        )
-    if paired is None or policy.adjust != "host":
-        return None
-    pa, pb = paired(ref, metric), paired(arm, metric)
-    conf = policy.pair_confidence(len(pa), len(pb)) if confidence is None else confidence
-    return compare_adjusted(pa, pb, metric=metric, lower_is_better=lib, confidence=conf, min_effect=policy.min_effect)
-
-
 def placement_values(lab: Lab, arms: Sequence[ArmSpec], metric: str, policy: Policy) -> list[list[float]]:
-    """The start values a placement reads (bench.verdicts): `arms` is good, bad, then the arms placed between them.
-
-    Raw start values, except under `--adjust state` where the lab has the repetitions: each arm's fast-state
-    values (bench.hoststate), gated as bench.hoststate.compare_state gates a pair. A placed arm whose level is
-    refused against good's or bad's gets none (it cannot be placed); good and bad refused against each other
-    leave nothing to place against. A fitted covariate (host, steal, wait) has no per-arm values to place:
-    those placements stay unadjusted."""
-    units = getattr(lab, "units", None)
-    if policy.adjust != "state" or units is None:
-        return [lab.start_values(a, metric) for a in arms]
-    from . import hoststate
-
-    states = [hoststate.arm_state(units(a), metric) for a in arms]
-    known = [s for s in states if s is not None]
-    if len(known) < len(states) or len(known) < 2:
-        return [lab.start_values(a, metric) for a in arms]
-    good, bad, placed = known[0], known[1], known[2:]
-    if hoststate.refusal(good, bad):
-        return [[] for _ in arms]
-    return [list(good.values), list(bad.values)] + [
-        [] if hoststate.refusal(good, s) or hoststate.refusal(bad, s) else list(s.values) for s in placed
-    ]
+    """The start values a placement reads (bench.verdicts): good, bad, then the arms placed between them."""
+    return [lab.start_values(a, metric) for a in arms]
 
 
 def _unique(arms: Sequence[ArmSpec]) -> list[ArmSpec]:
@@ -294,23 +161,13 @@ def ensure(lab: Lab, arms: Sequence[ArmSpec], n: int) -> None:
 
 
 def ensure_pairs(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], n: int) -> None:
-    """Every arm of these (reference, arm) pairs measured at least n times. A blocked lab is asked for both arms
-    of each short pair: a block pairs what it is asked for, and a reference measured more often (ablate's full
-    set, the reference of every leave-out) left out of the ask would send its arms to references nobody asked
-    about (with two candidates a leave-out is also a patch alone on the base)."""
-    if not is_blocked(lab):
-        ensure(lab, [x for p in pairs for x in p], n)
-        return
-    while short := [x for r, a in pairs if min(lab.n_starts(r), lab.n_starts(a)) < n for x in (r, a)]:
-        lab.add_starts(_unique(short))
+    """Every arm of these (reference, arm) pairs measured at least n times."""
+    ensure(lab, [x for p in pairs for x in p], n)
 
 
 def smaller_sides(lab: Lab, pairs: Sequence[tuple[ArmSpec, ArmSpec]], policy: Policy) -> list[ArmSpec]:
     """The arms to add a start to for these undecided pairs: each pair's arm with fewer starts (both if equal)."""
     out: list[ArmSpec] = []
-    if is_blocked(lab):
-        # a block pairs what it holds: both arms of an undecided comparison go into the next block together
-        return _unique([x for p in pairs for x in p])
     for ref, arm in pairs:
         # an arm at max_starts is named too when both are: replicate_until then sees nothing can take more
         sides = [a for a in (ref, arm) if lab.n_starts(a) < policy.max_starts] or [ref, arm]
@@ -335,13 +192,6 @@ def replicate_until(lab: Lab, policy: Policy, needs: Callable[[], list[ArmSpec]]
         lab.add_starts(want)
         # needs() reads verdicts, so it is asked only at planned looks: until then the arms it named take
         # starts round by round (max_starts is a planned look, so this ends there at the latest)
-        if is_blocked(lab):
-            # a block reads pairs: an arm measured more often (a reference in other blocks too) must not be sent
-            # on alone to its own next look; the blocks go on whole until the least measured arm, whose count is
-            # its comparisons' number of blocks, is at one
-            while (n := min(lab.n_starts(a) for a in want)) < policy.max_starts and not policy.at_look(n):
-                lab.add_starts(want)
-            continue
         while rest := [a for a in want if not policy.at_look(lab.n_starts(a)) and lab.n_starts(a) < policy.max_starts]:
             lab.add_starts(rest)
 

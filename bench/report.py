@@ -1,7 +1,7 @@
 """Markdown report + PNG plot of one run's JSONL store (bench/results/<date>-<gpu>/<run>/results.jsonl).
 
-Everything is recomputed from the store, so a report can be regenerated (`python -m bench report DIR`) after
-an interrupted run, a resume, or with another --alpha / --min-effect in mind. Older stores (one start per arm,
+Everything is recomputed from the store, so a report can be regenerated (`sglang-overlay bench report DIR`)
+after an interrupted run, a resume, or with another --alpha / --min-effect in mind. Older stores (one start per arm,
 a rank test over repetitions) render too: their comparisons now read "too few starts", which is what they were.
 """
 
@@ -13,11 +13,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import covariate, duet, duet_report, hoststate, rcbd, stats, store
-from .derived import png_bytes, write_whole
+from . import stats, store
 from .errors import RecordError
-from .replication import LABELS, METRICS, Policy, compare_blocks, lower_is_better
+from .replication import LABELS, METRICS, Policy, lower_is_better
 from .stats import MIN_STARTS, START_VALUE, UNDECIDED, Comparison, compare_starts, cv, geometric_mean, start_value
+from .store import png_bytes, write_whole
 from .verdicts import flags, pct
 
 
@@ -94,17 +94,13 @@ def _policy(cfg: dict) -> Policy:
         # a record without it was decided with alpha split evenly over the looks
         cfg.get("spending", "bonferroni"),
         cfg.get("look_step", 1),
-        adjust=cfg.get("adjust", "none"),
     )
 
 
-def schedule(pol: Policy, unit: str = "starts per arm", paired: bool = False) -> str:
-    """The look confidences a policy reads comparisons at, in words (paired: the duet's one-sample t intervals,
-    whose boundaries are solved for t statistics: Policy.paired_confidence)."""
-    conf = pol.paired_confidence if paired else (lambda n: pol.look_confidence((n, n)))
-    confs = ", ".join(f"{n}: {conf(n):.2%}" for n in pol.grid)
+def schedule(pol: Policy, unit: str = "starts per arm") -> str:
+    """The look confidences a policy reads comparisons at, in words."""
+    confs = ", ".join(f"{n}: {pol.look_confidence((n, n)):.2%}" for n in pol.grid)
     if pol.spending == "bonferroni":
-        # alpha / K at each look for the duet's t intervals too: a union bound needs no joint law
         return f"{pol.look_confidence():.2%} at every look ({pol.confidence:.0%} split over {pol.looks} looks)"
     name = {"obf": "O'Brien-Fleming", "pocock": "Pocock"}.get(pol.spending, pol.spending)
     return (
@@ -125,40 +121,15 @@ def planned_looks(pol: Policy, unit: str) -> str:
     )
 
 
-def _compare(
-    ref: ArmRow, arm: ArmRow, metric: str, pol: Policy, blocks: str | None = None, rows: list[ArmRow] | None = None
-) -> Comparison:
-    """A comparison as the run reads it; `blocks`: the per-block value of a --concurrent run (bench.blocks),
-    whose arms are paired round by round; with `rows` (every arm of the run), read pooled as a block design
-    (bench.rcbd)."""
-    if blocks:
-        pooled = None
-        if rows is not None:
-            by_round: dict[int, dict[str, list]] = {}
-            for r in rows:
-                for u in r.units:
-                    by_round.setdefault(u.round, {})[u.arm_key] = [x.get(metric) for x in u.reps]
-            values = [rcbd.block_values(b) for _, b in sorted(by_round.items())]
-            pooled = (values, ref.key, arm.key)
-        return compare_blocks(duet.unit_pairs(ref.units, arm.units, metric, blocks), metric, pol, pooled=pooled)
-    if pol.adjust != "none":
-        adjusted = covariate.compare_host(
-            ref.units,
-            arm.units,
-            pol.adjust,
-            metric=metric,
-            lower_is_better=lower_is_better(metric),
-            confidence=pol.pair_confidence(len(ref.start_values(metric)), len(arm.start_values(metric))),
-            min_effect=pol.min_effect,
-        )
-        if adjusted is not None:
-            return adjusted
+def _compare(ref: ArmRow, arm: ArmRow, metric: str, pol: Policy) -> Comparison:
+    """A comparison as the run reads it: the arms' start values at the look's confidence."""
+    a, b = ref.start_values(metric), arm.start_values(metric)
     return compare_starts(
-        ref.start_values(metric),
-        arm.start_values(metric),
+        a,
+        b,
         metric=metric,
         lower_is_better=lower_is_better(metric),
-        confidence=pol.pair_confidence(len(ref.start_values(metric)), len(arm.start_values(metric))),
+        confidence=pol.pair_confidence(len(a), len(b)),
         min_effect=pol.min_effect,
     )
 
@@ -190,13 +161,7 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
     metric = cfg.get("metric", "step_ms_b1")
     old = "initial_starts" not in cfg
     lines = ["## Method", ""]
-    if cfg.get("duet"):
-        lines += duet_report.method_lines(cfg, pol, schedule(pol, "duets", paired=True), planned_looks(pol, "duets"))
-    elif cfg.get("concurrent"):
-        lines += duet_report.block_method_lines(
-            cfg, pol, schedule(pol, "blocks", paired=True), planned_looks(pol, "blocks per arm")
-        )
-    elif old:
+    if old:
         lines.append(
             f"- Recorded with the earlier method ({cfg.get('restarts')} start(s) per arm); re-read here "
             f"with start values: comparisons need {MIN_STARTS} starts per arm."
@@ -212,26 +177,22 @@ def _method(cfg: dict, pol: Policy, v: store.StoreView) -> list[str]:
                 else "No throwaway start (--no-warmup-start)."
             )
         )
-    verdicts = (
-        []
-        if cfg.get("duet") or cfg.get("concurrent")
-        else [
-            f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start values, at "
-            f"{schedule(pol)}; "
-            f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
-            f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
-            f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint "
-            "of good and bad; a culprit only after its confirmations ("
-            + (
-                "a block of fresh starts of good and bad, interleaved with them"
-                if cfg.get("confirm", "fresh") == "fresh"
-                else "read against every start of good and bad; a probe's starts of the same set reused; measured "
-                "again fresh when they do not confirm"
-            )
-            + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
-            + ")."
-        ]
-    )
+    verdicts = [
+        f"- Verdicts: Welch's t interval for the ratio of the arms' geometric mean start values, at "
+        f"{schedule(pol)}; "
+        f"**regression/improvement** when the interval lies beyond ±{pol.min_effect:.1%}, **same** when inside, "
+        f"**cannot tell** when it straddles; fewer than {MIN_STARTS} starts: no verdict. Primary metric "
+        f"`{metric}`; every metric is shown. Bisect: probes placed at {pol.confidence:.0%} against the midpoint "
+        "of good and bad; a culprit only after its confirmations ("
+        + (
+            "a block of fresh starts of good and bad, interleaved with them"
+            if cfg.get("confirm", "fresh") == "fresh"
+            else "read against every start of good and bad; a probe's starts of the same set reused; measured "
+            "again fresh when they do not confirm"
+        )
+        + ("" if pol.spending == "bonferroni" else ", at the look's sequential confidence")
+        + ")."
+    ]
     penv = cfg.get("patch_env")
     lines += [
         *(
@@ -263,41 +224,17 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
     if not v.conclusions:
         return []
     c = v.conclusions[-1]
-    own = run.get("config", {}).get("adjust", "none")
-    # a duet's or block's verdicts read their paired values (bench.duet.unit_value), never start values
-    paired = c.get("method") in ("duet", "block")
-    own_value = START_VALUE if paired else run.get("config", {}).get("start_value", "median")
     lines = ["## Conclusion", ""]
     if c.get("budget_exhausted"):
         lines += [f"Stopped by the time budget ({c.get('budget_message')}); `--resume` continues.", ""]
-    if pol.adjust != own or own_value != START_VALUE:
-        # the stored conclusion was read the run's way: under another reading every verdict is read again here
-        # (the Comparisons table's), so that no line of this report states a verdict it does not hold
-        how = [f"`--adjust {own}`"] if pol.adjust != own else []
-        if own_value != START_VALUE:
-            how.append(f"start {own_value}s (a start's value is now the geometric mean of its repetitions)")
-        lead = (
-            f"Read with `--adjust {pol.adjust}` ({_ADJUST_WORDS.get(pol.adjust, pol.adjust)})"
-            if pol.adjust != own
-            else "Read here with start values"
-        )
-        lines += [
-            f"{lead}; the run itself read "
-            f"them with {' and '.join(how)}, and added its starts by that reading (its own conclusion: "
-            f"{_stored_summary(c)}).",
-            "",
-        ]
-        c = readjusted(c, {r.name: r for r in rows}, pol)
+    if note := _old_method(run, c):
+        lines += [note, ""]
     if c["kind"] == "ab":
         for r in c["comparisons"]:
             cmp_ = r["comparison"]
             lines.append(
                 f"- {r['arm']} vs {r['ref']} on `{c['metric']}`: **{r['verdict']}** ("
-                + (
-                    f"{_change(cmp_)}; {cmp_['n_ref']} {c['method']}s)"
-                    if c.get("method") in ("duet", "block")
-                    else f"{_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} starts)"
-                )
+                + f"{_change(cmp_)}; {cmp_['n_ref']} vs {cmp_['n_arm']} {c.get('method') or 'start'}s)"
                 + (f"; {res}" if (res := _resolution(cmp_, c.get("method") or "start")) else "")
             )
     elif c["kind"] == "ablate":
@@ -318,142 +255,22 @@ def _conclusion(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy) 
     return lines
 
 
-_ADJUST_WORDS = {
-    "host": "verdicts at a fixed host speed: the probe's work-unit time",
-    "steal": "verdicts at a fixed steal on the scheduler's CPU",
-    "wait": "verdicts at a fixed run-queue wait of the scheduler",
-    "state": "verdicts on the start values of the host's fast state: bench.hoststate",
-    "none": "verdicts on the raw start values",
-}
-
-
-def _stored_summary(c: dict) -> str:
-    if c["kind"] == "ab":
-        return "; ".join(
-            f"{r['arm']} vs {r['ref']} {r['verdict']} ({_change(r['comparison'])})" for r in c["comparisons"]
-        )
-    if c["kind"] == "ablate":
-        return f"culprit(s) {', '.join(c['culprits'])}" if c["culprits"] else "no culprit named"
-    if c.get("culprit"):
-        return f"culprit {c['culprit']}" + (f" with {c['partner']}" if c.get("partner") else "")
-    return f"no culprit named ({c.get('outcome')})"
-
-
-def _cmp_dict(rows: dict[str, ArmRow], ref: str, arm: str, metric: str, pol: Policy) -> dict | None:
-    a, b = rows.get(ref), rows.get(arm)
-    if a is None or b is None or not (a.start_values(metric) and b.start_values(metric)):
-        return None
-    return _compare(a, b, metric, pol).to_dict()
-
-
-def _expect(c: dict, role: str) -> str | None:
-    """The reference a confirmation set must match, from its role (bench.bisect names them)."""
-    if role.startswith("confirm: bad - "):
-        return "good"
-    if role == f"confirm: good + {c.get('partner')} + {c.get('culprit')}" or (
-        not c.get("partner") and role == f"confirm: good + {c.get('culprit')}"
-    ):
-        return "bad"
-    if c.get("partner") and role == f"confirm: good + {c['partner']}":
-        return "good"
-    return None
-
-
-def _block_number(tag: str) -> int:
-    n = tag.removeprefix("confirm")
-    return int(n) if n.isdigit() else 0
-
-
-def readjusted(c: dict, rows: dict[str, ArmRow], pol: Policy) -> dict:
-    """A stored conclusion with its verdicts read again under `pol` (its adjust) from the arms' starts.
-
-    ab: each comparison read again. ablate: each patch's two sides read again and its finding taken anew.
-    bisect: the search cannot be replayed (its probes were chosen by the run's reading), so the adjusted
-    reading can only withdraw: the culprit stands if the endpoints still regress and each of its confirmations
-    still holds one way (bad - c clearly better than bad, good + c clearly worse than good); otherwise no
-    culprit, saying which step fails. A culprit is never named that the run did not name.
-    """
-    from .plans import ablate_finding, qualify
-    from .stats import DECIDED, IMPROVEMENT, REGRESSION, regression_ruled_out
-
-    m = c["metric"]
-    out = dict(c)
-    if c["kind"] == "ab":
-        out["comparisons"] = []
-        for r in c["comparisons"]:
-            d = _cmp_dict(rows, r["ref"], r["arm"], m, pol) or r["comparison"]
-            out["comparisons"].append({**r, "verdict": d["verdict"], "comparison": d})
-        return out
-    if c["kind"] == "ablate":
-        out["patches"] = []
-        for r in c["patches"]:
-            sides = {}
-            for side, ref, arm in (("alone", "base", f"+{r['patch']}"), ("left_out", "full", f"-{r['patch']}")):
-                d = _cmp_dict(rows, ref, arm, m, pol) if r[side] is not None else None
-                sides[side] = d["verdict"] if d is not None else r[side]
-            # the other metrics' regressions as the run read them (this reading re-reads the primary one)
-            finding, sentence = qualify(*ablate_finding(sides["alone"], sides["left_out"]), r.get("elsewhere", []))
-            out["patches"].append({**r, **sides, "finding": finding, "sentence": sentence})
-        out["culprits"] = [r["patch"] for r in out["patches"] if r["finding"] == "culprit"]
-        return out
-    ep = _cmp_dict(rows, c["good"], c["bad"], m, pol)
-    if ep is not None:
-        out["endpoint"] = ep
-    probes = []
-    for p in c.get("probes", []):
-        q = dict(p)
-        for key, ref in (("vs_good", p.get("good", c["good"])), ("vs_bad", p.get("bad", c["bad"]))):
-            d = _cmp_dict(rows, ref, p["arm"], m, pol)
-            if d is not None:
-                q[key] = d
-        probes.append(q)
-    out["probes"] = probes
-    out["readjusted"] = True
-    if not c.get("culprit"):
-        # the run's outcome stands only where this reading decides the endpoints as the run did and rules out a
-        # regression on every metric (bench.plans.not_ruled_out); the search itself is not re-run
-        now = out["endpoint"]["verdict"]
-        open_ = [
-            name
-            for name, _, _ in METRICS
-            if (a := rows.get(c["good"])) is not None
-            and (b := rows.get(c["bad"])) is not None
-            and a.start_values(name)
-            and b.start_values(name)
-            and not regression_ruled_out(_compare(a, b, name, pol))
-        ]
-        if now != c["endpoint"].get("verdict") or now not in DECIDED or open_:
-            out["outcome"] = f"cannot tell under this reading (endpoints: {now}; the search was not re-run)"
-        out["reason"] = (
-            f"{c['reason']} (the search as the run read it; endpoints now {now}"
-            + (
-                f"; not ruled out under this reading: a regression beyond {pol.min_effect:.0%} on {', '.join(open_)}"
-                if open_
-                else ""
-            )
-            + ")"
-        )
-        return out
-    failed = [] if out["endpoint"]["verdict"] == REGRESSION else [f"bad vs good is {out['endpoint']['verdict']}"]
-    # the block that decided (blocks are numbered in order: confirm1, confirm2, ... confirm10)
-    tags = [p["block"] for p in probes if p.get("block")]
-    last = max(tags, key=_block_number, default=None)
-    for p in probes:
-        if p.get("block") != last or (expect := _expect(c, p["role"])) is None:
-            continue
-        key, want = ("vs_bad", IMPROVEMENT) if expect == "good" else ("vs_good", REGRESSION)
-        if p[key]["verdict"] != want:
-            other = "bad" if expect == "good" else "good"
-            failed.append(f"{p['role'].removeprefix('confirm: ')} vs {other} is {p[key]['verdict']} (must be {want})")
-    if failed:
-        named = c["culprit"] + (f" with {c['partner']}" if c.get("partner") else "")
-        out.update(
-            culprit=None,
-            partner=None,
-            outcome=f"culprit {named} withdrawn",
-            reason=f"the run named {named}, but under this reading " + "; ".join(failed),
-        )
-    return out
+def _old_method(run: dict, c: dict) -> str:
+    """One line for a record made with a method the bench no longer has (bench/README.md says why each left)."""
+    cfg = run.get("config", {})
+    how = []
+    if c.get("method") in ("duet", "block"):
+        how.append(f"the {c['method']} design")
+    if cfg.get("adjust", "none") != "none":
+        how.append(f"`--adjust {cfg['adjust']}`")
+    if (v := cfg.get("start_value", "median")) != START_VALUE:
+        how.append(f"start {v}s")
+    if not how:
+        return ""
+    return (
+        f"This run read its verdicts with {' and '.join(how)}, which the bench no longer has: the conclusion is "
+        "the run's own; the tables below read start values."
+    )
 
 
 def _change(c: dict) -> str:
@@ -503,11 +320,6 @@ def _bisect_lines(c: dict) -> list[str]:
                 f"{_fmt(p.get('toward_bad'), 2)} | {_change(p['vs_good'])} | {_change(p['vs_bad'])} |"
             )
         lines.append("")
-        if c.get("readjusted"):
-            lines += [
-                "place / toward bad: as the run's search placed the probe; vs good / vs bad: read again this way.",
-                "",
-            ]
     lines += [
         f"{head} — {c['reason']}. {len(c.get('probes', []))} probe set(s) (search bound "
         f"{c.get('max_search_probes')} + 2 confirmations), {c.get('server_starts_this_run', '?')} server "
@@ -644,14 +456,11 @@ def _apart(ref: ArmRow, arm: ArmRow) -> str | None:
     return (
         f"no invocation measured both arms ({ref.name}: {', '.join(sorted(a))}; {arm.name}: {', '.join(sorted(b))}): "
         "a difference between those invocations' machines or times is in every change of this comparison; "
-        "measure both arms in one run (or --concurrent blocks) before trusting a verdict"
+        "measure both arms in one run before trusting a verdict"
     )
 
 
 def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str) -> list[str]:
-    cfg = run.get("config", {})
-    blocks = cfg.get("duet_value", "pairs") if cfg.get("concurrent") else None
-    pooled_rows = rows if blocks and cfg.get("block_analysis", "paired") == "pooled" else None
     by_name = {r.name: r for r in rows}
     pairs = _pairs(run, rows, v)
     if not pairs:
@@ -661,32 +470,29 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
         "## Comparisons (every metric)",
         "",
         "Change of the arm against the reference, with its interval at the confidence of the look its start "
-        "counts reach (Method); n = starts"
-        + (" (blocks holding both arms: the n of a paired comparison)." if blocks else "."),
+        "counts reach (Method); n = starts.",
         "",
         "| section | reference | arm | metric | n | change [interval] | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     notes: list[str] = []
     reach: list[str] = []  # how far each undecided primary comparison is from a verdict
-    refusals: dict[tuple[str, str], str] = {}
     for section, ref, arm in pairs:
         a, b = by_name[ref], by_name[arm]
-        cmps = [_compare(a, b, m, pol, blocks, pooled_rows) for m in order if a.start_values(m) and b.start_values(m)]
-        refusals[(ref, arm)] = next((c.note for c in cmps if c.metric == metric and c.note), "")
-        up = None if blocks else _startup_comparison(a, b, pol)  # a block's servers start together: not comparable
+        cmps = [_compare(a, b, m, pol) for m in order if a.start_values(m) and b.start_values(m)]
+        up = _startup_comparison(a, b, pol)
         for c in cmps + ([up] if up else []):
             verdict = f"**{c.verdict}**" if c.verdict in ("regression", "improvement") else c.verdict
             label = LABELS.get(c.metric, STARTUP_LABEL) + (" (primary)" if c.metric == metric else "")
             lines.append(f"| {section} | {ref} | {arm} | {label} | {c.n_ref} / {c.n_arm} | {pct(c)} | {verdict} |")
         notes += [f"- {arm} vs {ref}: {f}" for f in flags(cmps)]
-        apart = None if blocks else _apart(a, b)
+        apart = _apart(a, b)
         if apart:
             notes.append(f"- {arm} vs {ref}: {apart}")
         reach += [
             f"- {arm} vs {ref}: {res}"
             for c in cmps
-            if c.metric == metric and (res := _resolution(c.to_dict(), "block" if blocks else "start"))
+            if c.metric == metric and (res := _resolution(c.to_dict(), "start"))
         ]
         if up and up.verdict in ("regression", "improvement"):
             notes.append(
@@ -695,27 +501,6 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
                 "(Server start-up has where a start's seconds go)"
             )
     lines.append("")
-    if pol.adjust != "none":
-        # per comparison, on the primary metric: the fit, or that the covariate is missing (then unadjusted)
-        lines += [
-            (
-                f"Read with `--adjust state` (each start's value over its repetitions in the host's fast state, "
-                f"the probe on the scheduler's CPU below {hoststate.FAST_RATIO} x its arm's fast level; a start "
-                f"with fewer than {hoststate.MIN_FAST_REPS} has none; cannot tell where the arms' levels are more "
-                f"than {hoststate.SAME_STATE}x apart):"
-                if pol.adjust == "state"
-                else f"Read with `--adjust {pol.adjust}` (covariate `{covariate.COVARIATES[pol.adjust]}`; adjusted only where the arms' covariate "
-                f"difference, bounded at {covariate.BALANCE_CONFIDENCE:.0%}, times the slope stays below half the "
-                f"minimum effect, else cannot tell):"
-            ),
-            "",
-        ]
-        lines += [
-            f"- {arm} vs {ref}: {covariate.model_of(by_name[ref].units, by_name[arm].units, pol.adjust, metric)}"
-            + (f"; **not admissible, cannot tell**: {refusals[(ref, arm)]}" if refusals[(ref, arm)] else "")
-            for _, ref, arm in pairs
-        ]
-        lines.append("")
     if notes:
         lines += ["Flags:", ""] + notes + [""]
     if reach:
@@ -730,15 +515,6 @@ def _comparisons(run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy,
             + [""]
         )
     return lines
-
-
-def _duets(run: dict, rows: list[ArmRow], pol: Policy, cfg: dict) -> list[str]:
-    by_name = {r.name: r for r in rows}
-    comps = [c for c in run.get("comparisons") or [] if c[1] in by_name and c[2] in by_name]
-    if not comps:
-        return []
-    _, ref, arm = comps[0]
-    return duet_report.duet_lines(ref, arm, by_name[ref].units, by_name[arm].units, pol, cfg)
 
 
 STARTUP_LABEL = "server start-up s (warm starts; no plan's metric)"
@@ -757,238 +533,6 @@ def _startup_comparison(ref: ArmRow, arm: ArmRow, pol: Policy) -> Comparison | N
     return compare_starts(
         a, b, metric="startup_s", confidence=pol.confidence, min_effect=max(pol.min_effect, STARTUP_MIN_EFFECT)
     )
-
-
-def _rank(xs: list[float], ys: list[float]) -> str:
-    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
-        return "- (too few values)"
-    from scipy import stats as sst
-
-    r = sst.spearmanr(xs, ys)
-    return f"{float(r.statistic):+.2f} (p = {float(r.pvalue):.2g}, n = {len(xs)})"
-
-
-def _centred(groups: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
-    """Log pairs of every group, each group centred on its own means."""
-    out = []
-    for g in groups:
-        g = [(y, p) for y, p in g if y > 0 and p > 0]
-        if not g:
-            continue
-        ly, lp = [math.log(y) for y, _ in g], [math.log(p) for _, p in g]
-        my, mp = statistics.fmean(ly), statistics.fmean(lp)
-        out += [(a - my, b - mp) for a, b in zip(ly, lp)]
-    return out
-
-
-def _overhead_lines(run_dir: Path) -> list[str]:
-    """The overhead check recorded beside the run (bench.hostprobe --overhead): is the probe a clean covariate?"""
-    from . import hostprobe
-
-    try:
-        o = hostprobe.read_overhead(run_dir)
-    except ValueError as e:
-        return [f"- probe overhead: **unreadable**: {e}"]
-    if o is None:
-        return [
-            "- probe overhead: not recorded beside this run (`python -m bench.hostprobe --overhead 10 --json "
-            "DIR/overhead.json` on the machine)"
-        ]
-    if o.verdict == hostprobe.PERTURBS:
-        return [
-            f"- **probe overhead: {o.sentence}. The probe is NOT a clean covariate on this machine: it slows "
-            "host-bound work on other CPUs (shared physical cores or memory bandwidth), so the values measured "
-            "beside it are not the server's alone; a covariate that costs nothing to sample is below.**"
-        ]
-    return [f"- probe overhead: {o.sentence}"]
-
-
-def _host_probe(
-    run_dir: Path, run: dict, rows: list[ArmRow], v: store.StoreView, pol: Policy, metric: str
-) -> list[str]:
-    """The probe against the primary metric: does the host's speed explain the spread, and may it adjust verdicts?"""
-    probed = [u for r in rows for u in r.units if u.host_probe]
-    if not probed:
-        return []
-    # within arms (each arm's log values centred on its mean): an arm's own effect must not pass for the host's
-    reps = _centred(
-        [
-            [
-                (float(m[metric]), float(m[store.PROBE_METRIC]))
-                for u in r.units
-                for m in u.reps
-                if m.get(metric) is not None and m.get(store.PROBE_METRIC) is not None
-            ]
-            for r in rows
-        ]
-    )
-    pairs = {r.name: covariate.start_pairs(r.units, metric) for r in rows}
-    starts = _centred([[(y, p) for y, p in ps if p is not None] for ps in pairs.values()])
-    cpus = sorted({u.host_probe.get("cpu") for u in probed}, key=str)
-    duty = _med([u.host_probe["duty"] for u in probed if u.host_probe.get("duty") is not None])
-    exclusive = all(u.placement.get("reserved") for u in probed)
-    at_scheduler = all(u.host_probe.get("at") == "scheduler" for u in probed)
-    lines = [
-        "## Host speed probe (bench.hostprobe)",
-        "",
-        f"A fixed Python work unit on CPU {', '.join(map(str, cpus))} "
-        + (
-            "(the scheduler's own CPU, by design: `--host-probe-at scheduler`)"
-            if at_scheduler
-            else "(kept from every server process by `spread`)"
-            if exclusive
-            else "(**shared**: the server's processes were not kept off it: placement `none`, or `spread` skipped)"
-        )
-        + f", measured duty {_fmt(duty * 100 if duty is not None else None, 1)} % of one core; "
-        f"{len(probed)} of {sum(len(r.units) for r in rows)} starts probed.",
-        "",
-        *_overhead_lines(run_dir),
-        f"- rank correlation (Spearman, within arms) of `{metric}` with the probe's work-unit time: per repetition "
-        f"{_rank([a for a, _ in reps], [b for _, b in reps])}; per start {_rank([a for a, _ in starts], [b for _, b in starts])}",
-    ]
-    sp = covariate.spread([ps for ps in pairs.values() if ps])
-    if sp is not None:
-        groups = [covariate.rep_starts(r.units, metric, store.PROBE_METRIC) for r in rows]
-        mx = covariate.spread_mixed([g for g in groups if g]) if all(g is not None for g in groups) else None
-        lines.append(
-            f"- start-to-start CV around the arms' means: {sp.cv_raw * 100:.1f} % raw, {sp.cv_adjusted * 100:.1f} % "
-            f"after regressing log start value on log probe over starts (slope {sp.probe_slope:.2f} ± "
-            f"{sp.probe_slope_se:.2f}, n = {sp.n})"
-            + (
-                f"; {mx.cv_adjusted * 100:.1f} % with the per-repetition model's slope ({mx.probe_slope:.2f} ± "
-                f"{mx.probe_slope_se:.2f}, mostly within starts)"
-                if mx is not None
-                else ""
-            )
-        )
-    for _section, ref, arm in _pairs(run, rows, v):
-        pr = [p for _, p in pairs.get(ref, []) if p is not None]
-        pa = [p for _, p in pairs.get(arm, []) if p is not None]
-        b = covariate.balance(pr, pa, pol.confidence)
-        if math.isnan(b.p_value):
-            lines.append(f"- probe balance {arm} vs {ref}: too few probed starts to check")
-        elif b.admissible:
-            lines.append(
-                f"- probe balance {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}): no difference "
-                f"shown at {pol.confidence:.0%} (not a proof of balance: `--adjust` adjusts only where the "
-                f"difference is bounded small enough)"
-            )
-        else:
-            lines.append(
-                f"- **PROBE DIFFERS BETWEEN ARMS {arm} vs {ref}: {b.change * 100:+.1f} % (p = {b.p_value:.2g}). The "
-                f"host probe is NOT an admissible covariate for this comparison: the arm moves it (adjusting would "
-                f"remove part of the arm's own effect), or the host ran at another speed during one arm's starts "
-                f"(then the unadjusted verdict is the host's too).**"
-            )
-    by_name = {r.name: r for r in rows}
-    if pol.adjust == "host":
-        refused = [
-            f"{arm} vs {ref}"
-            for _, ref, arm in _pairs(run, rows, v)
-            if ref in by_name and arm in by_name and _compare(by_name[ref], by_name[arm], metric, pol).note
-        ]
-        models = sorted(
-            {
-                covariate.model_of(by_name[ref].units, by_name[arm].units, "host", metric)
-                for _, ref, arm in _pairs(run, rows, v)
-            }
-        )
-        lines.append(
-            "- verdicts above: **adjusted for the host probe** (`--adjust host`: log value ~ arm + log probe, "
-            f"{'; '.join(models) or 'per start'}; the arm coefficient's t interval on starts - 3 df)"
-            + (
-                f"; {', '.join(refused)}: cannot tell (the arms' probe difference is not bounded small enough)"
-                if refused
-                else ""
-            )
-        )
-    elif pol.adjust == "state":
-        fs = hoststate.spread([r.units for r in rows], metric)
-        lines.append(
-            "- verdicts above: **the host's fast state only** (`--adjust state`, bench.hoststate: start values over "
-            "the repetitions the probe found fast; no slope fitted)"
-            + (
-                f"; start-to-start CV around the arms' means {fs[0] * 100:.1f} % over {fs[1]} starts raw, "
-                f"{fs[2] * 100:.1f} % over the {fs[3]} with a fast value"
-                if fs is not None
-                else ""
-            )
-        )
-    elif pol.adjust == "none":
-        lines.append("- verdicts above are unadjusted (`--adjust host` would read them at a fixed host speed)")
-    lines += ["", "| arm | start | " + metric + " | probe py µs | probe mem µs |", "|---|---|---|---|---|"]
-    for r in rows:
-        for u in r.units:
-            st = u.host_probe.get("start") or {}
-            m = u.value(metric)
-            lines.append(
-                f"| {r.name} | {u.round + 1} | {_fmt(m, 4)} | {_fmt(st.get('py_us'), 1)} | {_fmt(st.get('mem_us'), 1)} |"
-            )
-    return lines + [""]
-
-
-_COUNTER_WORDS = {
-    "host_steal_pct": "steal, scheduler's CPU(s)",
-    "host_steal_pct_all": "steal, all CPUs",
-    "host_irq_pct": "irq + softirq, scheduler's CPU(s)",
-    "host_guest_pct_all": "guest, all CPUs",
-    "sched_wait_pct": "scheduler run-queue wait (of run + wait)",
-    "sched_run_pct": "scheduler on CPU (of wall)",
-}
-
-
-def _within(rows: list[ArmRow], metric: str, counter: str, per_start: bool) -> tuple[list[float], list[float]]:
-    """(log metric, counter) pairs, each arm centred on its own means (an arm's effect is not the host's)."""
-    xs: list[float] = []
-    ys: list[float] = []
-    for r in rows:
-        pts = []
-        for u in r.units:
-            reps = [(m[metric], m[counter]) for m in u.reps if m.get(metric) and m.get(counter) is not None]
-            if per_start and reps:
-                pts.append((math.log(statistics.median(y for y, _ in reps)), statistics.fmean(c for _, c in reps)))
-            elif not per_start:
-                pts += [(math.log(y), c) for y, c in reps]
-        if pts:
-            my, mc = statistics.fmean(y for y, _ in pts), statistics.fmean(c for _, c in pts)
-            ys += [y - my for y, _ in pts]
-            xs += [c - mc for _, c in pts]
-    return ys, xs
-
-
-def _counters(rows: list[ArmRow], metric: str) -> list[str]:
-    """The kernel's contention counters per repetition (bench.hostprobe.counters): free to sample, so they cannot
-    perturb what they measure; how they relate to the metric, and what the per-repetition model makes of them."""
-    from .hostprobe import COUNTERS
-
-    present = [c for c in COUNTERS if any(m.get(c) is not None for r in rows for u in r.units for m in u.reps)]
-    if not present:
-        return []
-    lines = [
-        "## Contention counters (the kernel's, per repetition)",
-        "",
-        "Read from /proc/stat and the scheduler's /proc/PID/schedstat before and after every repetition (nothing "
-        "runs to measure them). Correlations are within arms; the CV is the start-to-start CV of "
-        f"`{metric}` around the arms' means after the per-repetition model (random intercept per start) with "
-        "that counter (raw: the first figure).",
-        "",
-        "| counter | median % | Spearman per rep | per start | CV raw -> adjusted | slope (per 1 %) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for c in present:
-        vals = [m[c] for r in rows for u in r.units for m in u.reps if m.get(c) is not None]
-        ys, xs = _within(rows, metric, c, per_start=False)
-        ys_s, xs_s = _within(rows, metric, c, per_start=True)
-        groups = [covariate.rep_starts(r.units, metric, c) for r in rows]
-        sp = covariate.spread_mixed([g for g in groups if g], c) if all(g is not None for g in groups) else None
-        cvs = f"{sp.cv_raw * 100:.1f} % -> {sp.cv_adjusted * 100:.1f} %" if sp is not None else "-"
-        slope = f"{sp.probe_slope / 100:+.4f} ± {sp.probe_slope_se / 100:.4f}" if sp is not None else "-"
-        lines.append(
-            f"| {_COUNTER_WORDS.get(c, c)} (`{c}`) | {statistics.median(vals):.2f} | "
-            f"{_rank(ys, xs).removeprefix('- ')} | {_rank(ys_s, xs_s).removeprefix('- ')} | {cvs} | {slope} |"
-        )
-    lines.append("")
-    return lines
 
 
 def _startup(v: store.StoreView) -> list[str]:
@@ -1114,49 +658,17 @@ def _environment(rows: list[ArmRow], v: store.StoreView) -> list[str]:
     return lines
 
 
-def _whole_blocks(rows: list[ArmRow], v: store.StoreView) -> list[ArmRow]:
-    """A block run's rows with only the blocks its plan read: the rounds its last conclusion names, else every
-    round all of whose arms completed (a block cut between its unit_done records counts for nothing)."""
-    read = next((c.get("block_rounds") for c in reversed(v.conclusions) if c.get("block_rounds") is not None), None)
-    by_round: dict[int, set[str]] = {}
-    for r in rows:
-        for u in r.units:
-            by_round.setdefault(u.round, set()).add(u.arm_key)
-    whole = {
-        u.round
-        for r in rows
-        for u in r.units
-        if set(u.block.get("arms", [])) == by_round.get(u.round, set()) and (read is None or u.round in read)
-    }
-    return [ArmRow(r.name, r.key, r.label, [u for u in r.units if u.round in whole]) for r in rows]
-
-
-def build_markdown(run_dir: Path, adjust: str | None = None) -> str:
+def build_markdown(run_dir: Path) -> str:
     run, rows, v = load_rows(run_dir)
-    if run.get("config", {}).get("concurrent"):
-        rows = _whole_blocks(rows, v)
-    cfg = run.get("config", {}) | ({"adjust": adjust} if adjust is not None else {})
+    cfg = run.get("config", {})
     metric = cfg.get("metric", "step_ms_b1")
     pol = _policy(cfg)
-    if (cfg.get("duet") or cfg.get("concurrent")) and pol.adjust != "none":
-        raise RecordError(
-            f"{run_dir}: a duet or block run has no covariate reading (its arms share the host in every unit); "
-            f"`python -m bench report {run_dir}` without --adjust"
-        )
     lines = _header(run_dir, run) + _method(cfg, pol, v) + _conclusion(run, rows, v, pol) + _arms(rows, metric)
-    if cfg.get("duet"):
-        lines += _duets(run, rows, pol, cfg)
-    else:
-        lines += _comparisons(run, rows, v, pol, metric)
-    if cfg.get("concurrent"):
-        lines += duet_report.block_lines(run, rows, cfg, pol.paired_confidence(pol.max_starts))
-    lines += _host_probe(run_dir, run, rows, v, pol, metric)
-    lines += _counters(rows, metric)
+    lines += _comparisons(run, rows, v, pol, metric)
     lines += _set_cv(rows, metric) + _outputs(rows)
     lines += _startup(v) + _environment(rows, v)
-    name = _plot_name(adjust)
-    if (run_dir / name).exists():
-        lines += [f"![plot]({name})", ""]
+    if (run_dir / "plot.png").exists():
+        lines += ["![plot](plot.png)", ""]
     return "\n".join(lines)
 
 
@@ -1175,15 +687,13 @@ def _command(run_dir: Path, run: dict) -> str:
     return p.read_text().strip() if p.exists() else " ".join(run.get("argv", []))
 
 
-def plot(run_dir: Path, adjust: str | None = None) -> Path:
+def plot(run_dir: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     run, rows, v = load_rows(run_dir)
-    if run.get("config", {}).get("concurrent"):
-        rows = _whole_blocks(rows, v)
     metric = run.get("config", {}).get("metric", "step_ms_b1")
     rows = [r for r in rows if r.start_values(metric)]
     if not rows:
@@ -1215,47 +725,38 @@ def plot(run_dir: Path, adjust: str | None = None) -> Path:
         ax.set_xticks(range(len(rows)), names, rotation=30, ha="right")
         ax.set_title("EAGLE phase p50 (ms, median over starts)")
         ax.legend()
-    own = run.get("config", {}).get("adjust", "none")
-    reading = adjust or own
     fig.suptitle(
         f"bench {run.get('kind')} {run.get('run_id')} ({', '.join(run.get('host', {}).get('gpus', [])) or 'no GPU'})"
-        + (f"; raw values shown, verdicts read at a fixed host speed (--adjust {reading})" if reading != "none" else "")
     )
     fig.tight_layout()
-    out = run_dir / _plot_name(adjust)
+    out = run_dir / "plot.png"
     try:
         data = png_bytes(fig, dpi=110)
     finally:
         plt.close(fig)
-    write_whole(out, data, _again(run_dir, adjust))
+    write_whole(out, data, _again(run_dir))
     return out
 
 
-def _plot_name(adjust: str | None) -> str:
-    """plot.png is the run's own; another reading gets its own file (its title names the reading)."""
-    return "plot.png" if adjust is None else f"plot-adjust-{adjust}.png"
-
-
-def write_report(run_dir: Path, adjust: str | None = None) -> Path:
-    """report.md (and plot.png) of run_dir; with `adjust`, report-adjust-<adjust>.md read that way instead."""
+def write_report(run_dir: Path) -> Path:
+    """report.md (and plot.png) of run_dir."""
     run_dir = Path(run_dir)
     note = ""
     try:
-        plot(run_dir, adjust)
+        plot(run_dir)
     except ImportError as e:
-        # sglang installs do not always carry matplotlib (only its "test" extra does); the data is all in the
-        # JSONL, so the plot can be made later on any machine with `python -m bench report RUN_DIR`.
-        note = f"No plot: {e}. Run `python -m bench report {run_dir}` where matplotlib is installed."
+        # the data is all in the JSONL: the plot can be made later wherever matplotlib is installed
+        note = f"No plot: {e}. Run `sglang-overlay bench report {run_dir}` where the [bench] extra is installed."
     except ValueError as e:  # nothing measured yet: the markdown still says so
         note = f"No plot: {e}"
     if note:
         print(f"bench report: {note}")
-    out = run_dir / ("report.md" if adjust is None else f"report-adjust-{adjust}.md")
-    text = build_markdown(run_dir, adjust) + ("\n" + note + "\n" if note else "") + "\n"
-    write_whole(out, text.encode(), _again(run_dir, adjust))
+    out = run_dir / "report.md"
+    text = build_markdown(run_dir) + ("\n" + note + "\n" if note else "") + "\n"
+    write_whole(out, text.encode(), _again(run_dir))
     return out
 
 
-def _again(run_dir: Path, adjust: str | None) -> str:
+def _again(run_dir: Path) -> str:
     """The fix a failed write names: everything is in the store, so the same command again once there is room."""
-    return f"free space, then `python -m bench report {run_dir}" + (f" --adjust {adjust}`" if adjust else "`")
+    return f"free space, then `sglang-overlay bench report {run_dir}`"

@@ -1,17 +1,13 @@
 """Server starts: one unit of work = one start of one arm, its repetitions, and its records in the JSONL store.
 
-A start goes through `apply.py launch` (bench.launcher), waits for the url line, optionally places the
-server's processes on CPUs (bench.placement), runs `warmup_reps` discarded and `reps_per_start` measured
-repetitions (bench.workload), records where the start-up seconds went (bench.startup) and stops the server.
+A start goes through the tool's `launch` (bench.launcher), waits for the url line, places the server's
+processes on CPUs (bench.machine), runs `warmup_reps` discarded and `reps_per_start` measured repetitions
+(bench.workload), records where the start-up seconds went (bench.machine) and stops the server.
 
-StoreLab is the bench.replication.Lab over this: plans ask for "one more start of these arms" and read start
-values; the lab serves them from the store when they are already there (a --resume, or --reuse of another
-run's starts under the same measurement signature) and measures only what is missing. Before its first real
-start in an invocation it runs one throwaway start: a machine's first start pays FlashInfer JIT and CUDA-graph
-compilation (361 s against 62-77 s warm on an H200), and the start after it should not be an arm's. A resumed
-invocation on a machine that served a start of the same measurement minutes ago (a marker in the machine's temp
-dir, keyed by signature and boot id: a fresh machine has neither) skips it: its caches are what the throwaway
-would warm, and a session's budget holds only about 13 starts.
+StoreLab is the bench.replication.Lab over this: it serves starts from the store when they are there (--resume,
+--reuse) and measures only what is missing. An invocation's first real start follows one throwaway start (a
+machine's first start pays JIT and CUDA-graph compilation: 361 s against 62-77 s warm on an H200), unless this
+boot served a start of the same measurement minutes ago (a marker keyed by signature and boot id).
 """
 
 from __future__ import annotations
@@ -28,33 +24,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import covariate, hostprobe, launcher, placement, startup, store
-from .derived import write_whole
+from . import launcher, machine, store
 from .errors import BudgetExhausted, RunAborted, WriteFailed
-from .hostinfo import host_record
 from .launcher import ArmSpec, LaunchConfig
 from .replication import WARM_START_ESTIMATE_S
 from .stats import START_VALUE, cv
 from .workload import RepMetrics, Workload, WorkloadError, run_rep, server_info
 
-# Environment every measured server gets: step times in /server_info; EAGLE phase timing (only has an effect
-# when the eagle_profiling patch is applied).
+# Every measured server: step times in /server_info; EAGLE phase timing (with the eagle_profiling patch).
 STEP_TIME_ENV = {"SGLANG_RECORD_STEP_TIME": "1"}
 PHASE_TIMING_ENV = {"SGLANG_EAGLE_PHASE_TIMING": "1"}
-# A fixed hash seed: set and dict iteration orders (and with them code paths and allocation order) then match
-# between starts; ASLR and the rest still vary, which is what several starts per arm are for.
+# Set and dict orders then match between starts; ASLR and the rest still vary (several starts per arm).
 HASH_SEED_ENV = {"PYTHONHASHSEED": "0"}
-# Our SIGTERM reaches the scheduler first, so SGLang's tokenizer manager takes the stop for a crash and sleeps
-# 5 s "to let GPU activity settle" before py-spy and CUDA-coredump diagnostics (seen on every stop of the H200
-# record, 2026-12-01): that is stop time, not measured time.
+# Our SIGTERM reaches the scheduler first; SGLang takes it for a crash and sleeps 5 s before its diagnostics.
 QUIET_STOP_ENV = {"SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0", "SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0"}
-# Bytecode. A start imports SGLang and its dependencies in three processes (tokenizer, scheduler, detokenizer).
-# Where PYTHONDONTWRITEBYTECODE is set (the GPU machines and CI set it) or a tree is read-only, each of them
-# compiles every module from source again at every start: run9's start logs show one torchao SyntaxWarning, which
-# only compiling emits, three times per start on a warm machine; on a CPU the scheduler module imports in 30-32 s
-# from source against 13-16 s from bytecode (bench/results/pycache_cpu). The bench keeps bytecode in a cache of
-# its own, so the SGLang tree stays as fetched; the same code runs, only the imports get shorter. A prefix the
-# user set is kept, and an arm's or the run's --env may still set PYTHONDONTWRITEBYTECODE (it is applied after).
+# Bytecode: where PYTHONDONTWRITEBYTECODE is set or a tree is read-only, each server process compiles SGLang again
+# at every start (30-32 s against 13-16 s on a CPU: bench/results/pycache_cpu). The bench keeps a cache of its own;
+# a prefix the user set is kept, and --env may still set PYTHONDONTWRITEBYTECODE.
 PYCACHE_DIR_ENV = "SGLANG_OVERLAY_BENCH_PYCACHE"  # where the bench's bytecode cache is (tests point it elsewhere)
 
 
@@ -96,14 +82,6 @@ class RunConfig:
     run_id: str = ""
     time_budget_s: float | None = None  # wall seconds for this invocation; None = unlimited
     warm_start_estimate_s: float = WARM_START_ESTIMATE_S
-    host_probe: bool = False  # bench.hostprobe beside every measured start, on a CPU kept from the server
-    host_probe_at: str = "spare"  # or "scheduler": on the scheduler's own CPU (bench.hostprobe.SAME_CPU_PY_N)
-    adjust: str = "none"  # bench.replication.Policy.adjust
-    duet_tree: str | None = None  # bench.duet: the second tree; None = sequential starts
-    duet_value: str = "pairs"  # bench.duet.unit_value (a block's too)
-    concurrent: bool = False  # bench.blocks: each round's arms live at once, on shared CPUs
-    block_analysis: str = "pooled"  # bench.replication.compare_blocks: pooled (bench.rcbd) or paired
-    block_pairs: bool = False  # bench.block_runner: one block per comparison, its two arms only
 
     @property
     def store_path(self) -> Path:
@@ -121,16 +99,6 @@ class RunConfig:
             "reps_per_start": self.reps_per_start,
             "cpu_placement": self.cpu_placement,
         }
-        if self.host_probe:  # only when on: the signatures of stores measured before the probe existed stay valid
-            sig["host_probe"] = True
-            if self.host_probe_at != "spare":  # it shares the scheduler's CPU: another load on the measured step
-                sig["host_probe_at"] = self.host_probe_at
-        if self.duet_tree:  # a duet's starts share the machine with another server: never pooled with lone ones
-            sig["duet_tree"] = self.duet_tree
-        if self.concurrent:  # a block's likewise (its trees are the bench's own: where they are is not measured)
-            sig["concurrent"] = True
-        if self.block_pairs:  # two servers a block, not all of a round's: another machine load
-            sig["block_pairs"] = True
         return hashlib.sha256(json.dumps(sig, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -157,9 +125,7 @@ def launch_fingerprinter(manifest: str | None):
 
 def patch_env_in_effect(manifest: str | None, environ: dict[str, str] | None = None) -> dict[str, str] | None:
     """The manifest's declared patch variables (SGLANG_OEA_K0, a plant's delay, ...) that the bench's own
-    environment sets: every server inherits them, and neither the arms' fingerprints nor --env record them, so a
-    run measured with SGLANG_PLANTED_RESULT_DELAY_US=400 exported read like one at the default 180 (the first
-    blocks_ablate record). None when the manifest does not load here."""
+    environment sets: every server inherits them, and neither the arms' fingerprints nor --env record them, so a"""
     import os
 
     try:
@@ -209,11 +175,9 @@ def plan_differences(prev_run: dict, plan: dict) -> list[str]:
         if k == "config":
             old = prev_run.get("config", {})
             if "initial_starts" in old:
-                # a record of the adaptive method from before the group-sequential looks was decided so
                 old = {**PRE_SEQUENTIAL, **old}
             if "metric" in old:
-                # a record made before start values were geometric means read start medians: its replay would
-                # not take its decisions again
+                # older records read start medians: a replay would not take their decisions again
                 old = {"start_value": "median", **old}
             out += [f"{n} {old[n]!r} -> {x!r}" for n, x in v.items() if n in old and norm(old[n]) != norm(x)]
         elif k in prev_run and norm(prev_run[k]) != norm(v):
@@ -242,12 +206,7 @@ def nccl_env_lines(logs: list[Path], console: Path, limit: int = 64) -> list[str
 
 
 def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> list[str]:
-    """Does the running server say it carries what this arm asked for? (overlay_identity patch)
-
-    `apply.py launch` prints the launch fingerprint (set + env profile), which the server reports as
-    overlay.launch_fingerprint; overlay.fingerprint is the tree's. Mismatches are recorded and shown in the
-    report rather than aborting: the launcher made the tree carry the set itself, and GPU time is scarce.
-    """
+    """Does the running server say it carries what this arm asked for? (overlay_identity patch)"""
     if not isinstance(overlay, dict):
         return ["server_info has no overlay identity (is the overlay_identity patch in this set?)"]
     if "error" in overlay:
@@ -263,20 +222,6 @@ def identity_warnings(overlay, printed_fp: str, patches: tuple[str, ...]) -> lis
 
 def progress(msg: str) -> None:
     print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class PendingServer:
-    """A server Runner.spawn_server launched and counted, not yet known to be up (Runner.await_server)."""
-
-    sid: str
-    srv: launcher.Server
-    console: Path
-    launched_at: float  # wall clock before the launch
-    launch: LaunchConfig
-    arm: ArmSpec
-    rnd: int
-    warmup: bool
 
 
 @dataclass(frozen=True)
@@ -308,7 +253,6 @@ class Runner:
         self.warmed = not cfg.warmup_start
         self._view: store.StoreView | None = None
         self._own_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self._probe: hostprobe.Probe | None = None
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         (cfg.out_dir / "raw").mkdir(exist_ok=True)
         prev = [r for r in store.read(cfg.store_path) if r.get("type") == "run"]
@@ -323,8 +267,7 @@ class Runner:
                 )
             differs = plan_differences(prev[0], self.plan(extra_run_fields))
             if differs:
-                # One run dir, one plan: the report reads the first run record (arm names, alpha, min effect),
-                # so a second plan in it would print verdicts that contradict its own conclusion.
+                # one run dir, one plan: a second plan's verdicts would contradict the first run record's
                 raise RunAborted(
                     f"{cfg.out_dir} holds a run of another plan ({'; '.join(differs)}); continue "
                     f"it with --resume {cfg.out_dir}, or pool its starts into a new run with "
@@ -337,15 +280,13 @@ class Runner:
             cfg.run_id = cfg.run_id or uuid.uuid4().hex[:12]
             command = "cd " + shlex.quote(os.getcwd()) + " && " + " ".join(shlex.quote(a) for a in cfg.argv) + "\n"
             try:
-                write_whole(cfg.out_dir / "command.txt", command.encode(), "free space or choose another --out")
+                store.write_whole(cfg.out_dir / "command.txt", command.encode(), "free space or choose another --out")
             except WriteFailed as e:
                 raise RunAborted(str(e)) from None
         self._fingerprint = launch_fingerprinter(cfg.launch.manifest)
         if resumed:
             stale = self._stale(self.view())
-            # the unchanged arms' starts first: a kill after them leaves the edited arm's starts unmarked, so the
-            # next resume finds them stale again and sets aside what is left; the other order would leave that
-            # resume no stale start to act on, and the first invocation's starts compared with the new ones
+            # the unchanged arms' first: a kill after them leaves the edited arm's stale for the next resume
             self._set_aside_unpaired(stale)
             for u, now in stale:
                 self._set_aside(u, now)
@@ -355,7 +296,7 @@ class Runner:
                 )
         else:
             self._import_reused()
-        self.host = host_record()
+        self.host = machine.host_record()
         run_rec = {
             "type": "run",
             "run_id": cfg.run_id,
@@ -388,14 +329,6 @@ class Runner:
                 "tree": cfg.launch.tree,
                 "manifest": cfg.launch.manifest,
                 "time_budget_s": cfg.time_budget_s,
-                "host_probe": cfg.host_probe,
-                "host_probe_at": cfg.host_probe_at,
-                "adjust": cfg.adjust,
-                "duet": cfg.duet_tree,
-                "duet_value": cfg.duet_value,
-                "concurrent": cfg.concurrent,
-                "block_analysis": cfg.block_analysis,
-                "block_pairs": cfg.block_pairs,
                 "start_value": START_VALUE,
             },
             "arms": [self.arm_record(a) for a in arms],
@@ -418,13 +351,9 @@ class Runner:
                 "follow": c.follow,
                 "confidence": c.confidence,
                 "min_effect": c.min_effect,
-                "adjust": c.adjust,
                 "spending": c.spending,
                 "look_step": c.look_step,
                 "confirm": c.confirm,
-                "duet_value": c.duet_value,
-                "block_analysis": c.block_analysis,
-                "block_pairs": c.block_pairs,
                 "start_value": START_VALUE,
             },
             **{k: v for k, v in (extra_run_fields or {}).items() if k in PLAN_EXTRA},
@@ -444,12 +373,7 @@ class Runner:
 
     # -- store helpers ---------------------------------------------------------------------------------------
     def _import_reused(self) -> None:
-        """Copy completed units measured under the same signature from other stores into this one.
-
-        Each imported unit gets the next free round of its arm: the view keeps one unit per (arm, round), so two
-        stores that both measured an arm would otherwise lose one store's starts. A start already here (a store
-        that itself reused another one given too) is imported once: counting it twice would fake replication.
-        """
+        """Copy completed units measured under the same signature from other stores into this one."""
         have = store.view(store.read(self.cfg.store_path))
         seen = {u.start_id for u in have.units.values()}
         next_round: dict[str, int] = {}
@@ -500,16 +424,13 @@ class Runner:
         self.rec(rec | ({"why": why} if why else {}))
 
     def _set_aside_unpaired(self, stale: list[tuple[store.Unit, str]]) -> None:
-        """Sequential starts are compared across starts, not within a block: an arm measured again after an edit
-        would be set against the other arms' starts of an earlier invocation (another time, on gpu_device.sh
-        another machine), and that difference would land in its verdicts (a fresh CI clone showed tok/s -22 %
-        "regression" between two invocations of identical fake servers). So every earlier sequential start is
-        set aside too and the arms are measured again together, interleaved. A block's or duet's starts are
-        compared within their block, which the stale start only leaves short: they stay."""
-        if not stale or any(u.block or u.duet for u, _ in stale):
+        """An arm measured again after an edit is compared with starts of the same invocation, not another
+        time's (a fresh CI clone showed tok/s -22 % between two invocations of identical fake servers): every
+        earlier start is set aside too and the arms are measured again together, interleaved."""
+        if not stale:
             return
         gone = {u.start_id for u, _ in stale}
-        others = [u for u in self.view().units.values() if u.start_id not in gone and not (u.block or u.duet)]
+        others = [u for u in self.view().units.values() if u.start_id not in gone]
         for u in others:
             self._set_aside(u, u.fingerprint, "unpaired")
         if others:
@@ -549,72 +470,36 @@ class Runner:
         env.update(QUIET_STOP_ENV)
         if self.cfg.phase_timing:
             env.update(PHASE_TIMING_ENV)
-            # The timer's window (default 1000 steps) would mix the b1 and concurrent phases: keep it shorter
-            # than one phase so each snapshot describes the phase that just ran.
+            # shorter than one phase: each snapshot then describes the phase that just ran
             env["SGLANG_EAGLE_PHASE_TIMING_WINDOW"] = str(max(16, self.cfg.workload.max_new_tokens // 2))
         env.update(self.cfg.env)
         env.update(dict(arm.env))
         return env
 
     def placement_of(self, arm: ArmSpec) -> str:
-        return dict(arm.env).get(placement.ENV) or self.cfg.env.get(placement.ENV) or self.cfg.cpu_placement
+        env = machine.PLACEMENT_ENV
+        return dict(arm.env).get(env) or self.cfg.env.get(env) or self.cfg.cpu_placement
 
     @property
     def units_started(self) -> int:
         """Servers this invocation started (throwaway and failed launches included); counted by start_server."""
         return self._units_started
 
-    @property
-    def started_ids(self) -> frozenset[str]:
-        """Start ids of the servers this invocation started; recorded by start_server."""
-        return frozenset(self._started_ids)
-
-    @property
-    def own_cpus(self) -> frozenset[int] | None:
-        """The CPUs this process could run on when the Runner was made (None where the OS cannot say): where the
-        host probe's CPU and a duet's two halves come from, and what stop_server puts the bench client back on."""
-        return frozenset(self._own_cpus) if self._own_cpus is not None else None
-
-    def check_budget(self, arm: ArmSpec, starts: int = 1, what: str = "start", need_s: float | None = None) -> None:
-        """BudgetExhausted when `starts` more starts (a duet's two: bench.duet_runner), or `need_s` seconds where
-        the caller knows better (a block's servers start together: bench.block_runner), would overrun the
-        budget."""
+    def check_budget(self, arm: ArmSpec) -> None:
+        """BudgetExhausted when one more start would overrun the budget. An invocation's first start always
+        runs, or a small budget could never progress."""
         if self.cfg.time_budget_s is None or self._units_started == 0:
-            # an invocation's first start always runs, or a small budget could never progress; after a throwaway
-            # start it is checked too (run7: a 469 s cold throwaway left 101 s, the measured start took 106 s,
-            # and the device call's own limit killed it)
             return
-        need = starts * self.next_unit_estimate() if need_s is None else need_s
+        v = self.view()
+        need = unit_estimate(list(v.units.values()), v.warmup_units, self._started_ids, self.cfg.warm_start_estimate_s)
         if self.elapsed() + need > self.cfg.time_budget_s:
             raise BudgetExhausted(
                 f"{self.elapsed():.0f}s used of --time-budget {self.cfg.time_budget_s:.0f}s; "
-                f"the next {what} ({arm.name}) needs ~{need:.0f}s"
+                f"the next start ({arm.name}) needs ~{need:.0f}s"
             )
 
-    def next_unit_estimate(self) -> float:
-        """Seconds one more unit (start, repetitions, stop) will take, from the units measured so far."""
-        v = self.view()
-        units = list(v.units.values())
-        # From the starts of this invocation where there are any: an earlier invocation may have paid the
-        # machine's JIT and CUDA-graph caches. A throwaway start counts only when nothing measured was seen.
-        here = [u for u in units if u.start_id in self._started_ids and u.wall_s]
-        seen = here or [u for u in units if u.wall_s]
-        if not seen:
-            seen = [u for u in v.warmup_units if u.start_id in self._started_ids and u.wall_s]
-        warm = [u.wall_s for u in seen if u.machine_warm]
-        if warm:
-            return max(warm)
-        # Only cold starts seen (the machine's first start ran 350-440 s on an H200, a warm one 57-83 s): their
-        # repetitions and stop are known, their start-up is not what the next start pays. Without this, a
-        # run with --no-warmup-start on a fresh machine stopped after its first start although most of the
-        # budget was left (bench/results/2026-12-01-h200-run4).
-        return max(
-            (u.wall_s - u.startup_s + min(u.startup_s, self.cfg.warm_start_estimate_s) for u in seen), default=0.0
-        )
-
-    def warmup(self, arm: ArmSpec, launch: LaunchConfig | None = None) -> None:
-        """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured. `launch`:
-        where it starts, if not the run's own (a block's first tree)."""
+    def warmup(self, arm: ArmSpec) -> None:
+        """The invocation's throwaway start (JIT, graph caches, page cache); recorded, never measured."""
         if self.warmed:
             return
         self.warmed = True
@@ -623,44 +508,20 @@ class Runner:
             progress(f"[warm-up start] skipped: this machine served a start of this measurement {age:.0f}s ago")
             self.rec({"type": "warmup_skipped", "age_s": round(age, 1), "arm_key": arm.key})
             return
-        self.run_unit(arm, -1, "[warm-up start]", warmup=True, launch=launch)
+        self.run_unit(arm, -1, "[warm-up start]", warmup=True)
 
-    def run_unit(
-        self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False, launch: LaunchConfig | None = None
-    ) -> list[RepMetrics]:
+    def run_unit(self, arm: ArmSpec, rnd: int, label: str, warmup: bool = False) -> list[RepMetrics]:
         if not warmup:
             self.check_budget(arm)
         t0 = time.monotonic()
         machine_warm = warm_machine_age(self.sig) is not None
         announce = f"{label} arm {arm.name} start {rnd + 1}: starting server ({arm.pset.label})"
-        started = self.start_server(launch or self.cfg.launch, arm, rnd, announce, warmup)
+        started = self.start_server(self.cfg.launch, arm, rnd, announce, warmup)
         sid, srv, console = started.sid, started.srv, started.console
         reps: list[RepMetrics] = []
         try:
             info_version, overlay = self.identity(srv)
-            at = self.cfg.host_probe_at
-            own = self._own_cpus if self.cfg.host_probe and at == "spare" else None
-            probe_cpu = hostprobe.spare_cpu(own) if own else None
-            reserve = frozenset({probe_cpu} if probe_cpu is not None else ())
-            placed = placement.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid(), reserve=reserve)
-            if self.cfg.host_probe and at == "scheduler":
-                # the vCPUs of this host change speed each on their own (bench/results/2026-12-03-h200-noise):
-                # only a probe on the scheduler's CPU sees the speed the host-bound step runs at
-                cpus = hostprobe.watched(placed, srv.proc.pid)[1]
-                probe_cpu = min(cpus) if cpus else None
-                if probe_cpu is None and not warmup:
-                    progress(
-                        f"WARNING arm {arm.name}: the scheduler's CPU is not known (placement: "
-                        f"{placed.get('skipped') or placed.get('mode')}); the host probe runs unpinned"
-                    )
-            if self.cfg.host_probe and not warmup:
-                duty = hostprobe.SAME_CPU_DUTY if at == "scheduler" else hostprobe.DUTY
-                self._probe = hostprobe.start(
-                    self.cfg.out_dir / "raw" / f"hostprobe-{sid}.txt", probe_cpu, duty=duty, at=at
-                )
-                if not hostprobe.wait_ready(self._probe):
-                    progress(f"WARNING arm {arm.name}: the host probe wrote no sample; its windows will be empty")
-            windows: list[tuple[float, float]] = []
+            placed = machine.place(srv.proc.pid, self.placement_of(arm), client_pid=os.getpid())
             self.record_start(
                 sid,
                 arm,
@@ -675,13 +536,10 @@ class Runner:
                 started.ready_at,
             )
             total = self.cfg.warmup_reps + (0 if warmup else self.cfg.reps_per_start)
-            # the kernel's contention counters around every repetition: two reads of /proc, nothing perturbed
-            sched_pid, sched_cpus = hostprobe.watched(placed, srv.proc.pid)
             for i in range(max(total, 1)):
                 warm = warmup or i < self.cfg.warmup_reps
-                m, window = self.rep(srv, sid, arm, rnd, i - self.cfg.warmup_reps, warm, (sched_pid, sched_cpus))
+                m = self.rep(srv, sid, arm, rnd, i - self.cfg.warmup_reps, warm)
                 if not warm:
-                    windows.append(window)
                     reps.append(m)
         except (WorkloadError, OSError) as e:
             self.record_failure(arm, rnd, sid, srv, warmup, e)
@@ -690,17 +548,7 @@ class Runner:
         except BaseException:
             self.stop_server(srv)  # Ctrl-C or an abort: never leave a server holding the GPU
             raise
-        probe = self._probe
         rc = self.stop_server(srv)
-        if probe is not None:
-            self.rec(
-                {
-                    "type": "host_probe",
-                    "start_id": sid,
-                    **hostprobe.summary(hostprobe.read_samples(probe.path), windows, probe),
-                }
-            )
-            probe.path.unlink(missing_ok=True)  # ~100 lines a second: the record keeps what the report reads
         wall = time.monotonic() - t0
         self.rec(
             {
@@ -722,20 +570,8 @@ class Runner:
     def start_server(
         self, launch: LaunchConfig, arm: ArmSpec, rnd: int, announce: str, warmup: bool = False
     ) -> StartedServer:
-        """One server of `arm` started under `launch`, and counted as one of this invocation's starts.
-
-        Every server an invocation starts goes through here or through spawn_server (run_unit's, the throwaway
-        start, both of a duet's: bench.duet_runner, a block's: bench.block_runner): check_budget lets an
-        invocation's first start run unchecked and next_unit_estimate reads this invocation's own starts, so a
-        start counted anywhere else, or not at all, would move where --time-budget stops. It counts before the
-        launch: a launch that fails spent its time too. `announce` is the progress line said before the launch."""
-        return self.await_server(self.spawn_server(launch, arm, rnd, announce, warmup))
-
-    def spawn_server(
-        self, launch: LaunchConfig, arm: ArmSpec, rnd: int, announce: str, warmup: bool = False
-    ) -> PendingServer:
-        """start_server's first half: the launch, counted, without waiting for its url (a block launches all its
-        servers before it waits for any: their imports overlap); await_server is the second half."""
+        """One server of `arm` started and counted (check_budget reads the count). It counts before the launch:
+        a launch that fails spent its time too. A failure is recorded (the launch's output tail): RunAborted."""
         sid = uuid.uuid4().hex[:12]
         console = self.cfg.out_dir / "raw" / f"{arm.name}-r{rnd}-{sid}.log"
         launched_at = time.time()
@@ -743,27 +579,23 @@ class Runner:
         self._started_ids.add(sid)
         progress(announce)
         srv = launcher.spawn(launch, arm, self.server_env(arm), console)
-        return PendingServer(sid, srv, console, launched_at, launch, arm, rnd, warmup)
-
-    def await_server(self, p: PendingServer) -> StartedServer:
-        """Wait for a spawned server's url; a failure recorded (the launch's output tail) and raised as RunAborted."""
         try:
-            launcher.wait_ready(p.srv, p.launch)
+            launcher.wait_ready(srv, launch)
         except launcher.LaunchError as e:
             self.rec(
                 {
                     "type": "failure",
-                    "arm": p.arm.name,
-                    "arm_key": p.arm.key,
-                    "round": p.rnd,
+                    "arm": arm.name,
+                    "arm_key": arm.key,
+                    "round": rnd,
                     "stage": "launch",
-                    "warmup_start": p.warmup,
+                    "warmup_start": warmup,
                     "error": str(e).splitlines()[0],
                     "log_tail": str(e)[-4000:],
                 }
             )
-            raise RunAborted(f"arm {p.arm.name}: {e}") from e
-        return StartedServer(p.sid, p.srv, p.console, p.launched_at, time.time())
+            raise RunAborted(f"arm {arm.name}: {e}") from e
+        return StartedServer(sid, srv, console, launched_at, time.time())
 
     @staticmethod
     def identity(srv: launcher.Server) -> tuple[object, object]:
@@ -810,7 +642,7 @@ class Runner:
                 "overlay": overlay,
                 "cmd": srv.cmd,
                 "placement": placed,
-                "startup": startup.from_file(srv.log, launched_at, ready_at) if srv.log else {},
+                "startup": machine.startup_from_file(srv.log, launched_at, ready_at) if srv.log else {},
                 **(extra or {}),
             }
         )
@@ -820,25 +652,9 @@ class Runner:
             for w in warnings:
                 progress(f"WARNING arm {arm.name}: {w}")
 
-    def rep(
-        self,
-        srv: launcher.Server,
-        sid: str,
-        arm: ArmSpec,
-        rnd: int,
-        index: int,
-        warm: bool,
-        watched: tuple[int | None, list[int] | None],
-        extra: dict | None = None,
-    ) -> tuple[RepMetrics, tuple[float, float]]:
-        """One repetition on a live server, recorded (with the kernel's counters around it) and checked; with the
-        monotonic window it ran in (what the host probe's samples are cut by)."""
-        sched_pid, sched_cpus = watched
-        before = hostprobe.snapshot(sched_pid)
-        t_rep = time.monotonic()
+    def rep(self, srv: launcher.Server, sid: str, arm: ArmSpec, rnd: int, index: int, warm: bool) -> RepMetrics:
+        """One repetition on a live server, recorded and checked."""
         m = run_rep(srv.url, self.cfg.workload)
-        window = (t_rep, time.monotonic())
-        host = hostprobe.counters(before, hostprobe.snapshot(sched_pid), sched_cpus)
         self.rec(
             {
                 "type": "rep",
@@ -848,39 +664,12 @@ class Runner:
                 "round": rnd,
                 "rep": index,
                 "warmup": warm,
-                "metrics": m.to_dict() | host,
-                **(extra or {}),
+                "metrics": m.to_dict(),
             }
         )
         if not warm:
             self._check_rep(arm, m)
-        return m, window
-
-    def record_units_done(
-        self,
-        arms: Sequence[ArmSpec],
-        sids: Sequence[str],
-        rnd: int,
-        rcs: Sequence[int | None],
-        wall: float,
-        extra: dict,
-    ) -> None:
-        """The unit_done records of a unit of several servers started together (a duet, a block), written after
-        all of them stopped: each its share of the unit's wall time, so the store's sum is the server time spent."""
-        for a, sid, rc in zip(arms, sids, rcs):
-            self.rec(
-                {
-                    "type": "unit_done",
-                    "start_id": sid,
-                    "arm_key": a.key,
-                    "round": rnd,
-                    "n_reps": self.cfg.reps_per_start,
-                    "wall_s": round(wall / len(arms), 2),
-                    "launcher_rc": rc,
-                    "warmup_start": False,
-                    **extra,
-                }
-            )
+        return m
 
     def record_failure(
         self, arm: ArmSpec, rnd: int, sid: str, srv: launcher.Server, warmup: bool, e: BaseException
@@ -900,14 +689,10 @@ class Runner:
         )
 
     def stop_server(self, srv: launcher.Server) -> int | None:
-        """Stop `srv` (and the host probe beside it) and put the bench client back on its own CPUs, which the
-        start's placement narrowed; the launcher's exit code. Every server started is stopped through here."""
-        if self._probe is not None:
-            hostprobe.stop(self._probe)
-            self._probe = None
+        """Stop `srv` and put the bench client back on its own CPUs (the placement narrowed them)."""
         rc = launcher.stop(srv, self.cfg.launch)
         if self._own_cpus is not None:
-            placement.pin_process(os.getpid(), self._own_cpus)
+            machine.pin_process(os.getpid(), self._own_cpus)
         return rc
 
     def _check_rep(self, arm: ArmSpec, m: RepMetrics) -> None:
@@ -940,16 +725,26 @@ class Runner:
         return time.monotonic() - self.t_start
 
 
-class StoreLab:
-    """bench.replication.Lab over a Runner: starts come from the store first, new ones are measured.
+def unit_estimate(
+    units: Sequence[store.Unit], warmup_units: Sequence[store.Unit], started: set[str], warm_start_s: float
+) -> float:
+    """Seconds one more unit (start, repetitions, stop) will take, from the units measured so far.
 
-    Each arm has a cursor: the plan sees the arm's first `cursor` completed starts, in round order. Asking
-    for one more start moves the cursor onto a stored unit when there is one, and measures it otherwise, so
-    a replay over a store takes the plan's earlier decisions again without a server. Starts reused from other
-    stores (--reuse: the first rounds) are all seen from the first look: they were there before the plan began,
-    and a plan that read only the first few had stopped on whichever store was named first, while the report
-    read them all.
-    """
+    This invocation's starts where there are any (an earlier one may have paid the JIT caches); a throwaway
+    only when nothing measured was seen. Only cold starts seen: their start-up is capped at `warm_start_s`
+    (a machine's first start ran 350-440 s on an H200, a warm one 57-83 s: bench/results/2026-12-01-h200-run4)."""
+    here = [u for u in units if u.start_id in started and u.wall_s]
+    seen = here or [u for u in units if u.wall_s]
+    if not seen:
+        seen = [u for u in warmup_units if u.start_id in started and u.wall_s]
+    warm = [u.wall_s for u in seen if u.machine_warm]
+    if warm:
+        return max(warm)
+    return max((u.wall_s - u.startup_s + min(u.startup_s, warm_start_s) for u in seen), default=0.0)
+
+
+class StoreLab:
+    """bench.replication.Lab over a Runner: starts come from the store first, new ones are measured."""
 
     def __init__(self, runner: Runner):
         self.runner = runner
@@ -971,12 +766,6 @@ class StoreLab:
 
     def start_values(self, arm: ArmSpec, metric: str) -> list[float]:
         return store.start_values(self._units(arm), metric)
-
-    def paired(self, arm: ArmSpec, metric: str) -> list[tuple[float, float | None]]:
-        return covariate.start_pairs(self._units(arm), metric)
-
-    def units(self, arm: ArmSpec) -> list[store.Unit]:
-        return self._units(arm)
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
         for arm in arms:

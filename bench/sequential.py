@@ -1,52 +1,20 @@
 """Group-sequential boundaries: how wide a comparison's interval must be at each look so that reading it at
-every planned look (after every added start at --look-step 1), and stopping at the first decisive look,
-keeps the error rate at alpha over the whole run.
+every planned look, and stopping at the first decisive one, keeps the error rate at alpha over the whole run.
 
-Why not Bonferroni over the looks (the bench until 2026-12-01): the looks at one comparison are nested (the
-fourth start's data contain the third's), so their statistics are strongly correlated and splitting alpha
-evenly over K looks pays for K independent chances that are not there. At 6 looks Bonferroni asks 2.87 standard
-errors at every look, the last one included; the exact boundary for the same overall alpha asks about 2.05 at
-the last look. And the more looks a larger budget allows, the stricter every look became, so power was not
-monotone in the budget (bench/results/simulate/README.md).
-
-The method (Jennison & Turnbull, "Group Sequential Methods with Applications to Clinical Trials", 2000, ch. 7
-and 9; Lan & DeMets, "Discrete sequential boundaries for clinical trials", Biometrika 1983): repeated
-confidence intervals from an alpha-spending function. With information fraction t (the fraction of the
-maximum information a comparison can reach: 1 at max_starts per arm) a spending function alpha(t) says how much
-two-sided error may have been spent by t; the boundary c_k of look k solves
+Bonferroni over the looks overpays: the looks are nested, so their statistics are strongly correlated (at 6
+looks it asks 2.87 standard errors at every look, the exact boundary 2.05 at the last). The method: repeated
+confidence intervals from a Lan-DeMets alpha-spending function (Jennison & Turnbull 2000, ch. 7, 9 and 19;
+Lan & DeMets 1983). With information fraction t (1 at max_starts per arm), look k's boundary c_k solves
 
     P(|Z_1| < c_1, ..., |Z_{k-1}| < c_{k-1}, |Z_k| >= c_k) = alpha(t_k) - alpha(t_{k-1})
 
-for the canonical joint law of the Z statistics (Brownian motion in information: corr(Z_i, Z_j) =
-sqrt(t_i / t_j)), computed here by the recursive numerical integration of Armitage, McPherson & Rowe (JRSS A
-1969), as J&T ch. 19 give it. The intervals estimate +- c_k * se then cover the true change at every look
-simultaneously with probability 1 - alpha (J&T ch. 9), so every verdict an interval supports (regression,
-improvement, same) is valid whenever the bench stops, which is what an equivalence-style three-way verdict with
-optional stopping needs. With few starts the start values' spread is estimated, so c_k is turned into a t
-quantile at the look's Welch degrees of freedom by matching its tail probability (J&T ch. 3.8 / 11.2: the
-"significance level" approach): the look's confidence is 2 Phi(c_k) - 1.
+for Brownian motion in information (Armitage, McPherson & Rowe 1969, by numerical integration). With few
+starts c_k becomes a t quantile at the look's Welch degrees of freedom by matching its tail probability.
 
-Spending functions (Lan-DeMets):
-  pocock    Pocock type, a log(1 + (e - 1) t): about the same boundary at every look (2.24-2.45 standard
-            errors for 3 to 8 starts per arm). The default: the bench's first looks have 2-4 degrees of
-            freedom, and a boundary that is strict early (O'Brien-Fleming's 3.2 standard errors at 3 starts, a
-            t quantile near 8) makes every comparison pay for more starts. Measured (bench/results/simulate/):
-            fewer starts than O'Brien-Fleming in every bisect scenario, and at a true change of exactly the
-            minimum effect a false "improvement" / "same" in 2.3% / 1.7% of ab runs against O'Brien-Fleming's
-            4.7% / 3.8%: with estimated variances the t conversion below is an approximation, and it errs
-            most where the boundary drops steeply over looks with few degrees of freedom.
-  obf       O'Brien-Fleming type, the two-sided form of Lan & DeMets (1983), 2 - 2 Phi(z_{1-a/2} / sqrt(t)):
-            almost nothing spent early, the last look nearly at the plain level (2.10 at 8 starts); more power
-            at the last look, more starts on the way.
-  bonferroni the previous rule: alpha / K at each of K looks (kept to reproduce the old records and as the
-            "before" of the comparison).
-
-The looks are the balanced start counts initial, initial + step, ..., max_starts per arm (the canonical grid).
-A comparison of arms with unequal counts (a probe against references that more probes share) is read at the
-grid look whose information is the largest not above its own (information of a contrast sum c_i x_i of arm
-means: 1 / sum c_i^2 / n_i): the boundary of a look with less information than the data have, which is the
-conservative direction for a decreasing boundary. What the grid does not model (a reference that grows between
-two looks of one probe, several probes sharing references) is measured in the simulator, not assumed.
+Spending: pocock (the default: about the same boundary at every look; fewer starts than O'Brien-Fleming in
+every simulated bisect), obf (strict early, near the plain level at the last look), bonferroni (alpha / K per
+look: old records). Looks are the balanced counts initial, initial + step, ..., max_starts per arm; unequal
+counts are read at the grid look with the largest information not above their own (the conservative side).
 """
 
 from __future__ import annotations
@@ -163,74 +131,3 @@ def look_confidence(
         k = 1  # fewer starts than the first look: no interval is read (MIN_STARTS), any boundary will do
     c = boundaries(fracs, 1 - confidence, spending)[k - 1]
     return float(1 - 2 * norm.sf(c))
-
-
-# Paths of the sampled one-sample t process (paired_t_quantiles): the overall alpha they give is within about
-# +-0.05 points of the target (2 sd of a binomial share at 5%), the seed fixes the boundaries run to run.
-_T_PATHS = 1_000_000
-_T_SEED = 20261202
-
-
-@functools.lru_cache(maxsize=64)
-def paired_t_quantiles(counts: tuple[int, ...], alpha: float, spending: str) -> tuple[float, ...]:
-    """Critical |t| of the one-sample t statistic (n - 1 degrees of freedom) at looks after these unit counts,
-    so that the run's chance of crossing at some look, for normal units without effect, is alpha spent by
-    `spending` over the information fractions n / counts[-1].
-
-    Why not boundaries() turned into t quantiles look by look (the significance-level conversion, which the
-    sequential design keeps): it gets each look's own tail right, but with 2-7 degrees of freedom the variance
-    estimates of consecutive looks differ so much that their t statistics are far less correlated than the Z's
-    the boundary was solved for, so the looks add up to more than alpha: 5.80% +-0.07 for the duet's 3..8 looks
-    at Pocock-type 5% (tests/bench/test_sequential.py). The joint law of the t statistics over the looks does not
-    depend on the units' mean or spread under the null, but has no closed form: it is sampled here (numpy's
-    normal generator, seeded), and each look's quantile is the order statistic of the paths still running that
-    spends exactly that look's increment. Bonferroni needs no joint law (alpha / K at each look is a union
-    bound): its quantiles are scipy's t quantiles at the per-look level."""
-    import numpy as np
-    from scipy.stats import t as tdist
-
-    if not counts or counts[0] < 2 or any(b <= a for a, b in itertools.pairwise(counts)):
-        raise ValueError(f"unit counts must increase from 2: {counts}")
-    if spending == "bonferroni":
-        return tuple(float(tdist.ppf(1 - alpha / 2 / len(counts), n - 1)) for n in counts)
-    rng = np.random.default_rng(_T_SEED)
-    total, squares = np.zeros(_T_PATHS), np.zeros(_T_PATHS)
-    running = np.ones(_T_PATHS, dtype=bool)
-    out: list[float] = []
-    n, prev_spent = 0, 0.0
-    for k in counts:
-        while n < k:
-            x = rng.standard_normal(_T_PATHS)
-            total += x
-            squares += x * x
-            n += 1
-        mean = total / n
-        sd = np.sqrt(np.maximum(squares - n * mean * mean, 0.0) / (n - 1))
-        t = np.abs(mean) * math.sqrt(n) / np.where(sd > 0, sd, np.inf)
-        inc = spent(k / counts[-1], alpha, spending) - prev_spent
-        m = round(inc * _T_PATHS)  # paths this look may stop
-        alive = -t[running]
-        if m <= 0 or m >= alive.size:
-            q = math.inf if m <= 0 else 0.0
-        else:
-            top = np.partition(alive, [m - 1, m])  # the m-th and (m + 1)-th largest |t|: m paths beyond q
-            q = float(-(top[m - 1] + top[m]) / 2)
-        out.append(q)
-        running &= t <= q
-        prev_spent += inc
-    return tuple(out)
-
-
-def paired_look_confidence(
-    n: int, *, initial: int, max_starts: int, step: int, confidence: float, spending: str
-) -> float:
-    """The confidence of the one-sample t interval over n paired units (duets) to read now: the level whose
-    t quantile at n - 1 degrees of freedom is the look's paired_t_quantiles boundary. Between looks (a budget
-    that ends early) the last look at or below n."""
-    from scipy.stats import t as tdist
-
-    grid = grid_counts(initial, max_starts, step)
-    k = max(1, sum(1 for g in grid if g <= n))
-    q = paired_t_quantiles(grid, 1 - confidence, spending)[k - 1]
-    # at n's own degrees of freedom, so that the interval compare_paired builds asks exactly q standard errors
-    return 1.0 if math.isinf(q) else float(1 - 2 * tdist.sf(q, max(n, grid[k - 1]) - 1))

@@ -295,7 +295,7 @@ def generate(url: str, texts: list[str], opts: SeqOptions, vocab: int, log=print
 def write(out: Path, doc: dict) -> None:
     """Whole or not at all (derived.write_whole): a kill leaves the previous file or the new one; a full disk
     is exit 1 naming the file, with the previous file as it was."""
-    from .derived import write_whole
+    from .store import write_whole
 
     write_whole(out, (json.dumps(doc, separators=(",", ":")) + "\n").encode(), "free space or choose another --out")
 
@@ -320,8 +320,7 @@ class SeqOptions:
 
 
 def _arm(opts: SeqOptions):
-    from .launcher import ArmSpec
-    from .sets import Catalog, SetError, resolve
+    from .launcher import ArmSpec, Catalog, SetError, resolve
 
     try:
         return ArmSpec("server-seqs", resolve(Catalog.from_manifest(opts.manifest), opts.set_expr), env=opts.env)
@@ -408,7 +407,7 @@ def run(opts: SeqOptions, log=print) -> dict:
 
 def _with_server(opts: SeqOptions, texts: list[str], source: dict, vocab, log) -> tuple[list[dict], dict]:
     from . import launcher
-    from .hostinfo import gpu_names
+    from .machine import gpu_names
     from .runner import HASH_SEED_ENV, QUIET_STOP_ENV, STEP_TIME_ENV
 
     arm, cfg = _arm(opts), _launch_config(opts)

@@ -1,26 +1,16 @@
 """Verdicts from server starts: the start is the replication unit.
 
-Why not the repetitions: repetitions inside one server start share its memory layout, CUDA-graph pool, process
-placement and JIT state, so they sample the noise *within* a start and say nothing about what varies *between*
-starts (Kalibera & Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013: repeat at the level where the
-variance is). On this stack the start-to-start spread is the larger one (the same set gave 4.66 ms and 3.9 ms per
-step in two starts of an H200), so a rank test over pooled repetitions, with one start per arm, turned start
-noise into p < 0.001 verdicts on the wrong patch.
+Repetitions inside one start share its memory layout, CUDA-graph pool, placement and JIT state: they say
+nothing about what varies between starts (Kalibera & Jones, ISMM 2013). On this stack the start-to-start spread
+is the larger one (4.66 ms and 3.9 ms per step in two starts of one set on an H200). So each start gives one
+value per metric (start_value), and two arms are compared on those in logs: Welch's t interval for the ratio
+of the arms' geometric means (the two-stage analysis of a hierarchical design; honest with 3-5 starts).
 
-So each start contributes one number per metric, the geometric mean of its measured repetitions (start_value
-says why not their median), and two arms are compared on those start values, in logs: Welch's t interval
-for the difference of mean log start values (unequal variances, Welch-Satterthwaite degrees of freedom, the
-quantile from scipy.stats.t) gives a confidence interval for the ratio of the arms' geometric means. This is the two-stage ("summary statistics") analysis
-of a hierarchical design; with the small, balanced numbers of starts we can afford it is exact under
-normality at the start level and, unlike a cluster bootstrap, honest with 3-5 clusters (a bootstrap over 3
-starts gives intervals far too narrow). Its t quantile with few degrees of freedom is what makes 3 starts
-per arm expensive to convince, as it should be.
-
-The verdict reads the interval against a minimum effect d (an equivalence-test design):
+The verdict reads the interval against a minimum effect d (an equivalence design):
   regression / improvement  the whole interval lies beyond +d / -d (in the metric's bad / good direction)
   same                      the whole interval lies inside (-d, +d)
-  cannot tell               the interval straddles a boundary: more starts, or a larger budget, may decide
-  too few starts            fewer than MIN_STARTS per arm: no interval is computed at all
+  cannot tell               the interval straddles a boundary: more starts may decide
+  too few starts            fewer than MIN_STARTS per arm: no interval
 """
 
 from __future__ import annotations
@@ -241,59 +231,6 @@ def _comparison(
     )
 
 
-def compare_contrast(
-    estimate: float,
-    se: float,
-    df: float,
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    metric: str = "step_ms_b1",
-    lower_is_better: bool = True,
-    confidence: float = 0.95,
-    min_effect: float = 0.02,
-    note: str = "",
-) -> Comparison:
-    """A Comparison from a model's estimate of log(arm / reference), its standard error and degrees of freedom
-    (bench.rcbd's block design), read by interval_verdict like every other interval here; a and b: the
-    reference's and the arm's values per unit, for the record."""
-    from dataclasses import replace
-
-    from scipy import stats as sst
-
-    h = float(sst.t.ppf(0.5 + confidence / 2, df)) * se
-    p = float(2 * sst.t.sf(abs(estimate) / se, df)) if se > 0 else (1.0 if estimate == 0 else 0.0)
-    c = _comparison(
-        metric, lower_is_better, a, b, math.nan, (estimate, estimate - h, estimate + h, p, df), confidence, min_effect
-    )
-    return replace(c, note=note) if note else c
-
-
-def compare_paired(
-    pairs: Sequence[tuple[float | None, float | None]],
-    *,
-    metric: str = "step_ms_b1",
-    lower_is_better: bool = True,
-    confidence: float = 0.95,
-    min_effect: float = 0.02,
-    min_units: int = MIN_STARTS,
-) -> Comparison:
-    """Compare two arms measured side by side: one (reference, arm) pair of medians per unit (a duet,
-    bench.duet). The unit's value is log(arm / ref); the interval is the one-sample t interval of their mean
-    (log_contrast over the ratios: with one group its degrees of freedom are n - 1), read by interval_verdict
-    like every other interval here. The pair shares the machine's state, so its spread is the unit's, not
-    the machine's."""
-    kept = [(float(a), float(b)) for a, b in pairs if a is not None and b is not None and a > 0 and b > 0]
-    a, b = [x for x, _ in kept], [y for _, y in kept]
-    ratios = [y / x for x, y in kept]
-    interval = None
-    if len(ratios) >= min_units:
-        c = log_contrast([ratios], [1.0], confidence)
-        interval = (c.estimate, c.low, c.high, _p_value(c, confidence), c.df)
-    change = geometric_mean(ratios) - 1 if ratios else math.nan
-    return _comparison(metric, lower_is_better, a, b, change, interval, confidence, min_effect)
-
-
 @dataclass(frozen=True)
 class Contrast:
     estimate: float  # sum of coef * mean log start value
@@ -322,47 +259,6 @@ def log_contrast(groups: Sequence[Sequence[float]], coefs: Sequence[float], conf
 
     h = float(sst.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(se2)
     return Contrast(est, est - h, est + h, df)
-
-
-@dataclass(frozen=True)
-class MedianCI:
-    n: int
-    median: float
-    low: float  # NaN when n < 3: a bootstrap of 1-2 values says nothing
-    high: float
-    confidence: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def median_ci(samples: Sequence[float], confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0) -> MedianCI:
-    """Median with a percentile bootstrap CI (scipy.stats.bootstrap), for describing one start's repetitions.
-
-    Percentile rather than BCa: BCa's jackknife acceleration is degenerate for the median of small samples with
-    ties (it returns NaN). Never used for a verdict: verdicts come from compare_starts.
-    """
-    xs = clean(samples)
-    if not xs:
-        return MedianCI(0, math.nan, math.nan, math.nan, confidence)
-    med = statistics.median(xs)
-    if len(xs) < 3:
-        return MedianCI(len(xs), med, math.nan, math.nan, confidence)
-    if min(xs) == max(xs):
-        return MedianCI(len(xs), med, med, med, confidence)  # scipy warns on a degenerate sample
-    import numpy as np
-    from scipy import stats as sst
-
-    res = sst.bootstrap(
-        (np.asarray(xs),),
-        np.median,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-        vectorized=True,
-    )
-    return MedianCI(len(xs), med, float(res.confidence_interval.low), float(res.confidence_interval.high), confidence)
 
 
 @dataclass(frozen=True)
@@ -398,92 +294,3 @@ def resolution(c: dict, target: float = 0.05, cap: int = 200) -> Resolution | No
     gap = math.log1p(target) - math.log1p(d)
     units = next((k for k in range(max(n, 2), cap + 1) if gap > 0 and q(k) * se * math.sqrt(n / k) <= gap), None)
     return Resolution(resolves=math.expm1(math.log1p(d) + h), target=target, units=units)
-
-
-@dataclass(frozen=True)
-class NoiseSplit:
-    """How much of a comparison's block-to-block spread its repetitions explain (log scale, sds).
-
-    expected: the spread a block's value would have from its own repetitions alone (a bootstrap of each block's
-    repetitions, pooled); observed: the spread the blocks show. Observed no larger than expected: nothing varies
-    from block to block beyond the repetitions, and more repetitions per start narrow the interval as more blocks
-    would. Observed larger (p small): a state per block or start that only more blocks average out. The bootstrap
-    spread of a median of 6-8 repetitions runs high, so the test is conservative: it flags a block effect only
-    when the blocks clearly vary more (on the H200 runs of 2026-12-03 observed/expected was 0.1-1.0)."""
-
-    blocks: int
-    reps: int  # median repetitions per block
-    expected: float
-    observed: float
-    p: float  # one-sided: the blocks vary more than the repetitions predict (chi-square on blocks - 1 df)
-
-
-def noise_split(
-    blocks: Sequence[tuple[Sequence[float | None], Sequence[float | None]]], value: str, seed: int = 0
-) -> NoiseSplit | None:
-    """blocks: (reference's, arm's) measured repetitions of each block holding both, in serving order; value as
-    bench.duet.unit_value ("pairs": the median of the j-th repetitions' ratios; "medians": the ratio of medians).
-    None below 3 blocks with 3 or more repetitions each."""
-    import numpy as np
-    from scipy import stats as sst
-
-    rng = np.random.default_rng(seed)
-    variances, values, sizes = [], [], []
-    for a, b in blocks:
-        if value == "pairs":
-            logs = [math.log(y / x) for x, y in zip(a, b) if x is not None and y is not None and x > 0 and y > 0]
-            if len(logs) < 3:
-                continue
-            data: tuple = (np.asarray(logs),)
-            med = float(np.median(logs))
-            sizes.append(len(logs))
-        else:
-            la, lb = np.log(clean(a)), np.log(clean(b))
-            if min(len(la), len(lb)) < 3:
-                continue
-            data = (la, lb)
-            med = float(np.median(lb) - np.median(la))
-            sizes.append(min(len(la), len(lb)))
-        if all(float(np.ptp(d)) == 0 for d in data):
-            variances.append(0.0)  # scipy warns on a degenerate sample; its bootstrap spread is nil
-        else:
-            res = sst.bootstrap(
-                data,
-                (lambda x, axis: np.median(x, axis=axis))
-                if value == "pairs"
-                else (lambda x, y, axis: np.median(y, axis=axis) - np.median(x, axis=axis)),
-                n_resamples=2000,
-                method="percentile",
-                random_state=rng,
-                vectorized=True,
-            )
-            variances.append(float(res.standard_error) ** 2)
-        values.append(med)
-    if len(values) < 3:
-        return None
-    expected = math.sqrt(statistics.fmean(variances))
-    observed = statistics.stdev(values)
-    k = len(values)
-    if expected > 0:
-        p = float(sst.chi2.sf((k - 1) * observed**2 / expected**2, k - 1))
-    else:
-        p = 1.0 if observed == 0 else 0.0
-    return NoiseSplit(k, int(statistics.median(sizes)), expected, observed, p)
-
-
-def blocks_for(
-    sd: float, target: float = 0.05, min_effect: float = 0.02, confidence: float = 0.95, cap: int = 500
-) -> int | None:
-    """Blocks a paired comparison needs to name a `target` change when a block's log ratio has this sd: the
-    smallest k >= MIN_STARTS with t(confidence, k - 1) * sd / sqrt(k) <= ln(1 + target) - ln(1 + min_effect)
-    (the interval of a true `target` change then clears the minimum effect). None past `cap` or when the target
-    is inside the minimum effect. The same minimum-detectable-effect reading as resolution(), for a design."""
-    gap = math.log1p(target) - math.log1p(min_effect)
-    if gap <= 0 or not math.isfinite(sd) or sd < 0:
-        return None
-    from scipy import stats as sst
-
-    return next(
-        (k for k in range(MIN_STARTS, cap + 1) if sst.t.ppf(0.5 + confidence / 2, k - 1) * sd / math.sqrt(k) <= gap),
-        None,
-    )

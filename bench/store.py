@@ -12,30 +12,27 @@ Record types (field "type"):
              left out of every statistic, its round measured again; with "why": "unpaired", a sequential start
              of an unchanged arm set aside beside them (compared across starts, it would set another
              invocation's time against the re-measured arm's)
-  host_probe bench.hostprobe's samples over one start's measured repetitions (median work-unit times per rep and
-             for the start, its CPU and duty): the view adds each rep's median to its metrics as host_probe_us
-  (duet)     a duet's two starts (bench.duet_runner) are start records of one round with a "duet" field (index,
-             position, tree, port); their reps carry duet_slot (the serving order); both unit_done records are
-             written after both servers stopped
-  (block)    a block's starts (bench.block_runner) are start records of one round with a "block" field (index,
-             position, tree, port, and the keys of every arm in it); their reps carry block_slot; every
-             unit_done record (with the whole block's block_wall_s) is written after all its servers stopped
   failure    what went wrong and the launcher's output tail
   conclusion what the plan concluded (ab verdicts, ablate findings, the bisection and its confirmations)
 A run interrupted mid-unit leaves rep records without a unit_done: they stay in the file and are ignored by
 statistics; --resume re-runs that unit.
+
+Derived files (report.md, plot.png, command.txt) are written whole (write_whole); one process measures into a
+run dir at a time (hold_run_dir).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import RecordError, WriteFailed
+from .errors import RecordError, UsageError, WriteFailed
 from .stats import start_value
 
 TAIL = 1 << 20  # how far back a cut last line is looked for (a record is a few KB)
@@ -145,10 +142,6 @@ class Unit:
     startup: dict = field(default_factory=dict)  # bench.startup.breakdown of this start
     placement: dict = field(default_factory=dict)
     machine_warm: bool = True  # False: this boot's first start of the measurement (JIT, graph caches cold)
-    host_probe: dict = field(default_factory=dict)  # the start's host_probe record (empty: measured without)
-    duet: dict = field(default_factory=dict)  # bench.duet_runner: the duet's index, position, tree, port
-    block: dict = field(default_factory=dict)  # bench.block_runner: the block's index, position, tree, port, arms
-    block_wall_s: float = 0.0  # the whole block's wall time (bench.block_runner), every unit of it alike
     # which invocation measured it: "reused from PATH", or "invocation N" (the Nth run record: a --resume adds one)
     invocation: str = ""
 
@@ -181,7 +174,7 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
     """Completed units; with `signature`, only units measured under that measurement signature."""
     records = list(records)
     sig_of_run = {r["run_id"]: r.get("signature") for r in records if r.get("type") == "run"}
-    starts, reps, done, probes = {}, defaultdict(list), {}, {}
+    starts, reps, done = {}, defaultdict(list), {}
     stale = {r.get("start_id") for r in records if r.get("type") == "stale"}
     invocation: dict[str, str] = {}
     n_runs = 0
@@ -199,8 +192,6 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             reps[r["start_id"]].append(r)
         elif t == "unit_done":
             done[r["start_id"]] = r
-        elif t == "host_probe":
-            probes[r["start_id"]] = r
     units: dict[tuple[str, int], Unit] = {}
     warm: list[Unit] = []
     for sid, d in done.items():
@@ -215,17 +206,13 @@ def view(records: Iterable[dict], signature: str | None = None) -> StoreView:
             start_id=sid,
             arm=s["arm"],
             fingerprint=s.get("fingerprint", ""),
-            reps=with_late(_with_probe([x["metrics"] for x in reps[sid]], probes.get(sid))),
+            reps=with_late([x["metrics"] for x in reps[sid]]),
             wall_s=d.get("wall_s", 0.0),
             startup_s=s.get("startup_s", 0.0),
             nccl_env_lines=d.get("nccl_env_lines") or [],
             startup=s.get("startup") or {},
             placement=s.get("placement") or {},
             machine_warm=s.get("machine_warm", True),
-            host_probe=probes.get(sid) or {},
-            duet=s.get("duet") or {},
-            block=s.get("block") or {},
-            block_wall_s=d.get("block_wall_s", 0.0),
             invocation=invocation[sid],
         )
         if s.get("warmup_start"):
@@ -268,12 +255,121 @@ def with_late(reps: list[dict]) -> list[dict]:
     return [r if i < first else {**r, **{k: r[b] for k, b in LATE.items() if b in r}} for i, r in enumerate(reps)]
 
 
-PROBE_METRIC = "host_probe_us"  # a rep's median probe work-unit time, next to its measured metrics
+# -- derived files: written whole or not at all ------------------------------------------------------------------
+
+TMP_SUFFIX = ".tmp"
 
 
-def _with_probe(reps: list[dict], probe: dict | None) -> list[dict]:
-    """Each rep's metrics with the probe's median over that rep's window (in rep order) as PROBE_METRIC."""
-    windows = (probe or {}).get("reps") or []
-    if len(windows) != len(reps):
-        return reps
-    return [{**m, PROBE_METRIC: w.get("py_us")} for m, w in zip(reps, windows)]
+def is_temp(name: str) -> bool:
+    """Whether a file name is a write_whole temp (`.NAME.PID-RAND.tmp`): readers and listings skip these."""
+    if not (name.startswith(".") and name.endswith(TMP_SUFFIX)):
+        return False
+    pid = name[: -len(TMP_SUFFIX)].rpartition(".")[2].partition("-")[0]
+    return pid.isdigit()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reap(path: Path) -> None:
+    """Remove the temps of `path` whose writer is dead (a kill between write and rename)."""
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for n in names:
+        if n.startswith(prefix) and is_temp(n):
+            pid = int(n[len(prefix) :].partition("-")[0])
+            if pid != os.getpid() and not _alive(pid):
+                try:
+                    os.unlink(path.parent / n)
+                except OSError:
+                    pass
+
+
+def write_whole(path: Path, data: bytes, fix: str) -> None:
+    """Write `path` through a temp of this writer's own beside it, fsync'ed, renamed over it. Two writers of one
+    file each rename a whole file of their own, so the last rename wins and neither fails (issue 40, class 2).
+    An OS error is WriteFailed naming the file and `fix`, with the previous file as it was."""
+    from sglang_overlay import interrupts
+
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}"
+    try:
+        with interrupts.held():
+            _reap(path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _after_temp(tmp)
+            os.rename(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise WriteFailed(f"cannot write {path}: {e.strerror or e}; {fix}; {path} is as it was") from None
+
+
+def _after_temp(tmp: Path) -> None:
+    """A seam for tests: called with the whole temp, just before its rename."""
+
+
+def png_bytes(fig, dpi: int) -> bytes:
+    """A matplotlib figure as PNG bytes, for write_whole (savefig to a name would truncate it first)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def check_writable(out_dir: Path) -> None:
+    """Refuse (exit 2) before any server starts when the run dir cannot take its files."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out_dir}: {e.strerror or e}; make it writable or choose another --out") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out_dir}: not writable; make it writable or choose another --out")
+
+
+_HELD: list[int] = []  # never closed: the lock lasts as long as the process
+
+
+def hold_run_dir(out_dir: Path) -> None:
+    """One measuring process per run dir: an flock on its results.jsonl until this process exits (the kernel
+    drops it on any death). A second process is refused (exit 2), never interleaved into the same rounds."""
+    while _HELD:  # a process measures one run at a time (tests call main() again)
+        os.close(_HELD.pop())
+    check_writable(out_dir)
+    store = out_dir / "results.jsonl"
+    try:
+        fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UsageError(
+            f"--out {out_dir}: cannot write {store}: {e.strerror or e}; free space, make it writable or choose "
+            "another --out (nothing was started)"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(
+            f"--out {out_dir}: another bench run is measuring into it (it holds {store}); wait for it to end, "
+            "then --resume it, or choose another --out"
+        ) from None
+    _HELD.append(fd)

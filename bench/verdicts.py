@@ -17,20 +17,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .launcher import ArmSpec
-from .replication import LABELS, METRICS, PHASES, Lab, Policy, compare
+from .replication import LABELS, PHASES, Policy
 from .stats import IMPROVEMENT, MIN_STARTS, REGRESSION, SAME, Comparison, clean, compare_starts, log_contrast
-
-
-def all_metrics(
-    lab: Lab, ref: ArmSpec, arm: ArmSpec, policy: Policy, confidence: float | None = None
-) -> list[Comparison]:
-    """One comparison per metric that both arms have."""
-    out = []
-    for m, _, _ in METRICS:
-        if lab.start_values(ref, m) and lab.start_values(arm, m):
-            out.append(compare(lab, ref, arm, m, policy, confidence))
-    return out
 
 
 def pct(c: Comparison) -> str:
@@ -141,7 +129,6 @@ def place_probe(
     sequential: bool | None = None,
 ) -> Placement:
     """Where a probe's start values lie between the good and the bad references.
-
     BAD / GOOD: the interval of log P - (log G + log B)/2 (Welch-Satterthwaite) lies wholly on bad's / good's
     side of the midpoint; BETWEEN: P is beyond the minimum effect from both references (worse than good,
     better than bad). A probe must be nearer one reference with confidence before it steers the bisection.
@@ -197,13 +184,7 @@ def _badness(c: Comparison) -> tuple[float, float, float]:
 def place_confirmation(
     good: Sequence[float], bad: Sequence[float], probe: Sequence[float], expect: str, metric: str, policy: Policy
 ) -> Placement:
-    """place_probe, made strict for the two sets a culprit rests on (bad - c must be good, good + c bad).
-
-    Nearer the expected reference is not enough: a patch that carries 70% of a 10% regression leaves `bad - c`
-    nearer good but 3% slower than it. So the distance to the expected reference must also be small: its
-    estimate at most half the minimum effect (then GOOD / BAD), or its interval beyond the minimum effect
-    (then BETWEEN: the set carries part, another patch the rest); in between, more starts (OPEN).
-    """
+    """place_probe, made strict for the two sets a culprit rests on (bad - c must be good, good + c bad)."""
     pl = place_probe(good, bad, probe, metric, policy)
     if pl.place in (Place.OPEN, Place.BETWEEN) or pl.place.value != expect:
         return pl

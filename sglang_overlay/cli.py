@@ -147,6 +147,13 @@ def _context(args, home: Path | None) -> Context:
     )
 
 
+def _bench_context(args, home: Path | None) -> Context | None:
+    try:
+        return _context(args, home)
+    except OverlayError:
+        return None
+
+
 def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
     """`home`: the project an entry script belongs to (apply.py passes its own directory), used when no
     manifest.yaml is found from the current directory upward."""
@@ -167,9 +174,15 @@ def main(argv: list[str] | None = None, *, home: Path | None = None) -> int:
 def _main(argv: list[str] | None, home: Path | None) -> int:
     try:
         _check_cwd()
-        args = build_parser(set_from_argv(sys.argv[0])).parse_args(argv)
+        argv = list(sys.argv[1:] if argv is None else argv)
+        split = commands.load("bench").split_argv(argv) if "bench" in argv else None
+        args = build_parser(set_from_argv(sys.argv[0])).parse_args(split[0] if split else argv)
         set_where(project=args.project, manifest=args.manifest, pin=args.pin)
-        code = int(args._run(_context(args, home), args) or 0)
+        if split:  # the bench's arguments are its own; a project is optional for it
+            args.bench_args = split[1]
+            code = int(args._run(_bench_context(args, home), args) or 0)
+        else:
+            code = int(args._run(_context(args, home), args) or 0)
         interrupts.settle()
         lost = output.lost()  # here, not at interpreter exit, where a full disk would go unreported
         return _output_lost(lost) if lost and code == 0 else code

@@ -196,8 +196,8 @@ def test_apply_and_launch_take_the_same_expression(sglang_tree):
 
 def test_bench_sets_use_the_package_grammar():
     from bench.errors import SetError
-    from bench.sets import Catalog
-    from bench.sets import resolve as bench_resolve
+    from bench.launcher import Catalog
+    from bench.launcher import resolve as bench_resolve
 
     cat = Catalog.from_manifest(FIX)
     assert bench_resolve(cat, "default-fx_topk") == resolve(cat.manifest, "default-fx_topk")

@@ -21,6 +21,7 @@ NAMES = (
     "rebase",
     "launch",
     "build-wheel",
+    "bench",
 )
 
 

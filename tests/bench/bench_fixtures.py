@@ -21,6 +21,11 @@ PATCHES = ("alpha", "beta", "eagle_profiling", "planted", "gamma", "delta", "eps
 
 @pytest.fixture
 def manifest(tmp_path) -> Path:
+    return make_manifest(tmp_path)
+
+
+def make_manifest(tmp_path: Path) -> Path:
+    """A small real manifest (the pin is the project's) with PATCHES as overlay entries, under tmp_path/m."""
     d = tmp_path / "m"
     entries = []
     for name in PATCHES:

@@ -1,12 +1,9 @@
 """The bench's writers outside its results store, faulted with strace (tests/faultlib.py) at their own calls:
-`bench report` (report.md, plot.png and the --adjust variants), the command.txt of `bench ab`, `bench
-server-seqs --out FILE`, `python -m bench.hostprobe --overhead N --json FILE` and the summaries `--out FILE` of
-`python -m bench.seqs_compare` and `python -m bench.draft_compare`.
+`bench report` (report.md, plot.png) and the command.txt of `bench ab`; and two writers on one run dir.
 
 A SIGKILL at each write-side call of the command's own process leaves every file it derives byte-equal to the
-previous one or whole and new, never cut short; what else it leaves beside them is at most the package's
-fixed-name temp (sglang_overlay.fsio.tmp_path), and the same command run again ends as an uninterrupted run
-ends, with nothing left. ENOSPC at each call the kernel fails with it exits with the command's own status for a
+previous one or whole and new, never cut short; what else it leaves beside them is at most a writer's temp
+(bench.store.is_temp), and the same command run again ends as an uninterrupted run ends, with nothing left. ENOSPC at each call the kernel fails with it exits with the command's own status for a
 refused write and a message naming the error and the file, never a traceback, and leaves the previous file and
 no temp. Calls that look alike to a fault are tried once each: the same system call on the same file in the
 same opening of it (a kill at the second write into a temp cuts it short as the first does), in $TMPDIR, and
@@ -21,8 +18,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ import pytest
 from bench_fixtures import DATA, fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
 from faultlib import ERRNO_TEXT, STRACE, Injected, Point, error_points, inject, is_output, record, trace_points
 
-from sglang_overlay.fsio import is_tmp_name
+from bench.store import is_temp as is_tmp_name
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 2
@@ -204,18 +203,17 @@ def sweep(works: list[Work], w: Writer, action: str) -> int:
 # -- bench report -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def report_works(tmp_path_factory):
-    """`bench report --adjust host` of the recorded profhost run, with an earlier report and plot of that
-    reading beside it (placeholders: their bytes stand for any earlier file); matplotlib's cache made once, so
-    that no run writes it. Plain `bench report` writes report.md and plot.png through the same two calls."""
+    """`bench report` of a recorded run, with an earlier report and plot beside it (placeholders: their bytes
+    stand for any earlier file); matplotlib's cache made once, so that no run writes it."""
     base = tmp_path_factory.mktemp("report-faults")
     start = base / "start"
     shutil.copytree(DATA / "profhost", start)
-    for name in ("report-adjust-host.md", "plot-adjust-host.png"):
+    outputs = ("report.md", "plot.png")
+    for name in outputs:
         (start / name).write_bytes(OLD)
     works = _works(base, start, _env() | {"MPLCONFIGDIR": str(base / "mpl")})
     works[0].reset()
-    outputs = ("report-adjust-host.md", "plot-adjust-host.png")
-    argv = (sys.executable, "-m", "bench", "report", ".", "--adjust", "host")
+    argv = (sys.executable, "-m", "bench", "report", ".")
     proc = subprocess.run(argv, cwd=works[0].dir, env=works[0].env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     new = {rel: works[0].read(rel) for rel in outputs}
@@ -223,7 +221,7 @@ def report_works(tmp_path_factory):
     return works, Writer("bench report", argv, outputs, lambda rel, data: data == new[rel], (1,))
 
 
-def test_a_kill_at_every_write_of_bench_report_adjust_leaves_the_previous_report_and_plot_or_the_new(report_works):
+def test_a_kill_at_every_write_of_bench_report_leaves_the_previous_report_and_plot_or_the_new(report_works):
     works, w = report_works
     assert sweep(works, w, "signal=KILL") >= 7  # openat, write, rename of each file, and stdout
 
@@ -243,8 +241,8 @@ def test_a_kill_writing_command_txt_of_bench_ab_leaves_none_and_the_next_run_wri
 ):
     """The run's command (what a reader repeats) from an ab whose servers exit at once (exit 3, nothing
     measured), killed at its first write into command.txt (or its temp): the old write_text had truncated
-    the name by then. No command.txt, at most fsio's temp beside it, and the same command again writes it
-    whole and takes the temp away. (Its other calls are fsio.atomic_write's, swept on `bench report`.)"""
+    the name by then. No command.txt, at most a temp beside it, and the same command again writes it whole
+    and takes the temp away. (Its other calls are store.write_whole's, swept on `bench report`.)"""
     (tmp_path / "start").mkdir()
     argv = fake_argv("ab", ["--arms", "a=base", "b=full"], manifest, launcher_arg, Path("run"))
     env = _env() | {"FAKE_BENCH": json.dumps({"fail": ["alpha"]}), "MPLCONFIGDIR": str(tmp_path / "mpl")}
@@ -267,152 +265,42 @@ def test_a_kill_writing_command_txt_of_bench_ab_leaves_none_and_the_next_run_wri
     ]
 
 
-# -- bench server-seqs --out ------------------------------------------------------------------------------------
-SEQ_PROMPTS, SEQ_TOKENS = 3, 4
+# -- two writers on one run dir (issue 40, class 2) ---------------------------------------------------------------
+PAUSED_WRITER = """
+import os, signal, sys
+from bench import cli
+rename = os.rename
+def paused(src, dst, *a, **k):
+    if os.path.basename(os.fspath(dst)) == "report.md":
+        os.kill(os.getpid(), signal.SIGSTOP)  # whole temp written, not yet renamed: resumed by the test
+    return rename(src, dst, *a, **k)
+os.rename = paused
+sys.exit(cli.main(["report", sys.argv[1]]))
+"""
 
 
-@pytest.fixture(scope="module")
-def seqs_works(tmp_path_factory):
-    """`bench server-seqs` against a fake /generate (test_server_seqs.FakeSGLang) of a model dir with only
-    what its identity reads (target/config.json), an earlier sequences file in place."""
-    from test_server_seqs import FakeSGLang
-
-    from bench.server_seqs import FORMAT
-    from bench.workload import fixed_prompts
-
-    base = tmp_path_factory.mktemp("seqs-faults")
-    start = base / "start"
-    (start / "model" / "target").mkdir(parents=True)
-    (start / "model" / "target" / "config.json").write_text(json.dumps({"vocab_size": 1000}) + "\n")
-    (start / "out").mkdir()
-    (start / "out" / "seqs.json").write_bytes(OLD)
-    texts = fixed_prompts(SEQ_PROMPTS)
-    table = {
-        t: {"prompt_ids": [1, i], "output_ids": [(5 * i + j) % 997 for j in range(SEQ_TOKENS)]}
-        for i, t in enumerate(texts)
-    }
-    # every worker's model dir is a copy: the server answers with a path whose config is the same bytes
-    srv = FakeSGLang(table, start / "model" / "target")
-    argv = (sys.executable, "-m", "bench", "server-seqs", "model", "--out", "out/seqs.json", "--url", srv.url)
-    argv += ("--prompts", str(SEQ_PROMPTS), "--new-tokens", str(SEQ_TOKENS))
-
-    def whole(rel: str, data: bytes) -> bool:
-        try:
-            doc = json.loads(data)
-        except ValueError:
-            return False
-        rows = doc.get("sequences") if isinstance(doc, dict) else None
-        return doc.get("format") == FORMAT and [r["output_ids"] for r in rows or []] == [
-            table[t]["output_ids"] for t in texts
-        ]
-
-    yield _works(base, start, _env()), Writer("bench server-seqs", argv, ("out/seqs.json",), whole, (1, 2))
-    srv.httpd.shutdown()
+def _state(pid: int) -> str:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_kill_at_every_write_of_server_seqs_leaves_the_previous_file_or_the_new(seqs_works):
-    works, w = seqs_works
-    assert sweep(works, w, "signal=KILL") >= 4
-
-
-def test_a_full_disk_at_every_write_of_server_seqs_is_a_message_naming_the_file_and_the_previous_file_stays(
-    seqs_works,
-):
-    works, w = seqs_works
-    assert sweep(works, w, "error=ENOSPC") >= 4
-
-
-# -- python -m bench.hostprobe --overhead N --json FILE -----------------------------------------------------------
-@pytest.fixture(scope="module")
-def hostprobe_works(tmp_path_factory):
-    """One ABBA round of 50 ms windows (the probe started twice, as in any --overhead run), an earlier
-    overhead.json in the run dir; a whole new one is an overhead record `bench report` reads."""
-    import tempfile
-
-    from bench.hostprobe import read_overhead
-
-    base = tmp_path_factory.mktemp("hostprobe-faults")
-    start = base / "start"
-    (start / "run").mkdir(parents=True)
-    (start / "run" / "overhead.json").write_bytes(OLD)
-    argv = (sys.executable, "-m", "bench.hostprobe", "--overhead", "1", "--window", "0.05")
-
-    def whole(rel: str, data: bytes) -> bool:
-        with tempfile.TemporaryDirectory() as d:
-            (Path(d) / "overhead.json").write_bytes(data)
-            try:
-                return read_overhead(Path(d)) is not None
-            except ValueError:
-                return False
-
-    w = Writer("bench.hostprobe", (*argv, "--json", "run/overhead.json"), ("run/overhead.json",), whole, (1,), 0, True)
-    return _works(base, start, _env()), w
-
-
-def test_a_kill_at_every_write_of_hostprobe_overhead_json_leaves_the_previous_record_or_the_new(hostprobe_works):
-    works, w = hostprobe_works
-    assert sweep(works, w, "signal=KILL") >= 4
-
-
-def test_a_full_disk_at_every_write_of_hostprobe_overhead_is_exit_1_naming_the_file(hostprobe_works):
-    works, w = hostprobe_works
-    assert sweep(works, w, "error=ENOSPC") >= 4
-
-
-# -- python -m bench.seqs_compare A B --out F and python -m bench.draft_compare ... --out F ------------------------
-RUN5 = ROOT / "bench" / "results" / "2026-12-01-h200-run5"
-
-
-def _compare_works(base: Path, start: Path, argv: tuple[str, ...], name: str, ok_rc: int):
-    """A summary --out whose earlier file is in place; a whole new one is the uninterrupted run's bytes."""
-    (start / "out").mkdir(parents=True)
-    (start / "out" / "summary.md").write_bytes(OLD)
-    works = _works(base, start, _env())
-    works[0].reset()
-    proc = works[0].run(Writer(name, argv, (), lambda rel, d: False, (2,), ok_rc))
-    assert proc.returncode == ok_rc, proc.stderr
-    new = works[0].read("out/summary.md")
-    assert new and new != OLD
-    return works, Writer(name, argv, ("out/summary.md",), lambda rel, data: data == new, (2,), ok_rc)
-
-
-@pytest.fixture(scope="module")
-def seqs_compare_works(tmp_path_factory):
-    """Two sequences files that part (exit 1: the answer, not a failure)."""
-    base = tmp_path_factory.mktemp("seqs-compare-faults")
-    start = base / "start"
-    start.mkdir()
-    for name, outs in (("a", [[5, 6, 7], [9, 9, 9]]), ("b", [[5, 6, 0], [9, 9, 9]])):
-        rows = [{"text": f"p{i}", "prompt_ids": [1, i], "output_ids": o, "batch": "1"} for i, o in enumerate(outs)]
-        doc = {"format": "bench-server-seqs/1", "model": {}, "source": {"set": "full"}, "sequences": rows}
-        (start / f"{name}.json").write_text(json.dumps(doc))
-    argv = (sys.executable, "-m", "bench.seqs_compare", "a.json", "b.json", "--out", "out/summary.md")
-    return _compare_works(base, start, argv, "bench.seqs_compare", 1)
-
-
-@pytest.fixture(scope="module")
-def draft_compare_works(tmp_path_factory):
-    """GPU session 5's trained step (its recorded stores and train.json)."""
-    base = tmp_path_factory.mktemp("draft-compare-faults")
-    start = base / "start"
-    for name in ("plain", "eagle"):
-        (start / name).mkdir(parents=True)
-        shutil.copyfile(RUN5 / "trained" / name / "results.jsonl", start / name / "results.jsonl")
-    shutil.copyfile(RUN5 / "train" / "tiny-draft.json", start / "train.json")
-    argv = (sys.executable, "-m", "bench.draft_compare", "--plain", "plain", "--eagle", "eagle")
-    argv += ("--train-json", "train.json", "--out", "out/summary.md")
-    return _compare_works(base, start, argv, "bench.draft_compare", 0)
-
-
-@pytest.mark.parametrize("works", ["seqs_compare_works", "draft_compare_works"])
-def test_a_kill_at_every_write_of_a_comparison_summary_leaves_the_previous_file_or_the_new(works, request):
-    works, w = request.getfixturevalue(works)
-    assert sweep(works, w, "signal=KILL") >= 4  # the temp's open, write, rename, and stdout
-
-
-@pytest.mark.parametrize("works", ["seqs_compare_works", "draft_compare_works"])
-def test_a_full_disk_at_every_write_of_a_comparison_summary_is_exit_2_naming_the_file_and_the_previous_stays(
-    works, request
-):
-    works, w = request.getfixturevalue(works)
-    assert sweep(works, w, "error=ENOSPC") >= 3
+def test_two_report_writers_on_one_run_dir_leave_one_whole_report_and_both_exit_0(tmp_path):
+    """Writer A pauses between its whole temp and the rename; writer B writes the same report.md to the end;
+    then A goes on. With one fixed temp name B took A's temp (or A's rename moved B's), and one writer failed
+    although the report was whole. Each writer's own temp: both exit 0, one whole report, no temp left."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "profhost", run)
+    env = _env() | {"MPLCONFIGDIR": str(tmp_path / "mpl")}
+    a = subprocess.Popen([sys.executable, "-c", PAUSED_WRITER, str(run)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        while _state(a.pid) != "T":  # synchronised on A's own stop, however slow the machine
+            assert a.poll() is None, "writer A ended without pausing before its rename"
+            time.sleep(0.01)
+        b = subprocess.run([sys.executable, "-m", "bench", "report", str(run)], env=env, capture_output=True, text=True)
+        assert b.returncode == 0, b.stderr
+        after_b = (run / "report.md").read_bytes()
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    out, _ = a.communicate(timeout=300)
+    assert a.returncode == 0, out
+    assert (run / "report.md").read_bytes() == after_b and after_b.startswith(b"# ")
+    assert [n for n in os.listdir(run) if is_tmp_name(n)] == []

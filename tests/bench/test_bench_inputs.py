@@ -135,24 +135,6 @@ def test_resume_says_which_options_it_does_not_take_and_takes_this_calls_budget(
     assert "holds a `ab` run, not `ablate`" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("args", "says"),
-    [
-        (["--initial", "0"], "--initial 0: must be >= 1"),
-        (["--confidence", "0"], "--confidence 0.0: must be in (0, 1)"),
-        (["--confidence", "1.5"], "--confidence 1.5: must be in (0, 1)"),
-        (["--initial", "5", "--max-starts", "3"], "--max-starts 3: must be >= --initial (5)"),
-        (["--look-step", "0"], "--look-step 0: must be >= 1"),
-        (["--bimodal-p", "2"], "--bimodal-p 2.0: must be in [0, 1]"),
-        (["--min-effect", "-0.1"], "--min-effect -0.1: must be from 0 to below 1"),
-    ],
-)
-def test_simulate_refuses_a_design_the_bench_never_runs(capsys, args, says):
-    assert main(["simulate", "--trials", "2", *args]) == 2
-    err = capsys.readouterr().err
-    assert says in err and "Traceback" not in err, err
-
-
 def test_a_malformed_store_is_exit_2_for_every_command_that_reads_it(
     tmp_path, manifest, launcher_arg, monkeypatch, capsys
 ):

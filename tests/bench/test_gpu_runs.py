@@ -15,8 +15,6 @@ from bench.tinymodel import TinyModelSpec, write_model_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_runs.sh"
-# oea (the stand-alone kernel benchmark, tests/bench/test_oea_micro.py) and importtime start no server
-NO_DRY_RUN = {"oea", "importtime"}
 # no server either: they train drafts (bench train-draft --dry-run plans them), tested below
 TRAINING = {"train", "train_edge", "kimi_train", "kimi_train5", "draft_check"}
 # one server through bench server-seqs (its own plan line, not bench ab's "server starts"), tested below
@@ -37,81 +35,28 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def _dry(step: str, tiny: Path, tree: Path, out: Path, **extra: str) -> subprocess.CompletedProcess:
-    # the duet steps' second tree: bench ab --duet refuses one that is not a directory, dry runs included
-    (out / "duet-tree").mkdir(exist_ok=True)
     env = {
         **os.environ,
         "DRY": "1",
         "PYTHON": sys.executable,
         "TINY": str(tiny),
         "SGL_TREE": str(tree),
-        "DUET_TREE": str(out / "duet-tree"),
         "OUT": str(out),
         **extra,
     }
     return subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("step", [s for s in _steps() if s not in NO_DRY_RUN | TRAINING | SEQS])
+@pytest.mark.parametrize("step", [s for s in _steps() if s not in TRAINING | SEQS])
 def test_step_plans(step, tiny, sglang_tree, tmp_path):
     p = _dry(step, tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    plans = re.findall(r"server starts: ([01]) throwaway \+ (\d+) arm\(s\) x (\d+) to (\d+) starts", p.stdout)
+    plans = re.findall(
+        r"server starts: ([01]) throwaway \+ \d+ to \d+ measured \((\d+) arm\(s\) x (\d+) to (\d+) starts", p.stdout
+    )
     assert plans and all(int(arms) >= 1 and 1 <= int(lo) <= int(hi) for _, arms, lo, hi in plans), p.stdout
     launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
-    # a duet step's arms are planned on both trees (bench/duet.py); a block step's on the bench's own pool
-    trees = (f"--tree {sglang_tree} ", f"--tree {tmp_path / 'duet-tree'} ")
-    if step.startswith("blocks"):
-        assert launches and not any("--tree " in line for line in launches)
-        return
-    assert launches and all(any(t in line for t in trees[: 2 if step.startswith("duet") else 1]) for line in launches)
-
-
-@pytest.mark.parametrize(("step", "servers"), [("blocks_profiling", 4), ("blocks_ablate", 6), ("blocks_moe", 6)])
-def test_block_steps_plan_a_fixed_kv_pool_sleeping_servers_and_their_block(step, servers, tiny, sglang_tree, tmp_path):
-    p = _dry(step, tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
-    assert launches and all(
-        "--max-total-tokens 16384" in line and line.endswith("--sleep-on-idle") and "--mem-fraction-static 0.3 " in line
-        for line in launches
-    )
-    assert f"a block holds up to {servers} servers at once" in p.stdout
-    assert "blocks: each round's arms" in p.stdout
-
-
-def test_pairs_1_plans_the_block_steps_in_blocks_of_two(tiny, sglang_tree, tmp_path):
-    p = _dry("blocks_ablate", tiny, sglang_tree, tmp_path, PAIRS="1")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "a block holds up to 2 servers at once" in p.stdout and "--block-pairs: one block per comparison" in p.stdout
-
-
-@pytest.mark.parametrize("step", ["duet", "duet_profiling", "duet_off"])
-def test_duet_steps_plan_two_trees_two_ports_and_a_shared_memory_share(step, tiny, sglang_tree, tmp_path):
-    p = _dry(step, tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    launches = [line for line in p.stdout.splitlines() if re.search(r" launch --(patches|set) ", line)]
-    on_b = [line for line in launches if f"--tree {tmp_path / 'duet-tree'} " in line]
-    assert len(on_b) == 2 and len(launches) == 4  # each arm on each tree
-    assert all("--port 30500" in line for line in on_b) and all(
-        "--port 30000" in line for line in set(launches) - set(on_b)
-    )
-    assert all("--mem-fraction-static 0.3 " in line for line in launches)
-    assert "duets: each unit is one start of both arms" in p.stdout
-    if step == "duet_profiling":
-        arms = dict(line.split(": ", 1) for line in p.stdout.splitlines() if line.startswith("arm "))
-        assert "eagle_profiling" in arms["arm on"] and "eagle_profiling" not in arms["arm notapplied"]
-    if step == "duet_off":
-        arms = dict(line.split(": ", 1) for line in p.stdout.splitlines() if line.startswith("arm "))
-        assert "eagle_profiling" in arms["arm off"] and "eagle_profiling" not in arms["arm notapplied"]
-        assert "'SGLANG_EAGLE_PHASE_TIMING': '0'" in arms["arm off"] and "PHASE_TIMING" not in arms["arm notapplied"]
-
-
-def test_duet_step_needs_a_second_tree(tiny, sglang_tree, tmp_path):
-    env = {**os.environ, "DRY": "1", "PYTHON": sys.executable, "TINY": str(tiny), "SGL_TREE": str(sglang_tree)}
-    env.pop("DUET_TREE", None)
-    p = subprocess.run(["bash", str(SCRIPT), "duet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 2 and "set DUET_TREE" in p.stderr
+    assert launches and all(f"--tree {sglang_tree} " in line for line in launches)
 
 
 def test_unknown_step_is_refused(tiny, sglang_tree, tmp_path):
@@ -145,17 +90,6 @@ def test_envrespect_runs_one_arm_with_the_patch_and_one_without(tiny, sglang_tre
     launches = {line.split()[1].rstrip(":"): line for line in p.stdout.splitlines() if line.startswith("arm ")}
     assert "engine_env_respect" in launches["respect"] and "nccl_env_log" in launches["respect"]
     assert "engine_env_respect" not in launches["forced"] and "nccl_env_log" in launches["forced"]
-
-
-def test_hostprobe_step_runs_a_null_pair_of_four_starts_with_the_probe(tiny, sglang_tree, tmp_path):
-    p = _dry("hostprobe", tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "server starts: 1 throwaway + 2 arm(s) x 4 to 4 starts" in p.stdout
-    assert "host probe beside every measured start (bench.hostprobe); verdicts: adjust none" in p.stdout
-    assert "overhead check: " in p.stdout and "-m bench.hostprobe --overhead 10" in p.stdout
-    cmd = next(line for line in p.stderr.splitlines() if line.startswith("+ ") and " ab " in line)
-    assert "--host-probe" in cmd and "--arm-env null:BENCH_NULL=1" in cmd and f"--out {tmp_path}/hostprobe" in cmd
-    assert "--cpu-placement" not in cmd  # spread, the default: it keeps the server off the probe's CPU
 
 
 _FAKE_BENCH = """#!/usr/bin/env bash
@@ -198,23 +132,23 @@ def test_envrespect_checks_each_arms_rank_lines(tiny, sglang_tree, tmp_path, res
 
 
 def test_issue12_steps_use_the_workloads_graph_sizes_and_the_start_as_unit(tiny, sglang_tree, tmp_path):
-    p = _dry("moe", tiny, sglang_tree, tmp_path)
+    p = _dry("hostbisect", tiny, sglang_tree, tmp_path)
     assert p.returncode == 0, p.stderr
     (good, bad) = [line for line in p.stdout.splitlines() if " launch --set " in line]
     assert "--cuda-graph-bs-decode 1 8 --cuda-graph-bs-prefill 64 128 256 512 768" in bad
-    assert "--cuda-graph-max-bs" not in bad and "launch --set full_moe_gpu" in bad
-    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 6 starts" in p.stdout
-    assert "candidates: oea_topk, engine_env_respect, nccl_env_log, planted_moe_gpu" in p.stdout
-    for step, old in (("cold", False), ("oldargs", True)):
-        p = _dry(step, tiny, sglang_tree, tmp_path)
+    assert "--cuda-graph-max-bs" not in bad and "launch --set full_result_host" in bad
+    assert "server starts: 1 throwaway + 6 to " in p.stdout and "(2 arm(s) x 3 to 6 starts" in p.stdout
+    assert "candidates: " in p.stdout and "planted_result_host" in p.stdout
+    for old in (False, True):
+        p = _dry("cold", tiny, sglang_tree, tmp_path, OLD="1" if old else "0")
         (launch,) = [line for line in p.stdout.splitlines() if " launch --set default " in line]
         assert ("--cuda-graph-max-bs 8" in launch) == old and ("--cuda-graph-bs-decode 1 8" in launch) != old
-        assert "server starts: 0 throwaway + 1 arm(s) x 1 to 1 starts" in p.stdout
+        assert "server starts: 0 throwaway + 1 to 1 measured (1 arm(s) x 1 to 1 starts" in p.stdout
 
 
 def test_kimi_step_plans_on_the_kimi_width_proxy(tiny, sglang_tree, tmp_path):
     kimi = tmp_path / "kimi"
-    p = _dry_kimi("kimi_moe", tiny, kimi, sglang_tree, tmp_path / "out")
+    p = _dry_kimi("kimi_plain", tiny, kimi, sglang_tree, tmp_path / "out")
     assert p.returncode == 0, p.stderr
     assert f"--model-path {kimi}/target" in p.stdout and "--mem-fraction-static 0.45" in p.stdout
     assert '"hidden_size": 7168' in (kimi / "target" / "config.json").read_text()
@@ -348,13 +282,8 @@ def test_trained_steps_serve_the_trained_draft_with_its_weights(tiny, sglang_tre
     for x in spec:
         assert f"--speculative-draft-model-path {tiny}/draft_trained --speculative-draft-load-format safetensors " in x
         assert "load-format dummy --speculative-algorithm" in x  # the target keeps its dummy_init_normal weights
-    assert "server starts: 0 throwaway + 3 arm(s) x 1 to 1 starts" in p.stdout
+    assert "server starts: 0 throwaway + 3 to 3 measured (3 arm(s) x 1 to 1 starts" in p.stdout
     assert p.stderr.count("--arm-env oea3:SGLANG_OEA_K0=3") == 2  # OEA's plain reference routes as it does
-    p = _dry("trained_edge", tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stderr
-    drafts = [re.search(r"--speculative-draft-model-path (\S+)", x).group(1) for x in _launches(p.stdout)]
-    assert drafts == [f"{tiny}/draft_edge_trained", f"{tiny}/draft_trained", f"{tiny}/draft_trained"]
-    assert all(x.endswith("--kv-cache-dtype fp8_e4m3") for x in _launches(p.stdout)[1:])
     kimi = tmp_path / "kimi"
     for step, n in (("kimi_trained", 2), ("kimi_plain", 2)):
         p = _dry_kimi(step, tiny, kimi, sglang_tree, tmp_path / "o")
@@ -362,7 +291,7 @@ def test_trained_steps_serve_the_trained_draft_with_its_weights(tiny, sglang_tre
         assert all(
             f"--model-path {kimi}/target " in x and "--mem-fraction-static 0.45 " in x for x in _launches(p.stdout)
         )
-        assert f"server starts: 0 throwaway + {n} arm(s) x 2 to 2 starts" in p.stdout
+        assert f"server starts: 0 throwaway + {2 * n} to {2 * n} measured ({n} arm(s) x 2 to 2 starts" in p.stdout
 
 
 _RECORDING_PYTHON = """#!/usr/bin/env bash
@@ -383,33 +312,21 @@ def test_trained_step_without_a_trained_draft_stops_before_any_start(tiny, sglan
         "CALLS": str(tmp_path / "calls"),
     }
     env.pop("DRY", None)
-    for step in ("trained", "trained_speed", "trained_edge"):
-        p = subprocess.run(["bash", str(SCRIPT), step], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and f"no trained draft in {tiny}/draft" in p.stderr, p.stderr
-        assert "run gpu_runs.sh train, train_edge (tiny) or kimi_train first" in p.stderr
+    p = subprocess.run(["bash", str(SCRIPT), "trained"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and f"no trained draft in {tiny}/draft" in p.stderr, p.stderr
+    assert "run gpu_runs.sh train, train_edge (tiny) or kimi_train first" in p.stderr
     assert not (tmp_path / "calls").exists()
 
 
-def test_hostcov_step_checks_the_overhead_runs_a_null_pair_and_reads_it_every_way(tiny, sglang_tree, tmp_path):
-    p = _dry("hostcov", tiny, sglang_tree, tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert f"-m bench.hostprobe --overhead 12 --json {tmp_path}/hostcov/overhead.json" in p.stdout
-    assert "server starts: 1 throwaway + 2 arm(s) x 3 to 3 starts" in p.stdout
-    cmd = next(line for line in p.stderr.splitlines() if line.startswith("+ ") and " ab " in line)
-    assert "--host-probe --adjust none" in cmd and f"--out {tmp_path}/hostcov" in cmd and "--resume" not in cmd
-    for adj in ("host", "steal", "wait"):
-        assert f"hostcov: report: {sys.executable} -m bench report {tmp_path}/hostcov --adjust {adj}" in p.stdout
-
-
 @pytest.mark.parametrize("content, resumed", [("", False), ('{"type": "run"}\n', True)])
-def test_a_duet_step_resumes_only_a_store_with_records(tiny, sglang_tree, tmp_path, content, resumed):
+def test_a_step_resumes_only_a_store_with_records(tiny, sglang_tree, tmp_path, content, resumed):
     # bench ab's run lock creates results.jsonl before the run record: a step that died in between leaves it
     # empty, and `--resume` of an empty store is exit 2, so the next call would not measure at all
     fake = tmp_path / "python"
     fake.write_text(_RECORDING_PYTHON)
     fake.chmod(0o755)
-    (tmp_path / "o/duet_profiling").mkdir(parents=True)
-    (tmp_path / "o/duet_profiling/results.jsonl").write_text(content)
+    (tmp_path / "o/null42").mkdir(parents=True)
+    (tmp_path / "o/null42/results.jsonl").write_text(content)
     env = {
         **os.environ,
         "PYTHON": str(fake),
@@ -417,12 +334,10 @@ def test_a_duet_step_resumes_only_a_store_with_records(tiny, sglang_tree, tmp_pa
         "SGL_TREE": str(sglang_tree),
         "OUT": str(tmp_path / "o"),
         "CALLS": str(tmp_path / "calls"),
-        "DUET_TREE": str(sglang_tree),
+        "PROJ42": str(tmp_path / "proj42"),
     }
     env.pop("DRY", None)
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "duet_profiling"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    p = subprocess.run(["bash", str(SCRIPT), "null42"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     call = (tmp_path / "calls").read_text()
     assert "bench ab" in call and ("--resume" in call) == resumed, call

@@ -12,11 +12,11 @@ import statistics
 
 import pytest
 from scipy import stats as sst
+from simlab import Plant, SimLab, World, bisect_rates, gpu_hidden, host_slowdown, sim_arm
 
 from bench import plans
 from bench.errors import BudgetExhausted
 from bench.replication import Policy, decide_pairs
-from bench.simulate import Plant, SimLab, World, bisect_rates, gpu_hidden, host_slowdown, sim_arm
 
 GOOD = ("g",)
 CANDS = ("p0", "p1", "p2")

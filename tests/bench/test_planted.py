@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.sets import Catalog, resolve
+from bench.launcher import Catalog, resolve
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

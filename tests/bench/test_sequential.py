@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 from scipy import stats as sst
+from simlab import SimLab, World, host_slowdown, sim_arm
 
 from bench import sequential as seq
 from bench import stats
 from bench.replication import Policy, compare, decide_pairs
-from bench.simulate import SimLab, World, host_slowdown, sim_arm
 
 
 def _crossing_by_look(fracs, bounds) -> list[float]:
@@ -216,70 +216,25 @@ def test_a_null_ab_at_look_step_2_calls_no_change_beyond_alpha():
     """Identical arms, minimum effect 0 (any interval off zero is a false call), 1000 seeds, --look-step 2:
     at most alpha of runs call a change. Read after every round at the boundaries of the planned looks, 57 of
     1000 did (5.7 %; 114 of 2000; 64 of 1000 at --look-step 3); read at the planned looks only, 44 (4.4 %), as at
-    --look-step 1 (44). `python -m bench simulate --duet --effect 0 --host-slow 0 --min-effect 0 --look-step 2
-    --trials 2000` prints the same rule's sequential and duet figures."""
+    --look-step 1 (44)."""
     out = _ab(0.0, Policy(3, 8, 0.95, 0.0, "pocock", step=2), 1000, start_cv=0.02)
     wrong = round((out.get(stats.REGRESSION, 0) + out.get(stats.IMPROVEMENT, 0)) * 1000)
     assert wrong <= 50, out
 
 
-@pytest.mark.parametrize("duet", [None, "/trees/b"])
-def test_the_method_names_the_planned_looks(duet):
+def test_the_method_names_the_planned_looks():
     """The report's Method says where verdicts were read: after every round at --look-step 1, only at 3, 5, 7
-    and 8 starts per arm (duets) at --look-step 2, with those looks' confidences (it said 'one more per round
-    ... up to 8' either way)."""
+    and 8 starts per arm at --look-step 2, with those looks' confidences (it said 'one more per round ... up
+    to 8' either way)."""
     from bench import report, store
 
     def method(step: int) -> str:
-        cfg = {"initial_starts": 3, "max_starts": 8, "spending": "pocock", "look_step": step, "duet": duet}
+        cfg = {"initial_starts": 3, "max_starts": 8, "spending": "pocock", "look_step": step}
         return "\n".join(report._method(cfg, report._policy(cfg), store.view([])))
 
-    unit = "duets" if duet else "starts per arm"
+    unit = "starts per arm"
     stepped = method(2)
     assert f"read only at the planned looks (3, 5, 7, 8 {unit}, --look-step 2)" in stepped
-    # the duet's one-sample t intervals have their own boundaries (Policy.paired_confidence)
-    confs = "3: 97.51%, 5: 98.42%, 7: 98.46%, 8: 98.67%" if duet else "3: 97.51%, 5: 98.08%, 7: 98.09%, 8: 98.39%"
+    confs = "3: 97.51%, 5: 98.08%, 7: 98.09%, 8: 98.39%"
     assert f"looks at these {unit}, confidence: {confs})" in stepped
     assert "planned looks" not in method(1) and f"{unit}, confidence: 3: 97.51%, 4: " in method(1)
-
-
-def _t_process_alpha(conf_of, grid: tuple[int, ...], paths: int = 200_000, seed: int = 7) -> list[float]:
-    """Cumulative share of normal null paths whose one-sample t interval (n - 1 df, at conf_of(n)) has left 0
-    by each planned look: an independent sample (not paired_t_quantiles' seed), scipy's t quantiles."""
-    x = np.random.default_rng(seed).standard_normal((paths, grid[-1]))
-    out, crossed = [], np.zeros(paths, dtype=bool)
-    for n in grid:
-        t = np.abs(x[:, :n].mean(1)) / (x[:, :n].std(1, ddof=1) / math.sqrt(n))
-        crossed |= t > sst.t.ppf(0.5 + conf_of(n) / 2, n - 1)
-        out.append(float(crossed.mean()))
-    return out
-
-
-@pytest.mark.parametrize(("spending", "step"), [("pocock", 1), ("pocock", 2), ("obf", 1), ("bonferroni", 1)])
-def test_the_duets_t_boundaries_spend_alpha_over_the_looks(spending, step):
-    """The duet's interval is a one-sample t interval with n - 1 = 2..7 df. Its look confidences were the Z
-    boundaries converted to t quantiles look by look: each look's own tail right, but the t statistics of
-    consecutive looks, each with its own variance estimate, are less correlated than the Z's the boundary was
-    solved for, so a null pair crossed at some look in 5.80 % +-0.07 of 400,000 normal paths at Pocock 5 % over
-    3..8 duets (`python -m bench simulate --duet --effect 0 --host-slow 0 --min-effect 0 --start-cv 0.02
-    --trials 10000`: 5.6 % of runs). Solved for the t statistics' joint law (sequential.paired_t_quantiles)
-    they spend the spending function's alpha look by look, checked here on paths of another seed."""
-    pol = Policy(3, 8, 0.95, 0.0, spending, step=step)
-    cum = _t_process_alpha(pol.paired_confidence, pol.grid)
-    tol = 0.0025  # > 4 sd of a 5 % share of 200,000 paths
-    if spending == "bonferroni":
-        assert cum[-1] <= 0.05 + tol, cum  # a union bound: below alpha, not at it
-    else:
-        want = [seq.spent(n / 8, 0.05, spending) for n in pol.grid]
-        assert all(abs(c - w) <= tol for c, w in zip(cum, want)), (cum, want)
-    # the first look is one look: its confidence is the plain conversion of the boundary, as before
-    assert pol.paired_confidence(3) == pytest.approx(pol.pair_confidence(3, 3), abs=1e-4)
-
-
-def test_the_old_conversion_of_the_z_boundaries_overspends_with_few_df():
-    """Why paired_confidence exists: the boundaries of the Z statistics, turned into t quantiles look by look
-    (what the two-sample Welch comparisons keep, and what the duet read until 2026-12-02), spend more than
-    alpha over the duet's looks; the Welch reading of the sequential design does not (4.4 % in the same check:
-    Welch's estimated df are conservative at equal spreads)."""
-    pol = Policy(3, 8, 0.95, 0.0, "pocock")
-    assert _t_process_alpha(lambda n: pol.pair_confidence(n, n), pol.grid)[-1] > 0.056

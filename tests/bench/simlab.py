@@ -1,9 +1,8 @@
-"""A simulated lab: servers whose starts vary the way real ones do, with regressions planted where we choose.
+"""A simulated lab (tests only): servers whose starts vary the way real ones do, with regressions planted where we choose.
 
 The plans (bench.plans) run against it exactly as against real servers, so their error rates can be measured
 on the CPU: how often a null comparison names a culprit, how often a planted regression is named (and the
-right one), how many starts that takes. `python -m bench simulate` (bench.simulate_cli) prints those rates for noise you give it
-(e.g. the start-to-start CV a real run reported), which is also how to choose --max-starts for a budget.
+right one), how many starts that takes. Test-only since the lab left the product (issue 39).
 
 Model of one start of a set S (all multiplicative, per metric):
   true level  = base[metric] * prod(effect of each planted patch in S on metric)
@@ -24,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .launcher import ArmSpec
-from .sets import PatchSet
-from .stats import start_value
-from .store import LATE, late_from
+from bench.errors import BudgetExhausted
+from bench.launcher import ArmSpec, PatchSet
+from bench.stats import start_value
+from bench.store import LATE, late_from
 
 BASE = {
     "step_ms_b1": 4.0,
@@ -148,35 +147,10 @@ class SimLab:
         meds = (start_value(s.get(metric, [])) for s in self.starts.get(arm.key, []))
         return [m for m in meds if m is not None]
 
-    def units(self, arm: ArmSpec) -> list:
-        """The arm's starts as bench.store units (what --adjust reads: every repetition's metrics, the probe's
-        start median)."""
-        from .store import Unit
-
-        out = []
-        for i, s in enumerate(self.starts.get(arm.key, [])):
-            n = min(len(v) for v in s.values())
-            probe = s.get("host_probe_us")
-            out.append(
-                Unit(
-                    arm_key=arm.key,
-                    round=i,
-                    start_id=f"{arm.key}#{i}",
-                    arm=arm.name,
-                    reps=[{m: v[r] for m, v in s.items()} for r in range(n)],
-                    # the simulated probe sees the scheduler's own state: what --host-probe-at scheduler records
-                    host_probe={"at": "scheduler", "cpu": 0, "start": {"py_us": statistics.median(probe)}}
-                    if probe
-                    else {},
-                )
-            )
-        return out
-
     def reps(self, arm: ArmSpec, metric: str) -> list[float]:
         return [x for s in self.starts.get(arm.key, []) for x in s.get(metric, []) if x is not None]
 
     def add_starts(self, arms: Sequence[ArmSpec]) -> None:
-        from .errors import BudgetExhausted
 
         for arm in arms:
             if self.max_total is not None and len(self.order) >= self.max_total:
@@ -268,91 +242,6 @@ class SimLab:
         out["host_steal_pct"] = [max(0.0, (20.0 if f > 1 else 0.5) + rng.gauss(0, 1.0)) for f in factors]
 
 
-def switching_starts(
-    rng: random.Random, n: int, p_slow: float, *, switch: float = 0.5, reps: int = 10, slow: float = 1.75
-) -> list[list[tuple[float, float]]]:
-    """(step ms, probe us) per repetition of n starts whose vCPU is slow (x `slow`, step and probe alike) a share
-    p_slow of the time; with probability `switch` a repetition may change state, and one that does spans the switch
-    (a random share of it slow). The adversary's host for bench.hoststate (the 2026-12-04 review; share_bias.py)."""
-    out = []
-    for _ in range(n):
-        is_slow, rs = rng.random() < p_slow, []
-        for _ in range(reps):
-            share = float(is_slow)
-            if rng.random() < switch:
-                new = rng.random() < p_slow
-                if new != is_slow:
-                    share, is_slow = rng.random(), new
-            f = 1 + (slow - 1) * share
-            rs.append((4.0 * f * math.exp(rng.gauss(0, 0.025)), 110.0 * f * math.exp(rng.gauss(0, 0.04))))
-        out.append(rs)
-    return out
-
-
-def probed_units(name: str, starts: Sequence[Sequence[tuple[float, float]]], at: str = "scheduler") -> list:
-    """bench.store units of (step, probe) repetitions, the probe recorded at `at` on CPU 3 (what bench.hoststate
-    and bench.covariate read)."""
-    from .store import PROBE_METRIC, Unit
-
-    return [
-        Unit(
-            arm_key=name,
-            round=i,
-            start_id=f"{name}{i}",
-            arm=name,
-            reps=[{"step_ms_b1": y, PROBE_METRIC: p} for y, p in reps],
-            host_probe={"at": at, "cpu": 3, "start": {"py_us": sorted(p for _, p in reps)[len(reps) // 2]}},
-        )
-        for i, reps in enumerate(starts)
-    ]
-
-
-def recorded_starts(path: str, patches: str | None = None) -> list[dict[str, list[float]]]:
-    """The measured starts of a bench run (its results.jsonl), each as {metric: its measured repetitions}.
-
-    The store's own view of it (bench.store): completed units only, throwaway starts and warm-up repetitions
-    left out; only the metrics the simulator models (BASE); the starts of one patch set (`patches`,
-    comma-separated; default: the set with most starts), pooled over its arms, since a null world must not
-    carry a difference between arms. A start whose probe ran on its scheduler's CPU (--host-probe-at scheduler)
-    keeps it per repetition (PROBE_METRIC), so `--adjust state` reads the record's own host states; a probe on
-    another CPU is left out: it does not see the step's vCPU, and the simulated lab would present it as if it did.
-    """
-    from pathlib import Path
-
-    from . import store
-    from .errors import RecordError
-
-    try:
-        given = Path(path)
-        if given.is_dir():  # a run directory stands for its store, as --reuse takes it
-            given = given / "results.jsonl"
-        if not given.is_file():
-            raise OSError("no such file")
-        v = store.view(store.read(given))
-    except (OSError, ValueError, KeyError, TypeError) as e:  # KeyError/TypeError: a record missing its fields
-        raise RecordError(f"{path}: cannot read a bench record ({e}); give a results.jsonl a bench run wrote") from None
-    set_of = {a["key"]: ",".join(a.get("patches", [])) for a in v.arms}
-    by_set: dict[str, list[dict[str, list[float]]]] = {}
-    for u in v.units.values():
-        reps = {m: [float(r[m]) for r in u.reps if isinstance(r.get(m), (int, float))] for m in BASE}
-        reps = {m: xs for m, xs in reps.items() if xs}
-        probe = [x for x in (r.get(store.PROBE_METRIC) for r in u.reps) if isinstance(x, (int, float)) and x > 0]
-        pinned = u.host_probe.get("at") == "scheduler" and u.host_probe.get("cpu") is not None
-        # only where every repetition has every metric kept: SimLab.units pairs the lists by position (a rep
-        # missing one metric would shift that metric's values against the probe's)
-        aligned = len(probe) == len(u.reps) and all(len(xs) == len(u.reps) for xs in reps.values())
-        if pinned and aligned:
-            reps[store.PROBE_METRIC] = [float(x) for x in probe]
-        if reps:
-            by_set.setdefault(set_of.get(u.arm_key, u.arm_key), []).append(reps)
-    if not by_set:
-        raise RecordError(f"{path}: no measured start with repetitions in this record")
-    chosen = patches if patches is not None else max(by_set, key=lambda k: len(by_set[k]))
-    if chosen not in by_set:
-        raise RecordError(f"{path}: no starts of the set {chosen!r}; the record has: {', '.join(sorted(by_set))}")
-    return by_set[chosen]
-
-
 def sim_arm(name: str, patches: Sequence[str]) -> ArmSpec:
     patches = tuple(patches)
     return ArmSpec(name, PatchSet(",".join(patches) or "none", patches))
@@ -360,7 +249,7 @@ def sim_arm(name: str, patches: Sequence[str]) -> ArmSpec:
 
 def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, settings) -> dict[str, Any]:
     """Run bench.plans.run_bisect `trials` times; count named / right / wrong culprits and starts used."""
-    from .plans import run_bisect
+    from bench.plans import run_bisect
 
     good_p = ("g",)
     cands = [f"p{i}" for i in range(n_cands)]
@@ -384,108 +273,6 @@ def bisect_rates(world_of, n_cands: int, culprit: str | None, trials: int, setti
             out["wrong"] += 1
         out["starts"].append(len(lab.order))
     out["median_starts"] = statistics.median(out["starts"])
-    return out
-
-
-class SimDuetLab:
-    """bench.duet.DuetLab over World: each duet starts both arms (start noise, plants and repetition noise as
-    SimLab draws them for one start), then serves their repetitions in bench.duet.abba order while the host's
-    chain (World.host_slow, host_stay, host_ticks_per_start) moves on, one step per repetition: whatever state
-    the machine is in multiplies the repetition being served, whichever server serves it."""
-
-    def __init__(
-        self,
-        world: World,
-        ref: ArmSpec,
-        arm: ArmSpec,
-        seed: int = 0,
-        max_total_starts: int | None = None,
-        value: str = "medians",
-    ):
-        from dataclasses import replace
-
-        self.world = world
-        # the per-start draws of a machine without the host chain; the chain is this lab's, over both servers
-        self.starts = SimLab(replace(world, host_slow=0.0), seed=seed)
-        self.rng = self.starts.rng
-        self.host_is_slow = world.host_slow > 0 and self.rng.random() < 0.5
-        self.ref, self.arm = ref, arm
-        self.duets: list[tuple[dict[str, list[float]], dict[str, list[float]]]] = []  # (ref start, arm start)
-        self.max_total = max_total_starts
-        self.value = value  # bench.duet.unit_value
-
-    def n_duets(self) -> int:
-        return len(self.duets)
-
-    def pairs(self, metric: str) -> list[tuple[float, float]]:
-        from .duet import unit_value
-
-        out = []
-        for a, b in self.duets:
-            v = unit_value(a.get(metric, []), b.get(metric, []), self.value)
-            if v is not None:
-                out.append(v)
-        return out
-
-    def add_duet(self) -> None:
-        from .duet import abba, first_is_ref
-        from .errors import BudgetExhausted
-
-        if self.max_total is not None and 2 * (len(self.duets) + 1) > self.max_total:
-            raise BudgetExhausted(f"simulated budget of {self.max_total} starts used")
-        w = self.world
-        ref_first = first_is_ref(len(self.duets))
-        first, second = (self.ref, self.arm) if ref_first else (self.arm, self.ref)
-        runs = []
-        for arm in (first, second):
-            for _ in range(w.host_ticks_per_start):
-                self._tick()
-            runs.append(self.starts._one(arm.pset.patches))
-        factors: list[list[float]] = [[], []]
-        for who in abba(w.reps):
-            self._tick()
-            factors[who].append(1 + w.host_slow if self.host_is_slow else 1.0)
-        for out, fs in zip(runs, factors):
-            for m, xs in out.items():
-                if m not in EXACT:
-                    out[m] = [x / f if m.startswith("tok_s") else x * f for x, f in zip(xs, fs)]
-        a, b = (SimLab._with_late(r) for r in runs)
-        self.duets.append((a, b) if ref_first else (b, a))
-
-    def _tick(self) -> None:
-        """SimLab._tick's step of the host chain: one chain for both servers, the machine's."""
-        if self.rng.random() > self.world.host_stay:
-            self.host_is_slow = not self.host_is_slow
-
-
-def duet_rates(
-    world_of: Callable[[int], World], trials: int, settings, planted: bool, value: str = "medians"
-) -> dict[str, Any]:
-    """Each trial runs one A/B twice on the same kind of machine: sequentially (bench.plans.run_ab over SimLab,
-    a start per arm per round) and as duets (run_duet over SimDuetLab). The arm carries patch "p" (the world's
-    plants decide whether it costs anything). Verdict counts, units used, final interval widths and the
-    spreads each method's interval is made of (start-to-start CV of the start values; duet-to-duet CV of the
-    ratio), as medians over trials."""
-    from . import duet
-    from .plans import run_ab, run_duet
-    from .stats import cv
-
-    ref, arm = sim_arm("a", ("g",)), sim_arm("b", ("g", "p"))
-    out: dict[str, Any] = {"trials": trials, "planted": planted, "value": value}
-    for name in ("sequential", "duet"):
-        out[name] = {"verdicts": {}, "units": [], "width": [], "cv": []}
-    for t in range(trials):
-        seq = SimLab(world_of(t), seed=t)
-        c = run_ab(seq, [ref, arm], [("ab", ref, arm)], settings)["comparisons"][0]["comparison"]
-        _tally(out["sequential"], c, min(c["n_ref"], c["n_arm"]), cv(seq.start_values(ref, settings.metric)))
-        lab = SimDuetLab(world_of(t), ref, arm, seed=t, value=value)
-        d = run_duet(lab, ref, arm, settings)["comparisons"][0]["comparison"]
-        _tally(out["duet"], d, lab.n_duets(), duet.ratio_cv(lab.pairs(settings.metric)))
-    for name in ("sequential", "duet"):
-        r = out[name]
-        for k in ("units", "width", "cv"):
-            xs = [x for x in r[k] if not math.isnan(x)]
-            r[f"median_{k}"] = statistics.median(xs) if xs else math.nan
     return out
 
 

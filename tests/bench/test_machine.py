@@ -1,16 +1,15 @@
-"""Where start-up seconds go (a real SGLang log's shape), CPU placement of a server's processes, the simulator CLI."""
+"""Where start-up seconds go (a real SGLang log's shape) and CPU placement of a server's processes."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from bench import placement, startup
-from bench.cli import main
+from bench import machine
 
 # lines as SGLang 0.5.17 writes them (model_runner.py, cuda_graph_setup.py, eagle_worker_v2.py, http_server.py)
 LOG = """\
@@ -32,7 +31,7 @@ LOG = """\
 
 def test_startup_breakdown_reads_phases_and_the_gaps_around_them():
     t0 = time.mktime(time.strptime("2026-12-01 09:59:58", "%Y-%m-%d %H:%M:%S"))
-    b = startup.breakdown(LOG, launched_at=t0, ready_at=t0 + 60.0)
+    b = machine.startup_breakdown(LOG, launched_at=t0, ready_at=t0 + 60.0)
     names = {p["name"]: p for p in b["phases"]}
     assert set(names) == {
         "Init torch distributed",
@@ -48,73 +47,54 @@ def test_startup_breakdown_reads_phases_and_the_gaps_around_them():
     assert [g["s"] for g in b["gaps"]] == [24.0, 8.0, 6.0, 6.0, 3.0]
     assert b["gaps"][0]["after"].startswith("Capture target prefill CUDA graph begin")
     # a phase without elapsed= is timed by its timestamps; a truncated log still gives its phases
-    b = startup.breakdown("[2026-12-01 10:00:00 TP0] Warmup begin.\n[2026-12-01 10:00:03 TP0] Warmup end.\n")
+    b = machine.startup_breakdown("[2026-12-01 10:00:00 TP0] Warmup begin.\n[2026-12-01 10:00:03 TP0] Warmup end.\n")
     assert b["phases"] == [{"name": "Warmup", "s": 3.0, "how": "timestamps"}] and "log_span_s" not in b
-    assert startup.from_file("/nonexistent/log", None, None)["phases"] == []
+    assert machine.startup_from_file("/nonexistent/log", None, None)["phases"] == []
 
 
 def test_spread_gives_the_scheduler_a_core_of_its_own():
     groups = [[i, i + 8] for i in range(8)]  # 8 cores with hyper-thread siblings
-    plan = placement.assign(groups, {10: "scheduler", 11: "tokenizer", 12: "detokenizer", 13: "other"})
+    plan = machine.assign(groups, {10: "scheduler", 11: "tokenizer", 12: "detokenizer", 13: "other"})
     main_cpus, helpers = plan[10]
     assert main_cpus == {1} and helpers == {2, 10, 3, 11}  # core 0 skipped; 1's sibling 9 left idle
     assert plan[11] == plan[12] == ({4, 12, 5, 13}, {4, 12, 5, 13})
     assert plan[13][0] == {6, 7, 14, 15}
     assert all(9 not in cpus for pair in plan.values() for cpus in pair)
     # the H200 machine: 16 vCPUs, one thread per core
-    plan = placement.assign([[i] for i in range(16)], {10: "scheduler", 11: "tokenizer", 13: "other"})
+    plan = machine.assign([[i] for i in range(16)], {10: "scheduler", 11: "tokenizer", 13: "other"})
     assert plan[10] == ({1}, {2, 3}) and plan[11][0] == {4, 5} and plan[13][0] == set(range(6, 16))
     # two ranks on 8 cores: narrow (one helper core each)
-    plan = placement.assign(groups, {10: "scheduler", 20: "scheduler", 11: "tokenizer"})
+    plan = machine.assign(groups, {10: "scheduler", 20: "scheduler", 11: "tokenizer"})
     assert plan[10] == ({1}, {2, 10}) and plan[20][0] == {3}
-    assert placement.assign([[0], [1]], {10: "scheduler"}) == "2 usable cores < 4 needed"
+    assert machine.assign([[0], [1]], {10: "scheduler"}) == "2 usable cores < 4 needed"
+
+
+def _wait_for_exec(pid: int, limit_s: float = 60.0) -> None:
+    """Until the child's command line is the exec'ed one (Popen may return a moment before /proc shows it)."""
+    end = time.monotonic() + limit_s
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    while b"sglang::" not in cmdline.read_bytes():
+        assert time.monotonic() < end, "the child never exec'ed"
+        time.sleep(0.01)
 
 
 def test_place_pins_every_thread_of_a_real_process_tree():
     cpus = os.sched_getaffinity(0)
-    child = subprocess.Popen(["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 30'])
+    child = subprocess.Popen(["sglang::scheduler_TP0", "30"], executable="sleep")
     try:
-        time.sleep(0.2)
-        assert placement.role(child.pid) == "scheduler"
-        assert placement.descendants(os.getpid())[0] == os.getpid() and child.pid in placement.descendants(os.getpid())
-        done = placement.place(child.pid, "spread")
-        if len(placement.cores(cpus)) < 4:
-            assert done == {"mode": "spread", "skipped": f"{len(placement.cores(cpus))} usable cores < 4 needed"}
+        _wait_for_exec(child.pid)
+        assert machine.role(child.pid) == "scheduler"
+        assert machine.descendants(os.getpid())[0] == os.getpid() and child.pid in machine.descendants(os.getpid())
+        done = machine.place(child.pid, "spread")
+        if len(machine.cores(cpus)) < 4:
+            assert done == {"mode": "spread", "skipped": f"{len(machine.cores(cpus))} usable cores < 4 needed"}
         else:
             got = os.sched_getaffinity(child.pid)
             assert got == set(done["processes"][str(child.pid)]["main"]) and len(got) == 1
-        assert placement.place(child.pid, "none") == {"mode": "none"}
+        assert machine.place(child.pid, "none") == {"mode": "none"}
         # the pinning itself, on any machine (the spread plan needs 4+ cores)
-        assert placement.pin_process(child.pid, {min(cpus)}) == 1
+        assert machine.pin_process(child.pid, {min(cpus)}) == 1
         assert os.sched_getaffinity(child.pid) == {min(cpus)}
-    finally:
-        child.kill()
-        child.wait()
-
-
-def test_simulate_prints_the_error_rates(capsys):
-    assert main(["simulate", "--trials", "20", "--effect", "0.05"]) == 0
-    out = capsys.readouterr().out
-    right = re.search(r"right culprit (\d+) \([\d.]+%\), wrong culprit 0 \(0\.0%\)", out)
-    assert right and int(right.group(1)) >= 16 and "median server starts" in out, out
-
-
-def test_a_server_placed_after_the_client_plans_on_the_bench_s_cpus_not_the_client_s(monkeypatch):
-    """A duet or a block places several servers, the bench client with the first: the client's own affinity is then
-    narrowed to the first plan's `other` CPUs. A later server planned on the caller's affinity got those few CPUs,
-    or none: every recorded duet's second server says "0 usable cores < 4 needed" (run8, run9), and 2026-12-03's
-    block put its first server's scheduler on CPU 1 and the others' on CPU 7. With the Runner's CPUs given, every
-    server gets the same plan."""
-    child = subprocess.Popen(["bash", "-c", 'exec -a "sglang::scheduler_TP0" sleep 30'])
-    pinned: dict[int, set[int]] = {}
-    try:
-        time.sleep(0.2)
-        monkeypatch.setattr(placement, "cores", lambda cpus: [[c] for c in sorted(cpus)])  # 16 vCPUs, as on the H200
-        monkeypatch.setattr(placement, "_pin", lambda pid, cpus, others=None: pinned.update({pid: set(cpus)}) or 1)
-        monkeypatch.setattr(placement.os, "sched_getaffinity", lambda pid: {6, 7})  # the client, once placed
-        assert placement.place(child.pid, "spread")["skipped"] == "2 usable cores < 4 needed"  # the old plan
-        done = placement.place(child.pid, "spread", cpus=frozenset(range(16)))
-        assert done["processes"][str(child.pid)]["main"] == [1] and pinned[child.pid] == {1}
     finally:
         child.kill()
         child.wait()

@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SHOWN = "/home/you/sglang-overlay"  # the project's path as the README shows it
@@ -76,8 +75,8 @@ def test_readme_sessions_print_what_the_commands_print(tmp_path, pinned_tree):
     for n, steps in enumerate(blocks, 1):
         for command, expected in steps:
             actual = run(project, env, command)
-            assert matches(expected, actual), (
-                f"README.md console block {n}, `$ {command}` prints today:\n" + "\n".join(actual)
+            assert matches(expected, actual), f"README.md console block {n}, `$ {command}` prints today:\n" + "\n".join(
+                actual
             )
 
 

@@ -416,9 +416,13 @@ def engine(a: argparse.Namespace) -> int:
                     f"the tree carries {m.group(1)} patch(es); apply --all + revert --all would leave it with "
                     "none: revert them first, or pass --tree a scratch copy"
                 )
-        payload, bad = {"tool": tool[1], "global_opts": glob, "python": sys.version, "ops": {}}, False
+        ops_out: dict[str, dict[str, object]] = {}
+        payload = {"tool": tool[1], "global_opts": glob, "python": sys.version, "ops": ops_out}
+        bad = False
         for op in ops:
-            steps = [([*tool, *glob, *s], REPO, (0,)) for s in ENGINE_OPS[op]]
+            steps: list[tuple[list[str], Path, tuple[int, ...]]] = [
+                ([*tool, *glob, *s], REPO, (0,)) for s in ENGINE_OPS[op]
+            ]
             t = measure({"ours": steps}, a.runs, gnu_time=None)["ours"]
             mods = []
             for argv, cwd, _ in steps:
@@ -429,7 +433,7 @@ def engine(a: argparse.Namespace) -> int:
             hit = forbidden([m for m, _, _ in mods])
             bad |= bool(hit)
             top = sorted(mods, key=lambda x: -x[2])[:8]
-            payload["ops"][op] = {
+            ops_out[op] = {
                 "runs_s": t.runs_s,
                 "median_s": t.median_s,
                 "forbidden_imports": hit,

@@ -13,13 +13,18 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .diffgen import make_diff
 from .errors import BadInput
-from .manifest import NAME_RE, Manifest
+from .manifest import NAME_RE, Manifest, UpstreamedPatch
 from .progname import prog
 from .repopath import IDENTITY_PATH, STATE_DIR_NAME
 from .tree import Tree
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .spelling import Spelling
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -80,7 +85,8 @@ def changed_paths(
 
 def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
     out = _git_bytes(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
-    paths, outside = [], []
+    paths: list[str] = []
+    outside: list[str] = []
     for rec in out.decode("utf-8", "surrogateescape").split("\0"):
         if not rec:
             continue
@@ -151,7 +157,7 @@ def is_binary(data: bytes | None) -> bool:
 # -- grouping --------------------------------------------------------------------------------------------------
 def parse_groups(specs: Iterable[str]) -> list[tuple[str, list[str]]]:
     """`--group NAME=FILE,FILE`, as typed: (name, files)."""
-    out = []
+    out: list[tuple[str, list[str]]] = []
     for spec in specs:
         name, sep, files = spec.partition("=")
         name = name.strip()
@@ -336,7 +342,9 @@ class Imported:
     manifest: Path
 
 
-def import_edits(ctx, files: Sequence[str], groups: Sequence[tuple[str, list[str]]], spelling) -> Imported:
+def import_edits(
+    ctx: Context, files: Sequence[str], groups: Sequence[tuple[str, list[str]]], spelling: Spelling
+) -> Imported:
     """Turn the tree's local edits into patches and record the tree as carrying them. The project files are
     written first (new names only: nothing of the project is replaced), the manifest last and atomically, then
     the tree's state in one transaction; a kill between the manifest and the state is finished by running
@@ -355,8 +363,10 @@ def import_edits(ctx, files: Sequence[str], groups: Sequence[tuple[str, list[str
     with open_tree(ctx) as txn:
         state = txn.state
         m.check_carried(state.applied)
+        release: Reader
+        paths_of: Callable[[], Iterable[str]]
         if tree.is_git:
-            release, paths_of = git_release_reader(tree.root), list
+            release, paths_of = git_release_reader(tree.root), tuple
         else:
             from .fetch import WheelSource, pinned_wheel
 
@@ -412,7 +422,9 @@ def import_edits(ctx, files: Sequence[str], groups: Sequence[tuple[str, list[str
                 try:
                     new_m = load_manifest(m.path, spelling=ctx.spelling)
                     for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
-                        got = compose({e.path: e.old for e in p.edits}, [new_m.patch(p.name)]).contents
+                        new_patch = new_m.patch(p.name)
+                        assert not isinstance(new_patch, UpstreamedPatch)  # import writes diff and overlay entries
+                        got = compose({e.path: e.old for e in p.edits}, [new_patch]).contents
                         wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
                         if wrong:
                             raise BadInput(

@@ -19,6 +19,7 @@ from .compose import compose, hunk_symbol
 from .errors import Conflict
 from .manifest import Change, Patch, Proof, UpstreamedPatch
 from .merge3 import merge_file
+from .patchfile import Hunk
 from .proofmove import locate
 from .pysymbols import enclosing_symbol, symbol_span
 from .upstream import prove
@@ -142,7 +143,7 @@ def locate_conflicts(p: Change, forward: str, release: Reader, original: Reader)
     return out
 
 
-def _hunk_where(hunk, pin_text: str, rel_text: str) -> str:
+def _hunk_where(hunk: Hunk, pin_text: str, rel_text: str) -> str:
     sym = hunk_symbol(hunk, pin_text or None)
     where = f"{hunk.file} hunk #{hunk.index} {hunk.header}"
     if sym:
@@ -172,7 +173,7 @@ def marked_regions(
     pin_text = (pin(f) or b"").decode("utf-8", "replace")
     rel_text = (release(f) or b"").decode("utf-8", "replace")
     hunks = [h for h in (p.diff.hunks if p.diff is not None else ()) if h.file == f]
-    by_symbol: dict[str, list] = {}
+    by_symbol: dict[str, list[Hunk]] = {}
     for h in hunks:
         sym = hunk_symbol(h, pin_text or None)
         if sym:
@@ -247,8 +248,9 @@ def _moved(
         if path == f or not path.endswith(".py"):
             continue
         data = release(path)
-        if data is not None and pattern.search(data):
-            line = data[: pattern.search(data).start()].count(b"\n") + 1
+        hit = pattern.search(data) if data is not None else None
+        if data is not None and hit:
+            line = data[: hit.start()].count(b"\n") + 1
             found.append(f"{path}:{line}")
     if not found:
         return None

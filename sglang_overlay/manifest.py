@@ -403,7 +403,7 @@ def load_manifest(path: str | Path, *, spelling: Spelling = CLI) -> Manifest:
             hint="point the link at the real manifest.yaml (`ls -l` shows where it leads)",
         ) from None
     hit = manifestmemo.lookup(path)
-    if hit is not None:
+    if isinstance(hit, Manifest):
         return hit
     reads, token = manifestmemo.recording()
     try:

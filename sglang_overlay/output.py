@@ -69,7 +69,7 @@ class Guarded(io.TextIOBase):
             if self.reserved is None:
                 raise io.UnsupportedOperation("the descriptor was closed before the command started")
             return self.reserved
-        return self.stream.fileno()
+        return int(self.stream.fileno())
 
     def writable(self) -> bool:
         return True

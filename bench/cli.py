@@ -135,7 +135,6 @@ def build_parser(prog: str = "python -m bench") -> argparse.ArgumentParser:
     tinymodel.add_cli(sub)
     server_seqs.add_cli(sub)
     train_draft.add_cli(sub)
-    sub.add_parser("speed", help="the tool against quilt and StGit, its imports, rebase (bench/speed.py)")
     return ap
 
 

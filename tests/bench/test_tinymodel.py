@@ -83,5 +83,5 @@ def test_kimi_width_profile_configs_load_with_autoconfig(tmp_path):
     assert d.head_dim == 128 and d.hidden_size == 7168 and d.num_attention_heads == 64
     assert d.eagle_config["eagle_aux_hidden_state_layer_ids"] == [0, 3, 5]
     with pytest.raises(ValueError, match=r"vocab < 10000 crashes sglang\.bench_one_batch"):
-        write_model_dirs(tmp_path / "small", TinyModelSpec(vocab=4096, hidden=100, heads=16))
+        write_model_dirs(tmp_path / "small", TinyModelSpec(vocab=4096))
     assert not (tmp_path / "small").exists()

@@ -97,8 +97,9 @@ def _paste(command: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
     """A hint's command as the user pastes it into a shell, `python` being the interpreter the tests run on."""
     bin_dir = cwd.parent / "bin"
     bin_dir.mkdir(exist_ok=True)
-    if not (bin_dir / "python").exists():
-        os.symlink(sys.executable, bin_dir / "python")
+    if not (bin_dir / "python").exists():  # a script, not a link: a link leaves the venv's site-packages behind
+        (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        (bin_dir / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SGLANG_OVERLAY_CACHE": str(cache)}
     env.pop("SGLANG_OVERLAY_TREE", None)
     return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, env=env)

@@ -25,6 +25,7 @@ from .tree import Tree
 if TYPE_CHECKING:
     from .context import Context
     from .spelling import Spelling
+    from .transaction import Transaction
 
 Reader = Callable[[str], "bytes | None"]
 
@@ -343,107 +344,103 @@ class Imported:
 
 
 def import_edits(
-    ctx: Context, files: Sequence[str], groups: Sequence[tuple[str, list[str]]], spelling: Spelling
+    ctx: Context, txn: Transaction, files: Sequence[str], groups: Sequence[tuple[str, list[str]]], spelling: Spelling
 ) -> Imported:
     """Turn the tree's local edits into patches and record the tree as carrying them. The project files are
     written first (new names only: nothing of the project is replaced), the manifest last and atomically, then
     the tree's state in one transaction; a kill between the manifest and the state is finished by running
-    import again (`leftovers`)."""
-    from .api import open_tree
+    import again (`leftovers`). `txn`: the tree, locked and recovered (api.open_tree)."""
     from .compose import compose
     from .fsio import atomic_write, unlink_quietly
     from .manifest import load_manifest
     from .manifest_edit import add_entries
     from .switch import switch
-    from .treepin import check_tree_version
     from .treeread import read_file
 
     m, tree = ctx.manifest, ctx.tree
-    check_tree_version(ctx)
-    with open_tree(ctx) as txn:
-        state = txn.state
-        m.check_carried(state.applied)
-        release: Reader
-        paths_of: Callable[[], Iterable[str]]
-        if tree.is_git:
-            release, paths_of = git_release_reader(tree.root), tuple
-        else:
-            from .fetch import WheelSource, pinned_wheel
+    state = txn.state
+    m.check_carried(state.applied)
+    release: Reader
+    paths_of: Callable[[], Iterable[str]]
+    if tree.is_git:
+        release, paths_of = git_release_reader(tree.root), tuple
+    else:
+        from .fetch import WheelSource, pinned_wheel
 
-            wheel = WheelSource(pinned_wheel(m.pin))
-            release, paths_of = wheel.read, wheel.paths
-        paths, outside, mode_only = changed_paths(tree, paths_of, release)
-        paths = [p for p in paths if p != IDENTITY_PATH]  # the tool writes it for every set
-        if files:  # only the named ones: the rest of the tree's changes are left alone
-            every = paths + outside + mode_only
-            named = {resolve(f, every, tree) for f in files}
-            paths, outside, mode_only = ([p for p in group if p in named] for group in (paths, outside, mode_only))
+        wheel = WheelSource(pinned_wheel(m.pin))
+        release, paths_of = wheel.read, wheel.paths
+    paths, outside, mode_only = changed_paths(tree, paths_of, release)
+    paths = [p for p in paths if p != IDENTITY_PATH]  # the tool writes it for every set
+    if files:  # only the named ones: the rest of the tree's changes are left alone
+        every = paths + outside + mode_only
+        named = {resolve(f, every, tree) for f in files}
+        paths, outside, mode_only = ([p for p in group if p in named] for group in (paths, outside, mode_only))
 
-        def pristine(f: str) -> bytes | None:
-            rec = state.files.get(f)
-            if rec is None:
-                return release(f)
-            return txn.store.get(rec.base) if rec.base is not None else None
+    def pristine(f: str) -> bytes | None:
+        rec = state.files.get(f)
+        if rec is None:
+            return release(f)
+        return txn.store.get(rec.base) if rec.base is not None else None
 
-        applied = m.changes(state.applied)
-        managed = [f for f in paths if f in state.files]
-        made = compose({f: pristine(f) for p in applied for f in p.files}, applied).contents if managed else {}
-        edits = []
-        for f in paths:
-            now, old = read_file(tree, f), made.get(f) if f in state.files else pristine(f)
-            if now != old:
-                edits.append(Edit(f, old, now, pristine(f)))
-        refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)])
-        done = leftovers(m, state.applied, pristine, lambda f: read_file(tree, f))
-        done_files = {f for n in done for f in m.patch(n).files}
-        edits = [e for e in edits if e.path not in done_files]
-        if groups and not edits:
-            raise BadInput("import --group: the tree has no edits to group", hint="edit the files first")
-        planned = plan(edits, groups, m, tree)
-        source_dir = m.path.parent
-        written: list[Path] = []
-        if planned:
-            # a file of the same bytes is what a killed import wrote before its manifest: written again, not refused
-            taken = [f for p in planned for f, data in project_files(p, source_dir, tree).items() if _other(f, data)]
-            if taken:
-                raise BadInput(
-                    "import: the project has these files already: " + ", ".join(map(str, taken)),
-                    hint="name the patches otherwise (--group NAME=FILE), or move the files away",
-                )
-            old_text = m.path.read_text()
-            new_text = add_entries(old_text, "".join(entry_yaml(p) for p in planned), str(m.path))
+    applied = m.changes(state.applied)
+    managed = [f for f in paths if f in state.files]
+    made = compose({f: pristine(f) for p in applied for f in p.files}, applied).contents if managed else {}
+    edits = []
+    for f in paths:
+        now, old = read_file(tree, f), made.get(f) if f in state.files else pristine(f)
+        if now != old:
+            edits.append(Edit(f, old, now, pristine(f)))
+    refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)])
+    done = leftovers(m, state.applied, pristine, lambda f: read_file(tree, f))
+    done_files = {f for n in done for f in m.patch(n).files}
+    edits = [e for e in edits if e.path not in done_files]
+    if groups and not edits:
+        raise BadInput("import --group: the tree has no edits to group", hint="edit the files first")
+    planned = plan(edits, groups, m, tree)
+    source_dir = m.path.parent
+    written: list[Path] = []
+    if planned:
+        # a file of the same bytes is what a killed import wrote before its manifest: written again, not refused
+        taken = [f for p in planned for f, data in project_files(p, source_dir, tree).items() if _other(f, data)]
+        if taken:
+            raise BadInput(
+                "import: the project has these files already: " + ", ".join(map(str, taken)),
+                hint="name the patches otherwise (--group NAME=FILE), or move the files away",
+            )
+        old_text = m.path.read_text()
+        new_text = add_entries(old_text, "".join(entry_yaml(p) for p in planned), str(m.path))
+        try:
+            for p in planned:
+                for path, data in project_files(p, source_dir, tree).items():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    atomic_write(path, data)
+                    written.append(path)
+            atomic_write(m.path, new_text.encode())
             try:
-                for p in planned:
-                    for path, data in project_files(p, source_dir, tree).items():
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        atomic_write(path, data)
-                        written.append(path)
-                atomic_write(m.path, new_text.encode())
-                try:
-                    new_m = load_manifest(m.path, spelling=ctx.spelling)
-                    for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
-                        new_patch = new_m.patch(p.name)
-                        assert not isinstance(new_patch, UpstreamedPatch)  # import writes diff and overlay entries
-                        got = compose({e.path: e.old for e in p.edits}, [new_patch]).contents
-                        wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
-                        if wrong:
-                            raise BadInput(
-                                f"import: {p.name} does not give back {', '.join(wrong)} byte for byte",
-                                hint="report this; nothing was imported",
-                            )
-                except BaseException:
-                    atomic_write(m.path, old_text.encode())  # what import wrote must hold: else it is not kept
-                    raise
+                new_m = load_manifest(m.path, spelling=ctx.spelling)
+                for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
+                    new_patch = new_m.patch(p.name)
+                    assert not isinstance(new_patch, UpstreamedPatch)  # import writes diff and overlay entries
+                    got = compose({e.path: e.old for e in p.edits}, [new_patch]).contents
+                    wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
+                    if wrong:
+                        raise BadInput(
+                            f"import: {p.name} does not give back {', '.join(wrong)} byte for byte",
+                            hint="report this; nothing was imported",
+                        )
             except BaseException:
-                for path in written:
-                    unlink_quietly(path)
+                atomic_write(m.path, old_text.encode())  # what import wrote must hold: else it is not kept
                 raise
-        else:
-            new_m = m
-        if not planned and not done:
-            return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
-        names = (*state.applied, *done, *(p.name for p in planned))
-        bases = {e.path: e.pristine for e in edits if e.path not in state.files}
-        bases |= {f: pristine(f) for n in done for f in new_m.patch(n).files if f not in state.files}
-        outcome = switch(txn, new_m, names, op="import", spelling=spelling, bases=bases)
+        except BaseException:
+            for path in written:
+                unlink_quietly(path)
+            raise
+    else:
+        new_m = m
+    if not planned and not done:
+        return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
+    names = (*state.applied, *done, *(p.name for p in planned))
+    bases = {e.path: e.pristine for e in edits if e.path not in state.files}
+    bases |= {f: pristine(f) for n in done for f in new_m.patch(n).files if f not in state.files}
+    outcome = switch(txn, new_m, names, op="import", spelling=spelling, bases=bases)
     return Imported(tuple(planned), tuple(done), outcome.target, outcome.fingerprint, m.path)

@@ -691,7 +691,11 @@ def import_edits(
         )
     ctx = _ctx("import_edits", context, project, manifest, tree)
     specs = [f"{name}={','.join(fs)}" for name, fs in (groups or {}).items()]
-    done = adopt.import_edits(ctx, files, adopt.parse_groups(specs), _spelling(ctx, "import_edits"))
+    from .treepin import check_tree_version
+
+    check_tree_version(ctx)
+    with open_tree(ctx) as txn:
+        done = adopt.import_edits(ctx, txn, files, adopt.parse_groups(specs), _spelling(ctx, "import_edits"))
     return ImportResult(
         tuple(ImportedPatch(p.name, p.kind, p.files, p.overlay) for p in done.patches),
         done.finished,

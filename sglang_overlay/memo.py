@@ -30,7 +30,10 @@ def code_signature() -> str:
 
 
 def _file(kind: str, key: str) -> Path:
-    return cache_dir() / kind / hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+    # SGLANG_OVERLAY_MEMO_DIR: memos apart from the release cache (the tests give each worker its own)
+    base = os.environ.get("SGLANG_OVERLAY_MEMO_DIR")
+    root = Path(base) if base else cache_dir()
+    return root / kind / hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def read(kind: str, key: str) -> Any | None:

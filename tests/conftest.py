@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -123,6 +124,11 @@ def copy_project(dst: Path) -> Path:
         if (ROOT / d).exists():
             shutil.copytree(ROOT / d, dst / d)
     return dst
+
+
+# Each pytest process keeps the tool's memos (sglang_overlay/memo.py) apart: a fault sweep counts a command's
+# calls, and another worker evicting a memo between the traced run and an injected one would shift them.
+os.environ.setdefault("SGLANG_OVERLAY_MEMO_DIR", tempfile.mkdtemp(prefix="sglang-overlay-memo-"))
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,7 @@ from sglang_overlay.manifest import load_manifest
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SGLANG_OVERLAY_MEMO_DIR", raising=False)  # the memos under this test's cache
     return copy_project(tmp_path / "proj")
 
 

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_overlay.scratch import alive
+
 from .errors import RecordError, UsageError, WriteFailed
 from .stats import start_value
 
@@ -268,16 +270,6 @@ def is_temp(name: str) -> bool:
     return pid.isdigit()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _reap(path: Path) -> None:
     """Remove the temps of `path` whose writer is dead (a kill between write and rename)."""
     prefix = f".{path.name}."
@@ -288,7 +280,7 @@ def _reap(path: Path) -> None:
     for n in names:
         if n.startswith(prefix) and is_temp(n):
             pid = int(n[len(prefix) :].partition("-")[0])
-            if pid != os.getpid() and not _alive(pid):
+            if pid != os.getpid() and not alive(pid):
                 try:
                     os.unlink(path.parent / n)
                 except OSError:

@@ -628,7 +628,7 @@ def test_a_failed_rollback_names_what_rolls_it_back_in_the_apis_words(sglang_tre
     from sglang_overlay import transaction
     from sglang_overlay.errors import OSFailure
 
-    def stop(self, *args):
+    def stop(self, *args, **kwargs):
         raise OSError(5, "Input/output error", "topk.py")
 
     before = tree_snapshot(sglang_tree)

@@ -16,7 +16,7 @@ from sglang_overlay.manifest import load_manifest
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.setenv("SGLANG_OVERLAY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("SGLANG_OVERLAY_MEMO_DIR", raising=False)  # the memos under this test's cache
+    monkeypatch.delenv("SGLANG_OVERLAY_NO_MEMO", raising=False)  # conftest turns memos off for other tests
     return copy_project(tmp_path / "proj")
 
 

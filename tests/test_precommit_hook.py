@@ -35,7 +35,8 @@ def user_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     hooks.mkdir()
     for name in (".pre-commit-hooks.yaml", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, hooks / name)
-    shutil.copytree(ROOT / "sglang_overlay", hooks / "sglang_overlay", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("sglang_overlay", "bench"):  # bench: installed as sglang_overlay_bench
+        shutil.copytree(ROOT / package, hooks / package, ignore=shutil.ignore_patterns("__pycache__", "results"))
     _git("init", "-q", cwd=hooks)
     _git("add", "-A", cwd=hooks)
     _git("commit", "-qm", "hooks", cwd=hooks)

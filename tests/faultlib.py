@@ -57,13 +57,18 @@ class Point:
         return f"{self.syscall}#{self.n} {self.call[:150]}"
 
 
+def quiet_memos(env: dict) -> dict:
+    """The tool's memos off: a memo one run wrote and the next found would change the calls counted."""
+    return {**env, "SGLANG_OVERLAY_NO_MEMO": "1"}
+
+
 def trace_points(
     argv: list[str], env: dict, cwd: Path, log: Path, syscalls: tuple[str, ...] = SYSCALLS
 ) -> tuple[list[Point], subprocess.CompletedProcess]:
     proc = subprocess.run(
         [STRACE, "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=" + ",".join(syscalls), *argv],
         cwd=cwd,
-        env=env,
+        env=quiet_memos(env),
         capture_output=True,
         text=True,
     )
@@ -199,7 +204,7 @@ def inject(
         f"inject={point.syscall}:{action}:when={when}",
         *argv,
     ]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=cwd, env=quiet_memos(env), capture_output=True, text=True, timeout=120)
     text = log.read_text()
     if signal_:
         sig = action.split("=", 1)[1]
@@ -235,7 +240,9 @@ def hold(argv: list[str], env: dict, cwd: Path, log: Path, point: Point) -> Held
     action = f"inject={point.syscall}:signal=SIGSTOP:when={point.n}"
     cmd = [STRACE, "-o", str(log), "-e", f"trace={point.syscall}", "-e", action, *argv]
     log.unlink(missing_ok=True)  # a log of an earlier hold would say "stopped" already
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=quiet_memos(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     while not (log.is_file() and "--- stopped by SIGSTOP ---" in log.read_text()):
         if proc.poll() is not None:
             out, err = proc.communicate()

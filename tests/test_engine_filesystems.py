@@ -33,7 +33,8 @@ def ov(tree: Path, *args: str, env: dict | None = None, prefix: list[str] | None
 
     cmd = [*(prefix or []), sys.executable, str(ROOT / "apply.py"), "--manifest", str(FIX), "--tree", str(tree), *args]
     e = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
-    e.update({"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"}, **(env or {}))
+    # Memos off: a memo hit from an earlier test composes nothing, so a full $TMPDIR would go untested.
+    e.update({"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0", "SGLANG_OVERLAY_NO_MEMO": "1"}, **(env or {}))
     return subprocess.run(cmd, capture_output=True, text=True, env=e)
 
 

@@ -61,7 +61,10 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     set -e
     nvidia-smi -L
     python3 -c "import torch; print('torch', torch.__version__, 'gpus', torch.cuda.device_count())"
-    python3 apply.py fetch --wheel "$(ls .gpu/b*/"$PIN_WHEEL" | head -1)"
+    # the embedded tree (GPU 1's streams) needs the pinned wheel, carried only by the call of its bundle
+    wheel=$(ls .gpu/b*/"$PIN_WHEEL" 2>/dev/null | head -1 || true)
+    if [ -n "$wheel" ]; then python3 apply.py fetch --wheel "$wheel"
+    else echo "setup: $PIN_WHEEL is not carried in this call: no embedded tree (GPU 1's streams need one)"; fi
     python3 -m bench tinymodel "$TINY"
     python3 -m bench tinymodel "$KIMI" --profile kimi-width
     python3 tests/sglang_patches/gpu_check.py 2>&1 | tee "$OUT/gpu_check.txt"

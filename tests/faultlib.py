@@ -103,10 +103,14 @@ def error_points(points: list[Point], action: str) -> list[Point]:
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------
-# A sweep tries one point of each kind (syscall x the step it serves: the journal, the state, a tree file, its temp
-# file, a scratch directory, the output...), drawn with a seed: each run tries other points of the same kinds.
+# Points fall into kinds (syscall x the step it serves: the journal, the state, a tree file, its temp file, a
+# scratch directory, the output...). By default a sweep tries PER_SWEEP kinds, one point each, drawn with a seed:
+# each run tries others, and CI stays within its time. FAULTS=kinds tries one point of every kind, FAULTS=all
+# every point, FAULTS=N N kinds.
 FAULTS_ENV, SEED_ENV = "SGLANG_OVERLAY_FAULTS", "SGLANG_OVERLAY_FAULTS_SEED"
-EVERY_POINT = os.environ.get(FAULTS_ENV) == "all"
+_MODE = os.environ.get(FAULTS_ENV, "")
+EVERY_POINT = _MODE == "all"
+PER_SWEEP = None if _MODE == "kinds" else int(_MODE) if _MODE.isdigit() and int(_MODE) > 0 else 4
 SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(10**6))
 _STATE_FILE = re.compile(r"/\.sglang-overlay/([^/\"]+)")
 TMP_MARK = ".sglang-overlay-tmp"
@@ -116,7 +120,11 @@ def reproduce() -> str:
     """What a failing sweep prints: how to run the same points again, or all of them."""
     if EVERY_POINT:
         return f"every point was tried ({FAULTS_ENV}=all)"
-    return f"points sampled with {SEED_ENV}={SEED}: set it to try the same again, or {FAULTS_ENV}=all for every point"
+    per = "one point of every kind" if PER_SWEEP is None else f"{PER_SWEEP} kinds a sweep"
+    return (
+        f"points sampled ({per}) with {SEED_ENV}={SEED}: set it to try the same again; "
+        f"{FAULTS_ENV}=kinds for every kind, =all for every point"
+    )
 
 
 def kind(point: Point, path: str, places: dict[str, str]) -> tuple[str, str]:
@@ -133,7 +141,8 @@ def kind(point: Point, path: str, places: dict[str, str]) -> tuple[str, str]:
 
 
 def sample(points: list[Point], label: str, places: dict[str, str] | None = None) -> list[Point]:
-    """One point of each kind, drawn with SEED and `label` (each sweep its own draw); all with FAULTS=all."""
+    """One point of each of PER_SWEEP kinds (every kind with FAULTS=kinds), drawn with SEED and `label` (each sweep
+    its own draw); all with FAULTS=all."""
     if EVERY_POINT:
         return points
     fds: dict[str, str] = {}
@@ -146,7 +155,10 @@ def sample(points: list[Point], label: str, places: dict[str, str] | None = None
             path = fds.get(fd.group(1), p.call)
         groups.setdefault(kind(p, path, places or {}), []).append(p)
     rng = random.Random(f"{SEED} {label}")
-    chosen = {(p.syscall, p.n) for group in groups.values() for p in [rng.choice(group)]}
+    kinds = sorted(groups)
+    if PER_SWEEP is not None and len(kinds) > PER_SWEEP:
+        kinds = sorted(rng.sample(kinds, PER_SWEEP))
+    chosen = {(p.syscall, p.n) for k in kinds for p in [rng.choice(groups[k])]}
     return [p for p in points if (p.syscall, p.n) in chosen]
 
 

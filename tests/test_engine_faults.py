@@ -3,8 +3,8 @@
 For each command (from a starting tree where it has real work to do, an exec bit alone included) strace lists
 every rename, fsync, unlink, unlinkat, rmdir, mkdir, fchmod (chmod, fchmodat), write, and open-for-write its own
 process makes; the command is then run again with a SIGKILL, a SIGINT (Ctrl-C) or an error (ENOSPC, EROFS,
-EACCES) injected at exactly one call, for one call of each kind drawn with a seed (faultlib.sample; every
-call with SGLANG_OVERLAY_FAULTS=all). After each: SIGINT and errors have rolled back by
+EACCES) injected at exactly one call, for one call of each of four kinds drawn with a seed (faultlib.sample;
+every kind with SGLANG_OVERLAY_FAULTS=kinds, every call with =all). After each: SIGINT and errors have rolled back by
 themselves (exit 130 / exit 1 naming the OS error), a SIGKILL is rolled back by the next command (`recover`);
 then the tree is byte-equal to the state before or after the command (modes included), the state describes
 it, and nothing is left anywhere (temp files, journal, unused saved copies, new directories, scratch in

@@ -14,8 +14,8 @@ traceback; then `rebase --status` tells the truth (a patch it calls done has its
 stopped is in the release tree), `--abort` leaves the project as before the rebase, and the way on ends where
 an uninterrupted run ends. Points: the calls after which the disk looks different for a kill; every call of
 the kinds the kernel fails with that error for the others; calls that look alike (in scratch directories,
-the release cache, an unpacking, a removal) once each; of those, one of each kind drawn with a seed
-(faultlib.sample; all with SGLANG_OVERLAY_FAULTS=all). The sweeps run on three workers."""
+the release cache, an unpacking, a removal) once each; of those, one point of each of four kinds drawn with a
+seed (faultlib.sample; every kind with SGLANG_OVERLAY_FAULTS=kinds, all with =all). The sweeps run on three workers."""
 
 from __future__ import annotations
 

@@ -30,3 +30,44 @@ def cache_dir() -> Path:
     if why:  # else fetch failed naming only the path, not the variable that set it
         raise BadInput(f"{CACHE_ENV}: {why}", hint=f"set {CACHE_ENV} to a directory with a shorter path, or unset it")
     return Path(given or Path.home() / ".cache" / "sglang-overlay").expanduser()
+
+
+def keep(target: Path, data: bytes) -> bool:
+    """Best effort: `data` at `target`, whole or not at all (a reader never sees half of it). False when the
+    cache cannot take it: the caller only does its work again next time."""
+    import tempfile
+
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # the writer's pid in the name: the next writer removes what a killed one left (left_by_the_dead)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", dir=target.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+        tmp = None
+        return True
+    except (OSError, ValueError):  # ValueError: a path the OS cannot take
+        return False
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def left_by_the_dead(name: str, mtime: float, now: float) -> bool:
+    """A temp file of keep() whose writer is gone (its pid no longer runs) or, whatever its name, an hour old."""
+    if now - mtime > 3600:
+        return True
+    pid = name.split("-")[1] if name.count("-") >= 2 else ""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False

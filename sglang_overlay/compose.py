@@ -73,7 +73,7 @@ def compose(
     if isinstance(kept, Composed):
         return kept
     result = _compose(base, patches, reverse, copy)
-    memo.write(MEMO_KIND, key, result, keep=MEMO_KEEP, max_bytes=MEMO_MAX_BYTES)
+    memo.write(MEMO_KIND, key, result, keep_n=MEMO_KEEP, max_bytes=MEMO_MAX_BYTES)
     return result
 
 

@@ -83,4 +83,4 @@ def store(manifest: Path, reads: list[Path], loaded: Any) -> None:
         for q in p.parents:  # every directory above it: one replaced by a link makes it another file
             paths[str(q)] = None
     inputs = [(p, _what(p)) for p in paths]
-    memo.write(KIND, os.fsdecode(manifest), (inputs, loaded), keep=KEEP, max_bytes=MAX_BYTES)
+    memo.write(KIND, os.fsdecode(manifest), (inputs, loaded), keep_n=KEEP, max_bytes=MAX_BYTES)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .cachedir import cache_dir
+from .cachedir import cache_dir, keep, left_by_the_dead
 
 FORMAT = b"sglang-overlay memo 1\n"
 _PACKAGE = Path(__file__).resolve().parent
@@ -56,8 +56,8 @@ def read(kind: str, key: str) -> Any | None:
     return value if code == code_signature() and kept_key == key else None
 
 
-def write(kind: str, key: str, value: Any, *, keep: int, max_bytes: int) -> None:
-    """Keep `value` under `key`; the newest `keep` memos of `kind` (at most `max_bytes` in all) stay."""
+def write(kind: str, key: str, value: Any, *, keep_n: int, max_bytes: int) -> None:
+    """Keep `value` under `key`; the newest `keep_n` memos of `kind` (at most `max_bytes` in all) stay."""
     if _off():
         return
     try:
@@ -66,42 +66,29 @@ def write(kind: str, key: str, value: Any, *, keep: int, max_bytes: int) -> None
         return
     if len(body) > max_bytes:
         return
-    import tempfile
-
     target = _file(kind, key)
-    tmp = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", dir=target.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        os.replace(tmp, target)  # whole or absent: a reader never sees half a memo
-        tmp = None
-        _prune(kind, target.parent, keep, max_bytes)
-    except (OSError, ValueError):
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    if keep(target, hashlib.sha256(body).hexdigest().encode() + b"\n" + body):
+        _prune(kind, target.parent, keep_n, max_bytes)
 
 
-def _prune(kind: str, d: Path, keep: int, max_bytes: int) -> None:
+def _prune(kind: str, d: Path, keep_n: int, max_bytes: int) -> None:
     """Once a process: the newest memos that fit `keep` and `max_bytes` stay; a killed writer's temp files go."""
     if kind in _pruned:
         return
     _pruned.add(kind)
     now = time.time()
     entries, stale = [], []
-    for e in os.scandir(d):
+    try:
+        listing = list(os.scandir(d))
+    except OSError:  # best effort, as the write
+        return
+    for e in listing:
         try:
             st = e.stat(follow_symlinks=False)
         except OSError:
             continue
         if e.name.startswith(".tmp-"):
-            if now - st.st_mtime > 60:
+            if left_by_the_dead(e.name, st.st_mtime, now):
                 stale.append(e.path)
         else:
             entries.append((st.st_mtime, st.st_size, e.path))
@@ -109,7 +96,7 @@ def _prune(kind: str, d: Path, keep: int, max_bytes: int) -> None:
     total = 0
     for k, (_, size, path) in enumerate(entries):
         total += size
-        if k >= keep or total > max_bytes:
+        if k >= keep_n or total > max_bytes:
             stale.append(path)
     for path in stale:
         try:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .cachedir import cache_dir
+from .cachedir import cache_dir, keep, left_by_the_dead
 
 FORMAT = 3  # bump when what a parser gives or refuses changes (2: file modes refused, 3: executable files): old entries are never read
 KEEP = 4096  # entries kept per kind, the newest: every patch of the largest set, and a file's saves over months
@@ -46,42 +46,8 @@ def _store(entry: Path, key: str, data: Any) -> None:
             return
     except (TypeError, ValueError):  # a date, a set, a NaN: YAML has more types than JSON
         return
-    import tempfile
-
-    tmp = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        # the writer's pid in the name: the next writer removes what a killed one left (_prune)
-        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{os.getpid()}-", dir=entry.parent)
-        with os.fdopen(fd, "w") as f:
-            f.write(blob)
-        os.replace(tmp, entry)  # whole or absent: readers never see a half-written entry
-        tmp = None
+    if keep(entry, blob.encode()):
         _prune(entry.parent)
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def _left_by_the_dead(name: str, mtime: float, now: float) -> bool:
-    """A temp file whose writer is gone (its pid no longer runs) or, whatever its name, an hour old."""
-    if now - mtime > 3600:
-        return True
-    pid = name.split("-")[1] if name.count("-") >= 2 else ""
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # alive, another user's
-        return False
-    return False
 
 
 def _prune(d: Path) -> None:
@@ -91,12 +57,15 @@ def _prune(d: Path) -> None:
     _pruned.add(d)
     import time
 
-    names = os.listdir(d)
-    now = time.time()
-    stale = [d / n for n in names if n.startswith(".tmp-") and _left_by_the_dead(n, (d / n).stat().st_mtime, now)]
-    entries = [d / n for n in names if n.endswith(".json")]
-    if len(entries) > KEEP:
-        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-        stale += entries[KEEP:]
-    for old in stale:
-        old.unlink()
+    try:  # best effort, as the write: another process may prune the same directory at once
+        names = os.listdir(d)
+        now = time.time()
+        stale = [d / n for n in names if n.startswith(".tmp-") and left_by_the_dead(n, (d / n).stat().st_mtime, now)]
+        entries = [d / n for n in names if n.endswith(".json")]
+        if len(entries) > KEEP:
+            entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+            stale += entries[KEEP:]
+        for old in stale:
+            old.unlink()
+    except OSError:
+        pass

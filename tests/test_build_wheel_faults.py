@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, inject, python_argv, trace_points
+from small_wheel import cache_with, make_small_wheel, pin_manifest
 from test_engine_filesystems import mounted
 from test_launch import make_project  # the small real project: the pin and overlay_identity
 
@@ -37,12 +38,13 @@ def rig(pinned_tree, project_manifest, tmp_path_factory):
     (base / "proj").mkdir()
     proj = make_project(base / "proj")
     (base / "tmp").mkdir()
+    # The faults are in the steps around the archive, not in its size: a small copy of the pinned wheel (its real
+    # entries for the patched file, the metadata, a library larger than a 1 MiB file system), pinned by sha256.
+    wheel = make_small_wheel(pinned_wheel(project_manifest.pin), base / "wheel")
+    pin_manifest(proj / "manifest.yaml", wheel)
     # A cache of its own, warmed below: a run that fills the parse and compile caches makes more mkdir and
     # openat calls than the next one, so a point traced cold was another call when injected warm.
-    cache = base / "cache"
-    (cache / "wheels").mkdir(parents=True)
-    wheel = pinned_wheel(project_manifest.pin)
-    os.symlink(wheel, cache / "wheels" / wheel.name)
+    cache = cache_with(wheel, base / "cache")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -81,6 +83,17 @@ def _points(rig, out: Path) -> list[Point]:
     return pts
 
 
+@pytest.fixture(scope="module")
+def out_trace(rig) -> tuple[Path, list[Point]]:
+    """One traced build into an --out not made yet: the cases that inject into its steps share its points (a run
+    from the same start makes the same calls), each removing --out's parent before it runs."""
+    base, _, _ = rig
+    out = base / "out-traced" / "dist"
+    pts = _points(rig, out)
+    shutil.rmtree(out.parent)
+    return out, pts
+
+
 def _at(pts: list[Point], where: str, out: Path) -> Point:
     part = next(i for i, p in enumerate(pts) if p.syscall == "openat" and ".part" in p.call)
     if where == "mkdir --out":  # its last: the first is answered ENOENT (its parent is made first)
@@ -96,11 +109,11 @@ def _at(pts: list[Point], where: str, out: Path) -> Point:
     "where", ["mkdir --out", "open the partial file", "write the partial file", "rename it into place"]
 )
 @pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
-def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, error):
+def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, out_trace, where, error):
     base, proj, env = rig
-    out = base / f"out-{error}-{where.replace(' ', '_')}" / "dist"
-    point = _at(_points(rig, out), where, out)
-    shutil.rmtree(out.parent)  # the same calls again: from no output directory
+    out, pts = out_trace
+    point = _at(pts, where, out)
+    shutil.rmtree(out.parent, ignore_errors=True)  # the same calls again: from no output directory
     res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr
@@ -152,12 +165,13 @@ def _notes(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if "note:" in line)
 
 
-def test_a_later_build_removes_a_killed_builds_partial_file(rig):
+def test_a_later_build_removes_a_killed_builds_partial_file(rig, out_trace):
     """A kill while the archive is written leaves its partial file; the next build removes it even when it
     writes another wheel (another set), and leaves alone what is not provably a dead build's of this host."""
     base, proj, env = rig
-    out = base / "out-kill"
-    point = _at(_points(rig, out), "write the partial file", out)
+    out, pts = out_trace
+    point = _at(pts, "write the partial file", out)
+    shutil.rmtree(out.parent, ignore_errors=True)
     res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
     assert res.hit and res.rc != 0, res.stderr
     left = _parts(out)
@@ -262,13 +276,11 @@ def test_two_builds_at_once_into_one_out_dir(rig):
         assert z.testzip() is None
 
 
-def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
+def test_the_wheel_is_on_disk_before_its_final_name_is(out_trace):
     """A power loss after the rename must not leave the final name on a file whose blocks never reached the
     disk (a zero-length or partial wheel): the partial file is fsynced before it is renamed into place, and the
     directory after (so the new name itself is durable)."""
-    base, _, _ = rig
-    out = base / "out-durable"
-    pts = _points(rig, out)
+    _, pts = out_trace
     opened = next(p for p in pts if p.syscall == "openat" and ".part" in p.call)
     fd = re.search(r"= (\d+)$", opened.call).group(1)
     renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
@@ -278,16 +290,15 @@ def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
 
 
 @pytest.mark.parametrize("error", ["EIO", "ENOSPC"])
-def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, error):
+def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, out_trace, error):
     """The fsync of --out that makes the wheel's new name durable failed, after the rename: the error said "no
     wheel was written", and the wheel was there under its final name. It names the wheel written and says that
     its directory's fsync failed (a power loss may yet lose the name), exit 1 as for other OS errors."""
     base, proj, env = rig
-    out = base / f"out-dir-fsync-{error}"
-    pts = _points(rig, out)
+    out, pts = out_trace
     renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
     point = next(p for p in pts[renamed:] if p.syscall == "fsync")
-    shutil.rmtree(out)
+    shutil.rmtree(out.parent, ignore_errors=True)
     res = inject(_argv(proj, out), env, base, base / "dir-fsync.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr

@@ -36,7 +36,9 @@ def make_small_wheel(full: Path, dst_dir: Path) -> Path:
     with zipfile.ZipFile(full) as zin:
         files = [i for i in zin.infolist() if not i.is_dir() and (i.filename in KEEP or i.filename.startswith(INFO))]
         parents = {str(Path(i.filename).parent) + "/" for i in files}
-        kept = [i for i in zin.infolist() if i in files or (i.is_dir() and any(p.startswith(i.filename) for p in parents))]
+        kept = [
+            i for i in zin.infolist() if i in files or (i.is_dir() and any(p.startswith(i.filename) for p in parents))
+        ]
         record = io.StringIO()
         writer = csv.writer(record, lineterminator="\n")
         with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zout:

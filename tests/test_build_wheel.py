@@ -1,5 +1,6 @@
-"""`build-wheel` on the real pinned wheel: local version, RECORD, reproducibility, and a real install into a fresh
-venv (the wheel is cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one)."""
+"""`build-wheel` on the real pinned wheel: local version, RECORD, and a real install into a fresh venv (the wheel is
+cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one). Reproducibility, modes, the
+switch note and in-process builds use a small copy of the pinned wheel (tests/small_wheel.py): the same steps."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ the wheel written; a kill or Ctrl-C during the cleanup leaves --out usable."""
 from __future__ import annotations
 
 import errno
-import io
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, hold, inject, python_argv, trace_points
 from small_wheel import cache_with, make_small_wheel, pin_manifest
 from test_engine_filesystems import mounted
 from test_launch import make_project  # the small real project: the pin and overlay_identity
@@ -246,34 +245,31 @@ def test_a_part_whose_lock_is_held_survives_and_is_removed_once_its_holder_is_ki
     assert str(out / legacy) in _notes(done.stderr), done.stderr
 
 
-def test_two_builds_at_once_into_one_out_dir(rig):
-    """Two real builds of one set into one --out: both succeed, the wheel is never seen half-written under its
-    final name (each is written beside it, then renamed over it), and no partial file stays."""
+def test_two_builds_at_once_into_one_out_dir(rig, out_trace):
+    """Two real builds of one set into one --out: one is stopped half-way through writing its archive while the
+    other runs from start to end; both succeed, the final name never holds a half-written wheel (each is written
+    beside it, then renamed over it), and no partial file stays. The stop is a traced call, not a race."""
     base, proj, env = rig
-    out = base / "out-twice"
-    out.mkdir()
-    procs = [
-        subprocess.Popen(_argv(proj, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    while any(p.poll() is None for p in procs):
-        for name in os.listdir(out):
-            if name.endswith(".whl") and not name.startswith("."):
-                try:
-                    data = (out / name).read_bytes()
-                except FileNotFoundError:
-                    continue
-                with zipfile.ZipFile(io.BytesIO(data)) as z:  # a partial archive has no central directory
-                    assert z.namelist()[-1].endswith(".dist-info/RECORD"), name
-        time.sleep(0.02)
-    results = [(p.returncode, *p.communicate()) for p in procs]
-    for rc, _, err in results:
-        assert rc == 0 or (rc == 2 and "error:" in err and "Traceback" not in err), err
-    assert any(rc == 0 for rc, _, _ in results), results
+    out, pts = out_trace
+    shutil.rmtree(out.parent, ignore_errors=True)
+    first = hold(_argv(proj, out), env, base, base / "held.log", _at(pts, "write the partial file", out))
+    try:
+        (writing,) = _parts(out)
+        second = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert second.returncode == 0, second.stderr
+        assert _parts(out) == [writing], os.listdir(out)  # the held build's file, locked: not the other's to remove
+        (wheel,) = out.glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            assert z.namelist()[-1].endswith(".dist-info/RECORD") and z.testzip() is None
+        done = wheel.read_bytes()
+        first.resume()
+        _, err = first.strace.communicate()
+    finally:
+        if first.strace.poll() is None:
+            first.kill()
+    assert first.strace.returncode == 0, err
     assert _parts(out) == [] and not [n for n in os.listdir(out) if n.startswith(".")], os.listdir(out)
-    (wheel,) = out.glob("*.whl")
-    with zipfile.ZipFile(wheel) as z:
-        assert z.testzip() is None
+    assert [p.name for p in out.glob("*.whl")] == [wheel.name] and wheel.read_bytes() == done  # the same set
 
 
 def test_the_wheel_is_on_disk_before_its_final_name_is(out_trace):

@@ -1,5 +1,6 @@
-"""`build-wheel` on the real pinned wheel: local version, RECORD, reproducibility, and a real install into a fresh
-venv (the wheel is cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one)."""
+"""`build-wheel` on the real pinned wheel: local version, RECORD, and a real install into a fresh venv (the wheel is
+cp312, so the venv needs a CPython 3.12; the test is skipped, saying so, without one). Reproducibility, modes, the
+switch note and in-process builds use a small copy of the pinned wheel (tests/small_wheel.py): the same steps."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from small_wheel import cache_with, make_small_wheel, pin_manifest
 from test_launch import make_project  # the same small project: the pin and overlay_identity
 
 from sglang_overlay.fetch import pinned_wheel
@@ -48,6 +50,28 @@ def built(project, tmp_path_factory, pinned_tree) -> tuple[Path, str]:
     wheels = list(out.glob("*.whl"))
     assert len(wheels) == 1
     return wheels[0], fp
+
+
+@pytest.fixture(scope="module")
+def small(project, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A project pinning a small copy of the pinned wheel (tests/small_wheel.py) and the env whose cache holds it:
+    for the cases about the build's steps, not the size of what it packs."""
+    base = tmp_path_factory.mktemp("small")
+    wheel = make_small_wheel(pinned_wheel(load_manifest(project / "manifest.yaml").pin), base / "wheel")
+    (base / "proj").mkdir()
+    proj = make_project(base / "proj")
+    pin_manifest(proj / "manifest.yaml", wheel)
+    return proj, {"SGLANG_OVERLAY_CACHE": str(cache_with(wheel, base / "cache"))}
+
+
+@pytest.fixture(scope="module")
+def small_built(small, tmp_path_factory) -> tuple[Path, str]:
+    proj, env = small
+    out = tmp_path_factory.mktemp("small-dist")
+    argv = ("--manifest", str(proj / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity")
+    proc = run_cli(*argv, "--out", str(out), env={**env, "PYTHONHASHSEED": "1"}, check_rc=0)
+    (wheel,) = out.glob("*.whl")
+    return wheel, re.search(r"fingerprint ([0-9a-f]{64})", proc.stdout).group(1)
 
 
 def python312() -> str | None:
@@ -84,18 +108,11 @@ def test_name_version_metadata_and_record(built):
             assert digest == f"sha256={want}" and int(size) == len(data), path
 
 
-def test_same_set_gives_a_byte_identical_wheel(project, built, tmp_path):
-    wheel, _ = built
-    run_cli(
-        "--manifest",
-        str(project / "manifest.yaml"),
-        "build-wheel",
-        "--patches",
-        "overlay_identity",
-        "--out",
-        str(tmp_path),
-        check_rc=0,
-    )
+def test_same_set_gives_a_byte_identical_wheel(small, small_built, tmp_path):
+    # another process, another hash seed: nothing of the order or the stamps may come from either
+    (proj, env), (wheel, _) = small, small_built
+    argv = ("--manifest", str(proj / "manifest.yaml"), "build-wheel", "--patches", "overlay_identity")
+    run_cli(*argv, "--out", str(tmp_path), env={**env, "PYTHONHASHSEED": "2"}, check_rc=0)
     assert (tmp_path / wheel.name).read_bytes() == wheel.read_bytes()
 
 
@@ -107,8 +124,9 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
         pytest.skip("no CPython 3.12 here to install the cp312 wheel into")
     wheel, fp = built
     venv = tmp_path / "venv"
-    subprocess.run([py, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    # this pip installs into the venv (`--python`): the venv's own copy (ensurepip) cost 10 s and proved nothing more
+    subprocess.run([py, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--disable-pip-version-check"]
     subprocess.run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], check=True)
     show = subprocess.run([*pip, "show", "-f", "sglang"], capture_output=True, text=True, check=True).stdout
     assert f"Version: 0.5.17+ovl.fp{fp[:12]}" in show
@@ -154,33 +172,36 @@ def test_installs_into_a_fresh_venv_and_pip_show_names_the_set(project, built, s
     assert f"pip still reports sglang 0.5.17+ovl.fp{fp[:12]}" in reverted, reverted
     fix = re.search(r"`pip (install [^`]+)`", reverted).group(1).split()
     release = pinned_wheel(load_manifest(project / "manifest.yaml").pin)
-    subprocess.run([*pip, *fix, "--no-index", "--find-links", str(release.parent), "-q"], check=True)
+    # --no-compile: pip's bytecode of 4,000 modules is half this test's time and nothing it checks
+    subprocess.run([*pip, *fix, "--no-index", "--find-links", str(release.parent), "--no-compile", "-q"], check=True)
     show = subprocess.run([*pip, "show", "sglang"], capture_output=True, text=True, check=True).stdout
     assert "Version: 0.5.17\n" in show and "sglang-overlay" not in show, show
     assert (site / "sglang/srt/entrypoints/http_server.py").read_bytes() == pristine
     assert "applied 0 of 1" in run_cli(*cli, "status", check_rc=0).stdout
 
 
-def test_a_switch_says_when_pips_version_no_longer_names_the_set(project, built, tmp_path):
+def test_a_switch_says_when_pips_version_no_longer_names_the_set(small, small_built, tmp_path):
     """The wheel unpacked as pip lays it out (no interpreter needed): a set other than the wheel's is said to
     leave pip's version stale, with the fix for that set; the wheel's own set again is not."""
-    wheel, fp = built
+    (proj, env), (wheel, fp) = small, small_built
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
-    cli = ("--manifest", str(project / "manifest.yaml"), "--tree", str(site))
-    out = run_cli(*cli, "revert", "--all", check_rc=0).stdout
+    cli = ("--manifest", str(proj / "manifest.yaml"), "--tree", str(site))
+    out = run_cli(*cli, "revert", "--all", env=env, check_rc=0).stdout
     assert f"note: pip still reports sglang 0.5.17+ovl.fp{fp[:12]} (sglang-0.5.17+ovl.fp{fp[:12]}.dist-info" in out, out
     assert "now carries no patches" in out and "pip install --no-deps --force-reinstall sglang==0.5.17" in out, out
-    out = run_cli(*cli, "apply", "overlay_identity", check_rc=0).stdout
+    out = run_cli(*cli, "apply", "overlay_identity", env=env, check_rc=0).stdout
     assert "pip still reports" not in out, out  # the wheel's version names this set again
 
 
-def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
+def test_a_new_executable_file_is_executable_in_the_wheel(small, tmp_path):
     # the archive gave every added file 0644: a diff's `new file mode 100755` lost its bit once installed
     from test_engine import NEW_TOOL, TOOL, mode_project
 
+    _, env = small
     proj = mode_project(tmp_path, NEW_TOOL)
+    pin_manifest(proj / "manifest.yaml", next(Path(env["SGLANG_OVERLAY_CACHE"]).glob("wheels/*.whl")))
     run_cli(
         "--manifest",
         str(proj / "manifest.yaml"),
@@ -189,6 +210,7 @@ def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
         "fx_exec,fx_overlay",
         "--out",
         str(tmp_path),
+        env=env,
         check_rc=0,
     )
     (wheel,) = tmp_path.glob("*.whl")
@@ -196,6 +218,7 @@ def test_a_new_executable_file_is_executable_in_the_wheel(tmp_path):
         installed = TOOL.removeprefix("python/")
         assert z.getinfo(installed).external_attr >> 16 == 0o100755
         assert z.getinfo("sglang/srt/fx_overlay_module.py").external_attr >> 16 == 0o100644
+        assert z.getinfo("sglang/srt/layers/amx_utils.py").external_attr >> 16 == 0o100755  # the release's own
 
 
 def _installed(tmp_path, version: str):
@@ -250,7 +273,7 @@ def test_a_full_disk_hint_names_the_nearest_existing_directory(tmp_path):
     assert f"`df -h {tmp_path}`" in hint, hint
 
 
-def test_builds_of_one_wheel_in_one_process_each_finish(project, built, tmp_path):
+def test_builds_of_one_wheel_in_one_process_each_finish(small, tmp_path):
     """A partial file was named `<host>.<pid namespace>.<pid>`, the same for every build of a process: a second
     build of the wheel (a caller building in threads) while the first wrote it failed "File exists", said to have
     written no wheel. Each build's partial file has a name of its own, which the cleanup still knows as this
@@ -260,11 +283,12 @@ def test_builds_of_one_wheel_in_one_process_each_finish(project, built, tmp_path
     from sglang_overlay import partfile
     from sglang_overlay.commands.build_wheel import build
 
-    wheel, _ = built
-    m = load_manifest(project / "manifest.yaml")
-    src = pinned_wheel(m.pin)
+    proj, env = small
+    m = load_manifest(proj / "manifest.yaml")
+    src = next(Path(env["SGLANG_OVERLAY_CACHE"]).glob("wheels/*.whl"))
     out = tmp_path / "dist"
     first = build(m, ("overlay_identity",), src, out)
+    wheel = first.read_bytes()
     assert build(m, ("overlay_identity",), src, out) == first  # one after another
     with partfile.PartFile(first) as writing:  # a build of the same wheel in this process, not finished
         assert build(m, ("overlay_identity",), src, out) == first
@@ -284,4 +308,4 @@ def test_builds_of_one_wheel_in_one_process_each_finish(project, built, tmp_path
         t.join()
     assert failed == [], failed
     assert os.listdir(out) == [first.name], os.listdir(out)
-    assert first.read_bytes() == wheel.read_bytes()  # none wrote over another's bytes
+    assert first.read_bytes() == wheel  # none wrote over another's bytes

@@ -8,7 +8,6 @@ the wheel written; a kill or Ctrl-C during the cleanup leaves --out usable."""
 from __future__ import annotations
 
 import errno
-import io
 import os
 import re
 import shutil
@@ -20,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, inject, python_argv, trace_points
+from faultlib import ERRNO_TEXT, ERROR_SYSCALLS, STRACE, Point, hold, inject, python_argv, trace_points
+from small_wheel import cache_with, make_small_wheel, pin_manifest
 from test_engine_filesystems import mounted
 from test_launch import make_project  # the small real project: the pin and overlay_identity
 
@@ -37,12 +37,13 @@ def rig(pinned_tree, project_manifest, tmp_path_factory):
     (base / "proj").mkdir()
     proj = make_project(base / "proj")
     (base / "tmp").mkdir()
+    # The faults are in the steps around the archive, not in its size: a small copy of the pinned wheel (its real
+    # entries for the patched file, the metadata, a library larger than a 1 MiB file system), pinned by sha256.
+    wheel = make_small_wheel(pinned_wheel(project_manifest.pin), base / "wheel")
+    pin_manifest(proj / "manifest.yaml", wheel)
     # A cache of its own, warmed below: a run that fills the parse and compile caches makes more mkdir and
     # openat calls than the next one, so a point traced cold was another call when injected warm.
-    cache = base / "cache"
-    (cache / "wheels").mkdir(parents=True)
-    wheel = pinned_wheel(project_manifest.pin)
-    os.symlink(wheel, cache / "wheels" / wheel.name)
+    cache = cache_with(wheel, base / "cache")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -81,6 +82,17 @@ def _points(rig, out: Path) -> list[Point]:
     return pts
 
 
+@pytest.fixture(scope="module")
+def out_trace(rig) -> tuple[Path, list[Point]]:
+    """One traced build into an --out not made yet: the cases that inject into its steps share its points (a run
+    from the same start makes the same calls), each removing --out's parent before it runs."""
+    base, _, _ = rig
+    out = base / "out-traced" / "dist"
+    pts = _points(rig, out)
+    shutil.rmtree(out.parent)
+    return out, pts
+
+
 def _at(pts: list[Point], where: str, out: Path) -> Point:
     part = next(i for i, p in enumerate(pts) if p.syscall == "openat" and ".part" in p.call)
     if where == "mkdir --out":  # its last: the first is answered ENOENT (its parent is made first)
@@ -96,11 +108,11 @@ def _at(pts: list[Point], where: str, out: Path) -> Point:
     "where", ["mkdir --out", "open the partial file", "write the partial file", "rename it into place"]
 )
 @pytest.mark.parametrize("error", ["ENOSPC", "EROFS"])
-def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, where, error):
+def test_out_dir_os_error_names_the_path_and_a_fix_that_applies(rig, out_trace, where, error):
     base, proj, env = rig
-    out = base / f"out-{error}-{where.replace(' ', '_')}" / "dist"
-    point = _at(_points(rig, out), where, out)
-    shutil.rmtree(out.parent)  # the same calls again: from no output directory
+    out, pts = out_trace
+    point = _at(pts, where, out)
+    shutil.rmtree(out.parent, ignore_errors=True)  # the same calls again: from no output directory
     res = inject(_argv(proj, out), env, base, base / "inject.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr
@@ -152,12 +164,13 @@ def _notes(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if "note:" in line)
 
 
-def test_a_later_build_removes_a_killed_builds_partial_file(rig):
+def test_a_later_build_removes_a_killed_builds_partial_file(rig, out_trace):
     """A kill while the archive is written leaves its partial file; the next build removes it even when it
     writes another wheel (another set), and leaves alone what is not provably a dead build's of this host."""
     base, proj, env = rig
-    out = base / "out-kill"
-    point = _at(_points(rig, out), "write the partial file", out)
+    out, pts = out_trace
+    point = _at(pts, "write the partial file", out)
+    shutil.rmtree(out.parent, ignore_errors=True)
     res = inject(_argv(proj, out), env, base, base / "kill.log", point, "signal=KILL")
     assert res.hit and res.rc != 0, res.stderr
     left = _parts(out)
@@ -232,43 +245,38 @@ def test_a_part_whose_lock_is_held_survives_and_is_removed_once_its_holder_is_ki
     assert str(out / legacy) in _notes(done.stderr), done.stderr
 
 
-def test_two_builds_at_once_into_one_out_dir(rig):
-    """Two real builds of one set into one --out: both succeed, the wheel is never seen half-written under its
-    final name (each is written beside it, then renamed over it), and no partial file stays."""
+def test_two_builds_at_once_into_one_out_dir(rig, out_trace):
+    """Two real builds of one set into one --out: one is stopped half-way through writing its archive while the
+    other runs from start to end; both succeed, the final name never holds a half-written wheel (each is written
+    beside it, then renamed over it), and no partial file stays. The stop is a traced call, not a race."""
     base, proj, env = rig
-    out = base / "out-twice"
-    out.mkdir()
-    procs = [
-        subprocess.Popen(_argv(proj, out), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    while any(p.poll() is None for p in procs):
-        for name in os.listdir(out):
-            if name.endswith(".whl") and not name.startswith("."):
-                try:
-                    data = (out / name).read_bytes()
-                except FileNotFoundError:
-                    continue
-                with zipfile.ZipFile(io.BytesIO(data)) as z:  # a partial archive has no central directory
-                    assert z.namelist()[-1].endswith(".dist-info/RECORD"), name
-        time.sleep(0.02)
-    results = [(p.returncode, *p.communicate()) for p in procs]
-    for rc, _, err in results:
-        assert rc == 0 or (rc == 2 and "error:" in err and "Traceback" not in err), err
-    assert any(rc == 0 for rc, _, _ in results), results
+    out, pts = out_trace
+    shutil.rmtree(out.parent, ignore_errors=True)
+    first = hold(_argv(proj, out), env, base, base / "held.log", _at(pts, "write the partial file", out))
+    try:
+        (writing,) = _parts(out)
+        second = subprocess.run(_argv(proj, out), env=env, capture_output=True, text=True)
+        assert second.returncode == 0, second.stderr
+        assert _parts(out) == [writing], os.listdir(out)  # the held build's file, locked: not the other's to remove
+        (wheel,) = out.glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            assert z.namelist()[-1].endswith(".dist-info/RECORD") and z.testzip() is None
+        done = wheel.read_bytes()
+        first.resume()
+        _, err = first.strace.communicate()
+    finally:
+        if first.strace.poll() is None:
+            first.kill()
+    assert first.strace.returncode == 0, err
     assert _parts(out) == [] and not [n for n in os.listdir(out) if n.startswith(".")], os.listdir(out)
-    (wheel,) = out.glob("*.whl")
-    with zipfile.ZipFile(wheel) as z:
-        assert z.testzip() is None
+    assert [p.name for p in out.glob("*.whl")] == [wheel.name] and wheel.read_bytes() == done  # the same set
 
 
-def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
+def test_the_wheel_is_on_disk_before_its_final_name_is(out_trace):
     """A power loss after the rename must not leave the final name on a file whose blocks never reached the
     disk (a zero-length or partial wheel): the partial file is fsynced before it is renamed into place, and the
     directory after (so the new name itself is durable)."""
-    base, _, _ = rig
-    out = base / "out-durable"
-    pts = _points(rig, out)
+    _, pts = out_trace
     opened = next(p for p in pts if p.syscall == "openat" and ".part" in p.call)
     fd = re.search(r"= (\d+)$", opened.call).group(1)
     renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
@@ -278,16 +286,15 @@ def test_the_wheel_is_on_disk_before_its_final_name_is(rig):
 
 
 @pytest.mark.parametrize("error", ["EIO", "ENOSPC"])
-def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, error):
+def test_a_failed_fsync_of_out_after_the_rename_names_the_wheel_written(rig, out_trace, error):
     """The fsync of --out that makes the wheel's new name durable failed, after the rename: the error said "no
     wheel was written", and the wheel was there under its final name. It names the wheel written and says that
     its directory's fsync failed (a power loss may yet lose the name), exit 1 as for other OS errors."""
     base, proj, env = rig
-    out = base / f"out-dir-fsync-{error}"
-    pts = _points(rig, out)
+    out, pts = out_trace
     renamed = next(i for i, p in enumerate(pts) if p.syscall == "rename" and ".part" in p.call)
     point = next(p for p in pts[renamed:] if p.syscall == "fsync")
-    shutil.rmtree(out)
+    shutil.rmtree(out.parent, ignore_errors=True)
     res = inject(_argv(proj, out), env, base, base / "dir-fsync.log", point, f"error={error}")
     assert res.hit, f"{point}: not injected"
     err = res.stderr

@@ -2,6 +2,7 @@
 distributed state and published server args are process-wide).
 
     python sglang_model_check.py [--device cpu|cuda] [--checks A,B] [--draft-dir DIR] [--stds 0.02,0.05,successor:0.02]
+                                 # an upstream:0.02 entry: the variable unset (the upstream loader), which must differ
                                  [--strict] SGLANG_PYTHON MODEL_DIR OUT.json
 
 SGLANG_PYTHON: the dir `import sglang` should find, of a tree carrying the full set and dummy_init_normal.
@@ -157,7 +158,8 @@ def _maxdiff(a, b) -> float:
 
 
 def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
-    """stds: "0.02" (normal at that std) or "successor:0.02"."""
+    """stds: "0.02" (normal at that std), "successor:0.02", or "upstream:0.02": SGLANG_DUMMY_INIT unset, so the
+    patched loader runs upstream's own lines, against the normal reference at that std (it must differ)."""
     import torch
 
     from bench.dummy_init import DummyInit
@@ -167,9 +169,10 @@ def check_target_weights(rt: Runtime, model_dir: Path, stds: list[str]) -> dict:
     out = {}
     for entry in stds:
         mode, _, std = entry.rpartition(":")
-        init = DummyInit(mode or "normal", float(std))
+        upstream = mode == "upstream"
+        init = DummyInit("normal" if upstream else mode or "normal", float(std))
         os.environ.pop("SGLANG_DUMMY_INIT_EMBED_STD", None)  # the patch's default, the DummyInit's
-        os.environ.update(SGLANG_DUMMY_INIT=init.mode, SGLANG_DUMMY_INIT_STD=std)
+        os.environ.update(SGLANG_DUMMY_INIT="" if upstream else init.mode, SGLANG_DUMMY_INIT_STD=std)
         model, _ = rt.load(model_dir / "target", "bfloat16", "dummy")
         theirs = model.state_dict()
         specs = arch.param_specs(torch.bfloat16)
@@ -349,7 +352,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--draft-dir", type=Path, default=None)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--checks", default=",".join(CHECKS))
-    ap.add_argument("--stds", default="0.02,0.05,successor:0.02", help="STD (normal) or successor:STD, comma-separated")
+    ap.add_argument(
+        "--stds",
+        default="0.02,0.05,successor:0.02",
+        help="STD (normal), successor:STD or upstream:STD, comma-separated",
+    )
     ap.add_argument("--strict", action="store_true", help="exit 1 unless every target parameter is equal")
     a = ap.parse_args(argv)
     checks = a.checks.split(",")

@@ -5,9 +5,13 @@ starts and crashed, a malformed store as a traceback) or had read a subset of th
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
-from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from bench_fixtures import FAKE, fake_argv, launcher_arg, make_manifest, manifest  # noqa: F401 - pytest fixtures
 
 from bench import store
 from bench.cli import main
@@ -90,6 +94,17 @@ def test_reused_stores_are_read_whole_whatever_their_order(tmp_path, manifest, l
     assert verdicts[0] == verdicts[1], verdicts
 
 
+@pytest.fixture(scope="module")
+def ab_store(tmp_path_factory) -> Path:
+    """One finished 3-start ab's run dir, made once: each malformed-store case edits its own copy of it."""
+    base = tmp_path_factory.mktemp("ab_store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(base / "warm"))
+        launcher = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))}"
+        out, _, _ = _run(base, make_manifest(base), launcher, mp, "ab", [*AB, "--max-starts", "3"], QUIET)
+    return out
+
+
 @pytest.mark.parametrize(
     ("line", "says"),
     [
@@ -100,8 +115,9 @@ def test_reused_stores_are_read_whole_whatever_their_order(tmp_path, manifest, l
         ('{"type": "run"}', "a 'run' record without a valid 'run_id'"),
     ],
 )
-def test_a_malformed_store_is_exit_2_naming_its_line(tmp_path, manifest, launcher_arg, monkeypatch, capsys, line, says):
-    out, _, _ = _run(tmp_path, manifest, launcher_arg, monkeypatch, "ab", [*AB, "--max-starts", "3"], QUIET)
+def test_a_malformed_store_is_exit_2_naming_its_line(tmp_path, ab_store, capsys, line, says):
+    out = tmp_path / "run"
+    shutil.copytree(ab_store, out)
     lines = (out / "results.jsonl").read_text().splitlines()
     lines.insert(5, line)
     (out / "results.jsonl").write_text("\n".join(lines) + "\n")

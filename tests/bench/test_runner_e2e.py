@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import sys
+from pathlib import Path
 
 import pytest
-from bench_fixtures import fake_argv, launcher_arg, manifest  # noqa: F401 - pytest fixtures
+from bench_fixtures import FAKE, fake_argv, launcher_arg, make_manifest, manifest  # noqa: F401 - pytest fixtures
 
 from bench import store
 from bench.cli import main
@@ -292,33 +295,46 @@ def test_bisect_follows_a_phase_that_moved_while_the_step_did_not(tmp_path, mani
     assert "phases moved in opposite directions" in md and "bisecting on eagle_verify_ms_b1" in md
 
 
+PLANTED_5 = {"costs": {"planted": 0.05}, **QUIET}
+
+
+@pytest.fixture(scope="module")
+def planted_ablate(tmp_path_factory) -> tuple[Path, Path]:
+    """One ablate of planted on the base (its manifest and run dir), which both confirm modes' bisects only read
+    (--reuse copies records into the bisect's own store)."""
+    base = tmp_path_factory.mktemp("planted-ablate")
+    manifest = make_manifest(base)
+    launcher = f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE))}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(base / "warm"))
+        out, _, _ = _run(
+            base,
+            manifest,
+            launcher,
+            mp,
+            "ablate",
+            ["--base", "base", "--patches", "planted", "--mode", "both"],
+            PLANTED_5,
+        )
+    return manifest, out
+
+
 @pytest.mark.parametrize("confirm", ["fresh", "shared"])
-def test_bisect_reuses_references_from_an_ablate_store(tmp_path, manifest, launcher_arg, monkeypatch, confirm):
-    fake = {"costs": {"planted": 0.05}, **QUIET}
-    out1, _, starts1 = _run(
-        tmp_path,
-        manifest,
-        launcher_arg,
-        monkeypatch,
-        "ablate",
-        ["--base", "base", "--patches", "planted", "--mode", "both"],
-        fake,
-    )
-    n1 = len(starts1)
+def test_bisect_reuses_references_from_an_ablate_store(tmp_path, planted_ablate, launcher_arg, monkeypatch, confirm):
+    manifest, out1 = planted_ablate
     # another machine (no warm marker): the bisect pays its own throwaway start
     monkeypatch.setenv("SGLANG_OVERLAY_BENCH_WARM_DIR", str(tmp_path / "another-machine"))
-    out2, recs2, starts2 = _run(
+    out2, recs2, new = _run(
         tmp_path,
         manifest,
         launcher_arg,
         monkeypatch,
         "bisect",
         ["--good", "base", "--bad", "full", "--reuse", str(out1 / "results.jsonl"), "--confirm", confirm],
-        fake,
+        PLANTED_5,
     )
     b = _conclusion(recs2)
     assert b["culprit"] == "planted"
-    new = starts2[n1:]
     block = [p for p in b["probes"] if p.get("block")]
     assert [p["role"] for p in block] == ["confirm: bad - planted", "confirm: good + planted"]
     searched = [p for p in b["probes"] if not p.get("block")]

@@ -78,6 +78,12 @@ def sglang_tree(_sglang_copy) -> Path:
     return reset_tree(_sglang_copy)
 
 
+def pristine(tree: Path, rel: str) -> bytes:
+    """A file of the pinned release as it shipped: the embedded tree's working files carry the user's set
+    (quickstart.sh applies the default)."""
+    return subprocess.run(["git", "show", f"v0.5.17:{rel}"], cwd=tree, check=True, capture_output=True).stdout
+
+
 def reset_tree(tree: Path) -> Path:
     """The checkout back to the pristine release (a table-driven test's cases each start from it)."""
     subprocess.run(["git", "reset", "-q", "--hard", "v0.5.17"], cwd=tree, check=True)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, pristine
 
 FIX = ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml"
 FILES = (
@@ -49,7 +49,7 @@ def small_tree(pinned_tree: Path, dst: Path) -> Path:
     """An installed-package tree holding the real files the engine fixtures patch (and the version file)."""
     for f in FILES:
         (dst / f[len("python/") :]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pinned_tree / f, dst / f[len("python/") :])
+        (dst / f[len("python/") :]).write_bytes(pristine(pinned_tree, f))
     return dst
 
 

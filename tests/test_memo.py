@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import copy_project
+from conftest import copy_project, pristine
 
 from sglang_overlay import manifestmemo
 from sglang_overlay.errors import ManifestError, PathEscape
@@ -85,7 +85,7 @@ def test_a_composition_is_kept_and_given_back_only_for_the_same_bytes(project, p
     patch = next(p for p in m.patches if getattr(p, "diff", None) is not None and p.diff.body and not p.overlay)
     with pytest.raises(compose_mod.Conflict):  # not what the patch expects: it fails, and a failure is not kept
         compose_mod.compose(dict.fromkeys(patch.files, b"x\n"), [patch])
-    base = {f: (pinned_tree / f).read_bytes() for f in patch.files}
+    base = {f: pristine(pinned_tree, f) for f in patch.files}
     first = compose_mod.compose(base, [patch])
 
     def git(*args, **kwargs):

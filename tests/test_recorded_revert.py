@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, pristine, run_cli
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
 TOPK = "python/sglang/srt/layers/moe/topk.py"
@@ -114,7 +114,7 @@ def test_site_packages_upgraded_by_pip_to_a_release_that_ships_the_patched_files
     site = tmp_path / "site-packages"
     for f in ("python/sglang/__init__.py", VERSION, TOPK, GONE):
         (site / f[len("python/") :]).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pinned_tree / f, site / f[len("python/") :])
+        (site / f[len("python/") :]).write_bytes(pristine(pinned_tree, f))
     _dist_info(site, "0.5.17")
     proj = _project(tmp_path, pinned_tree)
     _cli(proj, site, "apply", "fx_topk", "fx_overlay", "fx_del")
@@ -176,7 +176,7 @@ def test_a_file_left_on_an_upgraded_tree_keeps_its_old_release_copy(tmp_path, pi
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(pinned_tree), str(tree)], check=True)
     proj = _project(tmp_path, pinned_tree)
     _cli(proj, tree, "apply", "fx_topk", "fx_args_a")
-    new = (pinned_tree / TOPK).read_text() + "\n# 0.5.18's own change\n"
+    new = pristine(pinned_tree, TOPK).decode() + "\n# 0.5.18's own change\n"
     (tree / TOPK).write_text(new)
     (tree / VERSION).write_text((tree / VERSION).read_text().replace("0.5.17", "0.5.18"))
     _git(tree, "add", TOPK, VERSION)
@@ -186,5 +186,5 @@ def test_a_file_left_on_an_upgraded_tree_keeps_its_old_release_copy(tmp_path, pi
     note = next(line for line in res.stdout.splitlines() if line.strip().startswith(f"left as it is: {TOPK}"))
     assert "its SGLang 0.5.17 file is saved as " in note, res.stdout
     saved = Path(note.split("is saved as ", 1)[1].strip())
-    assert saved.name == "topk.py.sglang-0.5.17" and saved.read_bytes() == (pinned_tree / TOPK).read_bytes()
-    assert (tree / SARGS).read_bytes() == (pinned_tree / SARGS).read_bytes()  # back to its base
+    assert saved.name == "topk.py.sglang-0.5.17" and saved.read_bytes() == pristine(pinned_tree, TOPK)
+    assert (tree / SARGS).read_bytes() == pristine(pinned_tree, SARGS)  # back to its base

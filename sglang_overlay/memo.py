@@ -72,7 +72,7 @@ def write(kind: str, key: str, value: Any, *, keep_n: int, max_bytes: int) -> No
 
 
 def _prune(kind: str, d: Path, keep_n: int, max_bytes: int) -> None:
-    """Once a process: the newest memos that fit `keep` and `max_bytes` stay; a killed writer's temp files go."""
+    """Once a process: the newest memos that fit `keep_n` and `max_bytes` stay; a killed writer's temp files go."""
     if kind in _pruned:
         return
     _pruned.add(kind)

@@ -384,11 +384,6 @@ class Runner:
             v = store.view(recs, signature=self.sig)
             rounds: dict[str, int] = {}
             stale = {u.start_id for u, _ in self._stale(v)}
-            if stale:
-                progress(
-                    f"not reusing {len(stale)} start(s) from {path}: their patches changed since (another "
-                    f"fingerprint than the arm launches now)"
-                )
             for u in sorted(v.units.values(), key=lambda u: (u.arm_key, u.round)):
                 if u.start_id not in seen and u.start_id not in stale:
                     seen.add(u.start_id)
@@ -408,7 +403,9 @@ class Runner:
                         },
                     )
                     n += r.get("type") == "unit_done"
-            progress(f"reused {n} completed server start(s) from {path}")
+            # one line: two lines ("not reusing 6", "reused 6") read as a contradiction on the device
+            aside = f"; {len(stale)} not: their patches changed since (another fingerprint)" if stale else ""
+            progress(f"reused {n} completed server start(s) from {path}{aside}")
 
     def _set_aside(self, u: store.Unit, now: str, why: str | None = None) -> None:
         """A `stale` record: the start stays in the store, out of every statistic."""

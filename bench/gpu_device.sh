@@ -42,12 +42,6 @@ if [ "${1:-}" = run ] && [ -z "${DRY:-}" ] && ! python3 -c "import sglang" 2>/de
   echo "gpu_device.sh: sglang does not import here: a fresh machine? install the bundles again (.gpu/b1..bN, one call each)" >&2
   exit 2
 fi
-# JIT caches a fresh machine would compile again (the cold start: 330-460 s, most of it FlashInfer and Triton
-# compiling the graphs' kernels): a carried .jit/jitcache.tgz.* (JITPACK=1 in an earlier session's last call
-# brought them back) is unpacked into $HOME once; the same GPU kind, CUDA and library versions, so the same keys.
-if ls .jit/jitcache.tgz.* >/dev/null 2>&1 && [ ! -e "$HOME/.jit-unpacked" ]; then
-  cat .jit/jitcache.tgz.* | tar xzf - -C "$HOME" && touch "$HOME/.jit-unpacked" && echo "gpu_device.sh: JIT caches unpacked"
-fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHON=python3 TINY=/tmp/tiny KIMI=/tmp/kimi
 RES=${RES:-/tmp/results}  # the run dirs a warm machine keeps between calls
@@ -115,11 +109,5 @@ case "${1:?usage: gpu_device.sh setup | run STREAM...}" in
     wait "${pids[@]}"
     tar czf "$OUT/results.tgz" -C "$RES" . 2>/dev/null
     nvidia-smi --query-gpu=name,memory.used --format=csv > "$OUT/gpus.txt" 2>&1
-    if [ "${JITPACK:-}" = 1 ]; then  # the JIT caches, in parts a device call can bring back (16 MiB a file)
-      ( cd "$HOME" && du -sh .cache/* .triton 2>/dev/null ) > "$OUT/jitcache.txt"
-      dirs=(); for d in .cache/flashinfer .triton .cache/tvm-ffi .cache/torch_extensions; do [ -d "$HOME/$d" ] && dirs+=("$d"); done
-      [ "${#dirs[@]}" -gt 0 ] && tar czf - -C "$HOME" "${dirs[@]}" | split -b 15m -d - "$OUT/jitcache.tgz."
-      ls -l "$OUT"/jitcache.tgz.* >> "$OUT/jitcache.txt" 2>&1
-    fi
     ;;
 esac

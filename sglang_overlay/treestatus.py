@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PatchStatus:
+    """One patch's row: what the manifest says of it and its state in the tree."""
+
     name: str
     kind: str
     category: str
@@ -29,6 +31,8 @@ class PatchStatus:
 
 @dataclass(frozen=True)
 class Status:
+    """What the tree carries, and the state of each of the manifest's patches (`status --json`: to_json)."""
+
     pin_package: str
     pin_version: str
     pin_wheel: str

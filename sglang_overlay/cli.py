@@ -7,6 +7,7 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__, commands, interrupts, output
 from .cachedir import CACHE_ENV
@@ -135,7 +136,7 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     return parser
 
 
-class _Commands(dict):
+class _Commands(dict[str, Any]):  # a parser, or None until it is made
     """Each command's parser by name, made when first looked up: a run parses with one of them (making all of them
     was ~4 ms of every command). Holds every name from the start, for argparse's "invalid choice" check."""
 
@@ -144,7 +145,7 @@ class _Commands(dict):
         self.prog_prefix = prog_prefix
 
     def __getitem__(self, name: str) -> _CommandParser:
-        parser = super().__getitem__(name)
+        parser: _CommandParser | None = super().__getitem__(name)
         if parser is None:  # as add_parser makes it
             parser = _CommandParser(prog=f"{self.prog_prefix} {name}", formatter_class=_Formatter)
             parser.command = name

@@ -7,6 +7,7 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__, commands, interrupts, output
 from .cachedir import CACHE_ENV
@@ -129,10 +130,27 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_CommandParser)
     sub.required = True
     parser.commands_action = sub
-    for name in commands.NAMES:
-        p = sub.add_parser(name, help="", formatter_class=_Formatter)
-        p.command = name
+    sub._name_parser_map = sub.choices = _Commands(sub._prog_prefix)
+    for name in commands.NAMES:  # the rows of the main help (add_parser makes them, with a parser each)
+        sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), ""))
     return parser
+
+
+class _Commands(dict[str, Any]):  # a parser, or None until it is made
+    """Each command's parser by name, made when first looked up: a run parses with one of them (making all of them
+    was ~4 ms of every command). Holds every name from the start, for argparse's "invalid choice" check."""
+
+    def __init__(self, prog_prefix: str):
+        super().__init__(dict.fromkeys(commands.NAMES))
+        self.prog_prefix = prog_prefix
+
+    def __getitem__(self, name: str) -> _CommandParser:
+        parser: _CommandParser | None = super().__getitem__(name)
+        if parser is None:  # as add_parser makes it
+            parser = _CommandParser(prog=f"{self.prog_prefix} {name}", formatter_class=_Formatter)
+            parser.command = name
+            self[name] = parser
+        return parser
 
 
 def _context(args, home: Path | None) -> Context:

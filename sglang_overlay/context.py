@@ -13,6 +13,8 @@ from .tree import Tree, locate
 
 @dataclass
 class Context:
+    """What a command works on: the manifest's path and the tree asked for, each loaded on first use."""
+
     manifest_path: Path
     tree_arg: str | None = None
     pin: str | None = None  # --pin VERSION: the set in pins/VERSION/ (the top level when it is its pin)

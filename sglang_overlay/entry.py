@@ -1,9 +1,7 @@
 """The entry points' first step: `--version` alone is answered before the command line's modules are imported
 (they were most of its time); everything else goes to cli.main."""
 
-from __future__ import annotations
-
-import sys
+import sys  # nothing else before the answer (no __future__ either: 3.11 reads `list[str] | None` as it is)
 
 from . import __version__
 

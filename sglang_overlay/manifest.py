@@ -57,6 +57,8 @@ SKIPPED_KEYS = ("reason", "stop", "release", "from")
 
 @dataclass(frozen=True)
 class Pin:
+    """The release the patches are made against (the manifest's `pin:`)."""
+
     package: str
     version: str
     git_tag: str
@@ -66,6 +68,8 @@ class Pin:
 
 @dataclass(frozen=True)
 class EnvVar:
+    """An environment variable a patch reads, with its default and what it does."""
+
     name: str
     default: str
     help: str
@@ -75,6 +79,8 @@ class EnvVar:
 
 @dataclass(frozen=True)
 class Upstream:
+    """Where a patch stands upstream: not-forwarded, forwarded, upstreamed (in `release`, by `pr`) or not-needed."""
+
     status: str
     release: str | None = None
     pr: int | None = None
@@ -98,7 +104,9 @@ class Proof:
     contains: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+# never made itself: each kind makes its own __init__, __repr__ and __eq__ (generating them here too was ~1 ms of
+# every command)
+@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
 class _Entry:
     """What every kind of entry has: its name, relations, environment, gate and upstream record."""
 
@@ -198,6 +206,8 @@ KINDS = tuple(KIND_TYPES)
 
 @dataclass(frozen=True)
 class ProfileVar:
+    """One variable of an env profile, with the reason for its value."""
+
     name: str
     value: str
     why: str
@@ -205,6 +215,8 @@ class ProfileVar:
 
 @dataclass(frozen=True)
 class EnvProfile:
+    """A named set of environment variables (`env_profiles:`), part of a fingerprint when chosen."""
+
     name: str
     description: str
     vars: tuple[ProfileVar, ...]
@@ -227,6 +239,8 @@ class Skipped:
 
 @dataclass(frozen=True)
 class Manifest:
+    """A loaded, validated manifest: the pin, the patches in apply order, presets, env profiles, skipped entries."""
+
     path: Path
     schema: int
     pin: Pin
@@ -240,8 +254,8 @@ class Manifest:
     def project_root(self) -> Path:
         return (self.pin_source or self.path).parent
 
-    @property
-    def names(self) -> tuple[str, ...]:
+    @cached_property
+    def names(self) -> tuple[str, ...]:  # asked for once per patch by status and the set grammar: not rebuilt each time
         return tuple(p.name for p in self.patches)
 
     @cached_property

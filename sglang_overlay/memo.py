@@ -34,8 +34,10 @@ def _off() -> bool:
     return os.environ.get("SGLANG_OVERLAY_NO_MEMO", "") not in ("", "0")
 
 
-def _file(kind: str, key: str) -> Path:
-    return cache_dir() / kind / hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+def _file(kind: str, key: str, code: str) -> Path:
+    """Named by the code too: two versions of the tool on one project (a venv and a pipx install, or the bench's
+    before and after) each keep their own memo, instead of each replacing the other's at every run."""
+    return cache_dir() / kind / hashlib.sha256(f"{code}\n{key}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def read(kind: str, key: str) -> Any | None:
@@ -43,17 +45,17 @@ def read(kind: str, key: str) -> Any | None:
     if _off():
         return None
     try:
-        blob = _file(kind, key).read_bytes()
+        blob = _file(kind, key, code := code_signature()).read_bytes()
     except (OSError, ValueError):  # ValueError: a path the OS cannot take; the work itself says what is wrong
         return None
     head, _, body = blob.partition(b"\n")
     if len(head) != 64 or hashlib.sha256(body).hexdigest().encode() != head or not body.startswith(FORMAT):
         return None
     try:
-        code, kept_key, value = pickle.loads(body[len(FORMAT) :])
+        kept_code, kept_key, value = pickle.loads(body[len(FORMAT) :])
     except Exception:  # a memo of another version of the code: a miss, never an error
         return None
-    return value if code == code_signature() and kept_key == key else None
+    return value if kept_code == code and kept_key == key else None
 
 
 def write(kind: str, key: str, value: Any, *, keep_n: int, max_bytes: int) -> None:
@@ -61,12 +63,13 @@ def write(kind: str, key: str, value: Any, *, keep_n: int, max_bytes: int) -> No
     if _off():
         return
     try:
-        body = FORMAT + pickle.dumps((code_signature(), key, value), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # something in it that pickle cannot take: no memo
+        code = code_signature()
+        body = FORMAT + pickle.dumps((code, key, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # something in it that pickle cannot take (or the package's directory unreadable): no memo
         return
     if len(body) > max_bytes:
         return
-    target = _file(kind, key)
+    target = _file(kind, key, code)
     if keep(target, hashlib.sha256(body).hexdigest().encode() + b"\n" + body):
         _prune(kind, target.parent, keep_n, max_bytes)
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import copy_project, pristine
 
-from sglang_overlay import manifestmemo
+from sglang_overlay import manifestmemo, memo
 from sglang_overlay.errors import ManifestError, PathEscape
 from sglang_overlay.manifest import load_manifest
 
@@ -30,6 +30,17 @@ def test_a_load_is_kept_and_given_back_while_nothing_changed(project):
     assert len(_memos(project)) == 1
     again = manifestmemo.lookup((project / "manifest.yaml").resolve())
     assert again is not None and again == m and again.patches == m.patches
+
+
+def test_two_versions_of_the_code_each_keep_their_own_memo(project, monkeypatch):
+    # two installs on one project (or the bench's before and after, run in turn) must not replace each other's memo
+    m = load_manifest(project / "manifest.yaml")
+    ours = memo.code_signature()
+    monkeypatch.setattr(memo, "code_signature", lambda: "another version")
+    assert manifestmemo.lookup((project / "manifest.yaml").resolve()) is None
+    assert load_manifest(project / "manifest.yaml") == m and len(_memos(project)) == 2
+    monkeypatch.setattr(memo, "code_signature", lambda: ours)
+    assert manifestmemo.lookup((project / "manifest.yaml").resolve()) == m
 
 
 def test_a_changed_patch_file_is_a_miss_and_its_error_is_said(project):

@@ -23,7 +23,8 @@ from sglang_overlay.pysymbols import defined_names
 PROBE = """import sys
 from sglang_overlay.cli import main
 rc = main(sys.argv[1:])
-HEAVY = ("shutil", "subprocess", "tempfile", "difflib", "ctypes", "sglang_overlay.transaction", "sglang_overlay.compose")
+HEAVY = ("shutil", "subprocess", "tempfile", "difflib", "ctypes", "sglang_overlay.transaction", "sglang_overlay.compose",
+         "sglang_overlay.api", "sglang_overlay.patchset")
 loaded = sorted(m for m in sys.modules if m.startswith(("sglang_overlay.commands.", "yaml", "zipfile", "unidiff", *HEAVY)))
 print("MODULES", " ".join(loaded), file=sys.stderr)
 raise SystemExit(rc)
@@ -56,6 +57,8 @@ def test_status_imports_its_own_command_module_only_and_no_yaml_once_cached(sgla
     # nor what only writing, composing or a failure's message needs (nor a subprocess: no GPU query here)
     assert not mods & {"shutil", "subprocess", "tempfile", "difflib", "ctypes"}, mods
     assert not mods & {"sglang_overlay.transaction", "sglang_overlay.compose"}, mods
+    # nor the rest of the API, nor the set grammar: status reads what api.status reads (treestatus.read)
+    assert not mods & {"sglang_overlay.api", "sglang_overlay.patchset"}, mods
     # apply runs apply's module (and _common), not check's or launch's
     _, mods = modules_after("--tree", str(sglang_tree), "apply", "--all", env=env)
     assert {m for m in mods if m.startswith("sglang_overlay.commands.")} == {

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import api
 from ..fingerprint import short
 from ..progname import prog
+from ..treestatus import read  # what api.status returns, without the rest of the API (api.py)
 
 NAME = "status"
 HELP = "show what the tree carries (read-only)"
@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 
 def collect(ctx) -> dict[str, Any]:
-    return api.status(context=ctx).to_json()
+    return read(ctx).to_json()
 
 
 def run(ctx, args) -> int:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
@@ -28,6 +29,7 @@ EMBEDDED_DIR = ".sglang"
 class Tree:
     root: Path
     kind: str  # checkout | installed | embedded
+    _checked: set[str] = field(default_factory=set, compare=False, hash=False, repr=False)  # see path_of
 
     @property
     def package_dir(self) -> Path:
@@ -52,19 +54,32 @@ class Tree:
         rel = repo_path[len("python/") :] if self.kind == "installed" else repo_path
         if self.kind == "installed" and not repo_path.startswith("python/"):
             raise PathEscape(f"{repo_path} has no place in an installed package tree")
-        path = self.root / rel
-        # A symlinked directory inside the tree could redirect a write anywhere on the machine.
-        probe = self.root
-        for part in Path(rel).parts:
-            probe = probe / part
-            if probe.is_symlink():
-                target = probe.resolve()
+        # A symlinked directory inside the tree could redirect a write anywhere on the machine. Each directory
+        # is looked at once until forget_checks() (a commit looks again), the last part every time.
+        parts = rel.split("/")
+        probe = os.fspath(self.root)
+        for i, part in enumerate(parts):
+            probe = os.path.join(probe, part)
+            if probe in self._checked:
+                continue
+            try:
+                st = os.lstat(probe)
+            except (FileNotFoundError, NotADirectoryError):
+                break  # nothing below it exists either
+            if stat.S_ISLNK(st.st_mode):
+                target = Path(probe).resolve()
                 if not _is_within(target, self.root.resolve()):
                     raise PathEscape(
                         f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
                         hint="replace the link with a real directory or file before patching",
                     )
-        return path
+            elif i < len(parts) - 1:
+                self._checked.add(probe)
+        return self.root / rel
+
+    def forget_checks(self) -> None:
+        """Look at every directory again (a commit does, just before it writes)."""
+        self._checked.clear()
 
     def managed_file(self, repo_path: str) -> Path:
         """path_of for a file the tool replaces: it must be a regular file (or absent), never a link or a directory."""

@@ -242,8 +242,8 @@ def read_bytes(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+    with open(fd, "rb", buffering=0) as f:  # unbuffered: one read of the whole file, no buffer around it
+        return f.readall()
 
 
 def is_symlink(path: Path) -> bool:

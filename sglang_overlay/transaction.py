@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from . import interrupts, output, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
@@ -250,13 +250,16 @@ class Transaction:
         self.tree.forget_checks()  # what the decision looked at may have changed since: look again
         paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
         journal = self._journal_for(change, paths)
-        self._preflight(change, paths, journal)
-        anchors = sorted({self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()})
+        journal_bytes, state_bytes = journal.to_bytes(), change.state.to_json().encode()
+        self._preflight(change, paths, journal, len(journal_bytes) + len(state_bytes))
+        anchors = sorted(
+            {self.dir, self.store.root} | {_existing_ancestor(d) for d in {p.parent for p in paths.values()}}
+        )
         with interrupts.held():
             try:
                 with Barrier(anchors) as barrier:
                     copies = self._save_copies(change, journal, barrier)
-                    barrier.add(write_tmp(self.journal_path, journal.to_bytes()))
+                    barrier.add(write_tmp(self.journal_path, journal_bytes))
                     barrier.flush()  # step 1
                     for copy in copies:
                         os.rename(tmp_path(copy), copy)
@@ -265,6 +268,7 @@ class Transaction:
                     fsync_dir(self.dir)  # step 2
                     backup_dir = self._write_backup(journal, change)
                     self._stage(paths, change, journal, barrier)
+                    barrier.add(write_tmp(self.state_path, state_bytes))
                     barrier.flush()  # step 3: the bytes
                     for f, path in paths.items():
                         interrupts.checkpoint()
@@ -302,7 +306,7 @@ class Transaction:
         return out
 
     def _stage(self, paths: Mapping[str, Path], change: Change, journal: Journal, barrier: Barrier) -> None:
-        """Every new file's bytes and the new state, beside where they go (tmp_path), not yet in place."""
+        """Every new file's bytes beside where it goes (tmp_path), not yet in place."""
         for repo_dir in journal.new_dirs:
             if not os.path.isdir(self.tree.path_of(repo_dir)):
                 os.mkdir(self.tree.path_of(repo_dir))
@@ -314,7 +318,6 @@ class Transaction:
                 interrupts.checkpoint()
                 mode = modes[f]
                 barrier.add(write_tmp(path, data, mode if mode is not None else new_file_mode()))
-        barrier.add(write_tmp(self.state_path, change.state.to_json().encode()))
 
     def _flush_final(self) -> None:
         """After the journal is gone the outcome is decided; a failing flush can only be reported."""
@@ -328,17 +331,21 @@ class Transaction:
             )
 
     def _journal_for(self, change: Change, paths: Mapping[str, Path]) -> Journal:
-        entries, new_dirs = [], []
+        entries, new_dirs = [], set()
+        there: set[str] = set()  # directories found to exist (most files share theirs)
         for f, path in paths.items():
             before = change.before[f]
-            mode = stat.S_IMODE(os.lstat(path).st_mode) if before is not None and path.exists() else None
+            mode = _mode_of(path) if before is not None else None
             entries.append(Entry(f, digest_of(before), mode, digest_of(change.writes[f])))
             if change.writes[f] is not None:
-                parent = PurePosixPath(f).parent
-                while str(parent) + "/" != REPO_PACKAGE_PREFIX and not self.tree.path_of(str(parent)).exists():
-                    new_dirs.append(str(parent))
-                    parent = parent.parent
-        new_dirs = sorted(set(new_dirs), key=lambda d: (d.count("/"), d))
+                parent = os.path.dirname(f)
+                while parent + "/" != REPO_PACKAGE_PREFIX and parent not in there and parent not in new_dirs:
+                    if os.path.exists(self.tree.path_of(parent)):
+                        there.add(parent)
+                        break
+                    new_dirs.add(parent)
+                    parent = os.path.dirname(parent)
+        new_dirs = sorted(new_dirs, key=lambda d: (d.count("/"), d))
         backup = self._backup_name() if change.backup else None
         state_before = read_bytes(self.state_path)
         return Journal(
@@ -359,10 +366,11 @@ class Transaction:
         assert BACKUP_NAME.fullmatch(name)
         return name
 
-    def _preflight(self, change: Change, paths: Mapping[str, Path], journal: Journal) -> None:
+    def _preflight(self, change: Change, paths: Mapping[str, Path], journal: Journal, own: int) -> None:
         """Refuse before the first write what would fail during it: a directory that cannot be written, too
-        little free space for the new bytes (and the copies that make the change undoable)."""
-        targets = {self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()}
+        little free space for the new bytes (and the copies that make the change undoable). `own`: the bytes
+        of the journal and the new state."""
+        targets = {self.dir, self.store.root} | {_existing_ancestor(d) for d in {p.parent for p in paths.values()}}
         if change.backup:
             targets.add(_existing_ancestor(self.dir / BACKUPS))
         for d in sorted(targets):
@@ -374,11 +382,10 @@ class Transaction:
                     "nothing was changed (found before the first write)",
                     copy=self.copy,
                 )
-        need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
+        need = FREE_MARGIN + own
         need += sum(len(d) for d in change.writes.values() if d) + sum(len(b) for b in change.bases)
-        need += sum(
-            len(change.before[e.path] or b"") for e in journal.entries if e.before and not self.store.has(e.before)
-        )
+        unsaved = (e for e in journal.entries if e.before is not None and not self.store.has(e.before))
+        need += sum(len(change.before[e.path] or b"") for e in unsaved)
         need += sum(len(b) for b in (change.backup or {}).values())
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
@@ -464,6 +471,13 @@ def _holds(path: Path, data: bytes, mode: int) -> bool:
         return read_bytes(path) == data and stat.S_IMODE(os.lstat(path).st_mode) == mode
     except OSError:
         return False
+
+
+def _mode_of(path: Path) -> int | None:
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def _existing_ancestor(path: Path) -> Path:

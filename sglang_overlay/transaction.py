@@ -331,7 +331,7 @@ class Transaction:
             )
 
     def _journal_for(self, change: Change, paths: Mapping[str, Path]) -> Journal:
-        entries, new_dirs = [], set()
+        entries, missing = [], set()
         there: set[str] = set()  # directories found to exist (most files share theirs)
         for f, path in paths.items():
             before = change.before[f]
@@ -339,13 +339,13 @@ class Transaction:
             entries.append(Entry(f, digest_of(before), mode, digest_of(change.writes[f])))
             if change.writes[f] is not None:
                 parent = os.path.dirname(f)
-                while parent + "/" != REPO_PACKAGE_PREFIX and parent not in there and parent not in new_dirs:
+                while parent + "/" != REPO_PACKAGE_PREFIX and parent not in there and parent not in missing:
                     if os.path.exists(self.tree.path_of(parent)):
                         there.add(parent)
                         break
-                    new_dirs.add(parent)
+                    missing.add(parent)
                     parent = os.path.dirname(parent)
-        new_dirs = sorted(new_dirs, key=lambda d: (d.count("/"), d))
+        new_dirs = sorted(missing, key=lambda d: (d.count("/"), d))
         backup = self._backup_name() if change.backup else None
         state_before = read_bytes(self.state_path)
         return Journal(

@@ -86,10 +86,8 @@ def compose(
 
 
 def _memo_key(base: Mapping[str, bytes | None], patches: list[Change], reverse: bool) -> str:
-    """Everything the outcome depends on: each base file's bytes, each patch's name, diff and overlay files; and
-    the code, so that two versions of the tool sharing a cache keep a memo each instead of replacing each other's."""
+    """Everything the outcome depends on: each base file's bytes, each patch's name, diff and overlay files."""
     h = hashlib.sha256(b"reverse" if reverse else b"forward")
-    h.update(memo.code_signature().encode())
     for f in sorted(base):
         data = base[f]
         h.update(f"\0base {f} {-1 if data is None else len(data)}\0".encode("utf-8", "surrogateescape"))

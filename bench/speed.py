@@ -169,10 +169,11 @@ def real(work: Path, pristine: Path, tool: list[str], manifest: Path) -> PatchSe
 
 
 # ------------------------------------------------------------------------------------------------ contenders
-def prepare(work: Path, pristine: Path, ps: PatchSet, peers: tuple[str, ...]) -> dict[str, Path]:
-    """One fresh clone per tool, each holding the set in that tool's own form, nothing applied."""
+def prepare(work: Path, pristine: Path, ps: PatchSet, peers: tuple[str, ...], ours: tuple[str, ...]) -> dict[str, Path]:
+    """One fresh clone per tool (`ours`: each version of ours), each holding the set in that tool's own form,
+    nothing applied."""
     trees = {}
-    for tool in ("ours", *peers):
+    for tool in (*ours, *peers):
         trees[tool] = work / f"{ps.label}-{tool}"
         sh(["git", "clone", "-q", "--shared", str(pristine), str(trees[tool])], work)
     if "quilt" in trees:
@@ -202,10 +203,11 @@ Steps = list[tuple[list[str], Path, tuple[int, ...]]]  # run in sequence: one ti
 
 
 def commands(ps: PatchSet, trees: dict[str, Path], tools: dict[str, list[str]]) -> dict[str, dict[str, Steps]]:
-    """op -> contender -> steps. Every one of our tools works on the one `ours` tree, in turn."""
+    """op -> contender -> steps. Each of our tools works on its own tree: on a shared one each version would
+    find the saved copies the other one kept or pruned, not its own."""
     ops: dict[str, dict[str, Steps]] = {op: {} for op in OPS}
     for who, tool in tools.items():
-        base = [*tool, "--manifest", str(ps.manifest), "--tree", str(trees["ours"])]
+        base = [*tool, "--manifest", str(ps.manifest), "--tree", str(trees[who])]
         ops["cycle"][who] = [([*base, "apply", "--all"], REPO, (0,)), ([*base, "revert", "--all"], REPO, (0,))]
         ops["status"][who] = [([*base, "status"], REPO, (0,))]
         ops["version"][who] = [([*tool, "--version"], REPO, (0,))]
@@ -232,9 +234,11 @@ def commands(ps: PatchSet, trees: dict[str, Path], tools: dict[str, list[str]]) 
 
 def stack_steps(ps: PatchSet, trees: dict[str, Path], tools: dict[str, list[str]], push: bool) -> Steps:
     """What puts the whole stack on (or takes it off) every tree, untimed: `status` is timed on a full stack."""
-    t = trees["ours"]
-    ours = [[*tools["ours"], "--manifest", str(ps.manifest), "--tree", str(t), "apply" if push else "revert", "--all"]]
-    steps: Steps = [(c, REPO, (0,)) for c in ours]
+    op = "apply" if push else "revert"
+    steps: Steps = [
+        ([*tool, "--manifest", str(ps.manifest), "--tree", str(trees[who]), op, "--all"], REPO, (0,))
+        for who, tool in tools.items()
+    ]
     if "quilt" in trees:
         steps.append((["quilt", "push" if push else "pop", "-aq"], trees["quilt"], (0,)))
     if "stgit" in trees:
@@ -338,7 +342,7 @@ def peers(a: argparse.Namespace) -> int:
                 ps = real(work, pristine, tools["ours"], manifest)
             else:
                 ps = synthetic(work, pristine, int(spec.rstrip("s")), spec.endswith("s"), manifest)
-            trees = prepare(work, pristine, ps, chosen)
+            trees = prepare(work, pristine, ps, chosen, tuple(tools))
             table = commands(ps, trees, tools)
             rec: dict[str, object] = {"patches": ps.n}
             payload["sets"][ps.label] = rec

@@ -20,12 +20,12 @@ from . import memo
 from . import scratch as scratch_dirs
 from .errors import WRITABLE_COPY, Conflict, os_failure
 from .fsio import write_plain
-from .gitcmd import git_outside_repo
 from .manifest import Change
 from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
 
 if TYPE_CHECKING:
+    from .gitcmd import GitResult
     from .patchfile import Hunk, PatchFile
 
 # compositions kept between commands (memo.py): the same set on the same files, apply after revert, costs a
@@ -36,6 +36,14 @@ MEMO_MAX_BYTES = 256 << 20
 _OFFSET_RE = re.compile(r"^Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)", re.M)
 CHECKING_RE = re.compile(r"^Checking patch (.+?)\.\.\.$", re.M)
 _FAILED_RE = re.compile(r"^error: patch failed: (.+?):(\d+)$", re.M)
+
+
+def git_outside_repo(*args: str, cwd: Path) -> GitResult:
+    """gitcmd's, imported on the first call: a composition the memo gives back runs no git, and subprocess
+    is a good part of `apply`'s imports."""
+    from .gitcmd import git_outside_repo as run
+
+    return run(*args, cwd=cwd)
 
 
 @dataclass(frozen=True)

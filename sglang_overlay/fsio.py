@@ -16,6 +16,7 @@ from pathlib import Path
 from . import interrupts
 
 TMP_SUFFIX = ".sglang-overlay-tmp"
+FEW = 2  # a Barrier flush of at most this many paths fsyncs each (see Barrier)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -163,8 +164,10 @@ class Barrier:
     errors after its file descriptor was opened, so the descriptors are opened here, before the first write the
     barrier covers. It also flushes what other programs wrote to the same file system: that costs time, never
     correctness. Where syncfs is missing (another OS, no ctypes) `flush` fsyncs every path that was `add`ed
-    (files and directories), which is the per-file behaviour again. A path on a file system none of the
-    `anchors` is on (a mount inside the tree) is fsynced by itself as well."""
+    (files and directories), which is the per-file behaviour again; so it does for a flush of at most FEW paths
+    (the journal alone, when every copy a change needs is saved already), where waiting for the rest of the
+    file system costs more than the fsyncs. A path on a file system none of the `anchors` is on (a mount inside
+    the tree) is fsynced by itself as well."""
 
     def __init__(self, anchors: list[Path]):
         self._pending: list[Path] = []
@@ -186,9 +189,9 @@ class Barrier:
         self._pending.extend(paths)
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if self._syncfs is None:
-            for p in dict.fromkeys(pending):
+        pending, self._pending = list(dict.fromkeys(self._pending)), []
+        if self._syncfs is None or len(pending) <= FEW:
+            for p in pending:
                 _fsync(p, directory=os.path.isdir(p))
             return
         for fd, anchor in self._fds.values():
@@ -197,7 +200,7 @@ class Barrier:
 
                 code = ctypes.get_errno()
                 raise OSError(code, os.strerror(code), str(anchor))
-        for p in dict.fromkeys(pending):
+        for p in pending:
             try:
                 dev = os.lstat(p).st_dev
             except FileNotFoundError:
@@ -239,8 +242,8 @@ def read_bytes(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
+    with open(fd, "rb", buffering=0) as f:  # unbuffered: one read of the whole file, no buffer around it
+        return f.readall()
 
 
 def is_symlink(path: Path) -> bool:

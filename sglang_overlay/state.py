@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from .errors import StateError
-from .fsio import atomic_write, is_tmp_name, read_bytes, unlink_quietly
+from .fsio import is_tmp_name, read_bytes, unlink_quietly
 from .progname import prog
 from .repopath import IDENTITY_OWNER, check_repo_path
 
@@ -212,7 +212,12 @@ def load_state(path: Path) -> State:
 
 class ObjectStore:
     """Content-addressed copies of base files (like quilt's .pc/, but deduplicated and hash-checked), and of the
-    previous bytes of the files a transaction in flight replaces."""
+    previous bytes of the files a transaction replaces.
+
+    A copy's name only ever appears once its bytes are durable (Transaction.commit writes it to a temp file,
+    flushes, then renames), so a name left by a kill or a power cut names whole bytes. That is why the copies of
+    the last change are kept, not only those the state refers to: an `apply --all` after a `revert --all` finds
+    every copy it needs already there and writes none (Transaction.commit prunes the rest)."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -220,11 +225,13 @@ class ObjectStore:
     def has(self, digest: str) -> bool:
         return os.path.lexists(self.root / digest)
 
-    def put(self, data: bytes) -> str:
-        digest = sha256(data)
-        if not self.has(digest):
-            atomic_write(self.root / digest, data)
-        return digest
+    def holds(self, digest: str, data: bytes) -> bool:
+        """The copy `digest` is there and holds `data` (nothing on disk is trusted: one that does not is
+        written again)."""
+        try:
+            return read_bytes(self.root / digest) == data
+        except OSError:
+            return False
 
     def get(self, digest: str) -> bytes:
         path = self.root / digest
@@ -242,12 +249,12 @@ class ObjectStore:
             )
         return data
 
-    def prune(self, keep: set[str]) -> None:
-        """Remove the copies nothing refers to any more, and temp files a killed write left."""
+    def prune(self, keep: set[str] | None = None) -> None:
+        """Remove temp files a killed write left and, unless `keep` is None, the copies not in `keep`."""
         try:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return
         for name in names:
-            if (HEX64.fullmatch(name) and name not in keep) or is_tmp_name(name):
+            if is_tmp_name(name) or (keep is not None and HEX64.fullmatch(name) and name not in keep):
                 unlink_quietly(self.root / name)

@@ -108,8 +108,12 @@ def target_contents(
 
 def file_records(target: tuple[Patch, ...], base: Contents, contents: Contents) -> dict[str, FileRecord]:
     records = {}
+    owned: dict[str, list[str]] = {}  # file -> its patches, in order: one pass, not one per file and patch
+    for p in target:
+        for f in p.files:
+            owned.setdefault(f, []).append(p.name)
     for f in base:
-        owners = tuple(p.name for p in target if f in p.files)
+        owners = tuple(owned.get(f, ()))
         if f == IDENTITY_PATH and target:
             owners = (IDENTITY_OWNER,)
         if owners:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from . import interrupts, output, scratch
 from .errors import Conflict, OSFailure, StateError, os_failure
@@ -217,7 +217,7 @@ class Transaction:
             if is_tmp_name(name):
                 unlink_quietly(self.dir / name)
         _real_dir(self.dir / OBJECTS)
-        self.store.prune(self.state.bases)
+        self.store.prune()  # temp files only: every copy under its name is whole (ObjectStore)
         if not os.path.lexists(self.dir / GITIGNORE):
             try:
                 atomic_write(self.dir / GITIGNORE, b"# sglang-overlay's state: not part of the tree\n*\n")
@@ -229,16 +229,15 @@ class Transaction:
     def commit(self, change: Change) -> Path | None:
         """Make the tree hold `change`, all of it or none of it. Returns the backup directory, if one was made.
 
-        Durability comes from three barriers and two directory fsyncs, not an fsync per file (fsio.Barrier). Why
-        this order is enough across a power cut (a kill loses nothing written, so only the order in which writes
-        reach the disk matters): a name may only become durable after the bytes it names, and each step only
-        after the one it relies on.
-          1. the saved copies (bytes and names) and the journal's bytes, then the journal's name: a durable
-             journal names only whole copies, so a rollback always has what it needs. The copies are renamed
-             into place before that barrier: a cut there can leave a torn copy under its name, but one nothing
-             refers to (the state does not, the journal that would is not on disk), and every command removes
-             such copies when it opens the tree (_clean), before it saves any, so none is taken for whole
-             (ObjectStore.has); ObjectStore.get checks every hash anyway;
+        Durability comes from three barriers and three directory fsyncs, not an fsync per file (fsio.Barrier).
+        Why this order is enough across a power cut (a kill loses nothing written, so only the order in which
+        writes reach the disk matters): a name may only become durable after the bytes it names, and each step
+        only after the one it relies on.
+          1. the bytes of the saved copies and of the journal, then the copies' names (their directory fsynced),
+             then the journal's: a copy's name never points at bytes a cut could still take (ObjectStore), so
+             the copies a change finds already saved, by an earlier command or a killed one, are whole (and
+             checked: _save_copies), and a durable journal names only copies that are there, whole, after a
+             cut: a rollback always has what it needs;
           2. the journal's name before anything in the tree (its directory fsynced alone: nothing else is
              pending then): the tree is never changed without a durable record of how to undo it, and no temp
              file is left in the tree where no journal names it;
@@ -248,20 +247,28 @@ class Transaction:
           4. the renames (and the state) before the journal's removal: once the journal is gone from disk the
              change is final, so all of it must already be there (_flush_final then makes the removal durable).
         A kill, a signal or an OS error at any point before the journal's removal rolls back as before."""
+        self.tree.forget_checks()  # what the decision looked at may have changed since: look again
         paths = {f: self.tree.managed_file(f) for f in sorted(change.writes)}
         journal = self._journal_for(change, paths)
-        self._preflight(change, paths, journal)
-        anchors = sorted({self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()})
+        journal_bytes, state_bytes = journal.to_bytes(), change.state.to_json().encode()
+        self._preflight(change, paths, journal, len(journal_bytes) + len(state_bytes))
+        anchors = sorted(
+            {self.dir, self.store.root} | {_existing_ancestor(d) for d in {p.parent for p in paths.values()}}
+        )
         with interrupts.held():
             try:
                 with Barrier(anchors) as barrier:
-                    self._save_copies(change, barrier)
-                    barrier.add(write_tmp(self.journal_path, journal.to_bytes()))
+                    copies = self._save_copies(change, journal, barrier)
+                    barrier.add(write_tmp(self.journal_path, journal_bytes))
                     barrier.flush()  # step 1
+                    for copy in copies:
+                        os.rename(tmp_path(copy), copy)
+                    fsync_dir(self.store.root)  # the copies it found too: a killed command's names may not be
                     os.rename(tmp_path(self.journal_path), self.journal_path)
                     fsync_dir(self.dir)  # step 2
                     backup_dir = self._write_backup(journal, change)
                     self._stage(paths, change, journal, barrier)
+                    barrier.add(write_tmp(self.state_path, state_bytes))
                     barrier.flush()  # step 3: the bytes
                     for f, path in paths.items():
                         interrupts.checkpoint()
@@ -276,26 +283,30 @@ class Transaction:
                 self._abandon(e)
             self.state = change.state
             self._flush_final()
-            self.store.prune(change.state.bases)
+            # the copies this change used stay for the next (a cycle of apply --all, revert --all saves none)
+            self.store.prune(change.state.bases | {d for e in journal.entries for d in (e.before, e.after) if d})
         return backup_dir
 
-    def _save_copies(self, change: Change, barrier: Barrier) -> None:
-        """The bases the new state needs and the bytes every replaced file holds now, in the object store."""
-        new: dict[str, bytes] = {}
-        for data in (*change.bases, *(b for b in change.before.values() if b is not None)):
-            digest = sha256(data)
-            if digest not in new and not self.store.has(digest):
-                new[digest] = data
-        for digest, data in new.items():
+    def _save_copies(self, change: Change, journal: Journal, barrier: Barrier) -> list[Path]:
+        """The bases the new state needs and the bytes every replaced file holds now, beside their place in the
+        object store (tmp_path), not yet renamed; a copy already saved is checked, and written again if it does
+        not hold its bytes. Returns where each goes."""
+        seen: set[str] = set()
+        out = []
+        befores = ((e.before, change.before[e.path]) for e in journal.entries)
+        for digest, data in (*((sha256(b), b) for b in change.bases), *befores):
+            if digest is None or data is None or digest in seen:
+                continue
+            seen.add(digest)
+            if self.store.holds(digest, data):
+                continue
             interrupts.checkpoint()
-            write_tmp(self.store.root / digest, data)
-            os.rename(tmp_path(self.store.root / digest), self.store.root / digest)  # whole, if not yet durable
-            barrier.add(self.store.root / digest)
-        if new:
-            barrier.add(self.store.root)
+            barrier.add(write_tmp(self.store.root / digest, data))
+            out.append(self.store.root / digest)
+        return out
 
     def _stage(self, paths: Mapping[str, Path], change: Change, journal: Journal, barrier: Barrier) -> None:
-        """Every new file's bytes and the new state, beside where they go (tmp_path), not yet in place."""
+        """Every new file's bytes beside where it goes (tmp_path), not yet in place."""
         for repo_dir in journal.new_dirs:
             if not os.path.isdir(self.tree.path_of(repo_dir)):
                 os.mkdir(self.tree.path_of(repo_dir))
@@ -307,7 +318,6 @@ class Transaction:
                 interrupts.checkpoint()
                 mode = modes[f]
                 barrier.add(write_tmp(path, data, mode if mode is not None else new_file_mode()))
-        barrier.add(write_tmp(self.state_path, change.state.to_json().encode()))
 
     def _flush_final(self) -> None:
         """After the journal is gone the outcome is decided; a failing flush can only be reported."""
@@ -321,17 +331,21 @@ class Transaction:
             )
 
     def _journal_for(self, change: Change, paths: Mapping[str, Path]) -> Journal:
-        entries, new_dirs = [], []
+        entries, missing = [], set()
+        there: set[str] = set()  # directories found to exist (most files share theirs)
         for f, path in paths.items():
             before = change.before[f]
-            mode = stat.S_IMODE(os.lstat(path).st_mode) if before is not None and path.exists() else None
+            mode = _mode_of(path) if before is not None else None
             entries.append(Entry(f, digest_of(before), mode, digest_of(change.writes[f])))
             if change.writes[f] is not None:
-                parent = PurePosixPath(f).parent
-                while str(parent) + "/" != REPO_PACKAGE_PREFIX and not self.tree.path_of(str(parent)).exists():
-                    new_dirs.append(str(parent))
-                    parent = parent.parent
-        new_dirs = sorted(set(new_dirs), key=lambda d: (d.count("/"), d))
+                parent = os.path.dirname(f)
+                while parent + "/" != REPO_PACKAGE_PREFIX and parent not in there and parent not in missing:
+                    if os.path.exists(self.tree.path_of(parent)):
+                        there.add(parent)
+                        break
+                    missing.add(parent)
+                    parent = os.path.dirname(parent)
+        new_dirs = sorted(missing, key=lambda d: (d.count("/"), d))
         backup = self._backup_name() if change.backup else None
         state_before = read_bytes(self.state_path)
         return Journal(
@@ -352,10 +366,11 @@ class Transaction:
         assert BACKUP_NAME.fullmatch(name)
         return name
 
-    def _preflight(self, change: Change, paths: Mapping[str, Path], journal: Journal) -> None:
+    def _preflight(self, change: Change, paths: Mapping[str, Path], journal: Journal, own: int) -> None:
         """Refuse before the first write what would fail during it: a directory that cannot be written, too
-        little free space for the new bytes (and the copies that make the change undoable)."""
-        targets = {self.dir, self.store.root} | {_existing_ancestor(p.parent) for p in paths.values()}
+        little free space for the new bytes (and the copies that make the change undoable). `own`: the bytes
+        of the journal and the new state."""
+        targets = {self.dir, self.store.root} | {_existing_ancestor(d) for d in {p.parent for p in paths.values()}}
         if change.backup:
             targets.add(_existing_ancestor(self.dir / BACKUPS))
         for d in sorted(targets):
@@ -367,9 +382,10 @@ class Transaction:
                     "nothing was changed (found before the first write)",
                     copy=self.copy,
                 )
-        need = FREE_MARGIN + len(journal.to_bytes()) + len(change.state.to_json())
+        need = FREE_MARGIN + own
         need += sum(len(d) for d in change.writes.values() if d) + sum(len(b) for b in change.bases)
-        need += sum(len(b) for b in change.before.values() if b is not None and not self.store.has(sha256(b)))
+        unsaved = (e for e in journal.entries if e.before is not None and not self.store.has(e.before))
+        need += sum(len(change.before[e.path] or b"") for e in unsaved)
         need += sum(len(b) for b in (change.backup or {}).values())
         st = os.statvfs(self.dir)
         free = st.f_bavail * st.f_frsize
@@ -455,6 +471,13 @@ def _holds(path: Path, data: bytes, mode: int) -> bool:
         return read_bytes(path) == data and stat.S_IMODE(os.lstat(path).st_mode) == mode
     except OSError:
         return False
+
+
+def _mode_of(path: Path) -> int | None:
+    try:
+        return stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def _existing_ancestor(path: Path) -> Path:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
@@ -28,6 +29,7 @@ EMBEDDED_DIR = ".sglang"
 class Tree:
     root: Path
     kind: str  # checkout | installed | embedded
+    _checked: set[str] = field(default_factory=set, compare=False, hash=False, repr=False)  # see path_of
 
     @property
     def package_dir(self) -> Path:
@@ -49,33 +51,54 @@ class Tree:
 
     def path_of(self, repo_path: str) -> Path:
         """Where a repository path lives in this tree, refusing anything that would leave it."""
+        return self._walk(repo_path)[0]
+
+    def _walk(self, repo_path: str) -> tuple[Path, os.stat_result | None]:
+        """path_of, and what is at the path (lstat; None: nothing)."""
         rel = repo_path[len("python/") :] if self.kind == "installed" else repo_path
         if self.kind == "installed" and not repo_path.startswith("python/"):
             raise PathEscape(f"{repo_path} has no place in an installed package tree")
-        path = self.root / rel
-        # A symlinked directory inside the tree could redirect a write anywhere on the machine.
-        probe = self.root
-        for part in Path(rel).parts:
-            probe = probe / part
-            if probe.is_symlink():
-                target = probe.resolve()
+        # A symlinked directory inside the tree could redirect a write anywhere on the machine. Each directory
+        # is looked at once until forget_checks() (a commit looks again), the last part every time.
+        parts = rel.split("/")
+        last = len(parts) - 1
+        probe = os.fspath(self.root)
+        found = None
+        for i, part in enumerate(parts):
+            probe = os.path.join(probe, part)
+            if i < last and probe in self._checked:
+                continue
+            try:
+                st = os.lstat(probe)
+            except (FileNotFoundError, NotADirectoryError):
+                break  # nothing below it exists either
+            if stat.S_ISLNK(st.st_mode):
+                target = Path(probe).resolve()
                 if not _is_within(target, self.root.resolve()):
                     raise PathEscape(
                         f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
                         hint="replace the link with a real directory or file before patching",
                     )
-        return path
+            if i == last:
+                found = st
+            elif not stat.S_ISLNK(st.st_mode):
+                self._checked.add(probe)
+        return self.root / rel, found
+
+    def forget_checks(self) -> None:
+        """Look at every directory again (a commit does, just before it writes)."""
+        self._checked.clear()
 
     def managed_file(self, repo_path: str) -> Path:
         """path_of for a file the tool replaces: it must be a regular file (or absent), never a link or a directory."""
-        path = self.path_of(repo_path)
-        if is_symlink(path):
+        path, st = self._walk(repo_path)
+        if st is not None and stat.S_ISLNK(st.st_mode):
             raise BadInput(
                 f"{path} is a symbolic link: sglang-overlay replaces the files it patches, which would turn "
                 f"the link into a regular file",
                 hint="replace the link with a copy of the file it points to",
             )
-        if path.exists() and not path.is_file():
+        if st is not None and not stat.S_ISREG(st.st_mode):
             raise BadInput(
                 f"{path} is not a regular file, but a patch writes a file there",
                 hint="move it out of the way, or leave that patch off",

@@ -51,8 +51,14 @@ def _index(calls: list[tuple[str, str]], name: str, needle: str, *, last: bool =
     return hits[-1] if last else hits[0]
 
 
-def _barriers(calls: list[tuple[str, str]]) -> list[int]:
-    return [i for i, (n, _) in enumerate(calls) if n == "syncfs"]
+def _fsynced(calls: list[tuple[str, str]], path: str, start: int, end: int) -> bool:
+    """A barrier for `path` between the two calls: a syncfs, or an fsync of `path` itself (fsio.Barrier fsyncs
+    each path of a small flush)."""
+    return any(n == "syncfs" or (n == "fsync" and f"<{path}>" in a) for n, a in calls[start + 1 : end])
+
+
+def _opened(a: str) -> str:
+    return a.split('"')[1]
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace (`apt-get install -y strace`; .ci/run installs it)")
@@ -63,35 +69,62 @@ def test_each_name_becomes_durable_only_after_its_bytes_and_the_journal_brackets
             [sys.executable, str(ROOT / "apply.py"), "--tree", str(sglang_tree), "apply", "--all"], check=True
         )
     calls = _calls(sglang_tree, tmp_path, op, "--all")
-    sync = _barriers(calls)
+    state_dir = f"{sglang_tree.resolve()}/{STATE}"
     journal_tmp = _index(calls, "openat", f"/.journal.json{TMP_SUFFIX}")
     journal_in = _index(calls, "rename", f'/{STATE}/journal.json"')
     journal_out = _index(calls, "unlink", f"/{STATE}/journal.json")
-    # step 3: the journal's directory fsynced right after its rename, before anything in the tree is opened
+    # step 2: the journal's directory fsynced right after its rename, before anything in the tree is opened
     assert calls[journal_in + 1][0] == "fsync" and f"/{STATE}>" in calls[journal_in + 1][1]
     root = f'"{sglang_tree.resolve()}/'
     tree_opens = [i for i, (n, a) in enumerate(calls) if n == "openat" and root in a and f"/{STATE}/" not in a]
     assert tree_opens and min(tree_opens) > journal_in + 1
-    # step 1: every saved copy (bytes and name) and the journal's bytes durable before the journal's name
+    # step 1: every saved copy's bytes durable before its name, its name (the directory) before the journal's
     copies = [i for i, (n, a) in enumerate(calls) if n == "rename" and f"/{STATE}/objects/." in a]
     assert copies, "no saved copy was written: not the case this test is about"
+    objects_synced = _index(calls, "fsync", f"<{state_dir}/objects>")
     for i in copies:
-        assert any(i < s < journal_in for s in sync), f"{calls[i]}: not durable before the journal's name"
-    assert any(journal_tmp < s < journal_in for s in sync), "the journal renamed before its bytes were durable"
-    # step 4: every file of the tree (and the state) renamed after a barrier that follows its bytes
+        tmp = _opened(calls[i][1])
+        written = _index(calls, "openat", tmp, last=True)
+        assert _fsynced(calls, tmp, written, i), f"{calls[i]}: renamed before its bytes were durable"
+        assert i < objects_synced < journal_in, f"{calls[i]}: not durable before the journal's name"
+    assert _fsynced(calls, _opened(calls[journal_tmp][1]), journal_tmp, journal_in), (
+        "the journal renamed before its bytes were durable"
+    )
+    # step 3: every file of the tree (and the state) renamed after a barrier that follows its bytes
     renames = [(i, a) for i, (n, a) in enumerate(calls) if n == "rename" and i > journal_in]
     assert len(renames) >= 2
     for i, a in renames:
         tmp = a.split('"')[1]
         written = _index(calls, "openat", tmp, last=True)
-        assert any(written < s < i for s in sync), f"{a}: renamed before its bytes were made durable"
-        # step 5: the name durable before the journal goes
-        assert any(i < s < journal_out for s in sync), f"{a}: not durable before the journal's removal"
+        assert _fsynced(calls, tmp, written, i), f"{a}: renamed before its bytes were made durable"
+        # step 4: the name durable before the journal goes
+        dst = a.split('"')[3]
+        assert _fsynced(calls, os.path.dirname(dst), i, journal_out), f"{a}: not durable before the journal's removal"
     # and after its removal, the state directory fsynced: the removal itself is durable when the command ends
     assert any(n == "fsync" and f"/{STATE}>" in a for n, a in calls[journal_out:])
     # the point of it: a handful of flushes for the whole change, not 2.4 per file
     flushes = sum(1 for n, _ in calls if n in ("fsync", "syncfs"))
     assert flushes <= 8, calls
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace (`apt-get install -y strace`; .ci/run installs it)")
+def test_a_cycle_saves_no_copy_it_saved_before(sglang_tree, tmp_path):
+    """After one apply --all and revert --all, the next cycle finds every copy it needs (ObjectStore keeps the
+    last change's): it writes none, removes none, and its first barrier is the journal's fsync alone."""
+    for op in ("apply", "revert"):
+        subprocess.run([sys.executable, str(ROOT / "apply.py"), "--tree", str(sglang_tree), op, "--all"], check=True)
+    objects = sglang_tree / STATE / "objects"
+    kept = sorted(os.listdir(objects))
+    for op in ("apply", "revert"):
+        calls = _calls(sglang_tree, tmp_path, op, "--all")
+        assert not [a for n, a in calls if f"/{STATE}/objects/" in a and n in ("openat", "rename", "unlink")], calls
+        journal_tmp = _index(calls, "openat", f"/.journal.json{TMP_SUFFIX}")
+        journal_in = _index(calls, "rename", f'/{STATE}/journal.json"')
+        between = [(n, a) for n, a in calls[journal_tmp + 1 : journal_in] if n in ("fsync", "syncfs")]
+        assert between[0][0] == "fsync" and f"/.journal.json{TMP_SUFFIX}>" in between[0][1], between
+        assert sorted(os.listdir(objects)) == kept
+    state = json.loads((sglang_tree / STATE / "state.json").read_text())
+    assert not state["files"] and len(kept) > 10
 
 
 def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monkeypatch):
@@ -110,8 +143,7 @@ def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monk
     real_rename = os.rename
 
     def rename(src: str | Path, dst: str | Path) -> None:
-        # (a saved copy is renamed first and made durable with the journal's bytes: Transaction.commit, step 1)
-        if str(src).endswith(TMP_SUFFIX) and "/objects/" not in str(src):
+        if str(src).endswith(TMP_SUFFIX):
             assert os.path.realpath(src) in synced, f"{src} renamed before it was fsynced"
         renamed.append((str(dst), len(synced)))
         real_rename(src, dst)
@@ -128,7 +160,6 @@ def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monk
         assert str(path.parent) in synced, f"{f}: its directory was not fsynced"
     assert f"{state_dir}/objects" in synced[:journal_at] and state_dir in synced
     bases = {r["base"] for r in json.loads(Path(state_dir, "state.json").read_text())["files"].values() if r["base"]}
-    assert len(bases) >= 10 and {f"{state_dir}/objects/{b}" for b in bases} <= set(synced[:journal_at]), (
-        "a saved copy was not fsynced before the journal's rename"
-    )
+    copies = {str(tmp_path(Path(state_dir, "objects", b))) for b in bases}
+    assert len(bases) >= 10 and copies <= set(synced[:journal_at]), "a copy was not fsynced before the journal's rename"
     assert api.status(project=ROOT, tree=sglang_tree).applied == done.applied

@@ -7,8 +7,9 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-# The package itself, editable (pyproject.toml: its dependencies and the sglang-overlay command in .venv/bin).
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
+# The package itself (pyproject.toml: its dependencies and the sglang-overlay command in .venv/bin). Not editable:
+# that install's import hook runs at every interpreter start (~30 ms a command). Run this again after a pull.
+.venv/bin/python -m pip install -q --disable-pip-version-check .
 .venv/bin/sglang-overlay fetch
 # A tree that has state was set up before: its set is the user's choice, never reset here.
 if ! ls .sglang/sglang-*/.sglang-overlay/state.json >/dev/null 2>&1; then

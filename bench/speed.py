@@ -333,8 +333,13 @@ def peers(a: argparse.Namespace) -> int:
     for s in specs:
         if s != "real" and not re.fullmatch(r"[1-9][0-9]*s?", s):
             return _bad(f"--sets: {s!r} is neither `real` nor a count of patches (30, or 30s for shared files)")
+    # Python peers run on their own interpreter: ours on a slower build (pyenv's lacks PGO) or with an editable
+    # install's import hook measured 1.5-2x slower (bench/results/2026-12-07-speed), so both are printed
+    interp = {"ours": sys.executable, **{p: _interpreter(need[p]) for p in chosen if p in need}}
+    print("interpreters: " + "  ".join(f"{k} {v}" for k, v in interp.items() if v), flush=True)
     work = Path(tempfile.mkdtemp(prefix="bench-speed-"))
-    payload: dict = {"python": sys.version, "tools": {k: v[1] for k, v in tools.items()}, "sets": {}}
+    payload: dict = {"python": sys.version, "interpreters": interp, "tools": {k: v[1] for k, v in tools.items()}}
+    payload["sets"] = {}
     payload["loadavg_start"] = os.getloadavg()
     try:
         for spec in specs:
@@ -371,6 +376,17 @@ def peers(a: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _interpreter(exe: str) -> str:
+    """The interpreter of a peer that is a Python script (its #! line), or "" for a binary."""
+    path = shutil.which(exe)
+    try:
+        with open(path or "", "rb") as f:
+            head = f.readline(200)
+    except OSError:
+        return ""
+    return head[2:].decode(errors="replace").strip() if head.startswith(b"#!") and b"python" in head else ""
 
 
 def _print(label: str, op: str, res: dict[str, Timing], rat: dict, cpu_rat: dict, said: list[str]) -> None:

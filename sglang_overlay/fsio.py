@@ -237,9 +237,10 @@ def _syncfs() -> Callable[[int], int] | None:
 
 
 def read_bytes(path: Path) -> bytes | None:
-    """A regular file's bytes, None if there is none; a symlink is not followed (ELOOP)."""
+    """A regular file's bytes, None if there is none; a symlink is not followed (ELOOP). O_NONBLOCK: a FIFO
+    where a file belongs reads as empty, instead of waiting for a writer (with Ctrl-C held, for ever)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     with open(fd, "rb", buffering=0) as f:  # unbuffered: one read of the whole file, no buffer around it

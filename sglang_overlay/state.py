@@ -230,6 +230,12 @@ class ObjectStore:
         written again)."""
         try:
             return read_bytes(self.root / digest) == data
+        except IsADirectoryError:  # nothing can be renamed over it: say so, not the temp file's EISDIR
+            where = shlex.quote(str(self.root / digest))
+            raise StateError(
+                f"{self.root / digest}: a directory where a saved copy belongs",
+                hint=f"remove it (`rm -r {where}`): the command saves the copy again",
+            ) from None
         except OSError:
             return False
 

@@ -266,7 +266,7 @@ class Transaction:
                     fsync_dir(self.store.root)  # the copies it found too: a killed command's names may not be
                     os.rename(tmp_path(self.journal_path), self.journal_path)
                     fsync_dir(self.dir)  # step 2
-                    backup_dir = self._write_backup(journal, change)
+                    backup_dir = self._write_backup(journal, change, barrier)
                     self._stage(paths, change, journal, barrier)
                     barrier.add(write_tmp(self.state_path, state_bytes))
                     barrier.flush()  # step 3: the bytes
@@ -407,15 +407,22 @@ class Transaction:
                 error=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.dir)),
             )
 
-    def _write_backup(self, journal: Journal, change: Change) -> Path | None:
+    def _write_backup(self, journal: Journal, change: Change, barrier: Barrier) -> Path | None:
+        """The edits --force overwrites, saved whole; their names (every directory down to each file) go to
+        step 3's barrier: they must be durable before the files they save are replaced."""
         if not journal.backup:
             return None
         root = _real_dir(self.dir / BACKUPS) / journal.backup
         os.mkdir(root)
+        barrier.add(self.dir, root.parent)
         for f, data in sorted((change.backup or {}).items()):
             path = root / f
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(path, data)
+            d = path.parent
+            while d != root.parent:
+                barrier.add(d)
+                d = d.parent
         return root
 
     def _replace(self, f: str, path: Path, change: Change, barrier: Barrier) -> None:

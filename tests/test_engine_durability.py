@@ -24,11 +24,11 @@ STATE = ".sglang-overlay"
 _LINE = re.compile(r"^(\w+)\((.*)\) += (-?\d+)")
 
 
-def _calls(tree: Path, tmp_path: Path, *args: str) -> list[tuple[str, str]]:
+def _calls(tree: Path, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """(syscall, arguments) of the command's own process, in order, file descriptors shown as their paths; of
     the opens only those that create (a temp file, the lock)."""
     log = tmp_path / "strace.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_OVERLAY")} | (env or {})
     p = subprocess.run(
         [STRACE, "-y", "-o", str(log), "-e", "trace=openat,rename,syncfs,fsync,unlink"]
         + [sys.executable, str(ROOT / "apply.py"), "--tree", str(tree), *args],
@@ -163,3 +163,29 @@ def test_without_syncfs_every_path_a_barrier_covers_is_fsynced(sglang_tree, monk
     copies = {str(tmp_path(Path(state_dir, "objects", b))) for b in bases}
     assert len(bases) >= 10 and copies <= set(synced[:journal_at]), "a copy was not fsynced before the journal's rename"
     assert api.status(project=ROOT, tree=sglang_tree).applied == done.applied
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace (`apt-get install -y strace`; .ci/run installs it)")
+def test_a_hand_edit_saved_by_force_is_durable_before_the_file_is_replaced(sglang_tree, tmp_path):
+    """`--force` on one file: the step-3 barrier is small (the file and the state: fsio.FEW fsyncs each), yet
+    the backup's names (its directories) must be durable before the edited file is renamed over, or a power
+    loss could keep the new bytes and lose the only copy of the edit."""
+    fix = ["--manifest", str(ROOT / "tests" / "fixtures" / "engine" / "manifest.yaml")]
+    env = {"SGLANG_OVERLAY_CUDA_CAPABILITY": "9.0"}  # as tests/test_engine.py runs the fixture manifest
+    apply = [sys.executable, str(ROOT / "apply.py"), "--tree", str(sglang_tree), *fix]
+    subprocess.run([*apply, "apply", "fx_args_a"], check=True, env=os.environ | env, capture_output=True)
+    f = sglang_tree / "python/sglang/srt/server_args.py"
+    f.write_text(f.read_text() + "# hand edit\n")
+    calls = _calls(sglang_tree, tmp_path, *fix, "revert", "fx_args_a", "--force", env=env)
+    backups = f"{sglang_tree.resolve()}/{STATE}/backups"
+    replaced = _index(calls, "rename", f'"{f.resolve()}"')
+    saved = [i for i, (n, a) in enumerate(calls) if n == "rename" and f'"{backups}/' in a.split(", ")[-1]]
+    assert saved and max(saved) < replaced
+    dirs = set()
+    for i in saved:  # every directory from the saved file's up to the state directory: each holds a new name
+        d = os.path.dirname(calls[i][1].split('"')[3])
+        while d != os.path.dirname(backups):
+            dirs.add(d)
+            d = os.path.dirname(d)
+    for d in sorted(dirs | {os.path.dirname(backups)}):
+        assert _fsynced(calls, d, max(saved), replaced), f"{d}: the backup's name not durable before {f} changed"

@@ -141,6 +141,7 @@ class Transaction:
     def _roll_back(self, journal: Journal, *, live: bool = False) -> list[Path]:
         """`live`: this process's own commit stopped, so a file holding neither its old bytes nor the new ones
         was edited by hand while the command ran: it is left as it is (returned), never moved aside."""
+        self.tree.forget_checks()  # a link swapped in since the commit looked must not take a restored file
         dirs = {self.dir}
         kept = self._edited(journal) if live else []
         if not live:

@@ -16,6 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# CI's two test workers share two cores: torch's default of a thread per core made each process's small CPU
+# matmuls wait on threads the other worker kept busy (the tiny draft's training ran 2-3x slower). One thread a
+# process, read by torch at import, here and in the commands the tests start; results are the same.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # With PYTHONDONTWRITEBYTECODE=1 (CI's machines set it) no command a test starts writes the tool's bytecode, so
 # each compiled the package again (150 ms a command): compile it once, as pip does for an installed package.
 compileall.compile_dir(ROOT / "sglang_overlay", quiet=1)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import interrupts, output, scratch
-from .errors import Conflict, OSFailure, StateError, os_failure
+from .errors import Conflict, OSFailure, PathEscape, StateError, os_failure
 from .fsio import (
     Barrier,
     atomic_write,
@@ -451,12 +451,14 @@ class Transaction:
                 if is_tmp_name(name):
                     unlink_quietly(self.dir / name)
             self.store.prune(self.state.bases)
-        except (OSError, StateError) as again:
+        except (OSError, StateError, PathEscape) as again:  # PathEscape: a link swapped in since the commit looked
             what = f"{err.strerror} on {err.filename}" if isinstance(err, OSError) else str(err) or type(err).__name__
+            fix = getattr(again, "hint", None)
             raise OSFailure(
                 f"the change stopped ({what}), and rolling it back failed too ({again}); the journal "
                 f"{self.journal_path} is kept",
-                hint=f"once the cause is fixed, {self.spelling.recover} rolls it back",
+                hint=(f"{fix}; then " if fix else "once the cause is fixed, ")
+                + f"{self.spelling.recover} rolls it back",
             ) from None
         if kept:
             print(

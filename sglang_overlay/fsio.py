@@ -243,8 +243,17 @@ def read_bytes(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # open(fd) would refuse it naming the descriptor's number
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
     with open(fd, "rb", buffering=0) as f:  # unbuffered: one read of the whole file, no buffer around it
-        return f.readall()
+        try:
+            return f.readall()
+        except OSError as e:  # an I/O error names no file here: name the path
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
 
 
 def is_symlink(path: Path) -> bool:

@@ -44,7 +44,7 @@ from .journal import BACKUP_NAME, Entry, Journal, read_journal
 from .repopath import JOURNAL_NAME, REPO_PACKAGE_PREFIX, STATE_NAME
 from .spelling import CLI, Spelling
 from .state import ObjectStore, State, digest_of, load_state, sha256
-from .tree import Tree
+from .tree import Tree, own_dir_link
 from .treeread import OBJECTS, lock
 
 BACKUPS = "backups"
@@ -69,10 +69,7 @@ class Change:
 
 def _real_dir(path: Path) -> Path:
     if is_symlink(path):
-        raise StateError(
-            f"{path} is a symbolic link: sglang-overlay keeps a tree's state inside the tree",
-            hint=f"remove the link (rm {path})",
-        )
+        raise own_dir_link(path, "a tree's state")
     if not path.is_dir():
         path.mkdir(exist_ok=True)
     return path
@@ -124,6 +121,11 @@ class Transaction:
             raise StateError(
                 f"{self.journal_path}: cannot roll back the interrupted `{journal.op}`: {e}", hint=e.hint
             ) from None
+        except PathEscape as e:  # a link in the tree, met before anything was written through it
+            raise PathEscape(
+                f"cannot roll back the interrupted `{journal.op}`: {e}; the journal {self.journal_path} is kept",
+                hint=f"{e.hint}; then {self.spelling.recover} rolls it back",
+            ) from None
         except OSError as e:
             raise os_failure(
                 e,
@@ -142,6 +144,9 @@ class Transaction:
         """`live`: this process's own commit stopped, so a file holding neither its old bytes nor the new ones
         was edited by hand while the command ran: it is left as it is (returned), never moved aside."""
         self.tree.forget_checks()  # a link swapped in since the commit looked must not take a restored file
+        for d in (self.dir / BACKUPS, self.dir / BACKUPS / journal.backup) if journal.backup else ():
+            if is_symlink(d):  # removed at the end: through a link, that would delete outside the tree
+                raise own_dir_link(d, "a tree's state")
         dirs = {self.dir}
         kept = self._edited(journal) if live else []
         if not live:
@@ -253,6 +258,8 @@ class Transaction:
         journal = self._journal_for(change, paths)
         journal_bytes, state_bytes = journal.to_bytes(), change.state.to_json().encode()
         self._preflight(change, paths, journal, len(journal_bytes) + len(state_bytes))
+        if journal.backup:  # a link refused before the journal: met by the rollback, it would stop it
+            _real_dir(self.dir / BACKUPS)
         anchors = sorted(
             {self.dir, self.store.root} | {_existing_ancestor(d) for d in {p.parent for p in paths.values()}}
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,11 +74,20 @@ class Tree:
             except (FileNotFoundError, NotADirectoryError):
                 break  # nothing below it exists either
             if stat.S_ISLNK(st.st_mode):
-                target = Path(probe).resolve()
+                try:
+                    target = Path(probe).resolve(strict=False)
+                except (RuntimeError, OSError):  # a loop (3.11 raises RuntimeError, 3.13 OSError)
+                    raise PathEscape(
+                        f"{probe} is a symbolic link that loops back on itself",
+                        hint=f"replace it with the directory or file it stands for (rm {shlex.quote(probe)}, "
+                        "then put that back)",
+                    ) from None
                 if not _is_within(target, self.root.resolve()):
+                    # a copy, not the link removed: a directory moved out and linked holds the tree's files
                     raise PathEscape(
                         f"{probe} is a symbolic link to {target}, outside the tree {self.root}",
-                        hint="replace the link with a real directory or file before patching",
+                        hint="replace the link with a copy of what it points to: "
+                        f"rm {shlex.quote(probe)} && cp -a {shlex.quote(str(target))} {shlex.quote(probe)}",
                     )
             if i == last:
                 found = st
@@ -110,11 +120,7 @@ class Tree:
         anywhere on the machine) or not a directory."""
         sd = self.state_dir
         if is_symlink(sd):
-            raise StateError(
-                f"{sd} is a symbolic link (to {os.path.realpath(sd)}): sglang-overlay keeps a tree's "
-                f"state inside the tree",
-                hint=f"remove the link (rm {sd}); the next command makes a real directory",
-            )
+            raise own_dir_link(sd, "a tree's state")
         if sd.exists() and not sd.is_dir():
             raise StateError(f"{sd} is not a directory", hint=f"move it aside (mv {sd} {sd}.bad)")
         return sd
@@ -218,6 +224,25 @@ def _not_inside_a_checkout(tree: Tree, spelling: Spelling) -> Tree:
         f"{problem}; {here} holds what was applied through this address (by an earlier sglang-overlay, which "
         f"accepted it): {', '.join(here_carries)}",
         hint=f"{first}hand that state to the checkout: `{move}`, then {after}them out)",
+    )
+
+
+def own_dir_link(path: Path, what: str) -> StateError:
+    """A link where the tool keeps a directory of its own (the state, saved copies, backups) is refused. The fix
+    moves the linked directory back: removing the link would lose what it holds (a journal, copies, edits)."""
+    target = os.path.realpath(path)
+    try:
+        holds = os.path.isdir(target) and bool(os.listdir(target))
+    except OSError:
+        holds = True  # cannot tell: the move keeps it either way
+    q = shlex.quote
+    hint = (
+        f"put the directory back in place of the link: rm {q(str(path))} && mv {q(target)} {q(str(path))}"
+        if holds
+        else f"remove the link (rm {q(str(path))}); the next command makes a real directory"
+    )
+    return StateError(
+        f"{path} is a symbolic link (to {target}): sglang-overlay keeps {what} inside the tree", hint=hint
     )
 
 

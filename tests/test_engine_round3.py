@@ -1,11 +1,14 @@
 """Issue 40's failure classes of the engine (round 3), one test each (class 2 is the bench's, in its own tests):
 damaged state that must not delete, output that fails after a change, hand edits during a command, `diff` after
-a kill, a path listed twice, late signals, scratch of a killed check, and the messages of class 12."""
+a kill, a path listed twice, late signals, scratch of a killed check, and the messages of class 12. Last, what a
+second adversarial round found around a rollback: links (to outside, to themselves, over the state's own
+directories) and a directory where a journaled file was; each fix given is run as a user pastes it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -348,3 +351,130 @@ def test_kill_or_ctrl_c_at_every_point_from_the_commit_on_of_a_change_whose_outp
             problems.append(f"{point}: a journal is left after recover")
         ov(env, project, sglang_tree, "revert", "--all").check_returncode()
     assert hits >= 3 and not problems, f"{hits} point(s) hit\n" + "\n".join(problems[:10])
+
+
+# -- links and odd files met by a rollback (an adversarial round on e3c3810) -------------------------------------
+MOE = "python/sglang/srt/layers/moe"
+_FIX = re.compile(r"rm (\S+) && (?:mv|cp -a) \S+ \S+")
+
+
+def _killed(env, project, tree, tmp_path, *args: str) -> None:
+    """`args` killed just after it replaced topk.py: the tree keeps a journal."""
+    r = ov(dict(env, PYTHONPATH=_hook(tmp_path, KILL_AFTER_FIRST_FILE)), project, tree, *args)
+    assert r.returncode == -9 and (tree / JOURNAL).exists(), r.stderr
+
+
+def _follow_the_hint(out: str) -> None:
+    """Run the fix the message gives, as a user pastes it."""
+    fix = _FIX.search(out)
+    assert fix, f"no `rm LINK && mv|cp -a ...` fix in:\n{out}"
+    subprocess.run(fix.group(0), shell=True, check=True)
+
+
+def _linked_away(path: Path, away: Path) -> None:
+    os.rename(path, away)
+    os.symlink(away, path)
+
+
+def _recovers_to(env, project, tree, rel: str, data: bytes) -> None:
+    r = ov(env, project, tree, "recover")
+    assert r.returncode == 0 and "rolled back" in r.stderr, r.stdout + r.stderr
+    assert (tree / rel).read_bytes() == data and not (tree / JOURNAL).exists()
+    assert not subprocess.run(["git", "status", "--porcelain"], cwd=tree, capture_output=True, text=True).stdout
+
+
+def test_a_linked_state_dir_with_a_journal_is_put_back_not_dropped(project, sglang_tree, env, tmp_path):
+    """ "remove the link" left the journal outside: the tree stayed half-patched and the tool forgot it."""
+    before = (sglang_tree / TOPK).read_bytes()
+    _killed(env, project, sglang_tree, tmp_path, "apply", "fx_topk")
+    sd = sglang_tree / ".sglang-overlay"
+    _linked_away(sd, tmp_path / "away")
+    _follow_the_hint(fails(ov(env, project, sglang_tree, "recover"), 2, str(sd)))
+    _recovers_to(env, project, sglang_tree, TOPK, before)
+
+
+def test_linked_saved_copies_are_put_back_not_dropped(project, sglang_tree, env, tmp_path):
+    before = (sglang_tree / TOPK).read_bytes()
+    ov(env, project, sglang_tree, "apply", "fx_topk").check_returncode()
+    objects = sglang_tree / ".sglang-overlay/objects"
+    _linked_away(objects, tmp_path / "away")
+    _follow_the_hint(fails(ov(env, project, sglang_tree, "revert", "fx_topk"), 2, str(objects)))
+    ov(env, project, sglang_tree, "revert", "fx_topk").check_returncode()
+    assert (sglang_tree / TOPK).read_bytes() == before
+
+
+def test_a_link_looping_on_itself_is_refused_naming_it(project, sglang_tree, env, tmp_path):
+    """Path.resolve() raised RuntimeError on a loop: exit 3 "internal error", and `recover` crashed every time."""
+    before, moe = (sglang_tree / TOPK).read_bytes(), sglang_tree / MOE
+
+    def loop() -> None:
+        os.rename(moe, tmp_path / "moe")
+        os.symlink("moe", moe)
+
+    def unloop() -> None:
+        os.unlink(moe)
+        os.rename(tmp_path / "moe", moe)
+
+    loop()
+    try:
+        out = fails(ov(env, project, sglang_tree, "apply", "fx_topk"), 2, str(moe), "loops")
+    finally:
+        unloop()
+    assert "internal error" not in out and not (sglang_tree / JOURNAL).exists()
+    _killed(env, project, sglang_tree, tmp_path, "apply", "fx_topk")
+    loop()
+    try:
+        fails(ov(env, project, sglang_tree, "recover"), 2, str(moe), "loops", "journal", "is kept")
+    finally:
+        unloop()
+    _recovers_to(env, project, sglang_tree, TOPK, before)
+
+
+def test_recover_meeting_a_link_out_of_the_tree_keeps_the_journal(project, sglang_tree, env, tmp_path):
+    """It said neither that the journal is kept nor to run recover again; "replace the link with a real
+    directory", done literally, made recover roll back into an empty directory: 55 files deleted."""
+    before, moe = (sglang_tree / TOPK).read_bytes(), sglang_tree / MOE
+    _killed(env, project, sglang_tree, tmp_path, "apply", "fx_topk")
+    patched = (sglang_tree / TOPK).read_bytes()
+    _linked_away(moe, tmp_path / "away")
+    try:
+        out = fails(ov(env, project, sglang_tree, "recover"), 2, str(moe), "outside the tree", "journal", "is kept")
+        assert (tmp_path / "away/topk.py").read_bytes() == patched  # nothing written through the link
+        _follow_the_hint(out)
+    finally:
+        if moe.is_symlink():
+            os.unlink(moe)
+            os.rename(tmp_path / "away", moe)
+    _recovers_to(env, project, sglang_tree, TOPK, before)
+
+
+def test_a_directory_where_a_journaled_file_was_is_named(project, sglang_tree, env, tmp_path):
+    """read_bytes read through a descriptor, and the error named its number: "cannot write 4"."""
+    before, f = (sglang_tree / TOPK).read_bytes(), sglang_tree / TOPK
+    _killed(env, project, sglang_tree, tmp_path, "apply", "fx_topk")
+    f.unlink()
+    f.mkdir()
+    fails(ov(env, project, sglang_tree, "recover"), 1, f"{f}: Is a directory", "is kept")
+    f.rmdir()
+    _recovers_to(env, project, sglang_tree, TOPK, before)
+
+
+@pytest.mark.parametrize("level", ["backups", "backups/NAME"])
+def test_a_linked_backup_is_refused_before_the_rollback_deletes_it(project, sglang_tree, env, tmp_path, level):
+    """The rollback removes the backup it restored: through a link it deleted outside the tree (`backups`), or
+    stopped with "cannot write ?" (`backups/NAME`)."""
+    f = sglang_tree / TOPK
+    ov(env, project, sglang_tree, "apply", "fx_topk").check_returncode()
+    f.write_bytes(f.read_bytes() + b"# my edit\n")
+    edited = f.read_bytes()
+    _killed(env, project, sglang_tree, tmp_path, "revert", "fx_topk", "--force")
+    backups = sglang_tree / ".sglang-overlay/backups"
+    (name,) = os.listdir(backups)
+    link = backups if level == "backups" else backups / name
+    _linked_away(link, tmp_path / "away")
+    out = fails(ov(env, project, sglang_tree, "recover"), 2, str(link))
+    assert os.listdir(tmp_path / "away"), "the rollback deleted outside the tree"
+    _follow_the_hint(out)
+    r = ov(env, project, sglang_tree, "recover")
+    assert r.returncode == 0 and "rolled back" in r.stderr, r.stderr
+    assert f.read_bytes() == edited and not (backups / name).exists()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from conftest import copy_project, run_cli
 from test_rebase import (  # noqa: F401
     SARGS,
@@ -19,8 +18,6 @@ from test_rebase import (  # noqa: F401
     project,
     tree_is_pristine,
 )
-
-from sglang_overlay.cachedir import cache_dir
 
 COMMON = "python/sglang/srt/utils/common.py"
 
@@ -78,12 +75,9 @@ def _take_patched_side(path: Path) -> None:
 
 
 def test_replayed_rebase_to_0523_stops_at_oea_and_refuses_the_f3_resolution(tmp_path):
-    """The real 0.5.23 wheel (from the release cache; never downloaded here): the stops before oea_topk are
+    """The real 0.5.23 wheel (from the release cache, fetched there where missing): the stops before oea_topk are
     skipped, mla_kv_step.py's review is said at flashinfer_mla's, oea_topk's stop names oea.py and what its
     callers changed, and the patched-side resolution is refused for the names it leaves undefined."""
-    folder = cache_dir() / "releases" / "0.5.23"
-    if not (folder.is_dir() and any(folder.glob("sglang-0.5.23-*.whl"))):
-        pytest.skip("sglang 0.5.23 is not in the release cache (`apply.py check --against 0.5.23` fetches it)")
     proj = copy_project(tmp_path / "proj")
     said = [run_cli("rebase", "0.5.23", cwd=proj, check_rc=1).stdout]
     while "oea_topk: conflict on sglang 0.5.23" not in said[-1] and len(said) < 8:

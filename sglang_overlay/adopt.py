@@ -10,7 +10,8 @@ import datetime
 import os
 import re
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +50,7 @@ class PlannedPatch:
     edits: tuple[Edit, ...]
     overlay: tuple[str, ...]  # new files carried whole under overlay/
     body: str  # the diff of the edits to existing files ("" when only new files)
+    requires: tuple[str, ...] = ()  # the applied patches its diff is taken on top of (their files' edits)
 
     @property
     def kind(self) -> str:
@@ -214,8 +216,15 @@ def default_name(path: str, taken: set[str]) -> str:
     return f"{tries[-1]}_{n}"
 
 
-def plan(edits: Sequence[Edit], groups: Sequence[tuple[str, list[str]]], m: Manifest, tree: Tree) -> list[PlannedPatch]:
-    """One patch per file unless grouped; names checked against the manifest before anything is written."""
+def plan(
+    edits: Sequence[Edit],
+    groups: Sequence[tuple[str, list[str]]],
+    m: Manifest,
+    tree: Tree,
+    owners: Mapping[str, Sequence[str]] | None = None,
+) -> list[PlannedPatch]:
+    """One patch per file unless grouped; names checked against the manifest before anything is written.
+    `owners`: the applied patches that touch each file; a patch edited on top of them requires them."""
     changed = [e.path for e in edits]
     by_path = {e.path: e for e in edits}
     taken = set(m.names)
@@ -250,7 +259,8 @@ def plan(edits: Sequence[Edit], groups: Sequence[tuple[str, list[str]]], m: Mani
         overlay = tuple(e.path for e in mine if e.pristine is None and e.old is None)
         diffed = [e for e in mine if e.path not in overlay]
         body = make_diff({e.path: e.old for e in diffed}, {e.path: e.new for e in diffed})
-        out.append(PlannedPatch(name, mine, overlay, body))
+        needs = {n for e in diffed for n in (owners or {}).get(e.path, ())}
+        out.append(PlannedPatch(name, mine, overlay, body, tuple(n for n in m.names if n in needs)))
     return out
 
 
@@ -285,6 +295,8 @@ def entry_yaml(p: PlannedPatch) -> str:
     ]
     if p.overlay:
         lines.append(f"    overlay: [{', '.join(p.overlay)}]\n")
+    if p.requires:
+        lines.append(f"    requires: [{', '.join(p.requires)}]\n")
     lines.append("    upstream: {status: not-forwarded}\n")
     return "".join(lines)
 
@@ -349,7 +361,38 @@ def import_edits(
     """Turn the tree's local edits into patches and record the tree as carrying them. The project files are
     written first (new names only: nothing of the project is replaced), the manifest last and atomically, then
     the tree's state in one transaction; a kill between the manifest and the state is finished by running
-    import again (`leftovers`). `txn`: the tree, locked and recovered (api.open_tree)."""
+    import again (`leftovers`); a failure or a signal before the tree's change puts the project back.
+    `txn`: the tree, locked and recovered (api.open_tree)."""
+    from .manifest import load_manifest
+
+    with _project_locked(ctx.manifest.path):
+        # read again under the lock: another import (from another tree) may have added entries since
+        m = load_manifest(ctx.manifest.path, spelling=ctx.spelling)
+        return _import_locked(ctx, txn, m, files, groups, spelling)
+
+
+@contextmanager
+def _project_locked(manifest: Path) -> Iterator[None]:
+    """The project's directory locked (flock on its descriptor, whose inode the manifest's atomic replacement
+    keeps): two imports from two trees would each write back the manifest they read, one's entries lost."""
+    import fcntl
+
+    fd = os.open(manifest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _import_locked(
+    ctx: Context,
+    txn: Transaction,
+    m: Manifest,
+    files: Sequence[str],
+    groups: Sequence[tuple[str, list[str]]],
+    spelling: Spelling,
+) -> Imported:
     from .compose import compose
     from .fsio import atomic_write, unlink_quietly
     from .manifest import load_manifest
@@ -357,7 +400,7 @@ def import_edits(
     from .switch import switch
     from .treeread import read_file
 
-    m, tree = ctx.manifest, ctx.tree
+    tree = ctx.tree
     state = txn.state
     m.check_carried(state.applied)
     release: Reader
@@ -396,7 +439,11 @@ def import_edits(
     edits = [e for e in edits if e.path not in done_files]
     if groups and not edits:
         raise BadInput("import --group: the tree has no edits to group", hint="edit the files first")
-    planned = plan(edits, groups, m, tree)
+    owners: dict[str, list[str]] = {}
+    for a in applied:
+        for f in a.files:
+            owners.setdefault(f, []).append(a.name)
+    planned = plan(edits, groups, m, tree, owners)
     source_dir = m.path.parent
     written: list[Path] = []
     if planned:
@@ -407,40 +454,41 @@ def import_edits(
                 "import: the project has these files already: " + ", ".join(map(str, taken)),
                 hint="name the patches otherwise (--group NAME=FILE), or move the files away",
             )
-        old_text = m.path.read_text()
-        new_text = add_entries(old_text, "".join(entry_yaml(p) for p in planned), str(m.path))
-        try:
+    if not planned and not done:
+        return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
+    old_text = m.path.read_bytes()
+    try:
+        new_m = m
+        if planned:
+            new_text = add_entries(m.path.read_text(), "".join(entry_yaml(p) for p in planned), str(m.path))
             for p in planned:
                 for path, data in project_files(p, source_dir, tree).items():
                     path.parent.mkdir(parents=True, exist_ok=True)
                     atomic_write(path, data)
                     written.append(path)
             atomic_write(m.path, new_text.encode())
-            try:
-                new_m = load_manifest(m.path, spelling=ctx.spelling)
-                for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
-                    new_patch = new_m.patch(p.name)
-                    assert not isinstance(new_patch, UpstreamedPatch)  # import writes diff and overlay entries
-                    got = compose({e.path: e.old for e in p.edits}, [new_patch]).contents
-                    wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
-                    if wrong:
-                        raise BadInput(
-                            f"import: {p.name} does not give back {', '.join(wrong)} byte for byte",
-                            hint="report this; nothing was imported",
-                        )
-            except BaseException:
-                atomic_write(m.path, old_text.encode())  # what import wrote must hold: else it is not kept
-                raise
-        except BaseException:
+            new_m = load_manifest(m.path, spelling=ctx.spelling)
+            for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
+                new_patch = new_m.patch(p.name)
+                assert not isinstance(new_patch, UpstreamedPatch)  # import writes diff and overlay entries
+                got = compose({e.path: e.old for e in p.edits}, [new_patch]).contents
+                wrong = [e.path for e in p.edits if got.get(e.path) != e.new]
+                if wrong:
+                    raise BadInput(
+                        f"import: {p.name} does not give back {', '.join(wrong)} byte for byte",
+                        hint="report this; nothing was imported",
+                    )
+        names = (*state.applied, *done, *(p.name for p in planned))
+        bases = {e.path: e.pristine for e in edits if e.path not in state.files}
+        bases |= {f: pristine(f) for n in done for f in new_m.patch(n).files if f not in state.files}
+        outcome = switch(txn, new_m, names, op="import", spelling=spelling, bases=bases)
+    except BaseException:
+        # the tree's change did not happen (refused, failed, rolled back, interrupted): the project's neither;
+        # one that did (a signal just after its commit) keeps the entries the tree's state now names
+        if planned and not {p.name for p in planned} <= set(txn.state.applied):
+            if m.path.read_bytes() != old_text:
+                atomic_write(m.path, old_text)
             for path in written:
                 unlink_quietly(path)
-            raise
-    else:
-        new_m = m
-    if not planned and not done:
-        return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
-    names = (*state.applied, *done, *(p.name for p in planned))
-    bases = {e.path: e.pristine for e in edits if e.path not in state.files}
-    bases |= {f: pristine(f) for n in done for f in new_m.patch(n).files if f not in state.files}
-    outcome = switch(txn, new_m, names, op="import", spelling=spelling, bases=bases)
+        raise
     return Imported(tuple(planned), tuple(done), outcome.target, outcome.fingerprint, m.path)

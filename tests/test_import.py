@@ -4,13 +4,15 @@ applied), and the project then carries them like any other: check, revert --all,
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_project, run_cli, tree_snapshot
+from conftest import ROOT, copy_project, run_cli, tree_snapshot
 from faultlib import STRACE, inject, python_argv, trace_points
 
 from sglang_overlay.manifest import load_manifest
@@ -97,6 +99,9 @@ def test_an_edit_on_top_of_an_applied_patch_is_its_own_patch(proj, sglang_tree):
     diff = (proj / "patches" / "tweak.patch").read_text()
     added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert added == ["+", "+# local tweak"], diff  # only the hand edit, not llama_eagle3's change
+    # taken on top of llama_eagle3, it requires it: without, `check` failed it alone and in every order
+    assert load_manifest(proj / "manifest.yaml").patch("tweak").requires == ("llama_eagle3",)
+    cli(proj, sglang_tree, "check")
     cli(proj, sglang_tree, "revert", "tweak")
     assert (sglang_tree / LLAMA3).read_bytes() == applied
 
@@ -157,9 +162,11 @@ def test_a_killed_import_is_finished_by_the_next(proj, sglang_tree):
 
 
 @pytest.mark.skipif(STRACE is None, reason="strace is not installed")
-def test_import_killed_at_any_rename_or_unlink_is_finished_by_the_next(proj, sglang_tree, tmp_path):
-    """SIGKILL at each rename and unlink import makes (each atomic write's commit, the journal's steps): the next
-    import leaves the project naming each patch once and the tree recording it, with the edited bytes."""
+@pytest.mark.parametrize("action", ["signal=KILL", "signal=INT"])
+def test_import_stopped_at_any_rename_or_unlink_is_finished_by_the_next(proj, sglang_tree, tmp_path, action):
+    """SIGKILL or Ctrl-C at each rename and unlink import makes (each atomic write's commit, the journal's steps):
+    the project still loads, and the next import leaves it naming each patch once and the tree recording it, with
+    the edited bytes. (Ctrl-C at the manifest's rename had kept the entries and deleted their patch files.)"""
     saved = tmp_path / "proj-before"
     shutil.copytree(proj, saved)
     argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
@@ -184,8 +191,10 @@ def test_import_killed_at_any_rename_or_unlink_is_finished_by_the_next(proj, sgl
     assert len(points) >= 8, points  # three patch files, the manifest, the journal, the state at least
     for point in points:
         fresh()
-        hit = inject(argv, env, proj, tmp_path / "inject.log", point, "signal=KILL")
+        hit = inject(argv, env, proj, tmp_path / "inject.log", point, action)
         assert hit.hit, point
+        loads = run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "status")
+        assert loads.returncode == 0, (str(point), loads.stderr)
         again = run_cli("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
         assert again.returncode == 0, (str(point), again.stderr)
         names = [e["name"] for e in yaml.safe_load((proj / "manifest.yaml").read_text())["patches"]]
@@ -212,3 +221,69 @@ def test_the_api_imports_as_the_command_does(proj, sglang_tree):
     assert got.carried == ("mlp_notes", "common") and got.finished == ()
     assert api.import_edits(**where).patches == ()  # nothing left to import
     assert api.status(**where).applied == ("mlp_notes", "common")
+
+
+def test_an_import_refused_by_the_tree_writes_nothing_of_the_project(proj, sglang_tree):
+    """The link is refused by the tree's change, after the project's files were written: they were kept, and
+    the next import said "recorded qwen2 (a killed import had written it)"."""
+    before = tree_snapshot(proj)
+    edit(sglang_tree, QWEN2, "class Qwen2MLP(nn.Module):", "# local\nclass Qwen2MLP(nn.Module):")
+    link = sglang_tree / "python/sglang/srt/link.py"
+    link.symlink_to("models/qwen2.py")
+    out = cli(proj, sglang_tree, "import", rc=2).stderr
+    assert f"{link} is a symbolic link" in out and "Traceback" not in out, out
+    assert tree_snapshot(proj) == before
+    link.unlink()
+    out = cli(proj, sglang_tree, "import").stdout
+    assert "imported qwen2" in out and "recorded" not in out, out
+
+
+def test_two_imports_into_one_project_keep_both(proj, sglang_tree, tmp_path):
+    """Two trees, one project: the second import ran while the first held its plan, and the first then wrote
+    back the manifest it had read: both said "imported", one entry was lost (and `revert --all`, which status
+    then hinted at, took that tree's edit away)."""
+    other = tmp_path / "other"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(other), "v0.5.17"], cwd=sglang_tree, check=True)
+    try:
+        edit(sglang_tree, QWEN2, "class Qwen2MLP(nn.Module):", "# mine\nclass Qwen2MLP(nn.Module):")
+        edit(other, LLAMA, "class LlamaMLP(nn.Module):", "# theirs\nclass LlamaMLP(nn.Module):")
+        second = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(other), "import")
+        rc_file = tmp_path / "second.rc"
+        # inside the first import, once it has read the manifest: start the second, and go on only once it waits
+        # on the project's lock (/proc/locks: a blocked flock on the project directory's inode) or has finished
+        hook = tmp_path / "hook"
+        hook.mkdir()
+        (hook / "sitecustomize.py").write_text(
+            "import os, shlex, subprocess, time\n"
+            "import sglang_overlay.manifest_edit as me\n"
+            "real = me.add_entries\n"
+            "def add_entries(*a, **k):\n"
+            f"    cmd = {shlex.join(second)!r} + ' >/dev/null 2>&1; echo $? > ' + {str(rc_file)!r}\n"
+            "    subprocess.Popen(['sh', '-c', cmd], env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})\n"
+            f"    ino = ':{os.stat(proj).st_ino} '\n"
+            "    for _ in range(6000):  # ends a hang only\n"
+            f"        if os.path.exists({str(rc_file)!r}) or any('->' in l and ino in l for l in open('/proc/locks')):\n"
+            "            break\n"
+            "        time.sleep(0.02)\n"
+            "    return real(*a, **k)\n"
+            "me.add_entries = add_entries\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+        first = subprocess.run(
+            python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import"),
+            env={**env, "PYTHONPATH": f"{hook}:{ROOT}"},
+            capture_output=True,
+            text=True,
+        )
+        assert first.returncode == 0, first.stderr
+        for _ in range(6000):  # the second finishes once the first lets go of the lock
+            if rc_file.exists() and rc_file.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert rc_file.read_text().strip() == "0"
+        names = load_manifest(proj / "manifest.yaml").names
+        assert "qwen2" in names and "llama" in names, names
+        for tree, name in ((sglang_tree, "qwen2"), (other, "llama")):
+            assert f"[x] {name}" in cli(proj, tree, "status").stdout
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=sglang_tree, check=False)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .diffgen import make_diff
 from .errors import BadInput
-from .manifest import NAME_RE, Manifest, UpstreamedPatch
+from .manifest import EMPTY_NAMES, NAME_RE, Manifest, UpstreamedPatch
 from .progname import prog
 from .repopath import IDENTITY_PATH, STATE_DIR_NAME
 from .tree import Tree
@@ -227,14 +227,20 @@ def plan(
     `owners`: the applied patches that touch each file; a patch edited on top of them requires them."""
     changed = [e.path for e in edits]
     by_path = {e.path: e for e in edits}
-    taken = set(m.names)
+    taken = {*m.names, *m.presets, *EMPTY_NAMES}  # one namespace: a set expression reads each of them
     chosen: list[tuple[str, list[str]]] = []
     grouped: dict[str, str] = {}
     for name, files in groups:
         if name in taken:
+            what = (
+                f"the manifest has a {'patch' if name in m.names else 'preset'} named {name} already ({m.path})"
+                if name not in EMPTY_NAMES
+                else f"{name} is reserved (a set expression reads it as the empty set)"
+            )
             raise BadInput(
-                f"--group {name}: the manifest has a patch named {name} already ({m.path})",
-                hint="choose another name (`refresh NAME` captures edits of an applied patch)",
+                f"--group {name}: {what}",
+                hint="choose another name"
+                + (" (`refresh NAME` captures edits of an applied patch)" if name in m.names else ""),
             )
         paths = []
         for f in files:
@@ -284,17 +290,31 @@ def describe(p: PlannedPatch) -> str:
     return "local edits of " + ", ".join(names)
 
 
+def _yaml_str(value: str, flow: bool = False) -> str:
+    """`value` as YAML reads it back: plain where it is, else double-quoted (a file name with `: `, ` #`, `,`)."""
+    import json
+
+    import yaml
+
+    plain = f"[{value}]" if flow else value
+    try:
+        same = yaml.safe_load(plain) == ([value] if flow else value)
+    except yaml.YAMLError:
+        same = False
+    return value if same else json.dumps(value)
+
+
 def entry_yaml(p: PlannedPatch) -> str:
     """The manifest entry, as `- name:` block of `patches:` (manifest_edit.add_entries inserts it)."""
     lines = [
         f"  - name: {p.name}\n",
-        f"    description: {describe(p)}\n",
+        f"    description: {_yaml_str(describe(p))}\n",
         f"    kind: {p.kind}\n",
         "    category: experimental\n",
         "    default: true\n",
     ]
     if p.overlay:
-        lines.append(f"    overlay: [{', '.join(p.overlay)}]\n")
+        lines.append(f"    overlay: [{', '.join(_yaml_str(f, flow=True) for f in p.overlay)}]\n")
     if p.requires:
         lines.append(f"    requires: [{', '.join(p.requires)}]\n")
     lines.append("    upstream: {status: not-forwarded}\n")

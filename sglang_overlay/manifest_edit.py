@@ -71,10 +71,21 @@ def add_entries(text: str, entries: str, where: str) -> str:
     if "[" in lines[start]:  # `patches: []`: the list starts here
         lines[start] = "patches:\n"
     end = _block(lines, start, 0)
+    while end < len(lines) and re.match(r"-(\s|$)", lines[end]):  # a list indented 0: its items are in it
+        end = _block(lines, end, 0)
     if lines[end - 1].strip() and not lines[end - 1].endswith("\n"):
         lines[end - 1] += "\n"
-    lines[end:end] = ["\n" + block if not block.startswith("\n") else block for block in _blocks(entries)]
+    items = [len(ln) - len(ln.lstrip()) for ln in lines[start + 1 : end] if ln.lstrip().startswith("- ")]
+    shift = (items[0] if items else 2) - 2  # the list's own indent (0 and 4 are as valid as 2)
+    blocks = [_shifted(b, shift) for b in _blocks(entries)]
+    lines[end:end] = ["\n" + block if not block.startswith("\n") else block for block in blocks]
     return "".join(lines)
+
+
+def _shifted(block: str, shift: int) -> str:
+    return "".join(
+        (" " * shift + ln if shift > 0 else ln[-shift:]) if ln.strip() else ln for ln in block.splitlines(keepends=True)
+    )
 
 
 def _blocks(entries: str) -> list[str]:

@@ -128,6 +128,8 @@ def test_bad_groups_are_exit_2(proj, sglang_tree):
         ("mlp", "expected NAME=FILE"),
         ("Bad=x.py", "is not a patch name"),
         (f"deepseek_v2={LLAMA}", "has a patch named deepseek_v2 already"),
+        (f"full={LLAMA}", "has a preset named full already"),
+        (f"none={LLAMA}", "none is reserved"),
         ("g=python/sglang/srt/models/mistral.py", "is not among the tree's changed files"),
     ):
         err = cli(proj, sglang_tree, "import", "--group", group, rc=2).stderr
@@ -287,3 +289,45 @@ def test_two_imports_into_one_project_keep_both(proj, sglang_tree, tmp_path):
             assert f"[x] {name}" in cli(proj, tree, "status").stdout
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=sglang_tree, check=False)
+
+
+def _indent_patches(proj: Path, by: int) -> None:
+    """The manifest's `patches:` list indented `by` more (or fewer) spaces: as valid YAML as the 2 it has."""
+    lines, inside = (proj / "manifest.yaml").read_text().splitlines(keepends=True), False
+    for i, ln in enumerate(lines):
+        if ln.startswith("patches:"):
+            inside = True
+        elif inside and ln[:1].strip() and not ln.startswith("#"):
+            inside = False
+        elif inside and ln.strip():
+            lines[i] = " " * by + ln if by > 0 else ln[-by:]
+    (proj / "manifest.yaml").write_text("".join(lines))
+
+
+@pytest.mark.parametrize(
+    "new, setup",
+    [
+        ("python/sglang/srt/full.py", None),  # `full` is a preset of the project
+        ("python/sglang/srt/none.py", None),  # `none` is the empty set
+        ("python/sglang/srt/x #y.py", None),  # a YAML comment, unquoted
+        ("python/sglang/srt/c: d.py", None),  # a YAML key, unquoted
+        ("python/sglang/srt/a, b.py", None),  # two flow items, unquoted
+        (NEW, 2),  # the list indented 4
+        (NEW, -2),  # the list indented 0
+    ],
+)
+def test_import_names_and_writes_entries_the_manifest_reads_back(proj, sglang_tree, new, setup):
+    """Each was refused with exit 2 as if the user's manifest were broken: a name taken by a preset or reserved,
+    a file name written into the YAML unquoted, entries added at 2 spaces to a list indented otherwise."""
+    if setup:
+        _indent_patches(proj, setup)
+        load_manifest(proj / "manifest.yaml")
+    (sglang_tree / new).write_text("def helper():\n    return 1\n")
+    cli(proj, sglang_tree, "import")
+    m = load_manifest(proj / "manifest.yaml")
+    (added,) = [p for p in m.patches if new in p.files]
+    assert added.name not in ("full", "none") and added.overlay == (new,)
+    cli(proj, sglang_tree, "revert", "--all")
+    assert not (sglang_tree / new).exists()
+    cli(proj, sglang_tree, "apply", added.name)
+    assert (sglang_tree / new).read_text() == "def helper():\n    return 1\n"

@@ -64,9 +64,10 @@ class PlannedPatch:
 # -- what changed ----------------------------------------------------------------------------------------------
 def changed_paths(
     tree: Tree, release_paths: Callable[[], Iterable[str]], read_release: Reader
-) -> tuple[list[str], list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str], list[str]]:
     """Every path the tree holds otherwise than its release (git's working changes in a checkout, a walk
-    against the pinned wheel in an installed tree), and the paths it cannot carry: (paths, outside, mode_only)."""
+    against the pinned wheel in an installed tree), and the paths it cannot carry: (paths, outside, mode_only,
+    mode_too: edited paths whose mode changed as well)."""
     if tree.is_git:
         return _git_changes(tree.root)
     found = []
@@ -83,10 +84,10 @@ def changed_paths(
     for repo_path in release_paths():
         if repo_path.startswith(PACKAGE) and repo_path not in present and not tree.path_of(repo_path).exists():
             found.append(repo_path)
-    return sorted(found), [], []
+    return sorted(found), [], [], []
 
 
-def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
+def _git_changes(root: Path) -> tuple[list[str], list[str], list[str], list[str]]:
     out = _git_bytes(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
     paths: list[str] = []
     outside: list[str] = []
@@ -99,7 +100,7 @@ def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
         if f"/{STATE_DIR_NAME}/" in f"/{path}" or path.startswith(STATE_DIR_NAME):
             continue
         (paths if path.startswith(PACKAGE) else outside).append(path)
-    mode_only = []
+    mode_only, mode_too = [], []
     raw = _git_bytes(root, "diff", "--raw", "-z", "--no-renames", "HEAD").decode("utf-8", "surrogateescape")
     fields = raw.split("\0")
     for meta, path in zip(fields[0::2], fields[1::2], strict=False):
@@ -109,7 +110,9 @@ def _git_changes(root: Path) -> tuple[list[str], list[str], list[str]]:
             head = _git_bytes(root, "cat-file", "blob", f"HEAD:{path}", check=False)
             if (root / path).is_file() and head == (root / path).read_bytes():
                 mode_only.append(path)
-    return sorted(p for p in paths if p not in mode_only), sorted(outside), sorted(mode_only)
+            else:  # imported, its mode would be dropped without a word
+                mode_too.append(path)
+    return sorted(p for p in paths if p not in mode_only), sorted(outside), sorted(mode_only), sorted(mode_too)
 
 
 def _git_bytes(root: Path, *args: str, check: bool = True) -> bytes:
@@ -132,10 +135,13 @@ def git_release_reader(root: Path) -> Callable[[str], bytes | None]:
     return read
 
 
-def refuse_uncarried(outside: Sequence[str], mode_only: Sequence[str], binary: Sequence[str]) -> None:
+def refuse_uncarried(
+    outside: Sequence[str], mode_only: Sequence[str], binary: Sequence[str], mode_too: Sequence[str] = ()
+) -> None:
     """Anything a patch cannot carry is refused by name before anything is written (exit 2)."""
     lines = [f"  {p}: outside python/sglang/ (a patch carries only SGLang's package)" for p in outside]
     lines += [f"  {p}: only its mode changed (patches do not carry modes)" for p in mode_only]
+    lines += [f"  {p}: its mode changed as well as its text (patches do not carry modes)" for p in mode_too]
     lines += [f"  {p}: binary (a patch carries UTF-8 text)" for p in binary]
     if lines:
         raise BadInput(
@@ -432,12 +438,14 @@ def _import_locked(
 
         wheel = WheelSource(pinned_wheel(m.pin))
         release, paths_of = wheel.read, wheel.paths
-    paths, outside, mode_only = changed_paths(tree, paths_of, release)
+    paths, outside, mode_only, mode_too = changed_paths(tree, paths_of, release)
     paths = [p for p in paths if p != IDENTITY_PATH]  # the tool writes it for every set
     if files:  # only the named ones: the rest of the tree's changes are left alone
         every = paths + outside + mode_only
         named = {resolve(f, every, tree) for f in files}
-        paths, outside, mode_only = ([p for p in group if p in named] for group in (paths, outside, mode_only))
+        paths, outside, mode_only, mode_too = (
+            [p for p in group if p in named] for group in (paths, outside, mode_only, mode_too)
+        )
 
     def pristine(f: str) -> bytes | None:
         rec = state.files.get(f)
@@ -453,7 +461,7 @@ def _import_locked(
         now, old = read_file(tree, f), made.get(f) if f in state.files else pristine(f)
         if now != old:
             edits.append(Edit(f, old, now, pristine(f)))
-    refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)])
+    refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)], mode_too)
     done = leftovers(m, state.applied, pristine, lambda f: read_file(tree, f))
     done_files = {f for n in done for f in m.patch(n).files}
     edits = [e for e in edits if e.path not in done_files]

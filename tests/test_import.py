@@ -112,12 +112,15 @@ def test_what_a_patch_cannot_carry_is_refused_by_name(proj, sglang_tree):
     (sglang_tree / "python/sglang/srt/blob.bin").write_bytes(b"\x00\x01\x02")
     (sglang_tree / "README.local").write_text("notes\n")
     os.chmod(sglang_tree / "python/sglang/srt/server_args.py", 0o755)
+    os.chmod(sglang_tree / QWEN2, 0o755)  # edited too: imported, its mode was dropped without a word
     err = cli(proj, sglang_tree, "import", rc=2).stderr
+    assert f"{QWEN2}: its mode changed as well as its text" in err, err
     assert "python/sglang/srt/blob.bin: binary" in err, err
     assert "README.local: outside python/sglang/" in err, err
     assert "python/sglang/srt/server_args.py: only its mode changed" in err, err
     assert (proj / "manifest.yaml").read_bytes() == manifest and not (proj / "patches" / "common.patch").exists()
     # the carriable ones, named, are imported; the rest of the tree's changes are left alone
+    cli(proj, sglang_tree, "import", QWEN2, rc=2)
     cli(proj, sglang_tree, "import", COMMON)
     assert load_manifest(proj / "manifest.yaml").names[-1] == "common"
 

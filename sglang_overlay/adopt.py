@@ -7,9 +7,11 @@ state in one transaction), and a second run finishes what a killed one left (`le
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -307,7 +309,7 @@ def _yaml_str(value: str, flow: bool = False) -> str:
         same = yaml.safe_load(plain) == ([value] if flow else value)
     except yaml.YAMLError:
         same = False
-    return value if same else json.dumps(value)
+    return value if same else json.dumps(value, ensure_ascii=False)  # YAML refuses JSON's escapes of an emoji
 
 
 def entry_yaml(p: PlannedPatch) -> str:
@@ -372,6 +374,27 @@ def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Re
 
 
 # -- doing it --------------------------------------------------------------------------------------------------
+def _put_back(manifest: Path, old: bytes, new: bytes, created: Sequence[Path]) -> None:
+    """The project as it was before an import that did not happen: its manifest text and none of what it made.
+    A manifest edited meanwhile (by hand: neither text) is left, with the files its new entries name: the next
+    import finishes that one (`leftovers`)."""
+    from .fsio import atomic_write, unlink_quietly
+
+    now = manifest.read_bytes()
+    if now not in (old, new):
+        return
+    if now != old:
+        atomic_write(manifest, old)
+    for path in reversed(created):
+        if path.is_dir() and not path.is_symlink():
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass  # not empty: something else is in it now
+        else:
+            unlink_quietly(path)
+
+
 @dataclass(frozen=True)
 class Imported:
     patches: tuple[PlannedPatch, ...]  # the new entries, in manifest order
@@ -403,9 +426,20 @@ def _project_locked(manifest: Path) -> Iterator[None]:
     keeps): two imports from two trees would each write back the manifest they read, one's entries lost."""
     import fcntl
 
-    fd = os.open(manifest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(manifest.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:  # a directory without read permission: its files can still be written
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"sglang-overlay: waiting for another import into {manifest.parent}", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:  # NFS locks only a descriptor open for writing (EBADF): run unlocked, as before
+            if e.errno not in (errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
         yield
     finally:
         os.close(fd)
@@ -420,7 +454,7 @@ def _import_locked(
     spelling: Spelling,
 ) -> Imported:
     from .compose import compose
-    from .fsio import atomic_write, unlink_quietly
+    from .fsio import atomic_write, missing_dirs
     from .manifest import load_manifest
     from .manifest_edit import add_entries
     from .switch import switch
@@ -473,7 +507,7 @@ def _import_locked(
             owners.setdefault(f, []).append(a.name)
     planned = plan(edits, groups, m, tree, owners)
     source_dir = m.path.parent
-    written: list[Path] = []
+    created: list[Path] = []  # files and directories of the project this import makes, in order
     if planned:
         # a file of the same bytes is what a killed import wrote before its manifest: written again, not refused
         taken = [f for p in planned for f, data in project_files(p, source_dir, tree).items() if _other(f, data)]
@@ -485,16 +519,19 @@ def _import_locked(
     if not planned and not done:
         return Imported((), (), tuple(state.applied), state.fingerprint, m.path)
     old_text = m.path.read_bytes()
+    new_text = b""
     try:
         new_m = m
         if planned:
-            new_text = add_entries(m.path.read_text(), "".join(entry_yaml(p) for p in planned), str(m.path))
+            new_text = add_entries(m.path.read_text(), "".join(entry_yaml(p) for p in planned), str(m.path)).encode()
             for p in planned:
                 for path, data in project_files(p, source_dir, tree).items():
+                    if os.path.lexists(path):  # the same bytes (checked above): a killed import's, or another entry's
+                        continue
+                    created += [*missing_dirs(path.parent, source_dir), path]  # before: a signal may come in the write
                     path.parent.mkdir(parents=True, exist_ok=True)
                     atomic_write(path, data)
-                    written.append(path)
-            atomic_write(m.path, new_text.encode())
+            atomic_write(m.path, new_text)
             new_m = load_manifest(m.path, spelling=ctx.spelling)
             for p in planned:  # each new patch must make the edited bytes, or the tree would be rewritten
                 new_patch = new_m.patch(p.name)
@@ -514,9 +551,6 @@ def _import_locked(
         # the tree's change did not happen (refused, failed, rolled back, interrupted): the project's neither;
         # one that did (a signal just after its commit) keeps the entries the tree's state now names
         if planned and not {p.name for p in planned} <= set(txn.state.applied):
-            if m.path.read_bytes() != old_text:
-                atomic_write(m.path, old_text)
-            for path in written:
-                unlink_quietly(path)
+            _put_back(m.path, old_text, new_text, created)
         raise
     return Imported(tuple(planned), tuple(done), outcome.target, outcome.fingerprint, m.path)

@@ -71,8 +71,11 @@ def add_entries(text: str, entries: str, where: str) -> str:
     if "[" in lines[start]:  # `patches: []`: the list starts here
         lines[start] = "patches:\n"
     end = _block(lines, start, 0)
-    while end < len(lines) and re.match(r"-(\s|$)", lines[end]):  # a list indented 0: its items are in it
-        end = _block(lines, end, 0)
+    while True:  # a list indented 0: its items, and the blank lines and comments between them, are in it
+        nxt = next((j for j in range(end, len(lines)) if lines[j].strip() and not lines[j].startswith("#")), None)
+        if nxt is None or not re.match(r"-(\s|$)", lines[nxt]):
+            break
+        end = _block(lines, nxt, 0)
     if lines[end - 1].strip() and not lines[end - 1].endswith("\n"):
         lines[end - 1] += "\n"
     items = [len(ln) - len(ln.lstrip()) for ln in lines[start + 1 : end] if ln.lstrip().startswith("- ")]

@@ -315,6 +315,7 @@ def _indent_patches(proj: Path, by: int) -> None:
         ("python/sglang/srt/x #y.py", None),  # a YAML comment, unquoted
         ("python/sglang/srt/c: d.py", None),  # a YAML key, unquoted
         ("python/sglang/srt/a, b.py", None),  # two flow items, unquoted
+        ("python/sglang/srt/\N{GRINNING FACE}: y.py", None),  # quoted, an emoji: JSON's escapes of it are no YAML
         (NEW, 2),  # the list indented 4
         (NEW, -2),  # the list indented 0
     ],
@@ -330,7 +331,42 @@ def test_import_names_and_writes_entries_the_manifest_reads_back(proj, sglang_tr
     m = load_manifest(proj / "manifest.yaml")
     (added,) = [p for p in m.patches if new in p.files]
     assert added.name not in ("full", "none") and added.overlay == (new,)
+    assert m.names[-1] == added.name  # at the end of the list (indented 0, it had gone after the first item)
     cli(proj, sglang_tree, "revert", "--all")
     assert not (sglang_tree / new).exists()
     cli(proj, sglang_tree, "apply", added.name)
     assert (sglang_tree / new).read_text() == "def helper():\n    return 1\n"
+
+
+def test_a_refused_import_keeps_the_files_it_did_not_make(proj, sglang_tree):
+    """A file of the same bytes was taken for one a killed import had written, and the put-back removed it: here
+    flashinfer_mla's own overlay file, and every command then exited 2 on the manifest."""
+    overlay = "python/sglang/srt/layers/attention/mla_kv_step.py"
+    before = tree_snapshot(proj)
+    shutil.copyfile(proj / "overlay" / overlay, sglang_tree / overlay)
+    out = cli(proj, sglang_tree, "import", rc=2).stderr
+    assert "flashinfer_mla" in out and "Traceback" not in out, out
+    assert tree_snapshot(proj) == before
+    cli(proj, sglang_tree, "status")
+
+
+def test_a_manifest_edited_while_import_runs_is_not_put_back_over(proj, sglang_tree, tmp_path):
+    """Stopped before the tree's change, import put its old manifest text back over an edit made meanwhile."""
+    edit(sglang_tree, QWEN2, "class Qwen2MLP(nn.Module):", "# local\nclass Qwen2MLP(nn.Module):")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sglang_overlay.switch as sw\n"
+        "def switch(*a, **k):\n"
+        f"    with open({str(proj / 'manifest.yaml')!r}, 'a') as f:\n"
+        "        f.write('# my note\\n')\n"
+        "    raise KeyboardInterrupt\n"
+        "sw.switch = switch\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
+    stopped = subprocess.run(argv, env={**env, "PYTHONPATH": f"{hook}:{ROOT}"}, capture_output=True, text=True)
+    assert stopped.returncode == 130, stopped.stderr
+    assert (proj / "manifest.yaml").read_text().endswith("# my note\n")
+    cli(proj, sglang_tree, "status")  # the entry it kept names files that are there
+    assert "recorded qwen2" in cli(proj, sglang_tree, "import").stdout

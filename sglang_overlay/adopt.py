@@ -350,18 +350,26 @@ def _other(path: Path, data: bytes) -> bool:
 
 
 def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Reader) -> list[str]:
-    """Entries a killed import left: in the manifest, not applied, on files no applied patch touches, and the tree
-    holds exactly what they make of the release. Import records them as applied (it does not import them twice)."""
+    """Entries a killed import left: in the manifest, not applied, and the tree holds exactly what they make of
+    the release, or, on files applied patches touch, of what those make (the entries' `requires:` all applied).
+    Import records them as applied (it does not import them twice)."""
     from .compose import compose
     from .errors import Conflict
 
     out = []
     applied = set(applied)
-    busy = {f for p in m.changes(applied) for f in p.files}
+    on = m.changes(applied)
+    busy = {f for p in on for f in p.files}
     for p in m.changes(m.names):
-        if p.name in applied or busy & set(p.files):
+        if p.name in applied or (busy & set(p.files) and not set(p.requires) <= applied):
             continue
-        base = {f: pristine(f) for f in p.files}
+        under = [a for a in on if set(a.files) & set(p.files)]
+        files = {f for a in under for f in a.files} | set(p.files)
+        try:
+            made_under = compose({f: pristine(f) for f in files}, under).contents if under else {}
+        except Conflict:
+            continue
+        base = {f: made_under.get(f) if under else pristine(f) for f in p.files}
         if all(current(f) == base[f] for f in p.files):
             continue  # the tree does not carry it
         try:

@@ -370,3 +370,28 @@ def test_a_manifest_edited_while_import_runs_is_not_put_back_over(proj, sglang_t
     assert (proj / "manifest.yaml").read_text().endswith("# my note\n")
     cli(proj, sglang_tree, "status")  # the entry it kept names files that are there
     assert "recorded qwen2" in cli(proj, sglang_tree, "import").stdout
+
+
+def test_a_killed_import_on_top_of_an_applied_patch_is_finished_not_imported_twice(proj, sglang_tree, tmp_path):
+    """Its entry requires llama_eagle3, whose file it edits: `leftovers` skipped files an applied patch touches,
+    and the next import made models_llama_eagle3_2 of the same edit (then `check` and `apply --all` failed)."""
+    cli(proj, sglang_tree, "apply", "llama_eagle3")
+    (sglang_tree / LLAMA3).write_bytes((sglang_tree / LLAMA3).read_bytes() + b"\n# local tweak\n")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal\nimport sglang_overlay.switch as sw\n"
+        "def switch(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\nsw.switch = switch\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
+    killed = subprocess.run(argv, env={**env, "PYTHONPATH": f"{hook}:{ROOT}"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    (name,) = [n for n in load_manifest(proj / "manifest.yaml").names if "llama_eagle3" in n and n != "llama_eagle3"]
+    out = cli(proj, sglang_tree, "import").stdout
+    assert f"recorded {name}" in out and "imported" not in out, out
+    assert [n for n in load_manifest(proj / "manifest.yaml").names if "llama_eagle3" in n] == ["llama_eagle3", name]
+    assert f"[x] {name}" in cli(proj, sglang_tree, "status").stdout
+    cli(proj, sglang_tree, "revert", "--all")
+    cli(proj, sglang_tree, "apply", "llama_eagle3", name)
+    assert (sglang_tree / LLAMA3).read_bytes().endswith(b"# local tweak\n")

@@ -6,7 +6,7 @@ Both read pristine files straight from release wheels and reuse `compose` — th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .carry import carry
@@ -176,6 +176,18 @@ def _files(patches: list[Change]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 
+def _reversed(patches: Sequence[Change]) -> list[Change]:
+    """The other order a set must give the same bytes in: reversed, but each patch still after the ones it
+    `requires` (a patch taken on top of another is not independent of it)."""
+    inside = {p.name for p in patches}
+    pending, out, placed = list(reversed(patches)), [], set[str]()
+    while pending:
+        i = next((i for i, p in enumerate(pending) if placed >= set(p.requires) & inside), 0)  # 0: a cycle
+        placed.add(pending[i].name)
+        out.append(pending.pop(i))
+    return out
+
+
 def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None = None) -> CheckReport:
     rep = CheckReport(version)
     compiler = compiler or Compiler(verdict_file())
@@ -195,7 +207,7 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
                 )
     compose_set = GroupComposer(read, file_groups(m))
     subsets = [(label, list(m.changes(names))) for label, names in subsets_that_matter(m)]
-    compose_set.prepare(order for _, patches in subsets for order in (patches, patches[::-1]))
+    compose_set.prepare(order for _, patches in subsets for order in (patches, _reversed(patches)))
     for label, patches in subsets:
         try:
             composed = compose_set(patches)
@@ -207,7 +219,7 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
         if len(patches) > 1:
             # Independent toggles: the reverse order must give the same bytes as manifest order.
             try:
-                rev = compose_set(list(reversed(patches))).contents
+                rev = compose_set(_reversed(patches)).contents
                 same = rev == composed.contents
                 rep.items.append(
                     CheckItem(

@@ -395,3 +395,13 @@ def test_a_killed_import_on_top_of_an_applied_patch_is_finished_not_imported_twi
     cli(proj, sglang_tree, "revert", "--all")
     cli(proj, sglang_tree, "apply", "llama_eagle3", name)
     assert (sglang_tree / LLAMA3).read_bytes().endswith(b"# local tweak\n")
+
+
+def test_an_edit_inside_an_applied_patchs_lines_checks_green(proj, sglang_tree):
+    """`check`'s other order reversed a patch and the one it requires: an edit inside llama_eagle3's own lines
+    did not apply before it, and 9 checks failed."""
+    cli(proj, sglang_tree, "apply", "llama_eagle3")
+    edit(sglang_tree, LLAMA3, "(lm_head then loads", "(the lm_head then loads")
+    cli(proj, sglang_tree, "import")
+    out = cli(proj, sglang_tree, "check").stdout
+    assert "FAIL" not in out, out

@@ -531,7 +531,9 @@ def _import_locked(
     try:
         new_m = m
         if planned:
-            new_text = add_entries(m.path.read_text(), "".join(entry_yaml(p) for p in planned), str(m.path)).encode()
+            text = old_text.decode("utf-8")  # the manifest loaded: UTF-8
+            added = add_entries(text.replace("\r\n", "\n"), "".join(entry_yaml(p) for p in planned), str(m.path))
+            new_text = (added.replace("\n", "\r\n") if "\r\n" in text else added).encode()  # its line endings kept
             for p in planned:
                 for path, data in project_files(p, source_dir, tree).items():
                     if os.path.lexists(path):  # the same bytes (checked above): a killed import's, or another entry's

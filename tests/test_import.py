@@ -3,6 +3,7 @@ applied), and the project then carries them like any other: check, revert --all,
 
 from __future__ import annotations
 
+import difflib
 import os
 import shlex
 import shutil
@@ -405,3 +406,17 @@ def test_an_edit_inside_an_applied_patchs_lines_checks_green(proj, sglang_tree):
     cli(proj, sglang_tree, "import")
     out = cli(proj, sglang_tree, "check").stdout
     assert "FAIL" not in out, out
+
+
+def test_a_crlf_manifest_keeps_its_line_endings(proj, sglang_tree):
+    """Import rewrote every line of a CRLF manifest with LF: the whole file showed as changed."""
+    m = proj / "manifest.yaml"
+    m.write_bytes(m.read_bytes().replace(b"\n", b"\r\n"))
+    before = m.read_bytes()
+    edit(sglang_tree, QWEN2, "class Qwen2MLP(nn.Module):", "# local\nclass Qwen2MLP(nn.Module):")
+    cli(proj, sglang_tree, "import")
+    after = m.read_bytes()
+    assert b"\n" not in after.replace(b"\r\n", b"")
+    ops = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes()
+    assert {op for op, *_ in ops} == {"equal", "insert"}  # only the new entry's lines: none of the user's changed
+    assert "qwen2" in load_manifest(m).names

@@ -360,23 +360,23 @@ def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Re
     applied = set(applied)
     on = m.changes(applied)
     busy = {f for p in on for f in p.files}
+    try:  # what the applied set makes of its files: the tree holds it (a requirement's own requirements too)
+        made = compose({f: pristine(f) for f in busy}, on).contents if on else {}
+    except Conflict:
+        return []
     for p in m.changes(m.names):
-        if p.name in applied or (busy & set(p.files) and not set(p.requires) <= applied):
+        if p.name in applied or any(c in applied for c in p.conflicts) or any(p.name in a.conflicts for a in on):
             continue
-        under = [a for a in on if set(a.files) & set(p.files)]
-        files = {f for a in under for f in a.files} | set(p.files)
-        try:
-            made_under = compose({f: pristine(f) for f in files}, under).contents if under else {}
-        except Conflict:
-            continue
-        base = {f: made_under.get(f) if under else pristine(f) for f in p.files}
+        if busy & set(p.files) and not (p.requires and set(p.requires) <= applied):
+            continue  # on an applied patch's file, only an entry taken on top of it (import's `requires:`)
+        base = {f: made[f] if f in busy else pristine(f) for f in p.files}
         if all(current(f) == base[f] for f in p.files):
             continue  # the tree does not carry it
         try:
-            made = compose(base, [p]).contents
+            got = compose(base, [p]).contents
         except Conflict:
             continue
-        if all(made.get(f) == current(f) for f in p.files):
+        if all(got.get(f) == current(f) for f in p.files):
             out.append(p.name)
     return out
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, copy_project, run_cli, tree_snapshot
+from conftest import ROOT, copy_project, pristine, run_cli, tree_snapshot
 from faultlib import STRACE, inject, python_argv, trace_points
 
 from sglang_overlay.manifest import load_manifest
@@ -378,16 +378,7 @@ def test_a_killed_import_on_top_of_an_applied_patch_is_finished_not_imported_twi
     and the next import made models_llama_eagle3_2 of the same edit (then `check` and `apply --all` failed)."""
     cli(proj, sglang_tree, "apply", "llama_eagle3")
     (sglang_tree / LLAMA3).write_bytes((sglang_tree / LLAMA3).read_bytes() + b"\n# local tweak\n")
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import os, signal\nimport sglang_overlay.switch as sw\n"
-        "def switch(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\nsw.switch = switch\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
-    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(sglang_tree), "import")
-    killed = subprocess.run(argv, env={**env, "PYTHONPATH": f"{hook}:{ROOT}"}, capture_output=True, text=True)
-    assert killed.returncode == -9, killed.stderr
+    _import_killed_before_the_tree(proj, sglang_tree, tmp_path)
     (name,) = [n for n in load_manifest(proj / "manifest.yaml").names if "llama_eagle3" in n and n != "llama_eagle3"]
     out = cli(proj, sglang_tree, "import").stdout
     assert f"recorded {name}" in out and "imported" not in out, out
@@ -420,3 +411,57 @@ def test_a_crlf_manifest_keeps_its_line_endings(proj, sglang_tree):
     ops = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes()
     assert {op for op, *_ in ops} == {"equal", "insert"}  # only the new entry's lines: none of the user's changed
     assert "qwen2" in load_manifest(m).names
+
+
+def _import_killed_before_the_tree(proj: Path, tree: Path, tmp_path: Path, *args: str) -> None:
+    """`import` killed after it wrote the project, before the tree's change."""
+    hook = tmp_path / "kill-hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal\nimport sglang_overlay.switch as sw\n"
+        "def switch(*a, **k):\n    os.kill(os.getpid(), signal.SIGKILL)\nsw.switch = switch\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_OVERLAY_TREE"}
+    argv = python_argv("--manifest", str(proj / "manifest.yaml"), "--tree", str(tree), "import", *args)
+    killed = subprocess.run(argv, env={**env, "PYTHONPATH": f"{hook}:{ROOT}"}, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+
+
+def test_a_killed_import_on_top_of_a_chain_of_requires_is_finished(proj, sglang_tree, tmp_path):
+    """topk requires y1, which requires deepseek_v2 on another file: composing only the patches that share a
+    file with topk (y1) on the release conflicted, and the next import made a second entry of the same edit."""
+    dsv2, topk = "python/sglang/srt/models/deepseek_v2.py", "python/sglang/srt/layers/moe/topk.py"
+    cli(proj, sglang_tree, "apply", "deepseek_v2")
+    edit(sglang_tree, dsv2, "# output (pre-norm", "# output (the pre-norm")
+    (sglang_tree / topk).write_bytes((sglang_tree / topk).read_bytes() + b"# one\n")
+    cli(proj, sglang_tree, "import", "--group", f"y1={dsv2},{topk}")
+    (sglang_tree / topk).write_bytes((sglang_tree / topk).read_bytes() + b"# two\n")
+    _import_killed_before_the_tree(proj, sglang_tree, tmp_path)
+    (name,) = set(load_manifest(proj / "manifest.yaml").names) - {"y1", *load_manifest(ROOT / "manifest.yaml").names}
+    assert load_manifest(proj / "manifest.yaml").patch(name).requires == ("y1",)
+    out = cli(proj, sglang_tree, "import").stdout
+    assert f"recorded {name}" in out and "imported" not in out, out
+    assert "FAIL" not in cli(proj, sglang_tree, "check").stdout
+
+
+def test_an_edit_that_an_unapplied_conflicting_entry_would_make_is_imported(proj, sglang_tree):
+    """An entry without `requires:` on an applied patch's file, conflicting with it, was read as a killed
+    import's: the import stopped at "alt conflicts with llama_eagle3"."""
+    from sglang_overlay.diffgen import make_diff
+
+    release = pristine(sglang_tree, LLAMA3)
+    alt = release + b"# alt: a different take\n"
+    (proj / "patches" / "alt.patch").write_text(
+        "Description: another take\n---\n" + make_diff({LLAMA3: release}, {LLAMA3: alt})
+    )
+    m = proj / "manifest.yaml"
+    entry = (
+        "  - name: alt\n    description: another take\n    kind: diff\n    category: experimental\n"
+        "    default: false\n    conflicts: [llama_eagle3]\n    upstream: {status: not-forwarded}\n\n"
+    )
+    m.write_text(m.read_text().replace("  - name: flashinfer_mla\n", entry + "  - name: flashinfer_mla\n", 1))
+    assert "alt" in load_manifest(m).names
+    cli(proj, sglang_tree, "apply", "llama_eagle3")
+    (sglang_tree / LLAMA3).write_bytes((sglang_tree / LLAMA3).read_bytes() + b"# alt: a different take\n")
+    out = cli(proj, sglang_tree, "import").stdout
+    assert "imported" in out and "recorded" not in out, out

@@ -59,15 +59,15 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
         if not any(c in full for c in p.conflicts) and not any(p.name in m.patch(f).conflicts for f in full):
             full.append(p.name)
     out: list[tuple[str, tuple[str, ...]]] = []
-    seen: set[tuple[str, ...]] = set()
+    seen: set[tuple[tuple[str, ...], str]] = set()
 
-    def add(label: str, names: Iterable[str]) -> None:
+    def add(label: str, names: Iterable[str], own: str = "") -> None:
         try:
             s = m.closure(names)
         except Exception:
             return
-        if s not in seen:
-            seen.add(s)
+        if (s, own) not in seen:
+            seen.add((s, own))
             out.append((label, s))
 
     for p in changing:
@@ -80,7 +80,9 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
             add(f"leave-one-out: -{p.name}", [n for n in full if n not in dependants])
     for a, b in itertools.combinations(changing, 2):
         if set(a.files) & set(b.files) and b.name not in a.conflicts and a.name not in b.conflicts:
-            add(f"pair: {a.name}+{b.name}", [a.name, b.name])
+            # a pair requires does not tie is its own subset, even where it is another's set: its order differs
+            untied = a.name not in m.closure([b.name])
+            add(f"pair: {a.name}+{b.name}", [a.name, b.name], f"{a.name}+{b.name}" if untied else "")
     return out
 
 
@@ -177,15 +179,35 @@ def _files(patches: list[Change]) -> list[str]:
 
 
 def _reversed(patches: Sequence[Change]) -> list[Change]:
-    """The other order a set must give the same bytes in: reversed, but each patch still after the ones it
-    `requires` (a patch taken on top of another is not independent of it)."""
+    """The other order a set must give the same bytes in: its units reversed, a unit being the patches tied by
+    `requires` (in manifest order inside it). A patch moves past every patch it is not tied to."""
     inside = {p.name for p in patches}
-    pending, out, placed = list(reversed(patches)), [], set[str]()
-    while pending:
-        i = next((i for i, p in enumerate(pending) if placed >= set(p.requires) & inside), 0)  # 0: a cycle
-        placed.add(pending[i].name)
-        out.append(pending.pop(i))
-    return out
+    unit = {p.name: p.name for p in patches}
+
+    def root(n: str) -> str:
+        while unit[n] != n:
+            n = unit[n]
+        return n
+
+    for p in patches:
+        for r in p.requires:
+            if r in inside:
+                unit[root(p.name)] = root(r)
+    units: dict[str, list[Change]] = {}
+    for p in patches:
+        units.setdefault(root(p.name), []).append(p)
+    return [p for members in reversed(list(units.values())) for p in members]
+
+
+def _other_order(m: Manifest, label: str, patches: list[Change]) -> list[Change]:
+    """A pair's subset puts the later of the two first, with what it requires: no single order of a set swaps
+    every two patches that `requires` does not tie (a < p < x, x requiring a). Any other subset: _reversed."""
+    if label.startswith("pair: "):
+        first, later = label.removeprefix("pair: ").split("+")
+        lead = m.closure([later])
+        if first not in lead:
+            return [p for p in patches if p.name in lead] + [p for p in patches if p.name not in lead]
+    return _reversed(patches)
 
 
 def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None = None) -> CheckReport:
@@ -207,7 +229,8 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
                 )
     compose_set = GroupComposer(read, file_groups(m))
     subsets = [(label, list(m.changes(names))) for label, names in subsets_that_matter(m)]
-    compose_set.prepare(order for _, patches in subsets for order in (patches, _reversed(patches)))
+    others = {label: _other_order(m, label, patches) for label, patches in subsets}
+    compose_set.prepare(order for label, patches in subsets for order in (patches, others[label]))
     for label, patches in subsets:
         try:
             composed = compose_set(patches)
@@ -216,10 +239,11 @@ def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None
             continue
         rep.offsets += [str(o) for o in composed.offsets if str(o) not in rep.offsets]
         rep.items.append(CheckItem(label.split(":")[0], label, True, f"{len(patches)} patch(es) apply with zero fuzz"))
-        if len(patches) > 1:
-            # Independent toggles: the reverse order must give the same bytes as manifest order.
+        other = others[label]
+        if other != patches:
+            # Independent toggles: the other order must give the same bytes as manifest order.
             try:
-                rev = compose_set(_reversed(patches)).contents
+                rev = compose_set(other).contents
                 same = rev == composed.contents
                 rep.items.append(
                     CheckItem(

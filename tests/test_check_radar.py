@@ -165,3 +165,35 @@ def test_radar_of_a_manifest_without_patches_says_so(tmp_path, cache, pin_source
         assert (data["pin"], data["versions"], data["verdicts"]) == ("0.5.17", ["9.0.1"], [])
     else:
         assert f"{proj / 'manifest.yaml'} has no patches: nothing to classify against 9.0.1" in res.stdout, res.stdout
+
+
+def test_an_order_dependence_that_requires_does_not_tie_fails_check(tmp_path, pin_source):
+    """x requires a; pp, between them, is tied to neither. No single order swaps pp with both, and the reversal
+    that kept x after a left pp before x: `check` passed a set whose manifest order puts x's hunk in the wrong
+    one of two identical blocks (pp's 15 lines shift it there)."""
+    from sglang_overlay.diffgen import make_diff
+
+    f = "python/sglang/srt/layers/quantization/awq/schemes/awq_scheme.py"
+    lines = pin_source.read(f).decode().splitlines(keepends=True)
+    with_a = lines[:53] + [lines[53].rstrip("\n") + "  # a\n"] + lines[54:]
+    with_ax = with_a[:45] + [with_a[45].replace("NotImplementedError", 'NotImplementedError("moe")')] + with_a[46:]
+    with_pp = lines[:1] + [f"# pp {i}\n" for i in range(15)] + lines[1:]
+    assert "NotImplementedError" in lines[45] and with_ax != with_a
+    proj = tmp_path / "proj"
+    (proj / "patches").mkdir(parents=True)
+    for name, old, new in (("a", lines, with_a), ("pp", lines, with_pp), ("x", with_a, with_ax)):
+        body = make_diff({f: "".join(old).encode()}, {f: "".join(new).encode()})
+        (proj / "patches" / f"{name}.patch").write_text(f"Description: {name}\n---\n{body}")
+    head = (FIX / "manifest.yaml").read_text().split("patches:")[0]
+    entry = "  - name: {}\n    description: {}\n    kind: diff\n    category: experimental\n"
+    (proj / "manifest.yaml").write_text(
+        head
+        + "patches:\n"
+        + entry.format("a", "a")
+        + entry.format("pp", "pp")
+        + entry.format("x", "x")
+        + "    requires: [a]\n"
+    )
+    rep = check_pin(load_manifest(proj / "manifest.yaml"), pin_source.read, "0.5.17")
+    assert any(i.what == "order" and i.subject == "pair: pp+x" and not i.ok for i in rep.items), rep.items
+    assert not rep.ok

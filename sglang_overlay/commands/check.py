@@ -1,5 +1,6 @@
 """Prove the patch set against the pristine pinned release (CI): every patch alone, the full set, leave-one-out,
-every pair sharing a file; zero fuzz; the same bytes in any order; patched files byte-compile; upstreamed
+every pair sharing a file; zero fuzz; the same bytes in another order (each pair swapped; `requires:` kept);
+patched files byte-compile; upstreamed
 entries still hold; overlay files do not collide. Exit 0 only if all hold, else 1 with every failure listed.
 With --all-pins, each pin on its own release; one that cannot be checked at all (its release, its manifest) is
 reported as such while the rest are checked, and the exit code is the worst outcome (2 for bad input).

@@ -81,7 +81,10 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     for a, b in itertools.combinations(changing, 2):
         if set(a.files) & set(b.files) and b.name not in a.conflicts and a.name not in b.conflicts:
             # a pair requires does not tie is its own subset, even where it is another's set: its order differs
-            untied = a.name not in m.closure([b.name])
+            try:
+                untied = a.name not in m.closure([b.name]) and b.name not in m.closure([a.name])
+            except Exception:
+                continue  # a closure with a conflict: add() would leave the pair out too
             add(f"pair: {a.name}+{b.name}", [a.name, b.name], f"{a.name}+{b.name}" if untied else "")
     return out
 
@@ -178,9 +181,10 @@ def _files(patches: list[Change]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 
-def _reversed(patches: Sequence[Change]) -> list[Change]:
+def _reversed(m: Manifest, patches: Sequence[Change]) -> list[Change]:
     """The other order a set must give the same bytes in: its units reversed, a unit being the patches tied by
-    `requires` (in manifest order inside it). A patch moves past every patch it is not tied to."""
+    `requires`, directly or through entries that write nothing (in manifest order inside it). A patch moves past
+    every patch it is not tied to."""
     inside = {p.name for p in patches}
     unit = {p.name: p.name for p in patches}
 
@@ -190,7 +194,7 @@ def _reversed(patches: Sequence[Change]) -> list[Change]:
         return n
 
     for p in patches:
-        for r in p.requires:
+        for r in m.closure([p.name]):
             if r in inside:
                 unit[root(p.name)] = root(r)
     units: dict[str, list[Change]] = {}
@@ -205,9 +209,9 @@ def _other_order(m: Manifest, label: str, patches: list[Change]) -> list[Change]
     if label.startswith("pair: "):
         first, later = label.removeprefix("pair: ").split("+")
         lead = m.closure([later])
-        if first not in lead:
+        if first not in lead and later not in m.closure([first]):
             return [p for p in patches if p.name in lead] + [p for p in patches if p.name not in lead]
-    return _reversed(patches)
+    return _reversed(m, patches)
 
 
 def check_pin(m: Manifest, read: Reader, version: str, compiler: Compiler | None = None) -> CheckReport:

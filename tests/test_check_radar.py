@@ -167,33 +167,75 @@ def test_radar_of_a_manifest_without_patches_says_so(tmp_path, cache, pin_source
         assert f"{proj / 'manifest.yaml'} has no patches: nothing to classify against 9.0.1" in res.stdout, res.stdout
 
 
+AWQ = "python/sglang/srt/layers/quantization/awq/schemes/awq_scheme.py"  # two identical 7-line blocks
+
+
+def _awq_set(tmp_path, pin_source, entries):
+    """A project of diff entries on AWQ: (name, lines before, lines after, extra YAML of the entry); an entry
+    with no lines is written as given (an upstreamed one). Returns check's report on the pin."""
+    from sglang_overlay.diffgen import make_diff
+
+    proj = tmp_path / "proj"
+    (proj / "patches").mkdir(parents=True)
+    text = (FIX / "manifest.yaml").read_text().split("patches:")[0] + "patches:\n"
+    for name, old, new, extra in entries:
+        if old is None:
+            text += extra
+            continue
+        body = make_diff({AWQ: "".join(old).encode()}, {AWQ: "".join(new).encode()})
+        (proj / "patches" / f"{name}.patch").write_text(f"Description: {name}\n---\n{body}")
+        text += f"  - name: {name}\n    description: {name}\n    kind: diff\n    category: experimental\n{extra}"
+    (proj / "manifest.yaml").write_text(text)
+    return check_pin(load_manifest(proj / "manifest.yaml"), pin_source.read, "0.5.17")
+
+
+def _awq_edits(pin_source):
+    lines = pin_source.read(AWQ).decode().splitlines(keepends=True)
+    assert "NotImplementedError" in lines[45]
+
+    def moe(ls):  # line 46 of the second block, as a patch made on `ls`
+        return ls[:45] + [ls[45].replace("NotImplementedError", 'NotImplementedError("moe")')] + ls[46:]
+
+    return lines, moe
+
+
 def test_an_order_dependence_that_requires_does_not_tie_fails_check(tmp_path, pin_source):
     """x requires a; pp, between them, is tied to neither. No single order swaps pp with both, and the reversal
     that kept x after a left pp before x: `check` passed a set whose manifest order puts x's hunk in the wrong
     one of two identical blocks (pp's 15 lines shift it there)."""
-    from sglang_overlay.diffgen import make_diff
-
-    f = "python/sglang/srt/layers/quantization/awq/schemes/awq_scheme.py"
-    lines = pin_source.read(f).decode().splitlines(keepends=True)
+    lines, moe = _awq_edits(pin_source)
     with_a = lines[:53] + [lines[53].rstrip("\n") + "  # a\n"] + lines[54:]
-    with_ax = with_a[:45] + [with_a[45].replace("NotImplementedError", 'NotImplementedError("moe")')] + with_a[46:]
     with_pp = lines[:1] + [f"# pp {i}\n" for i in range(15)] + lines[1:]
-    assert "NotImplementedError" in lines[45] and with_ax != with_a
-    proj = tmp_path / "proj"
-    (proj / "patches").mkdir(parents=True)
-    for name, old, new in (("a", lines, with_a), ("pp", lines, with_pp), ("x", with_a, with_ax)):
-        body = make_diff({f: "".join(old).encode()}, {f: "".join(new).encode()})
-        (proj / "patches" / f"{name}.patch").write_text(f"Description: {name}\n---\n{body}")
-    head = (FIX / "manifest.yaml").read_text().split("patches:")[0]
-    entry = "  - name: {}\n    description: {}\n    kind: diff\n    category: experimental\n"
-    (proj / "manifest.yaml").write_text(
-        head
-        + "patches:\n"
-        + entry.format("a", "a")
-        + entry.format("pp", "pp")
-        + entry.format("x", "x")
-        + "    requires: [a]\n"
+    rep = _awq_set(
+        tmp_path,
+        pin_source,
+        [("a", lines, with_a, ""), ("pp", lines, with_pp, ""), ("x", with_a, moe(with_a), "    requires: [a]\n")],
     )
-    rep = check_pin(load_manifest(proj / "manifest.yaml"), pin_source.read, "0.5.17")
     assert any(i.what == "order" and i.subject == "pair: pp+x" and not i.ok for i in rep.items), rep.items
     assert not rep.ok
+
+
+def test_patches_tied_through_an_upstreamed_entry_are_not_swapped(tmp_path, pin_source):
+    """x requires u (upstreamed, writes nothing), which requires a: the other order tied only direct requires
+    among the patches that write, swapped a and x, and x (made on a, a's line in its context) failed."""
+    lines, moe = _awq_edits(pin_source)
+    with_a = lines[:47] + [lines[47].rstrip("\n") + "  # a\n"] + lines[48:]
+    u = (
+        "  - name: u\n    description: u\n    kind: upstreamed\n    category: compat\n    requires: [a]\n"
+        '    upstream: {status: upstreamed, release: "0.5.10", pr: 1}\n'
+        f'    proof: {{file: {AWQ}, contains: ["raise NotImplementedError"]}}\n'
+    )
+    entries = [("a", lines, with_a, ""), ("u", None, None, u), ("x", with_a, moe(with_a), "    requires: [u]\n")]
+    rep = _awq_set(tmp_path, pin_source, entries)
+    assert rep.ok, [i for i in rep.items if not i.ok]
+
+
+@pytest.mark.parametrize("listed", [("x", "a"), ("a", "x")])
+def test_a_tie_is_read_both_ways_whatever_the_listing(tmp_path, pin_source, listed):
+    """x requires a, listed after it or before: the pair code read the tie one way only, and its verdict
+    depended on the listing order alone (a FAIL for x, a; a pass for a, x)."""
+    lines, moe = _awq_edits(pin_source)
+    with_a = lines[:1] + [f"# a {i}\n" for i in range(15)] + lines[1:]
+    made = {"x": ("x", lines, moe(lines), "    requires: [a]\n"), "a": ("a", lines, with_a, "")}
+    rep = _awq_set(tmp_path, pin_source, [made[n] for n in listed])
+    assert rep.ok, [i for i in rep.items if not i.ok]

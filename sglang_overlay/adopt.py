@@ -138,7 +138,7 @@ def git_release_reader(root: Path) -> Callable[[str], bytes | None]:
 
 
 def refuse_uncarried(
-    outside: Sequence[str], mode_only: Sequence[str], binary: Sequence[str], mode_too: Sequence[str] = ()
+    outside: Sequence[str], mode_only: Sequence[str], mode_too: Sequence[str], binary: Sequence[str]
 ) -> None:
     """Anything a patch cannot carry is refused by name before anything is written (exit 2)."""
     lines = [f"  {p}: outside python/sglang/ (a patch carries only SGLang's package)" for p in outside]
@@ -349,10 +349,13 @@ def _other(path: Path, data: bytes) -> bool:
     return not path.is_file() or path.is_symlink() or path.read_bytes() != data
 
 
-def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Reader) -> list[str]:
+def leftovers(
+    m: Manifest, applied: Iterable[str], pristine: Reader, made: Mapping[str, bytes | None], current: Reader
+) -> list[str]:
     """Entries a killed import left: in the manifest, not applied, and the tree holds exactly what they make of
     the release, or, on files applied patches touch, of what those make (the entries' `requires:` all applied).
-    Import records them as applied (it does not import them twice)."""
+    Import records them as applied (it does not import them twice). `made`: what the applied set makes of its
+    files (the tree holds it)."""
     from .compose import compose
     from .errors import Conflict
 
@@ -360,10 +363,6 @@ def leftovers(m: Manifest, applied: Iterable[str], pristine: Reader, current: Re
     applied = set(applied)
     on = m.changes(applied)
     busy = {f for p in on for f in p.files}
-    try:  # what the applied set makes of its files: the tree holds it (a requirement's own requirements too)
-        made = compose({f: pristine(f) for f in busy}, on).contents if on else {}
-    except Conflict:
-        return []
     for p in m.changes(m.names):
         if p.name in applied or any(c in applied for c in p.conflicts) or any(p.name in a.conflicts for a in on):
             continue
@@ -496,15 +495,14 @@ def _import_locked(
         return txn.store.get(rec.base) if rec.base is not None else None
 
     applied = m.changes(state.applied)
-    managed = [f for f in paths if f in state.files]
-    made = compose({f: pristine(f) for p in applied for f in p.files}, applied).contents if managed else {}
+    made = compose({f: pristine(f) for p in applied for f in p.files}, applied).contents if applied else {}
     edits = []
     for f in paths:
         now, old = read_file(tree, f), made.get(f) if f in state.files else pristine(f)
         if now != old:
             edits.append(Edit(f, old, now, pristine(f)))
-    refuse_uncarried(outside, mode_only, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)], mode_too)
-    done = leftovers(m, state.applied, pristine, lambda f: read_file(tree, f))
+    refuse_uncarried(outside, mode_only, mode_too, [e.path for e in edits if is_binary(e.old) or is_binary(e.new)])
+    done = leftovers(m, state.applied, pristine, made, lambda f: read_file(tree, f))
     done_files = {f for n in done for f in m.patch(n).files}
     edits = [e for e in edits if e.path not in done_files]
     if groups and not edits:

@@ -69,7 +69,7 @@ class Change:
 
 def _real_dir(path: Path) -> Path:
     if is_symlink(path):
-        raise own_dir_link(path, "a tree's state")
+        raise own_dir_link(path)
     if not path.is_dir():
         path.mkdir(exist_ok=True)
     return path
@@ -146,7 +146,7 @@ class Transaction:
         self.tree.forget_checks()  # a link swapped in since the commit looked must not take a restored file
         for d in (self.dir / BACKUPS, self.dir / BACKUPS / journal.backup) if journal.backup else ():
             if is_symlink(d):  # removed at the end: through a link, that would delete outside the tree
-                raise own_dir_link(d, "a tree's state")
+                raise own_dir_link(d)
         dirs = {self.dir}
         kept = self._edited(journal) if live else []
         if not live:

@@ -120,7 +120,7 @@ class Tree:
         anywhere on the machine) or not a directory."""
         sd = self.state_dir
         if is_symlink(sd):
-            raise own_dir_link(sd, "a tree's state")
+            raise own_dir_link(sd)
         if sd.exists() and not sd.is_dir():
             raise StateError(f"{sd} is not a directory", hint=f"move it aside (mv {sd} {sd}.bad)")
         return sd
@@ -227,7 +227,7 @@ def _not_inside_a_checkout(tree: Tree, spelling: Spelling) -> Tree:
     )
 
 
-def own_dir_link(path: Path, what: str) -> StateError:
+def own_dir_link(path: Path) -> StateError:
     """A link where the tool keeps a directory of its own (the state, saved copies, backups) is refused. The fix
     moves the linked directory back: removing the link would lose what it holds (a journal, copies, edits)."""
     target = os.path.realpath(path)
@@ -242,7 +242,7 @@ def own_dir_link(path: Path, what: str) -> StateError:
         else f"remove the link (rm {q(str(path))}); the next command makes a real directory"
     )
     return StateError(
-        f"{path} is a symbolic link (to {target}): sglang-overlay keeps {what} inside the tree", hint=hint
+        f"{path} is a symbolic link (to {target}): sglang-overlay keeps a tree's state inside the tree", hint=hint
     )
 
 

@@ -288,8 +288,10 @@ case "$step" in
     # carries a GPU-side plant (tests/bench/planted/oea_inpatch.diff: torch.cuda._sleep in maybe_apply_oea, even
     # at K0=0); hostbisect: default -> full_result_host (a host-side busy wait in the scheduler's result
     # processing); null42: default against itself. One --env for all three, so their default starts pool.
+    # 30 repetitions (~33 s) a start: a repetition is cheap next to a start (~35 s), and on run 3's H100, whose
+    # speed switched every ~6 s, more of them cut the device time per decision by 35-45 % (tests/bench/test_method.py)
     P42=(--env SGLANG_PLANTED_OEA_GPU_CYCLES="${OEA_CYCLES:-400000}" --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-300}"
-         --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-3}" --warmup-reps 1
+         --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-30}" --warmup-reps 1
          --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})
     PROJ=${PROJ42:-/tmp/proj42}
     if [ ! -f "$PROJ/manifest.yaml" ]; then

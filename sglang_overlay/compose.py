@@ -10,6 +10,7 @@ import errno
 import hashlib
 import os
 import re
+import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -227,7 +228,7 @@ def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool, cop
         if not reverse and git_outside_repo("apply", "--check", "--reverse", str(pfile), cwd=scratch).returncode == 0:
             raise Conflict(
                 f"{why}\n  {patch.name}'s change is there already: its diff reverse-applies",
-                hint=f"an `import` stopped before it recorded it? `{prog()} import {' '.join(diff.files)}` finishes "
+                hint=f"an `import` stopped before it recorded it? `{prog()} import {shlex.join(diff.files)}` finishes "
                 "that import and imports no other edit; or undo the change by hand",
             )
         raise Conflict(

@@ -10,7 +10,6 @@ import errno
 import hashlib
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -222,17 +221,8 @@ def _git_apply(scratch: Path, patch: Change, diff: PatchFile, reverse: bool, cop
     out = res.stdout + res.stderr
     if res.returncode != 0:
         _raise_if_io(out, scratch, copy)
-        why = explain_failure(patch, out, lambda p: _read(scratch, p), reverse)
-        # git apply changed nothing: if the diff reverse-applies there, the tree has the change already, e.g. the
-        # leftover of an import killed before it recorded it (refreshing the patch would not help)
-        if not reverse and git_outside_repo("apply", "--check", "--reverse", str(pfile), cwd=scratch).returncode == 0:
-            raise Conflict(
-                f"{why}\n  {patch.name}'s change is there already: its diff reverse-applies",
-                hint=f"an `import` stopped before it recorded it? `{prog()} import {shlex.join(diff.files)}` finishes "
-                "that import and imports no other edit; or undo the change by hand",
-            )
         raise Conflict(
-            why,
+            explain_failure(patch, out, lambda p: _read(scratch, p), reverse),
             hint=f"the tree no longer matches what {patch.name} expects: update the patch "
             f"(`{prog()} refresh {patch.name}` after fixing it by hand), or leave it off",
         )

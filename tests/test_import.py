@@ -378,34 +378,6 @@ def test_a_manifest_edited_while_import_runs_is_not_put_back_over(proj, sglang_t
     assert "recorded qwen2" in cli(proj, sglang_tree, "import").stdout
 
 
-@pytest.mark.parametrize("new_file", [None, "python/sglang/srt/my notes.py"])
-def test_apply_after_a_killed_import_says_how_to_finish_it(proj, sglang_tree, tmp_path, new_file):
-    """The killed import's entry is in the manifest, its change in the tree, unrecorded. `apply` and `diff` said
-    "update the patch (refresh ...)", which cannot help; they now say the change is there and how to record it
-    (also for an entry that adds a whole file beside its diff)."""
-    (sglang_tree / LLAMA3).write_bytes((sglang_tree / LLAMA3).read_bytes() + b"\n# local tweak\n")
-    if new_file:
-        (sglang_tree / new_file).write_text("NOTE = 1\n")
-    _import_killed_before_the_tree(
-        proj, sglang_tree, tmp_path, "--group", f"local={LLAMA3}" + (f",{new_file}" if new_file else "")
-    )
-    name = "local"
-    assert name in load_manifest(proj / "manifest.yaml").names
-    for args in (("apply", name), ("diff", name)):
-        err = cli(proj, sglang_tree, *args, rc=1).stderr
-        assert f"{name}'s change is there already" in err and "refresh" not in err, err
-    (hint,) = [line for line in err.splitlines() if "hint:" in line]
-    (command,) = [c for c in hint.split("`") if "apply.py" in c]
-    assert f"recorded {name}" in cli(proj, sglang_tree, *shlex.split(command)[2:]).stdout  # as the user pastes it
-    assert f"[x] {name}" in cli(proj, sglang_tree, "status").stdout
-    cli(proj, sglang_tree, "revert", name)
-    assert (sglang_tree / LLAMA3).read_bytes() == pristine(sglang_tree, LLAMA3)
-    assert not new_file or not (sglang_tree / new_file).exists()
-    cli(proj, sglang_tree, "apply", name)
-    assert (sglang_tree / LLAMA3).read_bytes().endswith(b"# local tweak\n")
-    assert not new_file or (sglang_tree / new_file).read_text() == "NOTE = 1\n"
-
-
 def test_a_killed_import_on_top_of_an_applied_patch_is_finished_not_imported_twice(proj, sglang_tree, tmp_path):
     """Its entry requires llama_eagle3, whose file it edits: `leftovers` skipped files an applied patch touches,
     and the next import made models_llama_eagle3_2 of the same edit (then `check` and `apply --all` failed)."""

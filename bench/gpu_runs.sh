@@ -289,7 +289,7 @@ case "$step" in
     # at K0=0); hostbisect: default -> full_result_host (a host-side busy wait in the scheduler's result
     # processing); null42: default against itself. One --env for all three, so their default starts pool.
     # 30 repetitions (~33 s) a start: a repetition is cheap next to a start (~35 s), and on run 3's H100, whose
-    # speed switched every ~6 s, more of them cut the device time per decision by 35-45 % (tests/bench/test_method.py)
+    # speed switched every ~7 s, 30 take 57 % of the device time per decision that 8 take (tests/bench/test_method.py)
     P42=(--env SGLANG_PLANTED_OEA_GPU_CYCLES="${OEA_CYCLES:-400000}" --env SGLANG_PLANTED_RESULT_DELAY_US="${PLANT_US:-300}"
          --tree "$SGL_TREE" --restarts 3 --max-starts "${MAXS:-6}" --reps-per-start "${REPS:-30}" --warmup-reps 1
          --max-new-tokens 64 --b1-requests 1 --concurrency 8 --ttft-requests 2 --time-budget "$BUDGET" ${DRY:+--dry-run})

@@ -165,7 +165,7 @@ def test_ablate_names_only_confirmed_culprits_and_measures_the_missing_side():
 
 def _start_cv(reps: int, seeds: int = 120) -> float:
     """Median start-to-start CV of one set's batch-1 step over 15 starts, on run 3's two-speed H100: 1.52x slow,
-    a switch about every 6 repetitions (0.16 per repetition), 32 repetitions' time per server start."""
+    a switch about every 7 repetitions (0.14-0.16 per repetition), 32 repetitions' time per server start."""
     cvs = []
     for seed in range(seeds):
         lab = SimLab(

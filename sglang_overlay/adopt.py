@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +21,7 @@ from .diffgen import make_diff
 from .errors import BadInput
 from .manifest import EMPTY_NAMES, NAME_RE, Manifest, UpstreamedPatch
 from .progname import prog
+from .record import Record
 from .repopath import IDENTITY_PATH, STATE_DIR_NAME
 from .tree import Tree
 
@@ -36,8 +36,7 @@ PACKAGE = "python/sglang/"
 _SKIP_DIRS = ("__pycache__", STATE_DIR_NAME)
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(Record):
     """One file the tree holds otherwise than the pin plus the applied patches make it."""
 
     path: str  # repo path, python/sglang/...
@@ -46,8 +45,7 @@ class Edit:
     pristine: bytes | None  # the release's file (the base the state records)
 
 
-@dataclass(frozen=True)
-class PlannedPatch:
+class PlannedPatch(Record):
     name: str
     edits: tuple[Edit, ...]
     overlay: tuple[str, ...]  # new files carried whole under overlay/
@@ -402,8 +400,7 @@ def _put_back(manifest: Path, old: bytes, new: bytes, created: Sequence[Path]) -
             unlink_quietly(path)
 
 
-@dataclass(frozen=True)
-class Imported:
+class Imported(Record):
     patches: tuple[PlannedPatch, ...]  # the new entries, in manifest order
     finished: tuple[str, ...]  # entries a killed import had written, recorded as applied now
     carried: tuple[str, ...]  # what the tree carries after it

@@ -23,7 +23,6 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -31,6 +30,7 @@ from . import apiargs, cachedir
 from .context import Context
 from .patchset import from_options
 from .project import manifest_path
+from .record import Record
 from .spelling import CLI, Spelling, api_spelling
 from .tree import TREE_ENV
 from .treestatus import PatchStatus, Status  # noqa: F401  (api.PatchStatus: the rows of api.Status)
@@ -123,8 +123,7 @@ def _spelling(ctx: Context, fn: str) -> Spelling:
 
 
 # -- results -----------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SwitchResult:
+class SwitchResult(Record):
     """What an apply, revert or toggle did. `notes`: what the CLI prints before its summary ("already applied:
     x"); `left_out`: (patch, why) for patches `--all` left out on this hardware."""
 
@@ -142,16 +141,14 @@ class SwitchResult:
     file_notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class CheckItem:
+class CheckItem(Record):
     what: str
     subject: str
     ok: bool
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(Record):
     package: str
     version: str
     ok: bool
@@ -179,8 +176,7 @@ class CheckResult:
         }
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(Record):
     value: str
     short: str
     patches: tuple[str, ...]
@@ -479,16 +475,14 @@ def check(
     )
 
 
-@dataclass(frozen=True)
-class ImportedPatch:
+class ImportedPatch(Record):
     name: str
     kind: str  # diff | overlay
     files: tuple[str, ...]
     overlay: tuple[str, ...]  # the new files it carries whole under overlay/
 
 
-@dataclass(frozen=True)
-class ImportResult:
+class ImportResult(Record):
     """What import_edits did: the new manifest entries (`patches`), the entries a killed import had written and
     this one recorded as applied (`finished`), and the set the tree carries now."""
 

@@ -10,10 +10,8 @@ rewritten) / proof-failed for upstreamed entries.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from .compose import compose, hunk_symbol
 from .errors import Conflict
@@ -22,19 +20,19 @@ from .merge3 import merge_file
 from .patchfile import Hunk
 from .proofmove import locate
 from .pysymbols import enclosing_symbol, symbol_span
+from .record import Record, field, replace
 from .upstream import prove
 
 Reader = Callable[[str], "bytes | None"]
 STOPS = ("conflict", "upstream", "collision", "proof-failed")  # results that need the user before going on
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Record):
     patch: str
     status: str  # clean | offset | needs-3way | conflict | upstream | collision | upstreamed | upstreamed-moved | proof-failed
     detail: str = ""
     files: tuple[tuple[str, str], ...] = ()  # (repo path, that file's own result)
-    contents: Mapping[str, bytes | None] = dataclasses.field(default_factory=dict)  # the diff's files on the release
+    contents: Mapping[str, bytes | None] = field(default_factory=dict)  # the diff's files on the release
     proof: Proof | None = None  # the rewritten proof (upstreamed-moved)
     max_offset: int = 0
 
@@ -64,7 +62,7 @@ def carry(p: Patch, pin: Reader, release: Reader, release_paths: Callable[[], li
         if shipped and len(shipped) == len(p.overlay):
             return Step(p.name, "upstream", f"{version} ships every overlay file of it, byte for byte")
         return Step(p.name, "clean", "overlay files only")
-    diff_only = dataclasses.replace(p, overlay=())
+    diff_only = replace(p, overlay=())
     base = {f: release(f) for f in p.diff.files}
     try:
         composed = compose(base, [diff_only])
@@ -118,7 +116,7 @@ def _upstreamed(p: UpstreamedPatch, release: Reader, release_paths: Callable[[],
         return Step(p.name, "proof-failed", res.detail)
     found = locate(p.proof, release, release_paths())
     # The moved proof alone must hold: the original change may not reverse-apply where the code moved.
-    if len(found) == 1 and prove(dataclasses.replace(p, proof=found[0].proof, original=None), release).holds:
+    if len(found) == 1 and prove(replace(p, proof=found[0].proof, original=None), release).holds:
         return Step(p.name, "upstreamed-moved", found[0].describe(), proof=found[0].proof)
     if found:
         return Step(

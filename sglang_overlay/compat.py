@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 
 from .carry import carry
 from .compilecache import Compiler, verdict_file
@@ -16,6 +15,7 @@ from .compose_many import compose_many
 from .errors import Conflict
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .pysymbols import symbol_span
+from .record import Record, asdict, field
 from .undefined import Known, describe
 from .upstream import prove
 
@@ -23,16 +23,14 @@ Reader = Callable[[str], "bytes | None"]
 
 
 # ---------------------------------------------------------------------------------------------- check (pin)
-@dataclass
-class CheckItem:
+class CheckItem(Record, frozen=False):
     what: str  # "alone", "full set", "leave-one-out", "pair", "order", "compile", "names", "upstreamed", "overlay"
     subject: str
     ok: bool
     detail: str = ""
 
 
-@dataclass
-class CheckReport:
+class CheckReport(Record, frozen=False):
     version: str
     items: list[CheckItem] = field(default_factory=list)
     offsets: list[str] = field(default_factory=list)
@@ -318,8 +316,7 @@ STATUSES = (
 EXPLAINED = ("conflict", "proof-failed", "target-missing", "needs-3way", "upstreamed-moved")
 
 
-@dataclass
-class Verdict:
+class Verdict(Record, frozen=False):
     patch: str
     version: str
     status: str

@@ -24,13 +24,13 @@ import __future__
 
 import ast
 import re
-from dataclasses import dataclass
+
+from .record import Record
 
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.M)
 
 
-@dataclass(frozen=True)
-class Pristine:
+class Pristine(Record):
     lines: list[bytes]
     spans: list[tuple[int, int]]  # top-level statements: (first line, last line), 0-based, decorators included
     flags: int  # the __future__ features P turns on

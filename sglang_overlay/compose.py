@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from .fsio import write_plain
 from .manifest import Change
 from .progname import prog
 from .pysymbols import enclosing_symbol, symbol_from_section, symbol_span
+from .record import Record, field
 
 if TYPE_CHECKING:
     from .gitcmd import GitResult
@@ -46,8 +46,7 @@ def git_outside_repo(*args: str, cwd: Path) -> GitResult:
     return run(*args, cwd=cwd)
 
 
-@dataclass(frozen=True)
-class Offset:
+class Offset(Record):
     patch: str
     file: str
     hunk: int
@@ -58,8 +57,7 @@ class Offset:
         return f"{self.patch}: {self.file} hunk #{self.hunk} applied at line {self.line} (offset {self.offset:+d})"
 
 
-@dataclass
-class Composed:
+class Composed(Record, frozen=False):
     contents: dict[str, bytes | None]  # repo path -> bytes (None: absent)
     offsets: list[Offset] = field(default_factory=list)
 

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import scratch as scratch_dirs
@@ -26,6 +25,7 @@ from .errors import Conflict
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
 from .manifest import Change
+from .record import Record
 
 Job = tuple[Mapping[str, "bytes | None"], Sequence[Change]]  # (base, patches): what `compose(base, patches)` takes
 
@@ -37,8 +37,7 @@ _HUNK_RE = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _NOT_MOVABLE = (b"rename ", b"copy ", b"similarity ", b"dissimilarity ", b"GIT binary patch", b"Binary files ")
 
 
-@dataclass
-class _Ready:
+class _Ready(Record, frozen=False):
     k: int
     base: Mapping[str, bytes | None]
     patches: list[Change]

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, load_manifest
+from .record import Record, field
 from .spelling import Spelling
 from .tree import Tree, locate
 
 
-@dataclass
-class Context:
+class Context(Record, frozen=False):
     """What a command works on: the manifest's path and the tree asked for, each loaded on first use."""
 
     manifest_path: Path

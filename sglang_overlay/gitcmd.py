@@ -6,15 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OverlayError, os_fix_in
 from .interrupts import SIGNALS, Interrupted
+from .record import Record
 
 
-@dataclass(frozen=True)
-class GitResult:
+class GitResult(Record):
     args: tuple[str, ...]
     returncode: int
     stdout: str

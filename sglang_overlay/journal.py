@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import StateError
+from .record import Record
 from .state import Shape, parse_state, read_own_file
 
 JOURNAL_VERSION = 1
@@ -25,16 +25,14 @@ JOURNAL_FIX = (
 )
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     path: str  # repo path
     before: str | None  # sha256 of the bytes it held (kept in objects/); None: it did not exist
     mode: int | None  # its permission bits; None when it did not exist
     after: str | None = None  # sha256 of what the transaction writes there; None: it removes the file
 
 
-@dataclass(frozen=True)
-class Journal:
+class Journal(Record):
     op: str
     pid: int
     entries: tuple[Entry, ...]

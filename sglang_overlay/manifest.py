@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
@@ -18,6 +17,7 @@ from .errors import ManifestError, PathEscape
 from .patchfile import PatchFile, parse_patch_file
 from .pathlen import too_long
 from .progname import prog
+from .record import Record, field, fields
 from .repopath import check_patchable, check_repo_path
 from .spelling import CLI, Spelling
 
@@ -55,8 +55,7 @@ PROFILE_VAR_KEYS = ("value", "why")
 SKIPPED_KEYS = ("reason", "stop", "release", "from")
 
 
-@dataclass(frozen=True)
-class Pin:
+class Pin(Record):
     """The release the patches are made against (the manifest's `pin:`)."""
 
     package: str
@@ -66,8 +65,7 @@ class Pin:
     sha256: str
 
 
-@dataclass(frozen=True)
-class EnvVar:
+class EnvVar(Record):
     """An environment variable a patch reads, with its default and what it does."""
 
     name: str
@@ -77,8 +75,7 @@ class EnvVar:
     sglang_forces: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Upstream:
+class Upstream(Record):
     """Where a patch stands upstream: not-forwarded, forwarded, upstreamed (in `release`, by `pr`) or not-needed."""
 
     status: str
@@ -95,8 +92,7 @@ class Upstream:
         return " ".join(parts)
 
 
-@dataclass(frozen=True)
-class Proof:
+class Proof(Record):
     """What must hold on a tree for an `upstreamed` entry to count as upstream."""
 
     file: str
@@ -104,10 +100,7 @@ class Proof:
     contains: tuple[str, ...] = ()
 
 
-# never made itself: each kind makes its own __init__, __repr__ and __eq__ (generating them here too was ~1 ms of
-# every command)
-@dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
-class _Entry:
+class _Entry(Record, kw_only=True):
     """What every kind of entry has: its name, relations, environment, gate and upstream record."""
 
     name: str
@@ -130,9 +123,8 @@ def _written(diff: PatchFile | None, overlay: tuple[str, ...]) -> tuple[str, ...
     return tuple(sorted(set(diff.files if diff is not None else ()) | set(overlay)))
 
 
-# Each kind declares its own fields (none inherited with a default: a dataclass would keep the default).
-@dataclass(frozen=True, kw_only=True)
-class DiffPatch(_Entry):
+# Each kind declares its own fields (none inherited with a default: a record would keep the default).
+class DiffPatch(_Entry, kw_only=True):
     """`kind: diff`: a diff that changes at least one file (and, optionally, whole files it adds)."""
 
     kind: ClassVar[Literal["diff"]] = "diff"
@@ -148,8 +140,7 @@ class DiffPatch(_Entry):
         return _written(self.diff, self.overlay)
 
 
-@dataclass(frozen=True, kw_only=True)
-class OverlayPatch(_Entry):
+class OverlayPatch(_Entry, kw_only=True):
     """`kind: overlay`: whole files added from overlay/ (at least one), optionally with a diff beside them."""
 
     kind: ClassVar[Literal["overlay"]] = "overlay"
@@ -165,8 +156,7 @@ class OverlayPatch(_Entry):
         return _written(self.diff, self.overlay)
 
 
-@dataclass(frozen=True, kw_only=True)
-class UpstreamedPatch(_Entry):
+class UpstreamedPatch(_Entry, kw_only=True):
     """`kind: upstreamed`: upstream has the change, so it writes nothing; a proof, the original change, or both
     show that a tree has it."""
 
@@ -204,8 +194,7 @@ KIND_TYPES: Mapping[str, type[Patch]] = {t.kind: t for t in (DiffPatch, OverlayP
 KINDS = tuple(KIND_TYPES)
 
 
-@dataclass(frozen=True)
-class ProfileVar:
+class ProfileVar(Record):
     """One variable of an env profile, with the reason for its value."""
 
     name: str
@@ -213,8 +202,7 @@ class ProfileVar:
     why: str
 
 
-@dataclass(frozen=True)
-class EnvProfile:
+class EnvProfile(Record):
     """A named set of environment variables (`env_profiles:`), part of a fingerprint when chosen."""
 
     name: str
@@ -225,8 +213,7 @@ class EnvProfile:
         return {v.name: v.value for v in self.vars}
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(Record):
     """An entry `rebase --skip` left behind: not carried to this pin's release, kept here so it is not forgotten
     (the entry itself is in the pin it was carried from)."""
 
@@ -237,8 +224,7 @@ class Skipped:
     source: str  # the pin's version it was carried from
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(Record):
     """A loaded, validated manifest: the pin, the patches in apply order, presets, env profiles, skipped entries."""
 
     path: Path

@@ -5,17 +5,16 @@ conflicting because another file of the same patch does not."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
 
 from . import scratch as scratch_dirs
 from .fsio import write_plain
 from .gitcmd import git_outside_repo
+from .record import Record
 
 MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
 
 
-@dataclass(frozen=True)
-class FileMerge:
+class FileMerge(Record):
     path: str  # repo path
     status: str  # "unchanged" (upstream kept the pin's bytes), "merged" or "conflict"
     data: bytes | None  # the merged bytes; with diff3 markers when status is "conflict"

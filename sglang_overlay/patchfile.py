@@ -8,13 +8,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import ManifestError
 from .parsecache import cached
 from .progname import prog
+from .record import Record
 
 HEADER_FIELDS = (
     "Description",
@@ -34,8 +34,7 @@ _DIFF_START = ("diff --git ", "--- ", "Index: ")
 _LINK_MODE_RE = re.compile(r"^(?:new file mode|deleted file mode|new mode|old mode|index \S+) (120000|160000)$", re.M)
 
 
-@dataclass(frozen=True)
-class Hunk:
+class Hunk(Record):
     file: str
     index: int  # 1-based, within its file
     source_start: int
@@ -47,8 +46,7 @@ class Hunk:
     first_change: int  # source line of the first changed line: where the hunk's intent is
 
 
-@dataclass(frozen=True)
-class PatchFile:
+class PatchFile(Record):
     path: Path
     header: tuple[tuple[str, str], ...]  # DEP-3 fields in file order
     header_text: str  # everything before the diff, verbatim (refresh keeps it)

@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .errors import ManifestError, PatchSetError
 from .manifest import EMPTY_NAMES, Manifest
+from .record import Record
 from .spelling import CLI, Spelling
 
 _TERM_RE = re.compile(r"([+-]?)([^+-]+)")
 FORMS = "PRESET, a,b, PRESET+x, PRESET-x or none"
 
 
-@dataclass(frozen=True)
-class PatchSet:
+class PatchSet(Record):
     expr: str  # as written (for --all: "all")
     patches: tuple[str, ...]  # closed over requires, in manifest order (unclosed for a `members` resolve)
     preset: str | None = None  # set when expr is exactly a preset name

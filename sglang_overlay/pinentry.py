@@ -8,7 +8,6 @@ import errno
 import os
 import shlex
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +15,7 @@ from .errors import BadInput, os_fix_in
 from .manifest import Manifest
 from .progname import prog
 from .rebase_state import PINS_DIR, VERSION_RE
+from .record import Record
 
 
 def pin_entries(top: Manifest) -> list[Path]:
@@ -58,8 +58,7 @@ def refuse_entry(top: Manifest, version: str) -> None:
 LinkFault = Literal["loop", "missing", "denied"]
 
 
-@dataclass(frozen=True)
-class BrokenLink:
+class BrokenLink(Record):
     """A symbolic link that leads nowhere this user can go."""
 
     target: str  # where it leads: the path its text names, resolved as far as it goes

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from .manifest import Proof
 from .pysymbols import defined_names, enclosing_symbol, has_symbols
+from .record import Record
 
 Reader = Callable[[str], "bytes | None"]
 
 
-@dataclass(frozen=True)
-class Moved:
+class Moved(Record):
     proof: Proof  # the proof rewritten for the release
     how: str  # "same lines" or "same symbols"
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import BadInput, StateError
 from .manifest import PROOF_KEYS, Proof
 from .progname import prog
+from .record import Record, field, replace
 from .repopath import check_repo_path
 from .state import Shape, read_own_file
 
@@ -101,8 +101,7 @@ def pin_dir(project_root: Path, version: str) -> Path:
     return project_root / PINS_DIR / version
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(Record):
     status: str
     detail: str = ""
     files: tuple[tuple[str, str], ...] = ()
@@ -115,16 +114,14 @@ class Result:
 PROOF_BY_HAND = "proof rewritten by hand"
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(Record):
     kind: str  # a rebase_step.STOPS status
     patch: str
     files: tuple[str, ...]  # repo paths the release tree carries for the user (conflict markers, merges)
     message: str
 
 
-@dataclass(frozen=True)
-class Progress:
+class Progress(Record):
     target: str
     source: str  # the source manifest, relative to the project root
     source_pin: str

@@ -9,11 +9,11 @@ Context carries the Spelling of whoever made it, and each module that words a re
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import writable_copy
 from .progname import prog
+from .record import Record
 
 # The set grammar's options (patchset.py) and the API's arguments for them.
 _API_FORMS = {"--set": "expr=", "--patches": "patches=", "--all": "all=True"}
@@ -21,8 +21,7 @@ _API_FORMS = {"--set": "expr=", "--patches": "patches=", "--all": "all=True"}
 _OPTIONS = {"expr": "--set"}
 
 
-@dataclass(frozen=True)
-class Spelling:
+class Spelling(Record):
     fn: str | None = None  # the API function that was called ("apply"); None: the command line
 
     @property

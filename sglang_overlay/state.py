@@ -15,13 +15,13 @@ import json
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
 from .errors import StateError
 from .fsio import is_tmp_name, read_bytes, unlink_quietly
 from .progname import prog
+from .record import Record, field
 from .repopath import IDENTITY_OWNER, check_repo_path
 
 STATE_VERSION = 1
@@ -51,15 +51,13 @@ def digest_of(data: bytes | None) -> str | None:
     return sha256(data) if data is not None else None
 
 
-@dataclass(frozen=True)
-class FileRecord:
+class FileRecord(Record):
     base: str | None  # sha256 of the file before any patch; None: it did not exist
     applied: str | None  # sha256 of what the tool wrote; None: the tool removed it
     patches: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class State:
+class State(Record):
     applied: tuple[str, ...] = ()  # patch names, manifest order
     files: dict[str, FileRecord] = field(default_factory=dict)  # repo path -> record
     fingerprint: str | None = None

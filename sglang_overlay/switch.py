@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +22,7 @@ from .manifest import Change as PatchChange
 from .manifest import Manifest, Patch
 from .patchfile import created_exec_bits
 from .progname import prog
+from .record import Record, field
 from .repopath import IDENTITY_OWNER, IDENTITY_PATH
 from .spelling import CLI, Spelling
 from .state import FileRecord, ObjectStore, State, digest_of
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 Contents = dict[str, "bytes | None"]
 
 
-@dataclass
-class Outcome:
+class Outcome(Record, frozen=False):
     target: tuple[str, ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]

@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import interrupts, output, scratch
@@ -41,6 +40,7 @@ from .fsio import (
     write_tmp,
 )
 from .journal import BACKUP_NAME, Entry, Journal, read_journal
+from .record import Record
 from .repopath import JOURNAL_NAME, REPO_PACKAGE_PREFIX, STATE_NAME
 from .spelling import CLI, Spelling
 from .state import ObjectStore, State, digest_of, load_state, sha256
@@ -52,8 +52,7 @@ GITIGNORE = ".gitignore"  # "*": git ignores the whole state directory, without 
 FREE_MARGIN = 256 << 10  # bytes beyond the change itself that must stay free (file system metadata, the journal)
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Record):
     """What one command decided: the files to replace (None removes one) and the state that records them."""
 
     op: str

@@ -11,13 +11,13 @@ import os
 import re
 import shlex
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import BadInput, PathEscape, StateError, TreeNotFound, VersionMismatch
 from .fsio import is_symlink
 from .pathlen import too_long
 from .progname import prog
+from .record import Record, field
 from .repopath import JOURNAL_NAME, STATE_DIR_NAME, STATE_NAME
 from .spelling import Spelling
 from .state import load_state
@@ -26,11 +26,10 @@ TREE_ENV = "SGLANG_OVERLAY_TREE"
 EMBEDDED_DIR = ".sglang"
 
 
-@dataclass(frozen=True)
-class Tree:
+class Tree(Record):
     root: Path
     kind: str  # checkout | installed | embedded
-    _checked: set[str] = field(default_factory=set, compare=False, hash=False, repr=False)  # see path_of
+    _checked: set[str] = field(default_factory=set, compare=False, repr=False)  # see path_of
 
     @property
     def package_dir(self) -> Path:

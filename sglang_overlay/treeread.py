@@ -13,11 +13,11 @@ import stat
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import WRITABLE_COPY, StateError, os_failure
 from .journal import JOURNAL_FIX, read_journal
+from .record import Record, field
 from .repopath import JOURNAL_NAME, STATE_NAME
 from .state import FileRecord, ObjectStore, State, digest_of, load_state, parse_state
 from .tree import Tree
@@ -26,8 +26,7 @@ LOCK_NAME = "lock"
 OBJECTS = "objects"
 
 
-@dataclass(frozen=True)
-class View:
+class View(Record):
     """A read-only look at a tree: the state it carries (as a rollback would leave it, if one is pending)."""
 
     tree: Tree

@@ -4,16 +4,16 @@ calls `read`). Apart from api.py so that the command imports neither it nor what
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .record import Record
 
 if TYPE_CHECKING:
     from .context import Context
     from .manifest import Skipped
 
 
-@dataclass(frozen=True)
-class PatchStatus:
+class PatchStatus(Record):
     """One patch's row: what the manifest says of it and its state in the tree."""
 
     name: str
@@ -29,8 +29,7 @@ class PatchStatus:
     mode_drifted_files: tuple[str, ...] = ()  # exec bit not the diff's mode line: `apply` sets it back
 
 
-@dataclass(frozen=True)
-class Status:
+class Status(Record):
     """What the tree carries, and the state of each of the manifest's patches (`status --json`: to_json)."""
 
     pin_package: str

@@ -9,17 +9,16 @@ import functools
 import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from .cachedir import cache_dir
+from .record import Record
 
 KEEP = 50_000
 _DIGEST = re.compile(rb"^[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True)
-class Undefined:
+class Undefined(Record):
     line: int
     name: str
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .errors import WRITABLE_COPY, Conflict
 from .manifest import UpstreamedPatch
 from .pysymbols import has_symbols
+from .record import Record
 
 
-@dataclass(frozen=True)
-class ProofResult:
+class ProofResult(Record):
     holds: bool
     detail: str
 

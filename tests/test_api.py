@@ -3,7 +3,6 @@ example of docs/api.md executed as it stands."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from conftest import copy_project, each, run_cli, tree_snapshot
 
 from sglang_overlay import api
 from sglang_overlay.errors import EXIT_BAD_INPUT, BadInput, OverlayError, PatchSetError
+from sglang_overlay.record import FrozenError
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -40,10 +40,10 @@ def test_results_are_frozen_and_errors_are_the_package_hierarchy(sglang_tree):
     where = dict(project=FIX, tree=sglang_tree)
     res = api.apply(expr="default", **where)
     assert res.carried == ("fx_topk", "fx_args_a") and res.applied == res.carried
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenError):
         res.carried = ()  # type: ignore[misc]
     st = api.status(**where)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenError):
         st.patches[0].state = "x"  # type: ignore[misc]
     again = api.apply("fx_topk", **where)
     assert again.notes == ("already applied: fx_topk",) and again.written == ()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 
 import pytest
@@ -14,6 +13,7 @@ from sglang_overlay.compose import compose
 from sglang_overlay.fetch import WheelSource, pinned_wheel
 from sglang_overlay.manifest import KINDS, DiffPatch, OverlayPatch, UpstreamedPatch, load_manifest
 from sglang_overlay.patchfile import parse_patch_file
+from sglang_overlay.record import FrozenError, replace
 from sglang_overlay.upstream import prove
 
 FIX = ROOT / "tests" / "fixtures" / "engine"
@@ -47,7 +47,7 @@ def test_each_kind_is_its_own_type(fx):
 
 
 def test_entries_are_frozen(fx):
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(FrozenError):
         fx.patch("fx_topk").diff = None
 
 
@@ -55,7 +55,7 @@ def test_entries_are_frozen(fx):
     "build, error",
     [
         (lambda pf: DiffPatch(**common()), TypeError),  # a diff entry without a diff
-        (lambda pf: DiffPatch(**common(), diff=dataclasses.replace(pf, files=())), ValueError),  # changes nothing
+        (lambda pf: DiffPatch(**common(), diff=replace(pf, files=())), ValueError),  # changes nothing
         (lambda pf: DiffPatch(**common(), diff=pf, proof=None), TypeError),  # only upstreamed entries carry one
         (lambda pf: OverlayPatch(**common(), overlay=()), ValueError),  # an overlay entry adding no file
         (lambda pf: UpstreamedPatch(**common()), ValueError),  # upstreamed without a proof or the original

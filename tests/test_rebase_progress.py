@@ -4,12 +4,12 @@ flag, not by the words of a detail text (which a later wording change would sile
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
 from sglang_overlay.errors import StateError
 from sglang_overlay.rebase_state import PROOF_BY_HAND, Progress, Result, parse_progress
+from sglang_overlay.record import replace
 
 NAME = ".rebase-9.0.1.json"
 

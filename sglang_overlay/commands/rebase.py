@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -69,6 +68,7 @@ from ..rebase_state import (
     staging_dir,
 )
 from ..rebase_step import describe_stop, env_notes, rebased_header
+from ..record import replace
 from ..state import FileRecord, State, sha256
 from ..transaction import Change, Transaction
 from ..tree import Tree, embedded_path

@@ -7,7 +7,6 @@ import errno
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from . import __version__, commands, interrupts, output
 from .cachedir import CACHE_ENV
@@ -26,6 +25,10 @@ from .progname import prog, set_from_argv, set_where
 from .project import MANIFEST_ENV, manifest_path
 from .spelling import CLI
 from .tree import TREE_ENV
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """exit codes: 0 ok; 1 conflict, drift, failed apply/check, or the OS refused a write (rolled back);
 2 bad input or usage (also a damaged state or journal file); 3 internal error (a bug: please report it with
@@ -136,7 +139,7 @@ def build_parser(prog: str = "sglang-overlay") -> argparse.ArgumentParser:
     return parser
 
 
-class _Commands(dict[str, Any]):  # a parser, or None until it is made
+class _Commands(dict[str, "Any"]):  # a parser, or None until it is made
     """Each command's parser by name, made when first looked up: a run parses with one of them (making all of them
     was ~4 ms of every command). Holds every name from the start, for argparse's "invalid choice" check."""
 

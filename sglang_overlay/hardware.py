@@ -6,7 +6,6 @@ import functools
 import os
 import re
 from collections.abc import Iterable
-from typing import Protocol
 
 from .errors import BadInput
 
@@ -50,12 +49,16 @@ def _on_path(name: str) -> str | None:
     return None
 
 
-class Gated(Protocol):
-    # read-only members: a frozen patch type satisfies them
-    @property
-    def name(self) -> str: ...
-    @property
-    def cuda_capability(self) -> tuple[str, ...]: ...
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Gated(Protocol):
+        # read-only members: a frozen patch type satisfies them
+        @property
+        def name(self) -> str: ...
+        @property
+        def cuda_capability(self) -> tuple[str, ...]: ...
 
 
 def blocked(patches: Iterable[Gated]) -> dict[str, str]:

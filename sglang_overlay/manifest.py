@@ -10,7 +10,6 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypedDict
 
 from . import manifestmemo, yamlfile
 from .errors import ManifestError, PathEscape
@@ -20,6 +19,10 @@ from .progname import prog
 from .record import Record, field, fields
 from .repopath import check_patchable, check_repo_path
 from .spelling import CLI, Spelling
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, Literal, TypedDict
 
 SCHEMA_VERSION = 1
 CATEGORIES = ("essential", "compat", "diagnostic", "experimental")
@@ -610,7 +613,7 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     if not isinstance(default, bool):
         raise ctx.fail(f"{where}.default", f"expected true or false, got {default!r}")
     requires = ctx.name_list(f"{where}.requires", raw.get("requires"))
-    common = _Common(
+    common = _Common(  # a dict at run time (typing is not imported then)
         name=name,
         description=ctx.string(f"{where}.description", raw["description"]),
         category=category,
@@ -655,19 +658,24 @@ def _parse_patch(ctx: _Ctx, index: int, raw: Any) -> Patch:
     return DiffPatch(**common, diff=diff, overlay=overlay)
 
 
-class _Common(TypedDict):
-    """The fields every kind shares, parsed once (keyword arguments of each kind's constructor)."""
+if TYPE_CHECKING:
 
-    name: str
-    description: str
-    category: str
-    default: bool
-    requires: tuple[str, ...]
-    conflicts: tuple[str, ...]
-    env: tuple[EnvVar, ...]
-    cuda_capability: tuple[str, ...]
-    upstream: Upstream
-    source_dir: Path
+    class _Common(TypedDict):
+        """The fields every kind shares, parsed once (keyword arguments of each kind's constructor)."""
+
+        name: str
+        description: str
+        category: str
+        default: bool
+        requires: tuple[str, ...]
+        conflicts: tuple[str, ...]
+        env: tuple[EnvVar, ...]
+        cuda_capability: tuple[str, ...]
+        upstream: Upstream
+        source_dir: Path
+
+else:
+    _Common = dict
 
 
 def _read_diff(ctx: _Ctx, where: str, rel: str, *, required: bool) -> PatchFile | None:

@@ -16,9 +16,12 @@ import os
 import stat
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
 
 from . import memo
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 KIND = "manifests"
 KEEP = 64  # memos kept, the newest: one per manifest a user works with

@@ -9,9 +9,12 @@ import os
 import pickle
 import time
 from pathlib import Path
-from typing import Any
 
 from .cachedir import cache_dir, keep, left_by_the_dead
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = b"sglang-overlay memo 1\n"
 _PACKAGE = Path(__file__).resolve().parent

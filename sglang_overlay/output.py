@@ -9,7 +9,10 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 _changed: list[Path] = []  # the trees a command of this process changed (a transaction committed)
 

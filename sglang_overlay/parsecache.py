@@ -14,9 +14,12 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from .cachedir import cache_dir, keep, left_by_the_dead
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT = 3  # bump when what a parser gives or refuses changes (2: file modes refused, 3: executable files): old entries are never read
 KEEP = 4096  # entries kept per kind, the newest: every patch of the largest set, and a file's saves over months

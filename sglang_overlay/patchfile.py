@@ -9,12 +9,15 @@ import hashlib
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from .errors import ManifestError
 from .parsecache import cached
 from .progname import prog
 from .record import Record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 HEADER_FIELDS = (
     "Description",

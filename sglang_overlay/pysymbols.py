@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from collections.abc import Iterable, Iterator
 
 from .parsecache import cached
 
-Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    import ast
+
+    Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 def _defs(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, Def]]:
+    import ast
+
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = f"{prefix}{node.name}"
@@ -25,6 +30,8 @@ def _spans(text: str) -> tuple[tuple[str, int, int, int], ...] | None:
     """(qualified name, first line with decorators, `def` line, last line) of every class and function; None if
     the text does not parse. The radar asks about the same 9000-line files many times, so this is cached per
     text; the tree itself is dropped at once (64 cached ASTs were 189 MiB of the radar's peak)."""
+    import ast  # here, not at the top: `status` proves symbols without it (defined_names), ~2 ms
+
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):

@@ -251,7 +251,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
     for rel, digest in (sh.get(data, "source_files", dict, optional=True) or {}).items():
         if not _inside(rel):
             raise sh.fail("'source_files'", f"{rel!r:.80} is not a path inside the project")
-        source_files[rel] = sh.digest(digest, f"'source_files' -> {rel!r:.80}", optional=False)
+        source_files[rel] = sh.required_digest(digest, f"'source_files' -> {rel!r:.80}")
     source = sh.get(data, "source", str)
     if not _inside(source):
         raise sh.fail("'source'", f"{source!r:.80} is not a path inside the project")
@@ -260,7 +260,7 @@ def parse_progress(raw: bytes, path: Path) -> Progress:
         source,
         sh.get(data, "source_pin", str),
         sh.get(data, "wheel", str),
-        sh.digest(data.get("sha256"), "'sha256'", optional=False),
+        sh.required_digest(data.get("sha256"), "'sha256'"),
         order,
         nxt,
         results,

@@ -17,6 +17,8 @@ REPO_PACKAGE_PREFIX = "python/sglang/"
 STATE_DIR_NAME = ".sglang-overlay"
 STATE_NAME = "state.json"  # in the state directory
 JOURNAL_NAME = "journal.json"
+_DRIVE = re.compile(r"[A-Za-z]:")
+_CONTROL = frozenset(map(chr, [*range(32), 0x7F]))
 # Generated into the tree so the running server (and `pip show` of a built wheel) can say what it carries.
 IDENTITY_PATH = "python/sglang/_overlay_build.py"
 IDENTITY_OWNER = "(sglang-overlay identity)"  # the owner state.json records for it, where patches are named
@@ -26,18 +28,18 @@ def check_repo_path(path: str, where: str) -> str:
     """A tree path must stay inside the SGLang package: relative, no '..', no backslashes."""
     if not isinstance(path, str) or not path:
         raise PathEscape(f"{where}: path {path!r} is not a non-empty string")
-    p = PurePosixPath(path)
-    if path.startswith("/") or p.is_absolute() or re.match(r"^[A-Za-z]:", path) or "\\" in path:
+    if path.startswith("/") or _DRIVE.match(path) or "\\" in path:
         raise PathEscape(
             f"{where}: path {path!r} is absolute",
             hint="use a path relative to the SGLang repository root, e.g. python/sglang/srt/...",
         )
-    if any(part in ("..", ".") for part in p.parts) or path != str(p):
+    # split, not PurePosixPath: state.json names every managed file, and status reads it each time
+    if any(part in ("", ".", "..") for part in path.split("/")):
         raise PathEscape(
             f"{where}: path {path!r} escapes the tree or is not normalised",
             hint="paths may not contain '..' or '.' components",
         )
-    if any(ord(c) < 32 or c == "\x7f" for c in path):
+    if not _CONTROL.isdisjoint(path):
         raise PathEscape(
             f"{where}: path {path!r} holds a control character (a newline, a tab, ...)",
             hint="name the file exactly as it is in the repository",

@@ -16,13 +16,16 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal, overload
 
 from .errors import StateError
 from .fsio import is_tmp_name, read_bytes, unlink_quietly
 from .progname import prog
 from .record import Record, field
 from .repopath import IDENTITY_OWNER, check_repo_path
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 STATE_VERSION = 1
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -134,15 +137,16 @@ class Shape:
             raise self.fail(repr(key), f"expected {names}, got {value!r:.80}")
         return value
 
-    @overload
-    def digest(self, value: Any, key: str, *, optional: Literal[False]) -> str: ...
-    @overload
-    def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None: ...
-    def digest(self, value: Any, key: str, *, optional: bool = True) -> str | None:
-        if value is None and optional:
-            return None
+    def required_digest(self, value: Any, key: str) -> str:
+        return self._digest(value, key, "")
+
+    def digest(self, value: Any, key: str) -> str | None:
+        """A digest or null."""
+        return None if value is None else self._digest(value, key, " or null")
+
+    def _digest(self, value: Any, key: str, or_null: str) -> str:
         if not isinstance(value, str) or not HEX64.fullmatch(value):
-            raise self.fail(key, f"expected a sha256 hex digest{' or null' if optional else ''}, got {value!r:.80}")
+            raise self.fail(key, f"expected a sha256 hex digest{or_null}, got {value!r:.80}")
         return value
 
     def name(self, value: Any, key: str) -> str:
@@ -169,7 +173,7 @@ def parse_state(text: str, path: Path) -> State:
     pin_version = sh.get(data, "pin_version", str, optional=True)
     fingerprint = sh.digest(data.get("fingerprint"), "'fingerprint'")
     digests = {
-        sh.name(k, "'digests'"): sh.digest(v, f"'digests' -> {k!r}", optional=False)
+        sh.name(k, "'digests'"): sh.required_digest(v, f"'digests' -> {k!r}")
         for k, v in sh.get(data, "digests", dict).items()
     }
     files = {}

@@ -51,9 +51,9 @@ class Tree(Record):
 
     def path_of(self, repo_path: str) -> Path:
         """Where a repository path lives in this tree, refusing anything that would leave it."""
-        return self._walk(repo_path)[0]
+        return self.walk(repo_path)[0]
 
-    def _walk(self, repo_path: str) -> tuple[Path, os.stat_result | None]:
+    def walk(self, repo_path: str) -> tuple[Path, os.stat_result | None]:
         """path_of, and what is at the path (lstat; None: nothing)."""
         rel = repo_path[len("python/") :] if self.kind == "installed" else repo_path
         if self.kind == "installed" and not repo_path.startswith("python/"):
@@ -100,7 +100,7 @@ class Tree(Record):
 
     def managed_file(self, repo_path: str) -> Path:
         """path_of for a file the tool replaces: it must be a regular file (or absent), never a link or a directory."""
-        path, st = self._walk(repo_path)
+        path, st = self.walk(repo_path)
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise BadInput(
                 f"{path} is a symbolic link: sglang-overlay replaces the files it patches, which would turn "

@@ -99,8 +99,11 @@ def reading(tree: Tree) -> Iterator[View]:
 
 
 def read_file(tree: Tree, repo_path: str) -> bytes | None:
-    p = tree.path_of(repo_path)
-    return p.read_bytes() if p.is_file() else None
+    p, st = tree.walk(repo_path)
+    if st is not None and stat.S_ISREG(st.st_mode):  # the common case, without a second stat
+        with open(p, "rb") as f:
+            return f.read()
+    return p.read_bytes() if st is not None and p.is_file() else None  # a link within the tree: its target
 
 
 def drifted_files(tree: Tree, state: State) -> dict[str, FileRecord]:

@@ -4,11 +4,13 @@ calls `read`). Apart from api.py so that the command imports neither it nor what
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
 from .record import Record
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .context import Context
     from .manifest import Skipped
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .errors import ManifestError
 from .parsecache import cached
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
 if TYPE_CHECKING:  # imported where a text is parsed: a cache hit needs no PyYAML
+    from typing import Any
+
     import yaml
 
 # A manifest is a few hundred nodes. These bounds refuse "billion laughs" alias bombs and deep nesting before

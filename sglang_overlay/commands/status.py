@@ -5,11 +5,14 @@ entries a rebase left out of this pin (`skipped:`, from `rebase --skip`). Read-o
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..fingerprint import short
 from ..progname import prog
 from ..treestatus import read  # what api.status returns, without the rest of the API (api.py)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (record.py says why)
+if TYPE_CHECKING:
+    from typing import Any
 
 NAME = "status"
 HELP = "show what the tree carries (read-only)"

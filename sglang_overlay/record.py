@@ -89,7 +89,7 @@ class Record:
         for name, annotation in own.items():
             if _is_classvar(annotation):
                 continue
-            spec = cls.__dict__.get(name, _MISSING)
+            spec = getattr(cls, name, _MISSING)  # as dataclasses: a base's default holds for a field declared again
             if isinstance(spec, _Spec):
                 own_kw = kw_only if spec.kw_only is None else spec.kw_only
                 f = Field(name, spec.default, spec.factory, own_kw, spec.compare, spec.repr)
@@ -140,6 +140,9 @@ class Record:
         if cls.__record_post_init__:
             self.__post_init__()  # type: ignore[attr-defined]
 
+    def __replace__(self, **changes: Any) -> Record:  # copy.replace (Python 3.13)
+        return replace(self, **changes)
+
     def _record_compared(self) -> tuple[Any, ...]:
         d = self.__dict__
         return tuple(d[f.name] for f in self.__record_fields__ if f.compare)
@@ -179,5 +182,15 @@ def replace(record: R, **changes: Any) -> R:
 
 
 def asdict(record: Record) -> dict[str, Any]:
-    """The fields by name, one level deep."""
-    return {f.name: getattr(record, f.name) for f in record.__record_fields__}
+    """The fields by name, records inside lists, tuples and dicts made dicts too (as dataclasses.asdict)."""
+    return {f.name: _plain(getattr(record, f.name)) for f in record.__record_fields__}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Record):
+        return asdict(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    return value

@@ -88,13 +88,23 @@ def test_frozen_refuses_assignment_and_mutable_records_allow_it():
         hash(b)
 
 
-def test_replace_checks_again_and_asdict_is_shallow():
+def test_replace_checks_again_and_asdict_recurses():
     c = Child(name="a", body="b")
     assert replace(c, size=3) == Child(name="a", size=3, body="b")
     with pytest.raises(ValueError):
         replace(c, body="")
     assert replace(Point(1, 2), y=5) == Point(1, 5)
     assert asdict(Point(1, tags=("t",))) == {"x": 1, "y": 0, "tags": ("t",)}
+    nested = Bag([Point(1), Point(2)])  # type: ignore[list-item]
+    assert asdict(nested) == {"items": [{"x": 1, "y": 0, "tags": ()}, {"x": 2, "y": 0, "tags": ()}]}
+    assert c.__replace__(size=2) == Child(name="a", size=2, body="b")  # what copy.replace calls (3.13)
+
+
+def test_a_field_declared_again_keeps_its_bases_default():
+    class Sub(Point):
+        y: int
+
+    assert Sub(1).y == 0 and [f.name for f in fields(Sub)] == ["x", "y", "tags"]
 
 
 def test_pickle_and_copy_keep_value_and_type():

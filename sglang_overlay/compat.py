@@ -12,7 +12,7 @@ from .carry import carry
 from .compilecache import Compiler, verdict_file
 from .compose import Composed, compose
 from .compose_many import compose_many
-from .errors import Conflict
+from .errors import Conflict, ManifestError
 from .manifest import Change, Manifest, Patch, UpstreamedPatch
 from .pysymbols import symbol_span
 from .record import Record, asdict, field
@@ -62,7 +62,7 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
     def add(label: str, names: Iterable[str], own: str = "") -> None:
         try:
             s = m.closure(names)
-        except Exception:
+        except ManifestError:  # a set holding a conflicting pair is no subset to check
             return
         if (s, own) not in seen:
             seen.add((s, own))
@@ -81,7 +81,7 @@ def subsets_that_matter(m: Manifest) -> list[tuple[str, tuple[str, ...]]]:
             # a pair requires does not tie is its own subset, even where it is another's set: its order differs
             try:
                 untied = a.name not in m.closure([b.name]) and b.name not in m.closure([a.name])
-            except Exception:
+            except ManifestError:
                 continue  # a closure with a conflict: add() would leave the pair out too
             add(f"pair: {a.name}+{b.name}", [a.name, b.name], f"{a.name}+{b.name}" if untied else "")
     return out
